@@ -1,0 +1,5 @@
+//! (in progress)
+
+use super::Kernels;
+
+pub(crate) const KERNELS: &[Kernels] = &[];

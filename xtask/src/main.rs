@@ -1,0 +1,57 @@
+//! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
+//!
+//! - `cargo xtask ci`: what CI runs: format check, clippy with warnings denied, the real models
+//!   fetched and verified, then the whole test suite.
+//! - `cargo xtask models [NAME...]`: fetch, assemble and checksum the real models into the cache
+//!   (`TESSERA_MODELS`, default under the user's cache directory) and print their paths.
+
+use anyhow::{bail, Context, Result};
+use std::process::Command;
+use std::time::Instant;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("models") => models(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]...>");
+            std::process::exit(2)
+        }
+    }
+}
+
+fn cargo(args: &[&str]) -> Result<()> {
+    let start = Instant::now();
+    eprintln!("==> cargo {}", args.join(" "));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo).args(args).status().context("running cargo")?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    eprintln!("<== cargo {} ({:.0}s)", args[0], start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn ci() -> Result<()> {
+    let start = Instant::now();
+    cargo(&["fmt", "--all", "--", "--check"])?;
+    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    models(&[])?;
+    cargo(&["test", "--workspace", "--no-fail-fast"])?;
+    eprintln!("xtask ci: all green in {:.0}s", start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn models(names: &[String]) -> Result<()> {
+    let list = if names.is_empty() {
+        tessera_models::ALL.to_vec()
+    } else {
+        names.iter().map(|n| tessera_models::by_name(n)).collect::<Result<_, _>>()?
+    };
+    for m in &list {
+        let path = tessera_models::ensure(m).with_context(|| format!("fetching {}", m.id))?;
+        println!("{:14} {}", m.id, path.display());
+    }
+    Ok(())
+}
