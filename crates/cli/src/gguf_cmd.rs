@@ -10,7 +10,11 @@ use tessera_gguf::{GgufFile, TensorInfo, Value};
 pub fn run(path: &Path, as_json: bool, array_items: usize) -> Result<()> {
     let file = GgufFile::open(path)?;
     let mut out = std::io::stdout().lock();
-    let text = if as_json { serde_json::to_string_pretty(&to_json(&file))? } else { table(&file, array_items) };
+    let text = if as_json {
+        serde_json::to_string_pretty(&to_json(&file))?
+    } else {
+        table(&file, array_items)
+    };
     // A closed pipe (`tessera gguf f | head`) is not an error worth a message.
     let _ = writeln!(out, "{text}");
     Ok(())
@@ -34,7 +38,9 @@ fn value_json(v: &Value) -> Json {
         Value::U64(x) => json!(x),
         Value::I64(x) => json!(x),
         Value::F64(x) => json!(x),
-        Value::Array(a) => Json::Array((0..a.len()).filter_map(|i| a.get(i)).map(|v| value_json(&v)).collect()),
+        Value::Array(a) => {
+            Json::Array((0..a.len()).filter_map(|i| a.get(i)).map(|v| value_json(&v)).collect())
+        }
     }
 }
 
@@ -75,8 +81,15 @@ fn scalar_text(v: &Value) -> String {
 fn value_text(v: &Value, max_items: usize) -> String {
     match v {
         Value::Array(a) => {
-            let shown: Vec<String> = (0..a.len().min(max_items)).filter_map(|i| a.get(i)).map(|v| scalar_text(&v)).collect();
-            let more = if a.len() > max_items { format!(", ... ({} more)", a.len() - max_items) } else { String::new() };
+            let shown: Vec<String> = (0..a.len().min(max_items))
+                .filter_map(|i| a.get(i))
+                .map(|v| scalar_text(&v))
+                .collect();
+            let more = if a.len() > max_items {
+                format!(", ... ({} more)", a.len() - max_items)
+            } else {
+                String::new()
+            };
             format!("[{}{more}]", shown.join(", "))
         }
         v => scalar_text(v),
@@ -93,23 +106,50 @@ fn array_len(v: &Value) -> usize {
 fn table(file: &GgufFile, max_items: usize) -> String {
     let mut s = String::new();
     let md = file.metadata();
-    let _ = writeln!(s, "* GGUF v{}, alignment {}, data at byte {}", file.version(), file.alignment(), file.data_offset());
+    let _ = writeln!(
+        s,
+        "* GGUF v{}, alignment {}, data at byte {}",
+        file.version(),
+        file.alignment(),
+        file.data_offset()
+    );
     let _ = writeln!(s, "* {} key/value pair(s)", md.len());
     for (i, (k, v)) in md.iter().enumerate() {
         let ty = match v {
             Value::Array(a) => format!("[{}]", a.element_type()),
             v => v.value_type().to_string(),
         };
-        let _ = writeln!(s, "{:6}: {:10} | {:8} | {} = {}", i + 1, ty, array_len(v), k, value_text(v, max_items));
+        let _ = writeln!(
+            s,
+            "{:6}: {:10} | {:8} | {} = {}",
+            i + 1,
+            ty,
+            array_len(v),
+            k,
+            value_text(v, max_items)
+        );
     }
     let _ = writeln!(s, "* {} tensor(s)", file.tensors().len());
-    let _ = writeln!(s, "{:>6}  {:<32} {:<8} {:>24} {:>12} {:>12}", "#", "name", "type", "shape", "offset", "bytes");
+    let _ = writeln!(
+        s,
+        "{:>6}  {:<32} {:<8} {:>24} {:>12} {:>12}",
+        "#", "name", "type", "shape", "offset", "bytes"
+    );
     for (i, t) in file.tensors().iter().enumerate() {
         let shape = t.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
-        let _ = writeln!(s, "{:6}: {:<32} {:<8} {:>24} {:>12} {:>12}", i + 1, t.name, t.dtype.name(), shape, t.data_offset, t.n_bytes);
+        let _ = writeln!(
+            s,
+            "{:6}: {:<32} {:<8} {:>24} {:>12} {:>12}",
+            i + 1,
+            t.name,
+            t.dtype.name(),
+            shape,
+            t.data_offset,
+            t.n_bytes
+        );
     }
     let total: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
-    let _ = write!(s, "* {} bytes of tensor data ({:.1} MiB)", total, total as f64 / (1 << 20) as f64);
+    let _ =
+        write!(s, "* {} bytes of tensor data ({:.1} MiB)", total, total as f64 / (1 << 20) as f64);
     s
 }
-

@@ -12,7 +12,12 @@ fn tessera(args: &[&std::ffi::OsStr]) -> std::process::Output {
 fn python_view(model: &Path, out: &Path) -> Json {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/gguf_dump_json.py");
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let st = Command::new(&python).arg(script).arg(model).arg(out).status().expect("python3 (pip install gguf numpy)");
+    let st = Command::new(&python)
+        .arg(script)
+        .arg(model)
+        .arg(out)
+        .status()
+        .expect("python3 (pip install gguf numpy)");
     assert!(st.success(), "gguf_dump_json.py failed (is `pip install gguf numpy` done?)");
     serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
 }
@@ -24,7 +29,9 @@ fn same(a: &Json, b: &Json) -> bool {
         (Json::Number(x), Json::Number(y)) => {
             x == y || (x.as_f64().unwrap() as f32 == y.as_f64().unwrap() as f32)
         }
-        (Json::Array(x), Json::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b)),
+        (Json::Array(x), Json::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
+        }
         (Json::Object(x), Json::Object(y)) => {
             x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
         }
@@ -59,7 +66,11 @@ fn agree(model: &tessera_models::Model) {
     // The table view names every tensor and summarizes long arrays.
     let out = tessera(&["gguf".as_ref(), path.as_os_str()]);
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("token_embd.weight") && text.contains("more)"), "{}", &text[..text.len().min(2000)]);
+    assert!(
+        text.contains("token_embd.weight") && text.contains("more)"),
+        "{}",
+        &text[..text.len().min(2000)]
+    );
 }
 
 fn trunc(j: &Json) -> String {
@@ -92,6 +103,9 @@ fn bad_files_give_a_one_line_error() {
         assert!(!out.status.success());
         let err = String::from_utf8(out.stderr).unwrap();
         assert_eq!(err.trim().lines().count(), 1, "{err}");
-        assert!(err.starts_with("error: ") && err.contains(path.file_name().unwrap().to_str().unwrap()), "{err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(path.file_name().unwrap().to_str().unwrap()),
+            "{err}"
+        );
     }
 }

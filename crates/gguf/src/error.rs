@@ -36,7 +36,9 @@ pub enum GgufError {
         version: u32,
     },
     /// The file ends before a field it declares.
-    #[error("file truncated reading {what} at byte {offset}: need {needed} bytes, {remaining} left")]
+    #[error(
+        "file truncated reading {what} at byte {offset}: need {needed} bytes, {remaining} left"
+    )]
     Truncated {
         /// What was being read.
         what: String,
@@ -142,7 +144,9 @@ pub enum GgufError {
         expected: u64,
     },
     /// A tensor whose data lies past the end of the file.
-    #[error("tensor '{name}': data ends at byte {end}, past the end of the file ({file_size} bytes)")]
+    #[error(
+        "tensor '{name}': data ends at byte {end}, past the end of the file ({file_size} bytes)"
+    )]
     DataPastEnd {
         /// The tensor.
         name: String,

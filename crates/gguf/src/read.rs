@@ -88,7 +88,11 @@ impl<'a> Cursor<'a> {
     fn check_count(&self, count: u64, min_size: usize, offset: u64, what: &str) -> Result<usize> {
         let fits = count.checked_mul(min_size as u64).is_some_and(|b| b <= self.remaining());
         if count > MAX_LEN || !fits {
-            return Err(GgufError::BadCount { what: what.to_string(), count: count.into(), offset });
+            return Err(GgufError::BadCount {
+                what: what.to_string(),
+                count: count.into(),
+                offset,
+            });
         }
         Ok(count as usize)
     }
@@ -162,11 +166,19 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
     }
     let n_tensors = c.i64(&|| "tensor count".into())?;
     if n_tensors < 0 {
-        return Err(GgufError::BadCount { what: "tensor".into(), count: n_tensors.into(), offset: 8 });
+        return Err(GgufError::BadCount {
+            what: "tensor".into(),
+            count: n_tensors.into(),
+            offset: 8,
+        });
     }
     let n_kv = c.i64(&|| "key/value count".into())?;
     if n_kv < 0 {
-        return Err(GgufError::BadCount { what: "key/value".into(), count: n_kv.into(), offset: 16 });
+        return Err(GgufError::BadCount {
+            what: "key/value".into(),
+            count: n_kv.into(),
+            offset: 16,
+        });
     }
     // Every key/value pair takes at least 8 (key length) + 1 (key) + 4 (type) + 1 bytes.
     let n_kv = c.check_count(n_kv as u64, 14, 16, "key/value")?;
@@ -272,14 +284,14 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
 
     let end_of_infos = c.pos as u64;
     let data_offset = if n_tensors > 0 {
-        pad(end_of_infos, alignment)
-            .filter(|&p| p <= buf.len() as u64)
-            .ok_or(GgufError::Truncated {
+        pad(end_of_infos, alignment).filter(|&p| p <= buf.len() as u64).ok_or(
+            GgufError::Truncated {
                 what: "padding before the data section".into(),
                 offset: end_of_infos,
                 needed: pad(end_of_infos, alignment).unwrap_or(u64::MAX) - end_of_infos,
                 remaining: c.remaining(),
-            })?
+            },
+        )?
     } else {
         end_of_infos
     };
@@ -298,9 +310,13 @@ pub fn parse_header(buf: &[u8]) -> Result<Header> {
                 file_size: buf.len() as u64,
             });
         }
-        expected = pad(t.n_bytes, alignment)
-            .and_then(|p| expected.checked_add(p))
-            .ok_or_else(|| GgufError::BadShape { name: t.name.clone(), reason: "data section size overflows".into() })?;
+        expected =
+            pad(t.n_bytes, alignment).and_then(|p| expected.checked_add(p)).ok_or_else(|| {
+                GgufError::BadShape {
+                    name: t.name.clone(),
+                    reason: "data section size overflows".into(),
+                }
+            })?;
     }
 
     Ok(Header { version, metadata, tensors, alignment, data_offset })

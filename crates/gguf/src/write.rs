@@ -37,7 +37,11 @@ impl<'a> GgufWriter<'a> {
     /// A writer holding everything in `file` (version, metadata, tensors borrowed from its
     /// bytes): writing it out reproduces the file.
     pub fn from_gguf<D: AsRef<[u8]>>(file: &'a Gguf<D>) -> Result<Self> {
-        let mut w = GgufWriter { version: Some(file.version()), metadata: file.metadata().clone(), tensors: vec![] };
+        let mut w = GgufWriter {
+            version: Some(file.version()),
+            metadata: file.metadata().clone(),
+            tensors: vec![],
+        };
         for t in file.tensors() {
             w.add_tensor(&t.name, t.dtype, t.shape(), file.tensor_data(t))?;
         }
@@ -68,16 +72,27 @@ impl<'a> GgufWriter<'a> {
         }
         let value = value.into();
         if key == ALIGNMENT_KEY && !matches!(value, Value::U32(a) if a.is_power_of_two()) {
-            return Err(GgufError::BadAlignment { reason: format!("{value:?} is not a UINT32 power of two") });
+            return Err(GgufError::BadAlignment {
+                reason: format!("{value:?} is not a UINT32 power of two"),
+            });
         }
         self.metadata.push(key, value);
         Ok(())
     }
 
     /// Adds a tensor with `shape` in ggml order (`shape[0]` is the row length).
-    pub fn add_tensor(&mut self, name: &str, dtype: DType, shape: &[u64], data: impl Into<Cow<'a, [u8]>>) -> Result<()> {
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[u64],
+        data: impl Into<Cow<'a, [u8]>>,
+    ) -> Result<()> {
         if name.len() >= MAX_NAME {
-            return Err(GgufError::NameTooLong { index: self.tensors.len() as u64, len: name.len() as u64 });
+            return Err(GgufError::NameTooLong {
+                index: self.tensors.len() as u64,
+                len: name.len() as u64,
+            });
         }
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(GgufError::DuplicateTensor { name: name.to_string() });
@@ -86,7 +101,8 @@ impl<'a> GgufWriter<'a> {
         if shape.len() > MAX_DIMS {
             return Err(bad(format!("{} dimensions, ggml allows at most {MAX_DIMS}", shape.len())));
         }
-        let row = dtype.row_size(shape.first().copied().unwrap_or(1)).map_err(|e| bad(e.to_string()))?;
+        let row =
+            dtype.row_size(shape.first().copied().unwrap_or(1)).map_err(|e| bad(e.to_string()))?;
         let expected = shape
             .iter()
             .skip(1)
@@ -94,9 +110,18 @@ impl<'a> GgufWriter<'a> {
             .ok_or_else(|| bad("size in bytes overflows".into()))?;
         let data = data.into();
         if data.len() as u64 != expected {
-            return Err(GgufError::DataSize { name: name.to_string(), expected, actual: data.len() as u64 });
+            return Err(GgufError::DataSize {
+                name: name.to_string(),
+                expected,
+                actual: data.len() as u64,
+            });
         }
-        self.tensors.push(PendingTensor { name: name.to_string(), shape: shape.to_vec(), dtype, data });
+        self.tensors.push(PendingTensor {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            dtype,
+            data,
+        });
         Ok(())
     }
 
@@ -110,7 +135,8 @@ impl<'a> GgufWriter<'a> {
     /// Writes the file to `out`; returns the number of bytes written.
     pub fn write_to(&self, out: &mut impl Write) -> Result<u64> {
         let mut w = Counting { out, n: 0 };
-        self.write_all(&mut w).map_err(|source| GgufError::Io { path: "<output>".into(), source })?;
+        self.write_all(&mut w)
+            .map_err(|source| GgufError::Io { path: "<output>".into(), source })?;
         Ok(w.n)
     }
 
@@ -204,7 +230,11 @@ fn put_value(w: &mut Counting<'_, impl Write>, v: &Value) -> std::io::Result<()>
 fn put_array(w: &mut Counting<'_, impl Write>, a: &Array) -> std::io::Result<()> {
     w.put(&(a.element_type() as i32).to_le_bytes())?;
     w.put(&(a.len() as u64).to_le_bytes())?;
-    fn each<T, const N: usize>(w: &mut Counting<'_, impl Write>, v: &[T], f: fn(&T) -> [u8; N]) -> std::io::Result<()> {
+    fn each<T, const N: usize>(
+        w: &mut Counting<'_, impl Write>,
+        v: &[T],
+        f: fn(&T) -> [u8; N],
+    ) -> std::io::Result<()> {
         let bytes: Vec<u8> = v.iter().flat_map(f).collect();
         w.put(&bytes)
     }

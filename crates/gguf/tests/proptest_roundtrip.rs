@@ -30,7 +30,16 @@ fn value() -> impl Strategy<Value = Value> {
     ]
 }
 
-const TYPES: [DType; 8] = [DType::F32, DType::F16, DType::BF16, DType::I8, DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::IQ4_XS];
+const TYPES: [DType; 8] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::I8,
+    DType::Q4_0,
+    DType::Q8_0,
+    DType::Q4_K,
+    DType::IQ4_XS,
+];
 
 #[derive(Debug, Clone)]
 struct Content {
@@ -43,18 +52,20 @@ fn content() -> impl Strategy<Value = Content> {
     let kvs = prop::collection::btree_map("[a-z.]{1,12}", value(), 0..8);
     let tensor = (0..TYPES.len(), prop::collection::vec(1u64..4, 0..4), 1u64..3, any::<u64>());
     let tensors = prop::collection::vec(tensor, 0..5);
-    (prop::option::of(prop::sample::select(vec![1u32, 8, 16, 64])), kvs, tensors).prop_map(|(alignment, kvs, ts)| Content {
-        alignment,
-        kvs: kvs.into_iter().filter(|(k, _)| k != "general.alignment").collect(),
-        tensors: ts
-            .into_iter()
-            .map(|(ti, mut dims, blocks, seed)| {
-                let dt = TYPES[ti];
-                dims.insert(0, blocks * dt.block_size() as u64);
-                (dt, dims, seed)
-            })
-            .collect(),
-    })
+    (prop::option::of(prop::sample::select(vec![1u32, 8, 16, 64])), kvs, tensors).prop_map(
+        |(alignment, kvs, ts)| Content {
+            alignment,
+            kvs: kvs.into_iter().filter(|(k, _)| k != "general.alignment").collect(),
+            tensors: ts
+                .into_iter()
+                .map(|(ti, mut dims, blocks, seed)| {
+                    let dt = TYPES[ti];
+                    dims.insert(0, blocks * dt.block_size() as u64);
+                    (dt, dims, seed)
+                })
+                .collect(),
+        },
+    )
 }
 
 fn build(c: &Content) -> Vec<u8> {
@@ -98,13 +109,30 @@ enum Mutation {
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
-    let extreme = prop::sample::select(vec![0u64, 1, 0xff, 1 << 31, 1 << 32, 1 << 63, u64::MAX, u64::MAX - 7, 64, 13, 9]);
+    let extreme = prop::sample::select(vec![
+        0u64,
+        1,
+        0xff,
+        1 << 31,
+        1 << 32,
+        1 << 63,
+        u64::MAX,
+        u64::MAX - 7,
+        64,
+        13,
+        9,
+    ]);
     prop_oneof![
         (any::<usize>(), 0u8..8).prop_map(|(p, b)| Mutation::Flip(p, b)),
         any::<usize>().prop_map(Mutation::Truncate),
-        (any::<usize>(), any::<usize>(), 0usize..64).prop_map(|(from, to, len)| Mutation::Splice { from, to, len }),
+        (any::<usize>(), any::<usize>(), 0usize..64).prop_map(|(from, to, len)| Mutation::Splice {
+            from,
+            to,
+            len
+        }),
         (any::<usize>(), extreme).prop_map(|(p, v)| Mutation::Field(p, v)),
-        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..16)).prop_map(|(p, b)| Mutation::Insert(p, b)),
+        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..16))
+            .prop_map(|(p, b)| Mutation::Insert(p, b)),
     ]
 }
 

@@ -78,7 +78,9 @@ fn bad_magic_and_versions() {
     r.0[0] = b'X';
     assert!(matches!(err(&r), GgufError::BadMagic { .. }));
     for v in [0u32, 1, 4, 0x0300_0000] {
-        assert!(matches!(err(&Raw::header(v, 0, 0)), GgufError::UnsupportedVersion { version } if version == v));
+        assert!(
+            matches!(err(&Raw::header(v, 0, 0)), GgufError::UnsupportedVersion { version } if version == v)
+        );
     }
     let e = err(&Raw::header(1, 0, 0)).to_string();
     assert!(e.contains("v1"), "{e}");
@@ -136,7 +138,9 @@ fn keys_empty_duplicate_and_value_types() {
     r.str("k").i32(9).i32(9).u64(0);
     assert!(matches!(err(&r), GgufError::BadValueType { nested: true, .. }));
     // Every valid scalar type reads.
-    for (ty, size) in [(0, 1), (1, 1), (2, 2), (3, 2), (4, 4), (5, 4), (6, 4), (7, 1), (10, 8), (11, 8), (12, 8)] {
+    for (ty, size) in
+        [(0, 1), (1, 1), (2, 2), (3, 2), (4, 4), (5, 4), (6, 4), (7, 1), (10, 8), (11, 8), (12, 8)]
+    {
         let mut r = Raw::header(3, 0, 1);
         r.str("k").i32(ty);
         r.0.extend(std::iter::repeat_n(1u8, size));
@@ -211,7 +215,10 @@ fn errors_name_the_file_key_and_tensor() {
     r.kv_u32("llama.block_count", 3);
     let g = r.parse().unwrap();
     let e = g.metadata().get_f32("llama.block_count").unwrap_err().to_string();
-    assert!(e.contains("llama.block_count") && e.contains("UINT32") && e.contains("FLOAT32"), "{e}");
+    assert!(
+        e.contains("llama.block_count") && e.contains("UINT32") && e.contains("FLOAT32"),
+        "{e}"
+    );
     let e = g.metadata().get_str("general.name").unwrap_err().to_string();
     assert!(e.contains("general.name"), "{e}");
 }

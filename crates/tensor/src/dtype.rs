@@ -134,7 +134,9 @@ impl DType {
             4 => removed("Q4_2"),
             5 => removed("Q4_3"),
             31..=33 => removed("Q4_0_4_4/Q4_0_4_8/Q4_0_8_8: repacking is a runtime buffer type"),
-            36..=38 => removed("IQ4_NL_4_4/IQ4_NL_4_8/IQ4_NL_8_8: repacking is a runtime buffer type"),
+            36..=38 => {
+                removed("IQ4_NL_4_4/IQ4_NL_4_8/IQ4_NL_8_8: repacking is a runtime buffer type")
+            }
             _ => DType::ALL
                 .iter()
                 .copied()

@@ -19,7 +19,8 @@ use tessera_tensor::DType;
 const LEGACY: [DType; 5] = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0];
 const KQUANTS: [DType; 5] = [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
 
-/// All `test_rows` for a few lengths (multiples of 256) and seeds, as (label, row).
+/// All `test_rows` for a few lengths (multiples of 256) and seeds, plus rows on a grid of
+/// eighths (exact rounding ties) and bell-shaped rows (like real weights), as (label, row).
 fn labelled_rows() -> Vec<(String, Vec<f32>)> {
     let mut out = Vec::new();
     for n in [256, 1024] {
@@ -27,6 +28,11 @@ fn labelled_rows() -> Vec<(String, Vec<f32>)> {
             for (k, row) in test_rows(n, seed).into_iter().enumerate() {
                 out.push((format!("test_rows({n}, {seed})[{k}]"), row));
             }
+            let mut rng = Rng::new(100 + seed);
+            let grid = (0..n).map(|_| (rng.next_u64() % 33) as f32 / 8.0 - 2.0).collect();
+            out.push((format!("grid({n}, {seed})"), grid));
+            let bell = (0..n).map(|_| (0..4).map(|_| rng.uniform(-0.05, 0.05)).sum()).collect();
+            out.push((format!("bell({n}, {seed})"), bell));
         }
     }
     out
@@ -76,7 +82,11 @@ fn legacy_dequantize_matches_gguf_package_values() {
         bytes.extend(random_blocks(dtype, 64, &mut rng));
         let want = py_dequantize(dtype, &bytes);
         let got = dequantize(dtype, &bytes).unwrap();
-        assert!(same_bits(&want, &got), "{dtype}: first difference at {:?}", first_diff(&want, &got));
+        assert!(
+            same_bits(&want, &got),
+            "{dtype}: first difference at {:?}",
+            first_diff(&want, &got)
+        );
     }
 }
 
@@ -89,14 +99,21 @@ fn kquant_dequantize_matches_gguf_package_values() {
         bytes.extend(fixture_bytes(dtype));
         let want = py_dequantize(dtype, &bytes);
         let got = dequantize(dtype, &bytes).unwrap();
-        assert!(same_bits(&want, &got), "{dtype}: first difference at {:?}", first_diff(&want, &got));
+        assert!(
+            same_bits(&want, &got),
+            "{dtype}: first difference at {:?}",
+            first_diff(&want, &got)
+        );
     }
 }
 
 #[test]
 fn quantize_matches_llama_cpp_bytes() {
     let fixtures = Fixtures::load();
-    assert!(fixtures.types.len() >= 10 && fixtures.tensors.len() >= 4, "fixture manifest too small");
+    assert!(
+        fixtures.types.len() >= 10 && fixtures.tensors.len() >= 4,
+        "fixture manifest too small"
+    );
     let mut checked = 0;
     for ty in &fixtures.types {
         let dtype = dtype_named(ty);
@@ -135,7 +152,11 @@ fn llama_cpp_fixtures_are_meaningful() {
                 .filter(|(x, _)| x.iter().any(|v| *v != 0.0))
                 .filter(|(x, y)| support::nmse(x, y) < 0.2)
                 .count();
-            assert!(nonzero_rows >= t.rows / 2, "{ty} {}: only {nonzero_rows} rows decode well", t.name);
+            assert!(
+                nonzero_rows >= t.rows / 2,
+                "{ty} {}: only {nonzero_rows} rows decode well",
+                t.name
+            );
         }
     }
 }
@@ -189,6 +210,7 @@ fn round_trip_error_within_test_quantize_fns_bounds() {
     for dtype in ALL_OWNED {
         assert!(can_quantize(dtype), "{dtype}");
         let err = round_trip_error(dtype, &x);
+        eprintln!("{dtype}: total quantization error {err:.6} (bound {})", max_total_error(dtype));
         assert!(err < max_total_error(dtype), "{dtype}: total quantization error {err}");
     }
 }
@@ -202,13 +224,21 @@ fn round_trip_error_within_bounds_on_random_rows() {
     let mut rows = vec![generate_data(1.0, n), generate_data(3.0, n)];
     for _ in 0..4 {
         rows.push((0..n).map(|_| rng.uniform(-2.0, 2.0)).collect());
-        rows.push((0..n).map(|_| (0..4).map(|_| rng.uniform(-1.0, 1.0)).sum::<f32>() * 0.5).collect());
+        rows.push(
+            (0..n).map(|_| (0..4).map(|_| rng.uniform(-1.0, 1.0)).sum::<f32>() * 0.5).collect(),
+        );
     }
     for dtype in ALL_OWNED {
+        let mut worst = 0f64;
         for (k, x) in rows.iter().enumerate() {
             let err = round_trip_error(dtype, x);
-            assert!(err < max_total_error(dtype), "{dtype} row {k}: total quantization error {err}");
+            worst = worst.max(err);
+            assert!(
+                err < max_total_error(dtype),
+                "{dtype} row {k}: total quantization error {err}"
+            );
         }
+        eprintln!("{dtype}: worst error {worst:.6} (bound {})", max_total_error(dtype));
     }
 }
 
@@ -257,7 +287,11 @@ fn q8_k_scale_sign_convention_and_bsums() {
             // Each quant is x / d to the nearest integer (ties to even).
             let iscale = -127.0 / max;
             for (&q, &v) in b.qs.iter().zip(x) {
-                assert_eq!(i32::from(q), ((iscale * v).round_ties_even() as i32).min(127), "{label}");
+                assert_eq!(
+                    i32::from(q),
+                    ((iscale * v).round_ties_even() as i32).min(127),
+                    "{label}"
+                );
             }
         }
         // Round trip: at most half a step off.
@@ -266,7 +300,10 @@ fn q8_k_scale_sign_convention_and_bsums() {
             let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
             let step = amax / 127.0;
             for (a, b) in xb.iter().zip(yb) {
-                assert!((a - b).abs() <= 0.5 * step * 1.0001 + f32::MIN_POSITIVE, "{label}: {a} vs {b}");
+                assert!(
+                    (a - b).abs() <= 0.5 * step * 1.0001 + f32::MIN_POSITIVE,
+                    "{label}: {a} vs {b}"
+                );
             }
         }
     }
@@ -295,7 +332,11 @@ fn q8_1_is_q8_0_plus_d_times_sum() {
 // ---- helpers ----------------------------------------------------------------------------
 
 fn first_diff(a: &[f32], b: &[f32]) -> Option<(usize, f32, f32)> {
-    a.iter().zip(b).enumerate().find(|(_, (x, y))| x.to_bits() != y.to_bits()).map(|(i, (x, y))| (i, *x, *y))
+    a.iter()
+        .zip(b)
+        .enumerate()
+        .find(|(_, (x, y))| x.to_bits() != y.to_bits())
+        .map(|(i, (x, y))| (i, *x, *y))
 }
 
 /// A finite, moderate f16 (|v| in about [2^-14, 2^4), either sign, sometimes zero).
@@ -358,7 +399,8 @@ impl Fixtures {
         let text = std::fs::read_to_string(dir.join("manifest.json"))
             .expect("fixtures missing: run crates/tensor/tools/make_kquant_fixtures.py");
         let m: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let types = m["types"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_owned()).collect();
+        let types =
+            m["types"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_owned()).collect();
         let tensors = m["tensors"]
             .as_array()
             .unwrap()

@@ -14,6 +14,7 @@ Usage: python3 crates/tensor/tools/make_kquant_fixtures.py [OUT_DIR]
 Output (all little-endian): NAME.f32 (the input rows), NAME.TYPE (the quantized rows, ggml's
 bytes) for each tensor NAME, and manifest.json listing tensors, shapes, types and versions.
 """
+import importlib.metadata
 import json
 import os
 import sys
@@ -131,7 +132,7 @@ def main() -> None:
     manifest = {
         "generator": "crates/tensor/tools/make_kquant_fixtures.py",
         "llama_cpp_python": llama_cpp.__version__,
-        "gguf": getattr(gguf, "__version__", "unknown"),
+        "gguf": importlib.metadata.version("gguf"),
         "tensors": [],
         "types": [t for t, _ in TYPES],
     }

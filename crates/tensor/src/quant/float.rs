@@ -61,11 +61,31 @@ pub(crate) const KERNELS: &[Kernels] = &[
         dequantize: |s, d| convert(s, d, |b| bf16_to_f32(u16::from_le_bytes(b))),
         quantize: Some(|s, d| store(s, d, |x| f32_to_bf16(x).to_le_bytes())),
     },
-    Kernels { dtype: DType::F64, dequantize: |s, d| convert(s, d, |b| f64::from_le_bytes(b) as f32), quantize: None },
-    Kernels { dtype: DType::I8, dequantize: |s, d| convert(s, d, |b| i8::from_le_bytes(b) as f32), quantize: None },
-    Kernels { dtype: DType::I16, dequantize: |s, d| convert(s, d, |b| i16::from_le_bytes(b) as f32), quantize: None },
-    Kernels { dtype: DType::I32, dequantize: |s, d| convert(s, d, |b| i32::from_le_bytes(b) as f32), quantize: None },
-    Kernels { dtype: DType::I64, dequantize: |s, d| convert(s, d, |b| i64::from_le_bytes(b) as f32), quantize: None },
+    Kernels {
+        dtype: DType::F64,
+        dequantize: |s, d| convert(s, d, |b| f64::from_le_bytes(b) as f32),
+        quantize: None,
+    },
+    Kernels {
+        dtype: DType::I8,
+        dequantize: |s, d| convert(s, d, |b| i8::from_le_bytes(b) as f32),
+        quantize: None,
+    },
+    Kernels {
+        dtype: DType::I16,
+        dequantize: |s, d| convert(s, d, |b| i16::from_le_bytes(b) as f32),
+        quantize: None,
+    },
+    Kernels {
+        dtype: DType::I32,
+        dequantize: |s, d| convert(s, d, |b| i32::from_le_bytes(b) as f32),
+        quantize: None,
+    },
+    Kernels {
+        dtype: DType::I64,
+        dequantize: |s, d| convert(s, d, |b| i64::from_le_bytes(b) as f32),
+        quantize: None,
+    },
 ];
 
 #[cfg(test)]

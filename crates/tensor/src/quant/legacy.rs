@@ -148,6 +148,7 @@ fn quantize_q8_1(x: &[f32; QK]) -> BlockQ8_1 {
     BlockQ8_1 { d: f16::from_f32(d), s: f16::from_f32(sum as f32 * d), qs }
 }
 
+/// `dequantize_row_q4_0` for one block: `x = d·(q - 8)`.
 fn dequantize_q4_0(b: &BlockQ4_0, y: &mut [f32; QK]) {
     let d = b.d.to_f32();
     for (j, y) in y.iter_mut().enumerate() {
@@ -155,6 +156,7 @@ fn dequantize_q4_0(b: &BlockQ4_0, y: &mut [f32; QK]) {
     }
 }
 
+/// `dequantize_row_q4_1` for one block: `x = d·q + m`.
 fn dequantize_q4_1(b: &BlockQ4_1, y: &mut [f32; QK]) {
     let (d, m) = (b.d.to_f32(), b.m.to_f32());
     for (j, y) in y.iter_mut().enumerate() {
@@ -162,6 +164,7 @@ fn dequantize_q4_1(b: &BlockQ4_1, y: &mut [f32; QK]) {
     }
 }
 
+/// `dequantize_row_q5_0` for one block: `x = d·(q - 16)`.
 fn dequantize_q5_0(b: &BlockQ5_0, y: &mut [f32; QK]) {
     let d = b.d.to_f32();
     for (j, y) in y.iter_mut().enumerate() {
@@ -169,6 +172,7 @@ fn dequantize_q5_0(b: &BlockQ5_0, y: &mut [f32; QK]) {
     }
 }
 
+/// `dequantize_row_q5_1` for one block: `x = d·q + m`.
 fn dequantize_q5_1(b: &BlockQ5_1, y: &mut [f32; QK]) {
     let (d, m) = (b.d.to_f32(), b.m.to_f32());
     for (j, y) in y.iter_mut().enumerate() {
@@ -176,6 +180,7 @@ fn dequantize_q5_1(b: &BlockQ5_1, y: &mut [f32; QK]) {
     }
 }
 
+/// `dequantize_row_q8_0` for one Q8_0 or Q8_1 block: `x = d·q`.
 fn dequantize_q8(d: f16, qs: &[i8; QK], y: &mut [f32; QK]) {
     let d = d.to_f32();
     for (y, &q) in y.iter_mut().zip(qs) {
@@ -183,6 +188,7 @@ fn dequantize_q8(d: f16, qs: &[i8; QK], y: &mut [f32; QK]) {
     }
 }
 
+/// The kernels of this family, for the dispatcher in `quant`.
 pub(crate) const KERNELS: &[Kernels] = &[
     Kernels {
         dtype: DType::Q4_0,

@@ -31,8 +31,13 @@ fn run_py(op: &str, dtype: DType, input: &[u8]) -> Vec<u8> {
         .arg(&inp)
         .arg(&out)
         .status()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e} (the conformance tests need `pip install gguf numpy`)"));
-    assert!(status.success(), "gguf_ref.py {op} {dtype} failed (is `pip install gguf numpy` done?)");
+        .unwrap_or_else(|e| {
+            panic!("cannot run {python}: {e} (the conformance tests need `pip install gguf numpy`)")
+        });
+    assert!(
+        status.success(),
+        "gguf_ref.py {op} {dtype} failed (is `pip install gguf numpy` done?)"
+    );
     let bytes = std::fs::read(&out).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     bytes
@@ -84,7 +89,9 @@ pub fn test_rows(n: usize, seed: u64) -> Vec<Vec<f32>> {
     let mut rows = vec![
         (0..n).map(|_| r.uniform(-1.0, 1.0)).collect::<Vec<_>>(),
         (0..n).map(|_| r.uniform(-100.0, 100.0)).collect(),
-        (0..n).map(|i| if i % 37 == 0 { r.uniform(-50.0, 50.0) } else { r.uniform(-0.5, 0.5) }).collect(),
+        (0..n)
+            .map(|i| if i % 37 == 0 { r.uniform(-50.0, 50.0) } else { r.uniform(-0.5, 0.5) })
+            .collect(),
         vec![0.0; n],
         (0..n).map(|_| r.uniform(-1e-6, 1e-6)).collect(),
         (0..n).map(|i| ((i / 32) as f32) * 0.25 - 1.0).collect(),
@@ -104,7 +111,11 @@ pub fn nmse(reference: &[f32], x: &[f32]) -> f64 {
         num += (*a as f64 - *b as f64).powi(2);
         den += (*a as f64).powi(2);
     }
-    if den == 0.0 { num } else { num / den }
+    if den == 0.0 {
+        num
+    } else {
+        num / den
+    }
 }
 
 /// Root mean squared error, as llama.cpp's test-quantize-fns `array_rmse`.

@@ -57,6 +57,7 @@ fn dequantize_q8_k(b: &BlockQ8K, y: &mut [f32; QK_K]) {
     }
 }
 
+/// The kernels of this family, for the dispatcher in `quant`.
 pub(crate) const KERNELS: &[Kernels] = &[
     Kernels {
         dtype: DType::Q2_K,

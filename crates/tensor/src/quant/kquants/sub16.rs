@@ -212,7 +212,7 @@ pub(super) fn quantize_q6_k(x: &[f32; QK_K]) -> BlockQ6K {
             max_scale = scales[j];
         }
     }
-    if max_abs_scale < 0.0 {
+    if max_abs_scale < GROUP_MAX_EPS {
         return BlockQ6K { ql: [0; 128], qh: [0; 64], scales: [0; 16], d: f16::ZERO };
     }
 

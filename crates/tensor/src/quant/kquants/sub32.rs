@@ -43,15 +43,20 @@ fn nibble_slot(e: usize) -> (usize, u32) {
     (32 * (e / 64) + e % 32, 4 * ((e % 64) / 32) as u32)
 }
 
-/// The shared part of `quantize_row_q4_K_ref` and `quantize_row_q5_K_ref` for one block: the
-/// quants (`0..=nmax`), packed scales, `d` and `dmin`.
+/// The shared part of `quantize_row_q4_K_ref` and `quantize_row_q5_K_ref` for one block.
 struct ScaleMinBlock {
+    /// The quants, one per element.
     levels: [u8; QK_K],
+    /// Packed 6-bit scales and mins.
     scales: [u8; K_SCALE_SIZE],
+    /// Super-block scale of the scales.
     d: f16,
+    /// Super-block scale of the mins.
     dmin: f16,
 }
 
+/// Searches the sub-block scales and mins (quants `0..=nmax`), quantizes them to 6 bits and
+/// re-quantizes the values against them.
 fn quantize_scale_min(x: &[f32; QK_K], nmax: i32, search: &Qkx2Search) -> ScaleMinBlock {
     let mut levels = [0u8; QK_K];
     let (mut scales, mut mins) = ([0f32; SUB32], [0f32; SUB32]);
@@ -73,7 +78,8 @@ fn quantize_scale_min(x: &[f32; QK_K], nmax: i32, search: &Qkx2Search) -> ScaleM
     let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     // C stores nearest_int's result into uint8_t (wrapping) before `MIN(63, ·)`.
-    let ls: [u8; SUB32] = std::array::from_fn(|j| (nearest_int(inv_scale * scales[j]) as u8).min(63));
+    let ls: [u8; SUB32] =
+        std::array::from_fn(|j| (nearest_int(inv_scale * scales[j]) as u8).min(63));
     let lm: [u8; SUB32] = std::array::from_fn(|j| (nearest_int(inv_min * mins[j]) as u8).min(63));
     let packed = pack_scale_min_k4(&ls, &lm);
     let d = f16::from_f32(max_scale / 63.0);
