@@ -47,6 +47,24 @@ pub enum TensorError {
         /// Size given.
         actual: u64,
     },
+    /// Operand shapes an op does not accept.
+    #[error("{op}: {reason}")]
+    Shape {
+        /// The op (ggml's name, e.g. "MUL_MAT").
+        op: &'static str,
+        /// What is wrong, with the shapes involved.
+        reason: String,
+    },
+    /// An operand type an op does not accept.
+    #[error("{op}: operand type {dtype} not accepted ({reason})")]
+    OpType {
+        /// The op.
+        op: &'static str,
+        /// The offending type.
+        dtype: DType,
+        /// Which operand and what is accepted.
+        reason: String,
+    },
     /// A size computation overflowed `u64`/`usize`.
     #[error("size of {what} overflows")]
     Overflow {

@@ -11,6 +11,9 @@
 //!   are the ground truth that SIMD and GPU kernels are measured against, so they favour
 //!   clarity over speed.
 //!
+//! - [`graph`] is the graph builder: tensor descriptors in an arena with typed ids, shape-checked
+//!   op constructors and [`graph::Graph`], ggml's `cgraph`.
+//!
 //! Design decisions: this crate does no I/O and has no `unsafe`; blocks are read with
 //! `bytemuck::pod_read_unaligned` so callers never have to promise alignment.
 
@@ -19,6 +22,7 @@
 
 pub mod blocks;
 mod dtype;
+pub mod graph;
 mod error;
 pub mod quant;
 

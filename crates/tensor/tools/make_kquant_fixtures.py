@@ -40,6 +40,13 @@ TYPES = [
     ("Q5_0", 8),
     ("Q5_1", 9),
     ("Q8_0", 7),
+    ("IQ4_NL", 25),  # LLAMA_FTYPE_MOSTLY_IQ4_NL (no importance matrix)
+    ("IQ4_XS", 30),  # LLAMA_FTYPE_MOSTLY_IQ4_XS
+    ("TQ1_0", 36),
+    ("TQ2_0", 37),
+    ("MXFP4", 38),  # LLAMA_FTYPE_MOSTLY_MXFP4_MOE; with `pure` every weight is MXFP4
+    ("F16", 1),
+    ("BF16", 32),
 ]
 
 N_EMBD = 512

@@ -1,0 +1,116 @@
+//! Backends (streams that run graphs), devices and events (`ggml_backend_i`,
+//! `ggml_backend_device_i`, `ggml_backend_event`).
+
+use crate::bindings::Bindings;
+use crate::buffer::{Buffer, BufferType};
+use crate::Result;
+use std::sync::Arc;
+use tessera_tensor::graph::{Context, Graph, TensorId};
+
+/// Something that computes whole graphs: the CPU thread pool, a CUDA stream. A backend is handed
+/// graphs, never lone ops, and knows nothing of other backends.
+pub trait Backend: Send {
+    /// Name, e.g. `"CPU"`.
+    fn name(&self) -> &str;
+
+    /// The buffer type this backend computes in.
+    fn buffer_type(&self) -> Arc<dyn BufferType>;
+
+    /// Whether the backend can compute `node` with its types and shapes.
+    fn supports_op(&self, ctx: &Context, node: TensorId) -> bool;
+
+    /// Whether the backend can read tensors stored in `buffer`.
+    fn supports_buffer(&self, buffer: &dyn Buffer) -> bool {
+        buffer.is_host()
+    }
+
+    /// Whether running `node` here is worth copying its host-resident weights (GPU backends say
+    /// yes for large batches).
+    fn offload_op(&self, _ctx: &Context, _node: TensorId) -> bool {
+        false
+    }
+
+    /// Computes every node of `graph` in order; every tensor of the graph must be bound.
+    fn graph_compute(&mut self, ctx: &Context, graph: &Graph, bindings: &Bindings) -> Result<()>;
+
+    /// Waits for queued work (a no-op for synchronous backends).
+    fn synchronize(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Marks the current point of the backend's queue.
+    fn record_event(&mut self) -> Result<Box<dyn Event>> {
+        Ok(Box::new(CompletedEvent))
+    }
+}
+
+/// A point in a backend's queue that others can wait for.
+pub trait Event: Send {
+    /// Whether the work before the event is done.
+    fn is_complete(&self) -> bool;
+    /// Blocks until it is.
+    fn synchronize(&self) -> Result<()>;
+}
+
+/// The event of a synchronous backend: always complete.
+#[derive(Debug, Clone, Copy)]
+pub struct CompletedEvent;
+
+impl Event for CompletedEvent {
+    fn is_complete(&self) -> bool {
+        true
+    }
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What kind of device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// The host CPU.
+    Cpu,
+    /// A discrete or integrated GPU.
+    Gpu,
+}
+
+/// A physical device: its memory, its buffer types, and a way to start backends on it.
+pub trait Device: Send + Sync {
+    /// Short name (`"CPU"`, `"CUDA0"`).
+    fn name(&self) -> &str;
+    /// Human description (CPU model, GPU name).
+    fn description(&self) -> String;
+    /// Kind of device.
+    fn kind(&self) -> DeviceKind;
+    /// (free, total) memory in bytes.
+    fn memory(&self) -> (u64, u64);
+    /// The device's own buffer type.
+    fn buffer_type(&self) -> Arc<dyn BufferType>;
+    /// Starts a backend (stream) on the device.
+    fn init_backend(&self) -> Result<Box<dyn Backend>>;
+}
+
+/// The devices known to a program, in priority order (the CPU last, as ggml requires).
+#[derive(Default)]
+pub struct Registry {
+    devices: Vec<Arc<dyn Device>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds a device.
+    pub fn add(&mut self, device: Arc<dyn Device>) {
+        self.devices.push(device);
+    }
+    /// The devices, in the order added.
+    pub fn devices(&self) -> &[Arc<dyn Device>] {
+        &self.devices
+    }
+    /// The device called `name`.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<dyn Device>> {
+        self.devices.iter().find(|d| d.name() == name)
+    }
+}

@@ -1,0 +1,125 @@
+//! Where each tensor's bytes are: (buffer, offset) per tensor, set by an allocator or by hand.
+//! Views have no storage of their own: they resolve through `view_src` plus `view_offs`.
+
+use crate::buffer::{check_range, Buffer};
+use crate::{BackendError, Result};
+use std::sync::Arc;
+use tessera_tensor::graph::{Context, TensorId};
+use tessera_tensor::DType;
+
+/// A tensor's storage: a buffer and the byte offset of the tensor's first element in it.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    /// The buffer.
+    pub buffer: Arc<dyn Buffer>,
+    /// Byte offset in the buffer.
+    pub offset: usize,
+}
+
+/// Storage of the tensors of one [`Context`], indexed by tensor id.
+#[derive(Debug, Clone, Default)]
+pub struct Bindings {
+    slots: Vec<Option<Storage>>,
+}
+
+fn unbound(ctx: &Context, id: TensorId) -> BackendError {
+    BackendError::Unbound { name: ctx.get(id).name.clone(), index: id.index() }
+}
+
+impl Bindings {
+    /// No tensor bound.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Places tensor `id` (not a view) at `offset` in `buffer`, checking that all its bytes fit.
+    pub fn bind(&mut self, ctx: &Context, id: TensorId, buffer: Arc<dyn Buffer>, offset: usize) -> Result<()> {
+        let desc = ctx.get(id);
+        if desc.view_src.is_some() {
+            return Err(BackendError::OutOfBounds {
+                buffer: buffer.name().to_string(),
+                what: "bind (views take their source's storage)",
+                offset,
+                len: desc.n_bytes(),
+                size: buffer.size(),
+            });
+        }
+        check_range(buffer.name(), "bind", offset, desc.n_bytes(), buffer.size())?;
+        if self.slots.len() <= id.index() {
+            self.slots.resize(id.index() + 1, None);
+        }
+        self.slots[id.index()] = Some(Storage { buffer, offset });
+        Ok(())
+    }
+
+    /// Removes every binding.
+    pub fn clear(&mut self) {
+        self.slots.clear();
+    }
+
+    /// The storage of `id`, resolving views to their source's buffer.
+    pub fn storage(&self, ctx: &Context, id: TensorId) -> Option<Storage> {
+        let desc = ctx.get(id);
+        match desc.view_src {
+            Some(src) => {
+                let s = self.slots.get(src.index())?.as_ref()?;
+                Some(Storage { buffer: s.buffer.clone(), offset: s.offset + desc.view_offs })
+            }
+            None => self.slots.get(id.index())?.clone(),
+        }
+    }
+
+    /// Whether `id` (or, for a view, its source) has storage.
+    pub fn is_bound(&self, ctx: &Context, id: TensorId) -> bool {
+        self.storage(ctx, id).is_some()
+    }
+
+    fn contiguous_storage(&self, ctx: &Context, id: TensorId, len: usize) -> Result<Storage> {
+        let desc = ctx.get(id);
+        let s = self.storage(ctx, id).ok_or_else(|| unbound(ctx, id))?;
+        if !desc.is_contiguous() || len != desc.n_bytes() {
+            return Err(BackendError::DataSize { name: desc.name.clone(), expected: desc.n_bytes(), actual: len });
+        }
+        Ok(s)
+    }
+
+    /// Writes a contiguous tensor's bytes (`ggml_backend_tensor_set`).
+    pub fn set(&self, ctx: &Context, id: TensorId, data: &[u8]) -> Result<()> {
+        let s = self.contiguous_storage(ctx, id, data.len())?;
+        s.buffer.write(s.offset, data)
+    }
+
+    /// Reads a contiguous tensor's bytes (`ggml_backend_tensor_get`).
+    pub fn get(&self, ctx: &Context, id: TensorId) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; ctx.get(id).n_bytes()];
+        let s = self.contiguous_storage(ctx, id, out.len())?;
+        s.buffer.read(s.offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Writes an F32 tensor's values.
+    pub fn set_f32(&self, ctx: &Context, id: TensorId, values: &[f32]) -> Result<()> {
+        self.expect_type(ctx, id, DType::F32)?;
+        self.set(ctx, id, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())
+    }
+
+    /// Writes an I32 tensor's values.
+    pub fn set_i32(&self, ctx: &Context, id: TensorId, values: &[i32]) -> Result<()> {
+        self.expect_type(ctx, id, DType::I32)?;
+        self.set(ctx, id, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())
+    }
+
+    /// Reads an F32 tensor's values.
+    pub fn get_f32(&self, ctx: &Context, id: TensorId) -> Result<Vec<f32>> {
+        self.expect_type(ctx, id, DType::F32)?;
+        Ok(self.get(ctx, id)?.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect())
+    }
+
+    fn expect_type(&self, ctx: &Context, id: TensorId, dtype: DType) -> Result<()> {
+        let d = ctx.get(id).dtype;
+        if d != dtype {
+            return Err(tessera_tensor::TensorError::OpType { op: "tensor access", dtype: d, reason: format!("expected {dtype}") }.into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,83 @@
+//! Buffer types and buffers (`ggml_backend_buffer_type_i`, `ggml_backend_buffer_i`).
+
+use crate::{BackendError, Result};
+use std::fmt::Debug;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use tessera_tensor::graph::TensorDesc;
+
+/// What a buffer holds; schedulers use it to place ops next to their weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BufferUsage {
+    /// Anything.
+    #[default]
+    Any,
+    /// Model weights.
+    Weights,
+    /// Graph intermediates.
+    Compute,
+}
+
+/// A kind of memory a backend can allocate (host RAM, device memory, ...).
+pub trait BufferType: Send + Sync + Debug {
+    /// Name, e.g. `"CPU"`.
+    fn name(&self) -> &str;
+    /// Allocates a buffer of `size` bytes (zeroed for host memory).
+    fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>>;
+    /// Alignment of every tensor offset in buffers of this type.
+    fn alignment(&self) -> usize {
+        64
+    }
+    /// Largest single buffer this type can allocate.
+    fn max_size(&self) -> usize {
+        usize::MAX
+    }
+    /// Bytes a tensor needs in this buffer type (may exceed `n_bytes` for padded layouts).
+    fn alloc_size(&self, desc: &TensorDesc) -> usize {
+        desc.n_bytes()
+    }
+    /// Whether the memory is host memory that the CPU can read and write directly.
+    fn is_host(&self) -> bool {
+        false
+    }
+}
+
+/// A block of memory of some buffer type. Reads and writes go through `&self`: a buffer is shared
+/// by every tensor placed in it, and which bytes belong to whom is the allocator's business.
+pub trait Buffer: Send + Sync + Debug {
+    /// Name of the buffer type.
+    fn name(&self) -> &str;
+    /// Size in bytes.
+    fn size(&self) -> usize;
+    /// Whether the memory is host memory (then [`Buffer::host_ptr`] is `Some`).
+    fn is_host(&self) -> bool {
+        self.host_ptr().is_some()
+    }
+    /// Whether writes are refused (memory-mapped weights).
+    fn is_read_only(&self) -> bool {
+        false
+    }
+    /// Start of the memory, for host buffers: kernels read and write through it, within the
+    /// ranges the allocator assigned to the tensors they compute.
+    fn host_ptr(&self) -> Option<NonNull<u8>> {
+        None
+    }
+    /// Copies `data` to `offset`.
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()>;
+    /// Copies `out.len()` bytes from `offset` into `out`.
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Sets every byte to `value`.
+    fn clear(&self, value: u8) -> Result<()>;
+    /// What the buffer holds.
+    fn usage(&self) -> BufferUsage {
+        BufferUsage::Any
+    }
+}
+
+/// Checks that `[offset, offset + len)` lies in a buffer of `size` bytes.
+pub fn check_range(buffer: &str, what: &'static str, offset: usize, len: usize, size: usize) -> Result<()> {
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(BackendError::OutOfBounds { buffer: buffer.to_string(), what, offset, len, size });
+    }
+    Ok(())
+}

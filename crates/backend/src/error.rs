@@ -1,0 +1,78 @@
+//! The crate's one error type.
+
+use tessera_tensor::TensorError;
+
+/// What can go wrong in a backend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// A buffer could not be allocated.
+    #[error("{buffer_type}: cannot allocate {size} bytes: {reason}")]
+    Alloc {
+        /// The buffer type.
+        buffer_type: String,
+        /// Bytes asked for.
+        size: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A read or write outside a buffer.
+    #[error("{buffer}: {what} of {len} bytes at offset {offset} is outside the buffer ({size} bytes)")]
+    OutOfBounds {
+        /// The buffer.
+        buffer: String,
+        /// "read" or "write" or "bind".
+        what: &'static str,
+        /// Offset.
+        offset: usize,
+        /// Length.
+        len: usize,
+        /// Buffer size.
+        size: usize,
+    },
+    /// A write to a read-only buffer (e.g. memory-mapped weights).
+    #[error("{buffer} is read-only")]
+    ReadOnly {
+        /// The buffer.
+        buffer: String,
+    },
+    /// A tensor that has no storage bound.
+    #[error("tensor '{name}' (#{index}) has no storage")]
+    Unbound {
+        /// Tensor name.
+        name: String,
+        /// Tensor index.
+        index: usize,
+    },
+    /// Data of the wrong size handed to `set`/`get`.
+    #[error("tensor '{name}': {actual} bytes given, the tensor has {expected}")]
+    DataSize {
+        /// Tensor name.
+        name: String,
+        /// Its size.
+        expected: usize,
+        /// Given size.
+        actual: usize,
+    },
+    /// An op the backend cannot run.
+    #[error("{backend} does not support {op} on node '{name}' ({detail})")]
+    Unsupported {
+        /// The backend.
+        backend: String,
+        /// The op.
+        op: &'static str,
+        /// The node.
+        name: String,
+        /// Types and shapes.
+        detail: String,
+    },
+    /// A tensor-level error.
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
+    /// Computation was aborted by the abort callback.
+    #[error("graph computation aborted")]
+    Aborted,
+}
+
+/// Shorthand for `Result<T, BackendError>`.
+pub type Result<T, E = BackendError> = std::result::Result<T, E>;

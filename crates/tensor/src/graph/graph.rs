@@ -1,0 +1,113 @@
+//! `Graph`: the nodes to compute, in execution order (`ggml_build_forward_expand`).
+
+use super::context::Context;
+use super::desc::{Flags, TensorId};
+use super::op::Op;
+use std::fmt::Write as _;
+
+/// A computation graph over a [`Context`]: every tensor reachable from the outputs, nodes (ops to
+/// run) in a valid execution order, leafs (tensors with no op: weights, inputs, constants), and
+/// how many nodes use each tensor.
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    nodes: Vec<TensorId>,
+    leafs: Vec<TensorId>,
+    use_counts: Vec<u32>,
+    visited: Vec<bool>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A graph computing `outputs` (each expanded in turn, as `ggml_build_forward_expand`).
+    pub fn build(ctx: &Context, outputs: &[TensorId]) -> Graph {
+        let mut g = Graph::new();
+        for &o in outputs {
+            g.expand(ctx, o);
+        }
+        g
+    }
+
+    /// Adds `out` and everything it depends on that is not in the graph yet: a post-order
+    /// depth-first walk over the sources, left to right, so every node comes after its sources.
+    pub fn expand(&mut self, ctx: &Context, out: TensorId) {
+        if self.visited.len() < ctx.len() {
+            self.visited.resize(ctx.len(), false);
+            self.use_counts.resize(ctx.len(), 0);
+        }
+        // Iterative DFS: (tensor, next source slot to visit).
+        let mut stack = vec![(out, 0usize)];
+        if self.visited[out.index()] {
+            return;
+        }
+        self.visited[out.index()] = true;
+        while let Some((id, slot)) = stack.pop() {
+            let desc = ctx.get(id);
+            if let Some(src) = desc.src.iter().skip(slot).position(Option::is_some).map(|p| slot + p) {
+                stack.push((id, src + 1));
+                let s = desc.src[src].expect("position found a source");
+                if !self.visited[s.index()] {
+                    self.visited[s.index()] = true;
+                    stack.push((s, 0));
+                }
+                continue;
+            }
+            if desc.op == Op::None && !desc.flags.contains(Flags::PARAM) {
+                self.leafs.push(id);
+            } else {
+                self.nodes.push(id);
+                for s in desc.sources() {
+                    self.use_counts[s.index()] += 1;
+                }
+            }
+        }
+    }
+
+    /// Nodes in execution order.
+    pub fn nodes(&self) -> &[TensorId] {
+        &self.nodes
+    }
+
+    /// Leafs, in the order they were reached.
+    pub fn leafs(&self) -> &[TensorId] {
+        &self.leafs
+    }
+
+    /// How many graph nodes use `id` as a source.
+    pub fn use_count(&self, id: TensorId) -> u32 {
+        self.use_counts.get(id.index()).copied().unwrap_or(0)
+    }
+
+    /// Whether `id` is in the graph.
+    pub fn contains(&self, id: TensorId) -> bool {
+        self.visited.get(id.index()).copied().unwrap_or(false)
+    }
+
+    /// The graph in Graphviz DOT (`ggml_graph_dump_dot`): nodes as records with op, type and
+    /// shape; leafs as ellipses; edges from sources to consumers.
+    pub fn to_dot(&self, ctx: &Context) -> String {
+        let mut s = String::from("digraph G {\n  newrank = true;\n  rankdir = TB;\n");
+        let label = |id: TensorId| {
+            let t = ctx.get(id);
+            let name = if t.name.is_empty() { format!("#{}", id.index()) } else { t.name.replace('"', "'") };
+            format!("{name} | {} | {} {:?}", t.op.name(), t.dtype, t.ne)
+        };
+        for &id in &self.leafs {
+            let _ = writeln!(s, "  t{} [shape=ellipse, label=\"{}\"];", id.index(), label(id));
+        }
+        for &id in &self.nodes {
+            let color = if ctx.get(id).flags.contains(Flags::OUTPUT) { "lightblue" } else { "white" };
+            let _ = writeln!(s, "  t{} [shape=record, style=filled, fillcolor={color}, label=\"{}\"];", id.index(), label(id));
+            for (slot, src) in ctx.get(id).src.iter().enumerate() {
+                if let Some(src) = src {
+                    let _ = writeln!(s, "  t{} -> t{} [label=\"src{slot}\"];", src.index(), id.index());
+                }
+            }
+        }
+        s.push_str("}\n");
+        s
+    }
+}

@@ -1,0 +1,224 @@
+//! Ops and their parameters (`enum ggml_op` plus `op_params`, typed).
+
+/// Unary element-wise ops (ggml's `GGML_OP_UNARY` sub-ops that the model graphs use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// GELU, tanh approximation (ggml's `GELU`; the CPU uses an f16 table).
+    Gelu,
+    /// GELU with erf (`GELU_ERF`).
+    GeluErf,
+    /// `x * sigmoid(x)`.
+    Silu,
+    /// `tanh(x)`.
+    Tanh,
+}
+
+/// Gated linear unit kinds (`GGML_OP_GLU` sub-ops).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GluOp {
+    /// `silu(gate) * up`.
+    SwiGlu,
+    /// `gelu(gate) * up` (tanh GELU).
+    GeGlu,
+}
+
+/// RoPE mode: which element pairs are rotated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RopeMode {
+    /// Adjacent pairs `(x[2i], x[2i+1])` (ggml mode 0; LLaMA).
+    Norm,
+    /// Halves `(x[i], x[i + n_dims/2])` (ggml mode 2, GPT-NeoX; Qwen, Gemma).
+    Neox,
+}
+
+/// ROPE parameters (ggml's op_params of `ggml_rope_ext`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeParams {
+    /// Rotated dimensions (the first `n_dims` of each head); the rest are copied.
+    pub n_dims: usize,
+    /// Pairing mode.
+    pub mode: RopeMode,
+    /// Original training context (YaRN).
+    pub n_ctx_orig: usize,
+    /// Base of the frequencies.
+    pub freq_base: f32,
+    /// Frequency scale (1 = none).
+    pub freq_scale: f32,
+    /// YaRN extrapolation mix factor (0 = off).
+    pub ext_factor: f32,
+    /// Magnitude scale of cos/sin.
+    pub attn_factor: f32,
+    /// YaRN low correction dim parameter.
+    pub beta_fast: f32,
+    /// YaRN high correction dim parameter.
+    pub beta_slow: f32,
+}
+
+impl RopeParams {
+    /// Plain RoPE without scaling: `freq_scale = 1`, `ext_factor = 0`, `attn_factor = 1`,
+    /// `beta_fast = 32`, `beta_slow = 1` (llama.cpp's defaults).
+    pub fn new(n_dims: usize, mode: RopeMode, freq_base: f32) -> Self {
+        RopeParams {
+            n_dims,
+            mode,
+            n_ctx_orig: 0,
+            freq_base,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        }
+    }
+}
+
+/// An op with its parameters. Sources are in the tensor's `src` slots, in ggml's order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Op {
+    /// No op: a leaf (weights, inputs, constants).
+    None,
+    /// Rows of `src0` picked by the I32 indexes in `src1`.
+    GetRows,
+    /// `src0 + src1`, `src1` broadcast.
+    Add,
+    /// `src0 - src1`, `src1` broadcast.
+    Sub,
+    /// `src0 * src1`, `src1` broadcast.
+    Mul,
+    /// `src0 / src1`, `src1` broadcast.
+    Div,
+    /// `src0 * scale + bias`.
+    Scale {
+        /// Multiplier.
+        scale: f32,
+        /// Added after scaling.
+        bias: f32,
+    },
+    /// `x / sqrt(mean(x^2) + eps)` per row.
+    RmsNorm {
+        /// Epsilon.
+        eps: f32,
+    },
+    /// `(x - mean) / sqrt(var + eps)` per row.
+    Norm {
+        /// Epsilon.
+        eps: f32,
+    },
+    /// `dst[i1][i0] = dot(src0 row i0, src1 row i1)`, src0 broadcast over dims 2 and 3.
+    MulMat,
+    /// Rotary embedding of `src0` at the I32 positions `src1`, optional frequency factors `src2`.
+    Rope(RopeParams),
+    /// `softmax(src0 * scale + mask * slope)` per row; optional mask `src1`.
+    SoftMax {
+        /// Multiplier of the logits.
+        scale: f32,
+        /// ALiBi maximum bias (0 = off).
+        max_bias: f32,
+    },
+    /// Copy `src0` into `src1`'s storage (converting type); the result is a view of `src1`.
+    Cpy,
+    /// A contiguous copy of `src0`.
+    Cont,
+    /// A copy of `src0` with the same layout.
+    Dup,
+    /// Rows of `src1` written into `src0` at the row indexes `src2`; the result is a view of `src0`.
+    SetRows,
+    /// Element-wise unary function.
+    Unary(UnaryOp),
+    /// Gated unit: fused (`src0` holds gate and up halves) or split (`src0` gate, `src1` up).
+    Glu {
+        /// Which activation.
+        op: GluOp,
+        /// Fused form only: the second half is the gate.
+        swapped: bool,
+    },
+    /// Attention `softmax(q·kᵀ * scale + mask) · v` without materializing the scores.
+    FlashAttnExt {
+        /// Multiplier of q·k.
+        scale: f32,
+        /// ALiBi maximum bias.
+        max_bias: f32,
+        /// Logit soft-capping (0 = off).
+        softcap: f32,
+    },
+    /// A strided view of `view_src`.
+    View,
+    /// The same data with another shape (contiguous source).
+    Reshape,
+    /// Axes permuted: source axis `i` becomes axis `axes[i]`.
+    Permute {
+        /// ggml's permutation.
+        axes: [usize; 4],
+    },
+    /// Axes 0 and 1 swapped.
+    Transpose,
+    /// `src0` and `src1` joined along `dim`.
+    Concat {
+        /// The axis.
+        dim: usize,
+    },
+    /// Sum of each row.
+    SumRows,
+    /// Index of the largest value of each row (I32).
+    Argmax,
+}
+
+impl Op {
+    /// ggml's name for the op (`ggml_op_desc`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::None => "NONE",
+            Op::GetRows => "GET_ROWS",
+            Op::Add => "ADD",
+            Op::Sub => "SUB",
+            Op::Mul => "MUL",
+            Op::Div => "DIV",
+            Op::Scale { .. } => "SCALE",
+            Op::RmsNorm { .. } => "RMS_NORM",
+            Op::Norm { .. } => "NORM",
+            Op::MulMat => "MUL_MAT",
+            Op::Rope(_) => "ROPE",
+            Op::SoftMax { .. } => "SOFT_MAX",
+            Op::Cpy => "CPY",
+            Op::Cont => "CONT",
+            Op::Dup => "DUP",
+            Op::SetRows => "SET_ROWS",
+            Op::Unary(UnaryOp::Gelu) => "GELU",
+            Op::Unary(UnaryOp::GeluErf) => "GELU_ERF",
+            Op::Unary(UnaryOp::Silu) => "SILU",
+            Op::Unary(UnaryOp::Tanh) => "TANH",
+            Op::Glu { op: GluOp::SwiGlu, .. } => "SWIGLU",
+            Op::Glu { op: GluOp::GeGlu, .. } => "GEGLU",
+            Op::FlashAttnExt { .. } => "FLASH_ATTN_EXT",
+            Op::View => "VIEW",
+            Op::Reshape => "RESHAPE",
+            Op::Permute { .. } => "PERMUTE",
+            Op::Transpose => "TRANSPOSE",
+            Op::Concat { .. } => "CONCAT",
+            Op::SumRows => "SUM_ROWS",
+            Op::Argmax => "ARGMAX",
+        }
+    }
+
+    /// Whether the op only reinterprets its source's data (no compute, no storage of its own).
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose)
+    }
+
+    /// Whether a backend may write the result over `src0` when `src0` dies at this node (ggml's
+    /// `ggml_op_can_inplace`).
+    pub fn can_inplace(&self) -> bool {
+        matches!(
+            self,
+            Op::Add
+                | Op::Sub
+                | Op::Mul
+                | Op::Div
+                | Op::Scale { .. }
+                | Op::Unary(_)
+                | Op::Rope(_)
+                | Op::RmsNorm { .. }
+                | Op::SoftMax { .. }
+        )
+    }
+}
