@@ -1,0 +1,22 @@
+//! # tessera-backend-cpu
+//!
+//! The CPU backend: a persistent thread pool that walks a graph's nodes with a barrier between
+//! nodes, each node split across threads by rows or chunks; kernels for every op of the model
+//! graphs; matrix multiplication with the activations converted once to the weight's dot type
+//! (Q8_0/Q8_1/Q8_K, F16, BF16) as ggml does; SIMD chosen at run time (AVX2, AVX-512) with a
+//! scalar path always present (`TESSERA_SIMD` forces a lower level).
+
+#![deny(missing_docs)]
+
+mod backend;
+mod matmul;
+mod ops;
+mod params;
+mod pool;
+mod simd;
+mod tensor_ref;
+
+pub use backend::{CpuBackend, CpuDevice};
+pub use params::{ComputeParams, ThreadSync};
+pub use simd::{has_vnni, SimdLevel};
+pub use tensor_ref::TensorRef;

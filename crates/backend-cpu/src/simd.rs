@@ -1,0 +1,90 @@
+//! SIMD level, chosen at run time: the best the CPU has, or lower when forced with the
+//! `TESSERA_SIMD` environment variable (`scalar`, `avx2`, `avx512`), so every path can be tested on
+//! one machine. A scalar path always exists.
+
+use std::fmt;
+
+/// Instruction-set levels with kernels of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SimdLevel {
+    /// Plain Rust, any CPU.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL/DQ (+ VNNI where [`has_vnni`] says so), on top of AVX2.
+    Avx512,
+}
+
+impl SimdLevel {
+    /// Every level, lowest first.
+    pub const ALL: [SimdLevel; 3] = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
+
+    /// Lower-case name (`scalar`, `avx2`, `avx512`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Scalar => "scalar",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+        }
+    }
+
+    /// Parses a name as `TESSERA_SIMD` takes it.
+    pub fn parse(s: &str) -> Option<SimdLevel> {
+        SimdLevel::ALL.into_iter().find(|l| l.name().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// The best level this CPU supports.
+    pub fn detect() -> SimdLevel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+            let avx512 = avx2
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512dq");
+            if avx512 {
+                return SimdLevel::Avx512;
+            }
+            if avx2 {
+                return SimdLevel::Avx2;
+            }
+        }
+        SimdLevel::Scalar
+    }
+
+    /// The level to use: `TESSERA_SIMD` if set (never above what the CPU has), else [`detect`].
+    ///
+    /// [`detect`]: SimdLevel::detect
+    pub fn from_env() -> SimdLevel {
+        let best = SimdLevel::detect();
+        match std::env::var("TESSERA_SIMD").ok().and_then(|s| SimdLevel::parse(&s)) {
+            Some(forced) => forced.min(best),
+            None => best,
+        }
+    }
+
+    /// The levels this CPU can run, lowest first (what tests iterate over).
+    pub fn available() -> Vec<SimdLevel> {
+        let best = SimdLevel::detect();
+        SimdLevel::ALL.into_iter().filter(|l| *l <= best).collect()
+    }
+}
+
+/// Whether the CPU has AVX-512 VNNI (int8 dot products in one instruction).
+pub fn has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+impl fmt::Display for SimdLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
