@@ -22,8 +22,8 @@
 
 pub mod blocks;
 mod dtype;
-pub mod graph;
 mod error;
+pub mod graph;
 pub mod quant;
 
 pub use dtype::{DType, GGML_TYPE_COUNT};

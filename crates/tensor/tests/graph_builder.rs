@@ -74,14 +74,20 @@ fn attention_block_shapes() {
     let fa = c.flash_attn_ext(qp, k, v, Some(mask), 0.125, 0.0, 0.0).unwrap();
     assert_eq!(c.get(fa).ne, [hd, nh, nt, 1]);
     let big_q = c.new_tensor(DType::F32, &[hd, nt, 3]).unwrap();
-    assert!(c.flash_attn_ext(big_q, k, v, Some(mask), 0.125, 0.0, 0.0).is_err(), "3 heads over 2 kv heads");
+    assert!(
+        c.flash_attn_ext(big_q, k, v, Some(mask), 0.125, 0.0, 0.0).is_err(),
+        "3 heads over 2 kv heads"
+    );
     let kq = c.mul_mat(k, qp).unwrap();
     let sm = c.soft_max(kq, Some(mask), 0.125, 0.0).unwrap();
     assert_eq!(c.get(sm).ne, [ctx_len, nt, nh, 1]);
     let small_mask = c.new_tensor(DType::F16, &[ctx_len, nt - 1]).unwrap();
     assert!(c.soft_max(kq, Some(small_mask), 1.0, 0.0).is_err());
     let bad_pos = c.new_tensor(DType::F32, &[nt]).unwrap();
-    assert!(matches!(c.rope(q, bad_pos, None, RopeParams::new(hd, RopeMode::Norm, 1e4)), Err(TensorError::OpType { .. })));
+    assert!(matches!(
+        c.rope(q, bad_pos, None, RopeParams::new(hd, RopeMode::Norm, 1e4)),
+        Err(TensorError::OpType { .. })
+    ));
 }
 
 #[test]

@@ -89,7 +89,13 @@ impl Context {
     }
 
     /// A new contiguous tensor computed by `op` from `src`.
-    pub(crate) fn new_op(&mut self, op: Op, dtype: DType, ne: [usize; MAX_DIMS], src: &[TensorId]) -> TensorId {
+    pub(crate) fn new_op(
+        &mut self,
+        op: Op,
+        dtype: DType,
+        ne: [usize; MAX_DIMS],
+        src: &[TensorId],
+    ) -> TensorId {
         let mut s = [None; MAX_SRC];
         for (slot, id) in s.iter_mut().zip(src) {
             *slot = Some(*id);
@@ -116,13 +122,24 @@ impl Context {
     pub fn new_tensor(&mut self, dtype: DType, ne: &[usize]) -> Result<TensorId> {
         let ne = ne4("NONE", ne)?;
         if ne[0] % dtype.block_size() != 0 {
-            return Err(TensorError::NotBlockMultiple { dtype, n: ne[0] as u64, block: dtype.block_size() as u64 });
+            return Err(TensorError::NotBlockMultiple {
+                dtype,
+                n: ne[0] as u64,
+                block: dtype.block_size() as u64,
+            });
         }
         Ok(self.new_op(Op::None, dtype, ne, &[]))
     }
 
     /// A view sharing `a`'s storage: `op` with shape `ne`, strides `nb`, at byte `offset`.
-    pub(crate) fn new_view(&mut self, op: Op, a: TensorId, ne: [usize; MAX_DIMS], nb: [usize; MAX_DIMS], offset: usize) -> TensorId {
+    pub(crate) fn new_view(
+        &mut self,
+        op: Op,
+        a: TensorId,
+        ne: [usize; MAX_DIMS],
+        nb: [usize; MAX_DIMS],
+        offset: usize,
+    ) -> TensorId {
         let src = self.get(a);
         let (view_src, base) = match src.view_src {
             Some(v) => (v, src.view_offs),
@@ -139,7 +156,14 @@ impl Context {
         id
     }
 
-    fn check_view_bounds(&self, op: &'static str, a: TensorId, ne: &[usize; MAX_DIMS], nb: &[usize; MAX_DIMS], offset: usize) -> Result<()> {
+    fn check_view_bounds(
+        &self,
+        op: &'static str,
+        a: TensorId,
+        ne: &[usize; MAX_DIMS],
+        nb: &[usize; MAX_DIMS],
+        offset: usize,
+    ) -> Result<()> {
         let probe = TensorDesc { ne: *ne, nb: *nb, ..self.get(a).clone() };
         let src = self.get(a);
         let end = offset + probe.n_bytes();
@@ -147,17 +171,29 @@ impl Context {
             return Err(shape_err(op, format!("view {ne:?} (strides {nb:?}) at offset {offset} ends at byte {end}, past the {} bytes of {}", src.n_bytes(), src.shape_str())));
         }
         if ne[0] % src.dtype.block_size() != 0 {
-            return Err(shape_err(op, format!("row of {} elements is not a whole number of {} blocks", ne[0], src.dtype)));
+            return Err(shape_err(
+                op,
+                format!("row of {} elements is not a whole number of {} blocks", ne[0], src.dtype),
+            ));
         }
         Ok(())
     }
 
     /// A strided view of `a` (`ggml_view_4d`): shape `ne`, strides `nb[1..]` (nb\[0\] is the type
     /// size), starting at byte `offset` of `a`.
-    pub fn view(&mut self, a: TensorId, ne: &[usize], nb_rest: &[usize], offset: usize) -> Result<TensorId> {
+    pub fn view(
+        &mut self,
+        a: TensorId,
+        ne: &[usize],
+        nb_rest: &[usize],
+        offset: usize,
+    ) -> Result<TensorId> {
         let ne = ne4("VIEW", ne)?;
         if nb_rest.len() >= MAX_DIMS {
-            return Err(shape_err("VIEW", format!("{} strides given, at most {}", nb_rest.len(), MAX_DIMS - 1)));
+            return Err(shape_err(
+                "VIEW",
+                format!("{} strides given, at most {}", nb_rest.len(), MAX_DIMS - 1),
+            ));
         }
         let dtype = self.get(a).dtype;
         let mut nb = contiguous_strides(dtype, &ne);
@@ -178,13 +214,28 @@ impl Context {
         let ne = ne4("RESHAPE", ne)?;
         let src = self.get(a);
         if !src.is_contiguous() {
-            return Err(shape_err("RESHAPE", format!("source {} is not contiguous", src.shape_str())));
+            return Err(shape_err(
+                "RESHAPE",
+                format!("source {} is not contiguous", src.shape_str()),
+            ));
         }
         if ne.iter().product::<usize>() != src.n_elements() {
-            return Err(shape_err("RESHAPE", format!("{} has {} elements, {ne:?} has {}", src.shape_str(), src.n_elements(), ne.iter().product::<usize>())));
+            return Err(shape_err(
+                "RESHAPE",
+                format!(
+                    "{} has {} elements, {ne:?} has {}",
+                    src.shape_str(),
+                    src.n_elements(),
+                    ne.iter().product::<usize>()
+                ),
+            ));
         }
         if ne[0] % src.dtype.block_size() != 0 {
-            return Err(TensorError::NotBlockMultiple { dtype: src.dtype, n: ne[0] as u64, block: src.dtype.block_size() as u64 });
+            return Err(TensorError::NotBlockMultiple {
+                dtype: src.dtype,
+                n: ne[0] as u64,
+                block: src.dtype.block_size() as u64,
+            });
         }
         let nb = contiguous_strides(src.dtype, &ne);
         Ok(self.new_view(Op::Reshape, a, ne, nb, 0))

@@ -5,13 +5,13 @@
 //! This is ggml's `ggml_context` in `no_alloc` mode plus `ggml_cgraph`: metadata only. Where a
 //! tensor's bytes live is decided later by an allocator (tessera-alloc) and a backend.
 
+mod cgraph;
 mod context;
 mod desc;
-mod graph;
 mod op;
 mod ops;
 
+pub use cgraph::Graph;
 pub use context::Context;
 pub use desc::{contiguous_strides, Flags, TensorDesc, TensorId, MAX_DIMS, MAX_NAME, MAX_SRC};
-pub use graph::Graph;
-pub use op::{GluOp, Op, RopeParams, RopeMode, UnaryOp};
+pub use op::{GluOp, Op, RopeMode, RopeParams, UnaryOp};

@@ -16,7 +16,13 @@ fn can_repeat(b: &[usize; 4], a: &[usize; 4]) -> bool {
 }
 
 impl Context {
-    fn expect_type(&self, op: &'static str, t: TensorId, allowed: &[DType], which: &str) -> Result<()> {
+    fn expect_type(
+        &self,
+        op: &'static str,
+        t: TensorId,
+        allowed: &[DType],
+        which: &str,
+    ) -> Result<()> {
         let d = self.get(t).dtype;
         if allowed.contains(&d) {
             Ok(())
@@ -28,7 +34,10 @@ impl Context {
     fn binary(&mut self, op: Op, a: TensorId, b: TensorId) -> Result<TensorId> {
         let (ta, tb) = (self.get(a), self.get(b));
         if !can_repeat(&tb.ne, &ta.ne) {
-            return Err(shape_err(op.name(), format!("{} cannot be broadcast to {}", tb.shape_str(), ta.shape_str())));
+            return Err(shape_err(
+                op.name(),
+                format!("{} cannot be broadcast to {}", tb.shape_str(), ta.shape_str()),
+            ));
         }
         let float = [DType::F32, DType::F16, DType::BF16];
         self.expect_type(op.name(), a, &float, "src0")?;
@@ -87,13 +96,31 @@ impl Context {
     pub fn mul_mat(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         let (ta, tb) = (self.get(a), self.get(b));
         if ta.ne[0] != tb.ne[0] || tb.ne[2] % ta.ne[2] != 0 || tb.ne[3] % ta.ne[3] != 0 {
-            return Err(shape_err("MUL_MAT", format!("cannot multiply {} by {}", ta.shape_str(), tb.shape_str())));
+            return Err(shape_err(
+                "MUL_MAT",
+                format!("cannot multiply {} by {}", ta.shape_str(), tb.shape_str()),
+            ));
         }
         if ta.is_transposed() {
             return Err(shape_err("MUL_MAT", "src0 must not be transposed".into()));
         }
-        if !ta.dtype.is_supported() || matches!(ta.dtype, DType::Q8_1 | DType::Q8_K | DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::F64) {
-            return Err(type_err("MUL_MAT", ta.dtype, "src0 must be a float or weight-quantized type"));
+        if !ta.dtype.is_supported()
+            || matches!(
+                ta.dtype,
+                DType::Q8_1
+                    | DType::Q8_K
+                    | DType::I8
+                    | DType::I16
+                    | DType::I32
+                    | DType::I64
+                    | DType::F64
+            )
+        {
+            return Err(type_err(
+                "MUL_MAT",
+                ta.dtype,
+                "src0 must be a float or weight-quantized type",
+            ));
         }
         self.expect_type("MUL_MAT", b, &[DType::F32, DType::F16, DType::BF16], "src1")?;
         let ne = [ta.ne[1], tb.ne[1], tb.ne[2], tb.ne[3]];
@@ -106,7 +133,10 @@ impl Context {
         self.expect_type("GET_ROWS", b, &[DType::I32], "indexes")?;
         let (ta, tb) = (self.get(a), self.get(b));
         if ta.ne[2] != tb.ne[1] || ta.ne[3] != tb.ne[2] || tb.ne[3] != 1 {
-            return Err(shape_err("GET_ROWS", format!("indexes {} do not match {}", tb.shape_str(), ta.shape_str())));
+            return Err(shape_err(
+                "GET_ROWS",
+                format!("indexes {} do not match {}", tb.shape_str(), ta.shape_str()),
+            ));
         }
         if !crate::quant::can_dequantize(ta.dtype) {
             return Err(type_err("GET_ROWS", ta.dtype, "no dequantizer for src0"));
@@ -118,20 +148,39 @@ impl Context {
 
     /// Rotary position embedding (`ggml_rope_ext`): `a` is `[head_dim, n_head, n_tokens, 1]`,
     /// `pos` I32 `[n_tokens]`, optional `freq_factors` F32 `[n_dims / 2]`.
-    pub fn rope(&mut self, a: TensorId, pos: TensorId, freq_factors: Option<TensorId>, p: RopeParams) -> Result<TensorId> {
+    pub fn rope(
+        &mut self,
+        a: TensorId,
+        pos: TensorId,
+        freq_factors: Option<TensorId>,
+        p: RopeParams,
+    ) -> Result<TensorId> {
         self.expect_type("ROPE", a, &[DType::F32, DType::F16], "src0")?;
         self.expect_type("ROPE", pos, &[DType::I32], "positions")?;
         let (ta, tp) = (self.get(a), self.get(pos));
         if tp.ne[0] != ta.ne[2] || tp.n_elements() != tp.ne[0] {
-            return Err(shape_err("ROPE", format!("positions {} do not match {}", tp.shape_str(), ta.shape_str())));
+            return Err(shape_err(
+                "ROPE",
+                format!("positions {} do not match {}", tp.shape_str(), ta.shape_str()),
+            ));
         }
         if p.n_dims == 0 || p.n_dims % 2 != 0 || p.n_dims > ta.ne[0] {
-            return Err(shape_err("ROPE", format!("n_dims {} must be even and at most {}", p.n_dims, ta.ne[0])));
+            return Err(shape_err(
+                "ROPE",
+                format!("n_dims {} must be even and at most {}", p.n_dims, ta.ne[0]),
+            ));
         }
         if let Some(f) = freq_factors {
             self.expect_type("ROPE", f, &[DType::F32], "freq_factors")?;
             if self.get(f).ne[0] < p.n_dims / 2 {
-                return Err(shape_err("ROPE", format!("freq_factors has {} values, needs {}", self.get(f).ne[0], p.n_dims / 2)));
+                return Err(shape_err(
+                    "ROPE",
+                    format!(
+                        "freq_factors has {} values, needs {}",
+                        self.get(f).ne[0],
+                        p.n_dims / 2
+                    ),
+                ));
             }
         }
         let (dtype, ne) = (ta.dtype, ta.ne);
@@ -142,13 +191,26 @@ impl Context {
 
     /// `softmax(a * scale + mask * slope)` per row (`ggml_soft_max_ext`); `mask` (F16 or F32) is
     /// `[ne0, >= ne1, ne2 | 1, ne3 | 1]`, broadcast over heads.
-    pub fn soft_max(&mut self, a: TensorId, mask: Option<TensorId>, scale: f32, max_bias: f32) -> Result<TensorId> {
+    pub fn soft_max(
+        &mut self,
+        a: TensorId,
+        mask: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+    ) -> Result<TensorId> {
         self.expect_type("SOFT_MAX", a, &[DType::F32], "src0")?;
         if let Some(m) = mask {
             self.expect_type("SOFT_MAX", m, &[DType::F16, DType::F32], "mask")?;
             let (ta, tm) = (self.get(a), self.get(m));
-            if tm.ne[0] != ta.ne[0] || tm.ne[1] < ta.ne[1] || ta.ne[2] % tm.ne[2] != 0 || ta.ne[3] % tm.ne[3] != 0 {
-                return Err(shape_err("SOFT_MAX", format!("mask {} does not fit {}", tm.shape_str(), ta.shape_str())));
+            if tm.ne[0] != ta.ne[0]
+                || tm.ne[1] < ta.ne[1]
+                || ta.ne[2] % tm.ne[2] != 0
+                || ta.ne[3] % tm.ne[3] != 0
+            {
+                return Err(shape_err(
+                    "SOFT_MAX",
+                    format!("mask {} does not fit {}", tm.shape_str(), ta.shape_str()),
+                ));
             }
         }
         let ne = self.get(a).ne;
@@ -162,10 +224,17 @@ impl Context {
     pub fn cpy(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         let (ta, tb) = (self.get(a), self.get(b));
         if ta.n_elements() != tb.n_elements() {
-            return Err(shape_err("CPY", format!("{} and {} differ in element count", ta.shape_str(), tb.shape_str())));
+            return Err(shape_err(
+                "CPY",
+                format!("{} and {} differ in element count", ta.shape_str(), tb.shape_str()),
+            ));
         }
         if ta.dtype.is_quantized() && ta.dtype != tb.dtype {
-            return Err(type_err("CPY", ta.dtype, "a quantized source can only be copied to its own type"));
+            return Err(type_err(
+                "CPY",
+                ta.dtype,
+                "a quantized source can only be copied to its own type",
+            ));
         }
         if !crate::quant::can_quantize(tb.dtype) {
             return Err(type_err("CPY", tb.dtype, "no quantizer for the destination type"));
@@ -204,8 +273,23 @@ impl Context {
         self.expect_type("SET_ROWS", b, &[DType::F32], "src1")?;
         self.expect_type("SET_ROWS", idx, &[DType::I32, DType::I64], "indexes")?;
         let (ta, tb, ti) = (self.get(a), self.get(b), self.get(idx));
-        if ta.ne[0] != tb.ne[0] || tb.ne[1] != ti.ne[0] || tb.ne[2] % ti.ne[1] != 0 || tb.ne[3] % ti.ne[2] != 0 || ti.ne[3] != 1 || tb.ne[2] != ta.ne[2] || tb.ne[3] != ta.ne[3] {
-            return Err(shape_err("SET_ROWS", format!("rows {} at {} do not fit {}", tb.shape_str(), ti.shape_str(), ta.shape_str())));
+        if ta.ne[0] != tb.ne[0]
+            || tb.ne[1] != ti.ne[0]
+            || tb.ne[2] % ti.ne[1] != 0
+            || tb.ne[3] % ti.ne[2] != 0
+            || ti.ne[3] != 1
+            || tb.ne[2] != ta.ne[2]
+            || tb.ne[3] != ta.ne[3]
+        {
+            return Err(shape_err(
+                "SET_ROWS",
+                format!(
+                    "rows {} at {} do not fit {}",
+                    tb.shape_str(),
+                    ti.shape_str(),
+                    ta.shape_str()
+                ),
+            ));
         }
         if !crate::quant::can_quantize(ta.dtype) {
             return Err(type_err("SET_ROWS", ta.dtype, "no quantizer for the destination type"));
@@ -237,7 +321,10 @@ impl Context {
         self.expect_type("GLU", gate, &[DType::F32, DType::F16], "gate")?;
         let (tg, tu) = (self.get(gate), self.get(up));
         if tg.ne != tu.ne || tg.dtype != tu.dtype {
-            return Err(shape_err("GLU", format!("gate {} and up {} differ", tg.shape_str(), tu.shape_str())));
+            return Err(shape_err(
+                "GLU",
+                format!("gate {} and up {} differ", tg.shape_str(), tu.shape_str()),
+            ));
         }
         let (dtype, ne) = (tg.dtype, tg.ne);
         Ok(self.new_op(Op::Glu { op, swapped: false }, dtype, ne, &[gate, up]))
@@ -247,11 +334,35 @@ impl Context {
     /// ne3]`, `v` `[Dv, n_kv, H_kv, ne3]` (K and V F32/F16/BF16/Q8_0/Q4_0...), `H % H_kv == 0`;
     /// optional F16 mask `[n_kv, >= n_q]`. The result is F32 `[Dv, H, n_q, ne3]` (heads and tokens
     /// swapped, as ggml).
-    pub fn flash_attn_ext(&mut self, q: TensorId, k: TensorId, v: TensorId, mask: Option<TensorId>, scale: f32, max_bias: f32, softcap: f32) -> Result<TensorId> {
+    #[allow(clippy::too_many_arguments)] // mirrors ggml_flash_attn_ext
+    pub fn flash_attn_ext(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        mask: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+        softcap: f32,
+    ) -> Result<TensorId> {
         self.expect_type("FLASH_ATTN_EXT", q, &[DType::F32], "q")?;
         let (tq, tk, tv) = (self.get(q), self.get(k), self.get(v));
-        if tk.ne[0] != tq.ne[0] || tv.ne[1] != tk.ne[1] || tk.ne[2] != tv.ne[2] || tq.ne[2] % tk.ne[2] != 0 || tk.ne[3] != tq.ne[3] || tv.ne[3] != tq.ne[3] {
-            return Err(shape_err("FLASH_ATTN_EXT", format!("q {} k {} v {} do not fit", tq.shape_str(), tk.shape_str(), tv.shape_str())));
+        if tk.ne[0] != tq.ne[0]
+            || tv.ne[1] != tk.ne[1]
+            || tk.ne[2] != tv.ne[2]
+            || tq.ne[2] % tk.ne[2] != 0
+            || tk.ne[3] != tq.ne[3]
+            || tv.ne[3] != tq.ne[3]
+        {
+            return Err(shape_err(
+                "FLASH_ATTN_EXT",
+                format!(
+                    "q {} k {} v {} do not fit",
+                    tq.shape_str(),
+                    tk.shape_str(),
+                    tv.shape_str()
+                ),
+            ));
         }
         for (t, which) in [(k, "k"), (v, "v")] {
             if !crate::quant::can_dequantize(self.get(t).dtype) {
@@ -261,13 +372,26 @@ impl Context {
         if let Some(m) = mask {
             self.expect_type("FLASH_ATTN_EXT", m, &[DType::F16, DType::F32], "mask")?;
             let (tm, tq, tk) = (self.get(m), self.get(q), self.get(k));
-            if tm.ne[0] != tk.ne[1] || tm.ne[1] < tq.ne[1] || tq.ne[2] % tm.ne[2] != 0 || tq.ne[3] % tm.ne[3] != 0 {
-                return Err(shape_err("FLASH_ATTN_EXT", format!("mask {} does not fit q {} and k {}", tm.shape_str(), tq.shape_str(), tk.shape_str())));
+            if tm.ne[0] != tk.ne[1]
+                || tm.ne[1] < tq.ne[1]
+                || tq.ne[2] % tm.ne[2] != 0
+                || tq.ne[3] % tm.ne[3] != 0
+            {
+                return Err(shape_err(
+                    "FLASH_ATTN_EXT",
+                    format!(
+                        "mask {} does not fit q {} and k {}",
+                        tm.shape_str(),
+                        tq.shape_str(),
+                        tk.shape_str()
+                    ),
+                ));
             }
         }
         let (tq, tv) = (self.get(q), self.get(v));
         let ne = [tv.ne[0], tq.ne[2], tq.ne[1], tq.ne[3]];
-        let id = self.new_op(Op::FlashAttnExt { scale, max_bias, softcap }, DType::F32, ne, &[q, k, v]);
+        let id =
+            self.new_op(Op::FlashAttnExt { scale, max_bias, softcap }, DType::F32, ne, &[q, k, v]);
         self.set_src(id, 3, mask);
         Ok(id)
     }
@@ -276,7 +400,10 @@ impl Context {
     pub fn concat(&mut self, a: TensorId, b: TensorId, dim: usize) -> Result<TensorId> {
         let (ta, tb) = (self.get(a), self.get(b));
         if dim >= 4 || ta.dtype != tb.dtype || (0..4).any(|i| i != dim && ta.ne[i] != tb.ne[i]) {
-            return Err(shape_err("CONCAT", format!("cannot join {} and {} along {dim}", ta.shape_str(), tb.shape_str())));
+            return Err(shape_err(
+                "CONCAT",
+                format!("cannot join {} and {} along {dim}", ta.shape_str(), tb.shape_str()),
+            ));
         }
         let mut ne = ta.ne;
         ne[dim] += tb.ne[dim];

@@ -32,10 +32,17 @@ pub(crate) struct Kernels {
 }
 
 fn kernels(dtype: DType) -> Option<&'static Kernels> {
-    [float::KERNELS, legacy::KERNELS, kquants::KERNELS, iquants::KERNELS, ternary::KERNELS, mxfp4::KERNELS]
-        .into_iter()
-        .flatten()
-        .find(|k| k.dtype == dtype)
+    [
+        float::KERNELS,
+        legacy::KERNELS,
+        kquants::KERNELS,
+        iquants::KERNELS,
+        ternary::KERNELS,
+        mxfp4::KERNELS,
+    ]
+    .into_iter()
+    .flatten()
+    .find(|k| k.dtype == dtype)
 }
 
 /// Whether [`dequantize_row`] supports `dtype`.
@@ -49,10 +56,19 @@ pub fn can_quantize(dtype: DType) -> bool {
     kernels(dtype).is_some_and(|k| k.quantize.is_some())
 }
 
-fn check_sizes(dtype: DType, n_values: usize, n_bytes: usize, bytes_what: &'static str) -> Result<()> {
+fn check_sizes(
+    dtype: DType,
+    n_values: usize,
+    n_bytes: usize,
+    bytes_what: &'static str,
+) -> Result<()> {
     let expected = dtype.row_size(n_values as u64)?;
     if expected != n_bytes as u64 {
-        return Err(TensorError::SizeMismatch { what: bytes_what, expected, actual: n_bytes as u64 });
+        return Err(TensorError::SizeMismatch {
+            what: bytes_what,
+            expected,
+            actual: n_bytes as u64,
+        });
     }
     Ok(())
 }
@@ -96,7 +112,11 @@ pub fn dequantize(dtype: DType, src: &[u8]) -> Result<Vec<f32>> {
 /// Quantizes `src` (a whole number of blocks) into a new byte vector.
 pub fn quantize(dtype: DType, src: &[f32]) -> Result<Vec<u8>> {
     let n = dtype.row_size(src.len() as u64)?;
-    let mut out = vec![0u8; usize::try_from(n).map_err(|_| TensorError::Overflow { what: "quantized length" })?];
+    let mut out = vec![
+        0u8;
+        usize::try_from(n)
+            .map_err(|_| TensorError::Overflow { what: "quantized length" })?
+    ];
     quantize_row(dtype, src, &mut out)?;
     Ok(out)
 }

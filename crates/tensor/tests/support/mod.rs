@@ -118,7 +118,8 @@ pub fn nmse(reference: &[f32], x: &[f32]) -> f64 {
     }
 }
 
-/// Root mean squared error, as llama.cpp's test-quantize-fns `array_rmse`.
+/// Root mean squared error `sqrt(sum((a-b)^2) / n)` (test-quantize-fns' `array_rmse` divides
+/// the root by n instead; tests that use its bounds compute that form themselves).
 pub fn rmse(a: &[f32], b: &[f32]) -> f64 {
     let s: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
     (s / a.len() as f64).sqrt()

@@ -46,7 +46,9 @@ impl Graph {
         self.visited[out.index()] = true;
         while let Some((id, slot)) = stack.pop() {
             let desc = ctx.get(id);
-            if let Some(src) = desc.src.iter().skip(slot).position(Option::is_some).map(|p| slot + p) {
+            if let Some(src) =
+                desc.src.iter().skip(slot).position(Option::is_some).map(|p| slot + p)
+            {
                 stack.push((id, src + 1));
                 let s = desc.src[src].expect("position found a source");
                 if !self.visited[s.index()] {
@@ -92,18 +94,29 @@ impl Graph {
         let mut s = String::from("digraph G {\n  newrank = true;\n  rankdir = TB;\n");
         let label = |id: TensorId| {
             let t = ctx.get(id);
-            let name = if t.name.is_empty() { format!("#{}", id.index()) } else { t.name.replace('"', "'") };
+            let name = if t.name.is_empty() {
+                format!("#{}", id.index())
+            } else {
+                t.name.replace('"', "'")
+            };
             format!("{name} | {} | {} {:?}", t.op.name(), t.dtype, t.ne)
         };
         for &id in &self.leafs {
             let _ = writeln!(s, "  t{} [shape=ellipse, label=\"{}\"];", id.index(), label(id));
         }
         for &id in &self.nodes {
-            let color = if ctx.get(id).flags.contains(Flags::OUTPUT) { "lightblue" } else { "white" };
-            let _ = writeln!(s, "  t{} [shape=record, style=filled, fillcolor={color}, label=\"{}\"];", id.index(), label(id));
+            let color =
+                if ctx.get(id).flags.contains(Flags::OUTPUT) { "lightblue" } else { "white" };
+            let _ = writeln!(
+                s,
+                "  t{} [shape=record, style=filled, fillcolor={color}, label=\"{}\"];",
+                id.index(),
+                label(id)
+            );
             for (slot, src) in ctx.get(id).src.iter().enumerate() {
                 if let Some(src) = src {
-                    let _ = writeln!(s, "  t{} -> t{} [label=\"src{slot}\"];", src.index(), id.index());
+                    let _ =
+                        writeln!(s, "  t{} -> t{} [label=\"src{slot}\"];", src.index(), id.index());
                 }
             }
         }
