@@ -7,9 +7,11 @@ use super::Kernels;
 use crate::DType;
 use half::f16;
 
-/// f16 bits to f32 (exact).
+/// f16 bits to f32 (exact), through a 65,536-entry table as ggml's `ggml_table_f32_f16`: the
+/// `half` crate's portable conversion is several times slower without F16C at compile time.
 pub fn f16_to_f32(h: u16) -> f32 {
-    f16::from_bits(h).to_f32()
+    static TABLE: std::sync::OnceLock<Box<[f32]>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| (0..=u16::MAX).map(|b| f16::from_bits(b).to_f32()).collect())[h as usize]
 }
 
 /// f32 to f16 bits, rounding to nearest even.
@@ -106,5 +108,18 @@ mod tests {
         // 1 + 2^-11 is a tie between 1.0 and the next f16: even (1.0) wins.
         assert_eq!(f32_to_f16(1.0 + f32::powi(2.0, -11)), 0x3c00);
         assert_eq!(f32_to_f16(1.0 + 3.0 * f32::powi(2.0, -11)), 0x3c02);
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    #[test]
+    fn f16_table_matches_half_for_every_value() {
+        for b in 0..=u16::MAX {
+            let (t, h) = (f16_to_f32(b), f16::from_bits(b).to_f32());
+            assert!(t.to_bits() == h.to_bits(), "{b:#06x}: {t} vs {h}");
+        }
     }
 }
