@@ -1,9 +1,13 @@
 //! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
 //!
 //! - `cargo xtask ci`: what CI runs: format check, clippy with warnings denied, the real models
-//!   fetched and verified, then the whole test suite.
+//!   fetched and verified, the whole test suite, then the kernel test matrix.
 //! - `cargo xtask models [NAME...]`: fetch, assemble and checksum the real models into the cache
 //!   (`TESSERA_MODELS`, default under the user's cache directory) and print their paths.
+//! - `cargo xtask test-matrix [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512]`: every
+//!   op x type x shape case of tessera-testmatrix on the CPU backend, for each thread count and
+//!   SIMD level, against the float64 reference; prints the table, fails on any failure. Built in
+//!   release (the matrix runs kernels, not the harness, and must stay fast on CI's 2 cores).
 
 use anyhow::{bail, Context, Result};
 use std::process::Command;
@@ -14,8 +18,12 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("models") => models(&args[1..]),
+        Some("test-matrix") => test_matrix(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]...>");
+            eprintln!(
+                "usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]... | test-matrix \
+                 [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512]>"
+            );
             std::process::exit(2)
         }
     }
@@ -39,8 +47,26 @@ fn ci() -> Result<()> {
     cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     models(&[])?;
     cargo(&["test", "--workspace", "--no-fail-fast"])?;
+    test_matrix(&[])?;
     eprintln!("xtask ci: all green in {:.0}s", start.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Runs the `test-matrix` binary of tessera-testmatrix (feature `cpu`) in release, passing `args`.
+fn test_matrix(args: &[String]) -> Result<()> {
+    let mut all = vec![
+        "run",
+        "--release",
+        "--package",
+        "tessera-testmatrix",
+        "--features",
+        "cpu",
+        "--bin",
+        "test-matrix",
+        "--",
+    ];
+    all.extend(args.iter().map(String::as_str));
+    cargo(&all)
 }
 
 fn models(names: &[String]) -> Result<()> {

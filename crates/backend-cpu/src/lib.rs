@@ -12,11 +12,12 @@ mod backend;
 mod matmul;
 mod ops;
 mod params;
-mod pool;
+pub mod pool;
 mod simd;
 mod tensor_ref;
 
 pub use backend::{CpuBackend, CpuDevice};
 pub use params::{ComputeParams, ThreadSync};
+pub use pool::ThreadPool;
 pub use simd::{has_vnni, SimdLevel};
 pub use tensor_ref::TensorRef;

@@ -33,7 +33,13 @@ impl Bindings {
     }
 
     /// Places tensor `id` (not a view) at `offset` in `buffer`, checking that all its bytes fit.
-    pub fn bind(&mut self, ctx: &Context, id: TensorId, buffer: Arc<dyn Buffer>, offset: usize) -> Result<()> {
+    pub fn bind(
+        &mut self,
+        ctx: &Context,
+        id: TensorId,
+        buffer: Arc<dyn Buffer>,
+        offset: usize,
+    ) -> Result<()> {
         let desc = ctx.get(id);
         if desc.view_src.is_some() {
             return Err(BackendError::OutOfBounds {
@@ -78,7 +84,11 @@ impl Bindings {
         let desc = ctx.get(id);
         let s = self.storage(ctx, id).ok_or_else(|| unbound(ctx, id))?;
         if !desc.is_contiguous() || len != desc.n_bytes() {
-            return Err(BackendError::DataSize { name: desc.name.clone(), expected: desc.n_bytes(), actual: len });
+            return Err(BackendError::DataSize {
+                name: desc.name.clone(),
+                expected: desc.n_bytes(),
+                actual: len,
+            });
         }
         Ok(s)
     }
@@ -112,13 +122,22 @@ impl Bindings {
     /// Reads an F32 tensor's values.
     pub fn get_f32(&self, ctx: &Context, id: TensorId) -> Result<Vec<f32>> {
         self.expect_type(ctx, id, DType::F32)?;
-        Ok(self.get(ctx, id)?.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect())
+        Ok(self
+            .get(ctx, id)?
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect())
     }
 
     fn expect_type(&self, ctx: &Context, id: TensorId, dtype: DType) -> Result<()> {
         let d = ctx.get(id).dtype;
         if d != dtype {
-            return Err(tessera_tensor::TensorError::OpType { op: "tensor access", dtype: d, reason: format!("expected {dtype}") }.into());
+            return Err(tessera_tensor::TensorError::OpType {
+                op: "tensor access",
+                dtype: d,
+                reason: format!("expected {dtype}"),
+            }
+            .into());
         }
         Ok(())
     }

@@ -75,9 +75,21 @@ pub trait Buffer: Send + Sync + Debug {
 }
 
 /// Checks that `[offset, offset + len)` lies in a buffer of `size` bytes.
-pub fn check_range(buffer: &str, what: &'static str, offset: usize, len: usize, size: usize) -> Result<()> {
+pub fn check_range(
+    buffer: &str,
+    what: &'static str,
+    offset: usize,
+    len: usize,
+    size: usize,
+) -> Result<()> {
     if offset.checked_add(len).is_none_or(|end| end > size) {
-        return Err(BackendError::OutOfBounds { buffer: buffer.to_string(), what, offset, len, size });
+        return Err(BackendError::OutOfBounds {
+            buffer: buffer.to_string(),
+            what,
+            offset,
+            len,
+            size,
+        });
     }
     Ok(())
 }

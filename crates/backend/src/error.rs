@@ -17,7 +17,9 @@ pub enum BackendError {
         reason: String,
     },
     /// A read or write outside a buffer.
-    #[error("{buffer}: {what} of {len} bytes at offset {offset} is outside the buffer ({size} bytes)")]
+    #[error(
+        "{buffer}: {what} of {len} bytes at offset {offset} is outside the buffer ({size} bytes)"
+    )]
     OutOfBounds {
         /// The buffer.
         buffer: String,
@@ -69,7 +71,15 @@ pub enum BackendError {
     /// A tensor-level error.
     #[error(transparent)]
     Tensor(#[from] TensorError),
-    /// Computation was aborted by the abort callback.
+    /// A kernel stopped with an error (e.g. an index out of range in the graph's data).
+    #[error("{backend}: a kernel failed: {message}")]
+    Kernel {
+        /// The backend.
+        backend: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Computation was aborted by the abort flag.
     #[error("graph computation aborted")]
     Aborted,
 }

@@ -1,0 +1,473 @@
+//! AVX2 (+FMA, F16C) dot products of the float types and the 32-value block types, and the
+//! helpers every x86 kernel shares.
+//!
+//! Kernels that have a four-row form are written once, generic over the number of activation
+//! rows `C`: the one-row kernel is `C = 1`, so both do the same arithmetic in the same order
+//! for each row and a result never depends on how the rows were tiled.
+
+use super::{VecDot, VecDot4};
+use std::arch::x86_64::*;
+use tessera_tensor::DType;
+
+/// The AVX2 kernel for weights of type `dtype`, if this module has one.
+pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
+    use DType::*;
+    Some(match dtype {
+        F32 => f32_f32,
+        F16 => f16_f16,
+        BF16 => bf16_bf16,
+        Q4_0 => q4_0_q8_0,
+        Q4_1 => q4_1_q8_1,
+        Q5_0 => q5_0_q8_0,
+        Q5_1 => q5_1_q8_1,
+        Q8_0 => q8_0_q8_0,
+        IQ4_NL => iq4_nl_q8_0,
+        MXFP4 => mxfp4_q8_0,
+        _ => return None,
+    })
+}
+
+/// The AVX2 four-row kernel for weights of type `dtype`, if this module has one.
+pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
+    Some(match dtype {
+        DType::F16 => f16_f16_n::<4>,
+        DType::Q4_0 => q4_0_q8_0_n::<4>,
+        DType::Q8_0 => q8_0_q8_0_n::<4>,
+        _ => return None,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+/// Sum of the 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn hsum_ps(x: __m256) -> f32 {
+    let mut r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+/// Sum of the 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn hsum_epi32(x: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Two f16 values packed in `bits` (low half first) as f32, with one F16C conversion of a
+/// general register. (Converting a lone f16 loaded from memory lets LLVM insert it into
+/// whatever vector register is free, often a loop's accumulator: a false dependency that
+/// serializes the loop.)
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn fp16x2(bits: u32) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The product of two f16 values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn fp16_mul(a: u16, b: u16) -> f32 {
+    let (a, b) = fp16x2(u32::from(a) | (u32::from(b) << 16));
+    a * b
+}
+
+/// One f16 value as f32 by bit manipulation (exact, infinities and NaNs kept): for scales
+/// read once per large block, where a vector conversion would risk the false dependency
+/// [`fp16x2`] describes.
+#[inline]
+pub(super) fn fp16(h: u16) -> f32 {
+    let h = u32::from(h);
+    let sign = (h & 0x8000) << 16;
+    if h & 0x7c00 == 0x7c00 {
+        return f32::from_bits(sign | 0x7f80_0000 | ((h & 0x3ff) << 13));
+    }
+    // Exponent and mantissa moved into place, then rebiased by 2^(127 - 15) (exact, also for
+    // subnormal halves).
+    f32::from_bits(sign | ((h & 0x7fff) << 13)) * f32::from_bits(0x7780_0000)
+}
+
+/// `Σ x·y` of unsigned `x` by signed `y` bytes (pair sums must fit in i16), in groups of four,
+/// as 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
+}
+
+/// 32 bytes, 0xFF where bit `k` of `bits` is set (ggml's `bytes_from_bits_32`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn bytes_from_bits(bits: u32) -> __m256i {
+    let shuf =
+        _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
+    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// 16 packed nibbles as 32 bytes: low nibbles first, then high (values 0..16).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn nibbles(qs: __m128i) -> __m256i {
+    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(qs), qs);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// Unaligned 32-byte load.
+///
+/// # Safety
+/// 32 readable bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn ld256(p: *const u8) -> __m256i {
+    // SAFETY: by the caller's contract.
+    unsafe { _mm256_loadu_si256(p.cast()) }
+}
+
+/// Unaligned 16-byte load.
+///
+/// # Safety
+/// 16 readable bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn ld128(p: *const u8) -> __m128i {
+    // SAFETY: by the caller's contract.
+    unsafe { _mm_loadu_si128(p.cast()) }
+}
+
+/// Unaligned little-endian read of a `T`.
+///
+/// # Safety
+/// `size_of::<T>()` readable bytes at `p`.
+#[inline(always)]
+pub(super) unsafe fn rd<T: Copy>(p: *const u8) -> T {
+    // SAFETY: by the caller's contract.
+    unsafe { p.cast::<T>().read_unaligned() }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float types.
+
+/// F32 · F32: four accumulators of 8, f32 tail.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f32_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (x, y) = (x.cast::<f32>(), y.cast::<f32>());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: elements i + 8k .. i + 8k + 8 < n of both rows.
+            let (u, v) =
+                unsafe { (_mm256_loadu_ps(x.add(i + 8 * k)), _mm256_loadu_ps(y.add(i + 8 * k))) };
+            *a = _mm256_fmadd_ps(u, v, *a);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        // SAFETY: elements i..i+8 < n of both rows.
+        let (u, v) = unsafe { (_mm256_loadu_ps(x.add(i)), _mm256_loadu_ps(y.add(i))) };
+        acc[0] = _mm256_fmadd_ps(u, v, acc[0]);
+        i += 8;
+    }
+    let mut sum =
+        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for j in i..n {
+        // SAFETY: j < n.
+        sum += unsafe { x.add(j).read_unaligned() * y.add(j).read_unaligned() };
+    }
+    sum
+}
+
+/// F16 · F16 against `C` rows: two accumulators of 8 per row, f32 tail.
+///
+/// # Safety
+/// The [`VecDot4`] contract for each of the `C` rows, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+    let mut acc = [[_mm256_setzero_ps(); 2]; C];
+    let mut i = 0;
+    while i + 16 <= n {
+        for h in 0..2 {
+            // SAFETY: elements i + 8h .. i + 8h + 8 < n of every row.
+            let u = _mm256_cvtph_ps(unsafe { ld128(x.add(2 * (i + 8 * h))) });
+            for (a, y) in acc.iter_mut().zip(y) {
+                // SAFETY: as above.
+                let v = _mm256_cvtph_ps(unsafe { ld128(y.add(2 * (i + 8 * h))) });
+                a[h] = _mm256_fmadd_ps(u, v, a[h]);
+            }
+        }
+        i += 16;
+    }
+    let mut out = [0.0; C];
+    for ((o, a), y) in out.iter_mut().zip(acc).zip(y) {
+        *o = hsum_ps(_mm256_add_ps(a[0], a[1]));
+        for j in i..n {
+            // SAFETY: j < n.
+            let (u, v) = unsafe { (rd::<u16>(x.add(2 * j)), rd::<u16>(y.add(2 * j))) };
+            *o += fp16_mul(u, v);
+        }
+    }
+    out
+}
+
+/// F16 · F16.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { f16_f16_n::<1>(n, x, [y])[0] }
+}
+
+/// BF16 · BF16: bf16 is the top half of an f32, so widening is a shift.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bf16_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let widen = |p: *const u8| {
+        // SAFETY: the callers below pass 8 in-bounds values.
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(unsafe { ld128(p) })))
+    };
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, a) in acc.iter_mut().enumerate() {
+            let o = 2 * (i + 8 * k);
+            *a = _mm256_fmadd_ps(widen(x.wrapping_add(o)), widen(y.wrapping_add(o)), *a);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] =
+            _mm256_fmadd_ps(widen(x.wrapping_add(2 * i)), widen(y.wrapping_add(2 * i)), acc[0]);
+        i += 8;
+    }
+    let mut sum =
+        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for j in i..n {
+        // SAFETY: j < n.
+        let (u, v) = unsafe { (rd::<u16>(x.add(2 * j)), rd::<u16>(y.add(2 * j))) };
+        sum += f32::from_bits(u32::from(u) << 16) * f32::from_bits(u32::from(v) << 16);
+    }
+    sum
+}
+
+// ---------------------------------------------------------------------------------------------
+// 32-value blocks against Q8_0 / Q8_1 (block sizes: Q8_0 34 bytes, d at 0, qs at 2; Q8_1 36,
+// d at 0, s at 2, qs at 4).
+
+/// Generic block loop against `C` Q8_0 rows, two accumulators per row (even and odd blocks).
+/// `unpack(block)` gives the block's raw scale and 32 signed weight bytes; `scale(raw, dy)`
+/// the product of the weight scale and the f16 activation scale `dy`.
+///
+/// # Safety
+/// The [`VecDot4`] contract for each row, `xsize` bytes per weight block, and AVX2/FMA/F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_rows<const C: usize>(
+    n: usize,
+    x: *const u8,
+    xsize: usize,
+    y: [*const u8; C],
+    unpack: impl Fn(*const u8) -> (u16, __m256i),
+    scale: impl Fn(u16, u16) -> f32,
+) -> [f32; C] {
+    let nb = n / 32;
+    let mut acc = [[_mm256_setzero_ps(); 2]; C];
+    for pair in 0..nb.div_ceil(2) {
+        for h in 0..2 {
+            let i = 2 * pair + h;
+            if i == nb {
+                break;
+            }
+            let (dx, qx) = unpack(x.wrapping_add(i * xsize));
+            let ax = _mm256_sign_epi8(qx, qx);
+            for (a, y) in acc.iter_mut().zip(y) {
+                let yb = y.wrapping_add(34 * i);
+                // SAFETY: block i of this activation row.
+                let (dy, qy) = unsafe { (rd::<u16>(yb), ld256(yb.add(2))) };
+                let p = _mm256_cvtepi32_ps(dot_u8_i8(ax, _mm256_sign_epi8(qy, qx)));
+                a[h] = _mm256_fmadd_ps(_mm256_set1_ps(scale(dx, dy)), p, a[h]);
+            }
+        }
+    }
+    acc.map(|a| hsum_ps(_mm256_add_ps(a[0], a[1])))
+}
+
+/// Q4_0 · Q8_0 against `C` rows.
+///
+/// # Safety
+/// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+    let unpack = |b: *const u8| {
+        // SAFETY: `b` is a whole Q4_0 block of the row (18 bytes: d, qs[16]).
+        let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
+        (d, _mm256_sub_epi8(nibbles(qs), _mm256_set1_epi8(8)))
+    };
+    // SAFETY: forwarded.
+    unsafe { q8_0_rows(n, x, 18, y, unpack, |a, b| fp16_mul(a, b)) }
+}
+
+/// Q4_0 · Q8_0.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { q4_0_q8_0_n::<1>(n, x, [y])[0] }
+}
+
+/// Q8_0 · Q8_0 against `C` rows.
+///
+/// # Safety
+/// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+    let unpack = |b: *const u8| {
+        // SAFETY: `b` is a whole Q8_0 block of the row (34 bytes: d, qs[32]).
+        let (d, qs) = unsafe { (rd::<u16>(b), ld256(b.add(2))) };
+        (d, qs)
+    };
+    // SAFETY: forwarded.
+    unsafe { q8_0_rows(n, x, 34, y, unpack, |a, b| fp16_mul(a, b)) }
+}
+
+/// Q8_0 · Q8_0.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { q8_0_q8_0_n::<1>(n, x, [y])[0] }
+}
+
+/// Q5_0 · Q8_0: the fifth bit, when clear, turns the nibble into `nibble - 16`.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let unpack = |b: *const u8| {
+        // SAFETY: `b` is a whole Q5_0 block (22 bytes: d, qh[4], qs[16]).
+        let (d, qh, qs) = unsafe { (rd::<u16>(b), rd::<u32>(b.add(2)), ld128(b.add(6))) };
+        let high = _mm256_andnot_si256(bytes_from_bits(qh), _mm256_set1_epi8(0xF0u8 as i8));
+        (d, _mm256_or_si256(nibbles(qs), high))
+    };
+    // SAFETY: forwarded.
+    unsafe { q8_0_rows::<1>(n, x, 22, [y], unpack, |a, b| fp16_mul(a, b))[0] }
+}
+
+/// IQ4_NL · Q8_0: nibbles index `kvalues_iq4nl` (a byte shuffle).
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: the table is 16 bytes.
+    let table = _mm256_broadcastsi128_si256(unsafe {
+        ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast())
+    });
+    let unpack = |b: *const u8| {
+        // SAFETY: `b` is a whole IQ4_NL block (18 bytes: d, qs[16]).
+        let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
+        (d, _mm256_shuffle_epi8(table, nibbles(qs)))
+    };
+    // SAFETY: forwarded.
+    unsafe { q8_0_rows::<1>(n, x, 18, [y], unpack, |a, b| fp16_mul(a, b))[0] }
+}
+
+/// MXFP4 · Q8_0: nibbles index the doubled E2M1 values, scaled by half the E8M0 exponent.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mxfp4_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: the table is 16 bytes.
+    let table = _mm256_broadcastsi128_si256(unsafe {
+        ld128(tessera_tensor::blocks::KVALUES_MXFP4.as_ptr().cast())
+    });
+    let unpack = |b: *const u8| {
+        // SAFETY: `b` is a whole MXFP4 block (17 bytes: e, qs[16]).
+        let (e, qs) = unsafe { (*b, ld128(b.add(1))) };
+        (u16::from(e), _mm256_shuffle_epi8(table, nibbles(qs)))
+    };
+    let mx_scale = |e: u16, dy: u16| super::scalar::e8m0_half(e as u8) * fp16(dy);
+    // SAFETY: forwarded.
+    unsafe { q8_0_rows::<1>(n, x, 17, [y], unpack, mx_scale)[0] }
+}
+
+/// Generic block loop of the `d·q + m` types against Q8_1: `Σ (dx·dy)·Σq·y + m·s`.
+/// `unpack(block)` gives `d` and `m` (two f16, packed) and 32 unsigned weight bytes (0..32).
+///
+/// # Safety
+/// The [`VecDot`] contract, `xsize` bytes per weight block, and AVX2/FMA/F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_1_rows(
+    n: usize,
+    x: *const u8,
+    xsize: usize,
+    y: *const u8,
+    unpack: impl Fn(*const u8) -> (u32, __m256i),
+) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0;
+    for i in 0..n / 32 {
+        let (dm, qx) = unpack(x.wrapping_add(i * xsize));
+        let yb = y.wrapping_add(36 * i);
+        // SAFETY: block i of the activation row.
+        let (ds, qy) = unsafe { (rd::<u32>(yb), ld256(yb.add(4))) };
+        let ((dx, mx), (dy, sy)) = (fp16x2(dm), fp16x2(ds));
+        summs += mx * sy;
+        let p = _mm256_cvtepi32_ps(dot_u8_i8(qx, qy));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), p, acc);
+    }
+    hsum_ps(acc) + summs
+}
+
+/// Q4_1 · Q8_1.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let unpack = |b: *const u8| {
+        // SAFETY: `b` is a whole Q4_1 block (20 bytes: d, m, qs[16]).
+        let (dm, qs) = unsafe { (rd::<u32>(b), ld128(b.add(4))) };
+        (dm, nibbles(qs))
+    };
+    // SAFETY: forwarded.
+    unsafe { q8_1_rows(n, x, 20, y, unpack) }
+}
+
+/// Q5_1 · Q8_1.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let unpack = |b: *const u8| {
+        // SAFETY: `b` is a whole Q5_1 block (24 bytes: d, m, qh[4], qs[16]).
+        let (dm, qh, qs) = unsafe { (rd::<u32>(b), rd::<u32>(b.add(4)), ld128(b.add(8))) };
+        let high = _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10));
+        (dm, _mm256_or_si256(nibbles(qs), high))
+    };
+    // SAFETY: forwarded.
+    unsafe { q8_1_rows(n, x, 24, y, unpack) }
+}

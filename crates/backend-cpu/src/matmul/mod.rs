@@ -1,0 +1,529 @@
+//! Matrix multiplication: ggml's CPU `MUL_MAT` (`ggml_compute_forward_mul_mat`).
+//!
+//! `dst[i1][i0] = dot(src0 row i0, src1 row i1)`, with src0 (the weights) broadcast over
+//! dimensions 2 and 3. As in ggml, the activations (src1) are first converted once to the
+//! weight type's *dot type* ([`vec_dot_type`]: F16 for F16 weights, BF16 for BF16, Q8_0 / Q8_1 /
+//! Q8_K for the quantized types, F32 for F32) into the shared work buffer, every thread
+//! converting its share; after a barrier the output is cut into chunks that threads claim from
+//! a shared counter, and each chunk is computed in 16×16 tiles of dot products.
+//!
+//! Kernels: every weight type ggml has a dot product for that the models use (F32, F16, BF16,
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4) has a scalar kernel
+//! ([`scalar`]) and AVX2 kernels ([`avx2`], [`avx2_k`]); F32, F16, BF16, Q4_0 and Q8_0 also have
+//! AVX-512 kernels ([`avx512`], with VNNI where the CPU has it; the other types run their AVX2
+//! kernels at that level). Any other type with a reference dequantizer (the i-quants, TQ1_0,
+//! TQ2_0, ...) is computed by dequantizing tiles of src0 rows to f32 and taking f32 dots with
+//! unconverted activations: correct, slower.
+//!
+//! Bit-level choices follow ggml's x86 build: on the SIMD levels activations are quantized to
+//! Q8_0/Q8_1 with `d = amax/127` (stored as f16), multiplier `127/amax` and round-half-even;
+//! Q8_K with ggml's reference quantizer (`iscale = -127/max`, `nearest_int`). The scalar level
+//! uses ggml's reference quantizers (`roundf`), as a ggml build without AVX does.
+
+mod convert;
+mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_k;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+#[cfg(test)]
+mod tests;
+
+use crate::{ComputeParams, SimdLevel, TensorRef};
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+use tessera_tensor::{quant, DType};
+
+/// A dot product of one src0 row with one converted src1 row: `dot(n, x, y)`.
+///
+/// # Safety
+/// `x` must point to `n` elements (`n / block_size` blocks) of the kernel's weight type and `y`
+/// to `n` elements of its dot type, both readable (no alignment needed), and the CPU must have
+/// the instruction set the kernel was compiled for.
+type VecDot = unsafe fn(usize, *const u8, *const u8) -> f32;
+
+/// One src0 row against four src1 rows at once (`y[k]` → result `k`), sharing the weight
+/// unpacking between the four; same contract as [`VecDot`] for each `y[k]`.
+type VecDot4 = unsafe fn(usize, *const u8, [*const u8; 4]) -> [f32; 4];
+
+/// Converts `n` f32 values at `x` to the dot type, written at `y`.
+///
+/// # Safety
+/// `x` must hold `n` readable f32 values (no alignment needed), `y` must have room for the
+/// converted row (`n` a multiple of the type's block size), and the CPU must have the
+/// kernel's instruction set.
+type FromF32 = unsafe fn(*const f32, *mut u8, usize);
+
+/// Tile edge of the inner blocking (ggml's `blck_0`/`blck_1`).
+const TILE: usize = 16;
+
+/// How one weight type is multiplied at one SIMD level.
+#[derive(Clone, Copy)]
+enum Kernel {
+    /// A dot product of its own against activations converted to `vdt`.
+    Dot {
+        /// The activations' type.
+        vdt: DType,
+        /// One row by one row.
+        dot: VecDot,
+        /// One row by four rows, where a kernel exists.
+        dot4: Option<VecDot4>,
+    },
+    /// Dequantize tiles of src0 rows to f32 and take f32 dots with f32 activations.
+    Dequant,
+}
+
+/// The activation type ggml converts src1 to for weights of type `src0` (`vec_dot_type`);
+/// F32 for the types computed by dequantization.
+fn vec_dot_type(src0: DType) -> DType {
+    use DType::*;
+    match src0 {
+        F16 => F16,
+        BF16 => BF16,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | MXFP4 => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Q8_K,
+        _ => F32,
+    }
+}
+
+/// The best level this CPU runs, detected once.
+fn cpu_level() -> SimdLevel {
+    static LEVEL: OnceLock<SimdLevel> = OnceLock::new();
+    *LEVEL.get_or_init(SimdLevel::detect)
+}
+
+/// Whether the CPU has AVX-512 VNNI, detected once.
+fn cpu_vnni() -> bool {
+    static VNNI: OnceLock<bool> = OnceLock::new();
+    *VNNI.get_or_init(crate::has_vnni)
+}
+
+/// `requested`, lowered to what the CPU can run, so a wrong [`ComputeParams::simd`] can never
+/// reach an instruction the CPU lacks.
+fn effective(requested: SimdLevel) -> SimdLevel {
+    requested.min(cpu_level())
+}
+
+/// The kernel for weights of type `src0` at level `simd` (which the CPU must support).
+fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
+    let Some(scalar) = scalar::vec_dot(src0) else {
+        return Kernel::Dequant;
+    };
+    #[allow(unused_mut)]
+    let (mut dot, mut dot4) = (scalar, None);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd >= SimdLevel::Avx2 {
+            dot = avx2::vec_dot(src0).or_else(|| avx2_k::vec_dot(src0)).unwrap_or(dot);
+            dot4 = avx2::vec_dot4(src0).or_else(|| avx2_k::vec_dot4(src0));
+        }
+        if simd >= SimdLevel::Avx512 {
+            // One- and four-row kernels always come from the same module, so every result is
+            // the same whichever of the two computed it.
+            if let Some(d) = avx512::vec_dot(src0, cpu_vnni()) {
+                (dot, dot4) = (d, avx512::vec_dot4(src0, cpu_vnni()));
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = simd;
+    Kernel::Dot { vdt: vec_dot_type(src0), dot, dot4 }
+}
+
+/// Whether `mul_mat` can multiply weights of type `src0` by activations of type `src1`:
+/// every weight type with a reference dequantizer, by F32, F16 or BF16 activations.
+#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
+pub(crate) fn supports(src0: DType, src1: DType) -> bool {
+    matches!(src1, DType::F32 | DType::F16 | DType::BF16)
+        && (scalar::vec_dot(src0).is_some() || quant::can_dequantize(src0))
+}
+
+/// Whether src1 must be converted into the work buffer before the dots: its type is not the
+/// dot type, or its elements are not packed within rows.
+fn needs_conversion(src1: &TensorRef, vdt: DType) -> bool {
+    src1.dtype != vdt || !src1.rows_contiguous()
+}
+
+/// Bytes of one src1 row once converted to `vdt`.
+fn converted_row_size(vdt: DType, ne10: usize) -> usize {
+    vdt.type_size() * (ne10 / vdt.block_size())
+}
+
+/// Bytes of work buffer `mul_mat` needs: all of src1's rows converted to src0's dot type,
+/// rounded up to 64; zero when src1 is used in place.
+#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
+pub(crate) fn work_size(src0: &TensorRef, src1: &TensorRef) -> usize {
+    let vdt = vec_dot_type(src0.dtype);
+    if !needs_conversion(src1, vdt) {
+        return 0;
+    }
+    (converted_row_size(vdt, src1.ne[0]) * src1.n_rows()).next_multiple_of(64)
+}
+
+/// Computes this thread's share of `dst = src0 · src1ᵀ` (ggml's MUL_MAT). Called by all
+/// `p.nth` threads at once; they meet at one barrier (after converting src1 into `p.wdata`,
+/// which must hold [`work_size`] bytes).
+///
+/// Shapes: src0 `[K, M, ne02, ne03]` with packed rows, src1 `[K, N, ne12, ne13]` (F32, F16 or
+/// BF16, any strides), dst F32 `[M, N, ne12, ne13]` with packed rows; `ne12 % ne02 == 0`,
+/// `ne13 % ne03 == 0`. Panics when they do not hold (a graph bug).
+#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
+pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1: &TensorRef) {
+    check_shapes(dst, src0, src1);
+    let simd = effective(p.simd);
+    let kernel = kernel(src0.dtype, simd);
+    let vdt = match kernel {
+        Kernel::Dot { vdt, .. } => vdt,
+        Kernel::Dequant => DType::F32,
+    };
+    let convert = needs_conversion(src1, vdt);
+    let row_size = converted_row_size(vdt, src1.ne[0]);
+    if convert {
+        assert!(p.wsize >= row_size * src1.n_rows(), "mul_mat: work buffer too small");
+        convert_src1(p, src1, vdt, row_size, simd);
+    }
+    if p.ith == 0 {
+        p.sync.chunk_counter().store(p.nth, Ordering::Relaxed);
+    }
+    p.sync.barrier();
+
+    let act = Activations {
+        base: if convert { p.wdata.cast_const() } else { src1.data.cast_const() },
+        src1: *src1,
+        converted: convert,
+        row_size,
+    };
+    let (nr0, nr1) = (src0.ne[1], src1.n_rows());
+    let chunk = if nr0 == 1 || nr1 == 1 { 64 } else { 16 };
+    let (mut nchunk0, mut nchunk1) = (nr0.div_ceil(chunk), nr1.div_ceil(chunk));
+    if nchunk0 * nchunk1 < 4 * p.nth {
+        // Too few chunks to balance dynamically: one range per thread along the longer side.
+        (nchunk0, nchunk1) = if nr0 > nr1 { (p.nth, 1) } else { (1, p.nth) };
+    }
+    let (dr0, dr1) = (nr0.div_ceil(nchunk0), nr1.div_ceil(nchunk1));
+    let total = nchunk0 * nchunk1;
+    let mut current = p.ith;
+    while current < total {
+        let (c0, c1) = (current % nchunk0, current / nchunk0);
+        let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
+        let rows1 = (dr1 * c1).min(nr1)..(dr1 * (c1 + 1)).min(nr1);
+        match kernel {
+            Kernel::Dot { dot, dot4, .. } => dot_chunk(dst, src0, &act, dot, dot4, rows0, rows1),
+            Kernel::Dequant => dequant_chunk(dst, src0, &act, simd, rows0, rows1),
+        }
+        if p.nth >= total {
+            break;
+        }
+        current = p.sync.chunk_counter().fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Asserts the shape and layout rules of [`mul_mat`].
+fn check_shapes(dst: &TensorRef, src0: &TensorRef, src1: &TensorRef) {
+    assert_eq!(src0.ne[0], src1.ne[0], "mul_mat: inner dimensions differ");
+    assert_eq!(src0.ne[0] % src0.dtype.block_size(), 0, "mul_mat: partial block in src0 rows");
+    assert!(src0.rows_contiguous(), "mul_mat: src0 rows must be packed");
+    assert!(
+        matches!(src1.dtype, DType::F32 | DType::F16 | DType::BF16),
+        "mul_mat: src1 must be F32, F16 or BF16, not {}",
+        src1.dtype
+    );
+    assert_eq!(dst.dtype, DType::F32, "mul_mat: dst must be F32");
+    assert_eq!(dst.nb[0], 4, "mul_mat: dst rows must be packed");
+    assert_eq!(dst.ne, [src0.ne[1], src1.ne[1], src1.ne[2], src1.ne[3]], "mul_mat: dst shape");
+    assert!(
+        src0.ne[2] > 0
+            && src0.ne[3] > 0
+            && src1.ne[2] % src0.ne[2] == 0
+            && src1.ne[3] % src0.ne[3] == 0,
+        "mul_mat: src0 does not broadcast over src1"
+    );
+}
+
+/// Where the dot kernels find src1 row `(i11, i12, i13)`.
+struct Activations {
+    /// The work buffer (converted rows, packed) or src1 itself.
+    base: *const u8,
+    /// src1's shape and strides.
+    src1: TensorRef,
+    /// Whether `base` is the work buffer.
+    converted: bool,
+    /// Bytes per converted row.
+    row_size: usize,
+}
+
+impl Activations {
+    /// Address of src1 row `r` (a flat row index over dims 1..3).
+    fn row(&self, r: usize) -> *const u8 {
+        if self.converted {
+            self.base.wrapping_add(r * self.row_size)
+        } else {
+            let (i1, i2, i3) = self.src1.row_coords(r);
+            let nb = &self.src1.nb;
+            self.base.wrapping_add(i1 * nb[1] + i2 * nb[2] + i3 * nb[3])
+        }
+    }
+}
+
+/// The src0 matrix (dims 2, 3) that src1 row `r` is multiplied by, and the dst row it fills.
+fn row_targets(
+    dst: &TensorRef,
+    src0: &TensorRef,
+    src1: &TensorRef,
+    r: usize,
+) -> (*const u8, *mut f32) {
+    let (i1, i2, i3) = src1.row_coords(r);
+    let (r2, r3) = (src1.ne[2] / src0.ne[2], src1.ne[3] / src0.ne[3]);
+    let w = src0.data.wrapping_add((i2 / r2) * src0.nb[2] + (i3 / r3) * src0.nb[3]);
+    let out = dst.data.wrapping_add(i1 * dst.nb[1] + i2 * dst.nb[2] + i3 * dst.nb[3]);
+    (w.cast_const(), out.cast())
+}
+
+/// Computes dst rows `rows1` × columns `rows0` with a dot kernel, in 16×16 tiles; four src1
+/// rows at a time where a four-row kernel exists and the four share their src0 matrix.
+fn dot_chunk(
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    dot: VecDot,
+    dot4: Option<VecDot4>,
+    rows0: std::ops::Range<usize>,
+    rows1: std::ops::Range<usize>,
+) {
+    let (k, nb01) = (src0.ne[0], src0.nb[1]);
+    for t1 in rows1.clone().step_by(TILE) {
+        let e1 = (t1 + TILE).min(rows1.end);
+        for t0 in rows0.clone().step_by(TILE) {
+            let e0 = (t0 + TILE).min(rows0.end);
+            let mut r1 = t1;
+            while r1 < e1 {
+                let (w, out) = row_targets(dst, src0, &act.src1, r1);
+                if let Some(dot4) = dot4.filter(|_| r1 + 4 <= e1) {
+                    let (w3, _) = row_targets(dst, src0, &act.src1, r1 + 3);
+                    if w3 == w {
+                        let ys = [0, 1, 2, 3].map(|j| act.row(r1 + j));
+                        let outs =
+                            [0, 1, 2, 3].map(|j| row_targets(dst, src0, &act.src1, r1 + j).1);
+                        for r0 in t0..e0 {
+                            // SAFETY: src0 row r0 of matrix `w` and src1 rows r1..r1+4 are
+                            // within their tensors, each holding `k` elements of the kernel's
+                            // types (checked by `check_shapes` / the conversion), and `kernel`
+                            // picked a level this CPU runs.
+                            let v = unsafe { dot4(k, w.wrapping_add(r0 * nb01), ys) };
+                            for (o, v) in outs.iter().zip(v) {
+                                // SAFETY: r0 < ne0 of the dst row; this thread owns the element.
+                                unsafe { o.add(r0).write(v) };
+                            }
+                        }
+                        r1 += 4;
+                        continue;
+                    }
+                }
+                let y = act.row(r1);
+                for r0 in t0..e0 {
+                    // SAFETY: as above, for one src1 row.
+                    let v = unsafe { dot(k, w.wrapping_add(r0 * nb01), y) };
+                    // SAFETY: r0 < ne0 of the dst row; this thread owns the element.
+                    unsafe { out.add(r0).write(v) };
+                }
+                r1 += 1;
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Per-thread f32 scratch: src1 slices gathered before conversion.
+    static GATHER: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread f32 scratch: dequantized src0 tiles.
+    static TILE_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `n` floats of a per-thread scratch buffer.
+fn with_scratch<R>(
+    key: &'static std::thread::LocalKey<RefCell<Vec<f32>>>,
+    n: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    key.with(|cell| {
+        let mut v = cell.borrow_mut();
+        if v.len() < n {
+            v.resize(n, 0.0);
+        }
+        f(&mut v[..n])
+    })
+}
+
+/// Computes a chunk for a weight type without a dot kernel: each tile of up to 16 src0 rows
+/// is dequantized to f32 once per src0 matrix, then dotted with the f32 src1 rows.
+fn dequant_chunk(
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    simd: SimdLevel,
+    rows0: std::ops::Range<usize>,
+    rows1: std::ops::Range<usize>,
+) {
+    let (k, nb01) = (src0.ne[0], src0.nb[1]);
+    let row_bytes = src0.row_size();
+    let dot = kernel(DType::F32, simd);
+    let Kernel::Dot { dot, .. } = dot else { unreachable!("F32 has a dot kernel") };
+    with_scratch(&TILE_F32, TILE * k, |tile| {
+        for t1 in rows1.clone().step_by(TILE) {
+            let e1 = (t1 + TILE).min(rows1.end);
+            for t0 in rows0.clone().step_by(TILE) {
+                let e0 = (t0 + TILE).min(rows0.end);
+                let mut cached: Option<*const u8> = None;
+                for r1 in t1..e1 {
+                    let (w, out) = row_targets(dst, src0, &act.src1, r1);
+                    if cached != Some(w) {
+                        for (r0, f) in (t0..e0).zip(tile.chunks_exact_mut(k)) {
+                            // SAFETY: src0 row r0 of matrix `w` is `row_bytes` readable bytes.
+                            let bytes = unsafe {
+                                std::slice::from_raw_parts(w.wrapping_add(r0 * nb01), row_bytes)
+                            };
+                            quant::dequantize_row(src0.dtype, bytes, f)
+                                .expect("dequantizable type (checked by supports) and exact sizes");
+                        }
+                        cached = Some(w);
+                    }
+                    let y = act.row(r1);
+                    for (r0, f) in (t0..e0).zip(tile.chunks_exact(k)) {
+                        // SAFETY: `f` holds k floats, `y` is an f32 src1 row of k elements,
+                        // and the kernel's level runs on this CPU.
+                        let v = unsafe { dot(k, f.as_ptr().cast(), y) };
+                        // SAFETY: r0 < ne0 of the dst row; this thread owns the element.
+                        unsafe { out.add(r0).write(v) };
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// This thread's share of converting src1 into the work buffer: the (row, block) pairs of
+/// src1 are split evenly over the threads, so one long row is shared as well as many short.
+fn convert_src1(p: &ComputeParams, src1: &TensorRef, vdt: DType, row_size: usize, simd: SimdLevel) {
+    let from = convert::from_f32(vdt, simd);
+    let (bs, ts) = (vdt.block_size(), vdt.type_size());
+    let blocks = src1.ne[0] / bs;
+    let total = blocks * src1.n_rows();
+    let share = |i: usize| ((total as u128 * i as u128) / p.nth as u128) as usize;
+    let (mut at, end) = (share(p.ith), share(p.ith + 1));
+    let direct = src1.dtype == DType::F32 && src1.rows_contiguous();
+    while at < end {
+        let (row, b0) = (at / blocks, at % blocks);
+        let nblk = (blocks - b0).min(end - at);
+        let (i1, i2, i3) = src1.row_coords(row);
+        let n = nblk * bs;
+        let out = p.wdata.wrapping_add(row * row_size + b0 * ts);
+        // SAFETY: (i1, i2, i3) is a row of src1.
+        let src = unsafe { src1.row_ptr(i1, i2, i3) }.wrapping_add(b0 * bs * src1.nb[0]);
+        if direct {
+            // SAFETY: `src` holds n packed f32 of this row; `out` is this thread's part of the
+            // work buffer (checked to hold every converted row); the level runs on this CPU.
+            unsafe { from(src.cast(), out, n) };
+        } else {
+            with_scratch(&GATHER, n, |buf| {
+                gather_f32(src, src1.dtype, src1.nb[0], buf);
+                // SAFETY: `buf` holds n f32; `out` as above.
+                unsafe { from(buf.as_ptr(), out, n) };
+            });
+        }
+        at += nblk;
+    }
+}
+
+/// Reads `buf.len()` F32/F16/BF16 elements `stride` bytes apart from `src` as f32.
+fn gather_f32(src: *const u8, dtype: DType, stride: usize, buf: &mut [f32]) {
+    for (i, v) in buf.iter_mut().enumerate() {
+        let at = src.wrapping_add(i * stride);
+        // SAFETY: element i of the slice `convert_src1` computed, inside src1.
+        *v = unsafe {
+            match dtype {
+                DType::F16 => half::f16::from_bits(at.cast::<u16>().read_unaligned()).to_f32(),
+                DType::BF16 => f32::from_bits(u32::from(at.cast::<u16>().read_unaligned()) << 16),
+                _ => at.cast::<f32>().read_unaligned(),
+            }
+        };
+    }
+}
+
+/// Dot product of `n` f16 values at `x` and `y` with f32 accumulation, at level `simd` (or
+/// the best the CPU has, if lower). For the flash-attention kernel.
+///
+/// The caller must pass pointers to `n` readable values each (no alignment needed).
+#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
+pub(crate) fn dot_f16(n: usize, x: *const half::f16, y: *const half::f16, simd: SimdLevel) -> f32 {
+    let Kernel::Dot { dot, .. } = kernel(DType::F16, effective(simd)) else {
+        unreachable!("F16 has a dot kernel")
+    };
+    // SAFETY: the caller passes n readable f16 at each pointer; the level runs on this CPU.
+    unsafe { dot(n, x.cast(), y.cast()) }
+}
+
+/// Dot product of `n` f32 values at `x` and `y`, at level `simd` (or the best the CPU has, if
+/// lower). For the flash-attention kernel.
+///
+/// The caller must pass pointers to `n` readable values each (no alignment needed).
+#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
+pub(crate) fn dot_f32(n: usize, x: *const f32, y: *const f32, simd: SimdLevel) -> f32 {
+    let Kernel::Dot { dot, .. } = kernel(DType::F32, effective(simd)) else {
+        unreachable!("F32 has a dot kernel")
+    };
+    // SAFETY: the caller passes n readable f32 at each pointer; the level runs on this CPU.
+    unsafe { dot(n, x.cast(), y.cast()) }
+}
+
+/// A row dot product for another kernel's use (flash attention's K·Q): the activation type
+/// f32 rows must be converted to, the conversion, and the dot.
+#[derive(Clone, Copy)]
+pub(crate) struct RowDot {
+    /// The type the f32 operand is converted to.
+    pub vdt: DType,
+    from: FromF32,
+    dot: VecDot,
+}
+
+impl RowDot {
+    /// The kernel for rows of type `x` at level `simd` (lowered to what the CPU has); `None`
+    /// for types computed by dequantization.
+    pub(crate) fn new(x: DType, simd: SimdLevel) -> Option<RowDot> {
+        let simd = effective(simd);
+        match kernel(x, simd) {
+            Kernel::Dot { vdt, dot, .. } => {
+                Some(RowDot { vdt, from: convert::from_f32(vdt, simd), dot })
+            }
+            Kernel::Dequant => None,
+        }
+    }
+
+    /// Bytes of `n` converted values.
+    pub(crate) fn converted_size(&self, n: usize) -> usize {
+        converted_row_size(self.vdt, n)
+    }
+
+    /// Converts `x` (a whole number of the dot type's blocks) into `out`.
+    pub(crate) fn convert(&self, x: &[f32], out: &mut [u8]) {
+        assert!(out.len() >= self.converted_size(x.len()), "RowDot::convert: output too small");
+        // SAFETY: x holds n floats, out has room for the converted row (checked), and the
+        // level was lowered to one this CPU runs.
+        unsafe { (self.from)(x.as_ptr(), out.as_mut_ptr(), x.len()) }
+    }
+
+    /// `dot(x row, converted y)` over `n` elements.
+    ///
+    /// # Safety
+    /// `x` must point to a readable row of `n` elements of the kernel's type and `y` to a row
+    /// converted by [`RowDot::convert`] from `n` floats.
+    pub(crate) unsafe fn dot(&self, n: usize, x: *const u8, y: *const u8) -> f32 {
+        // SAFETY: forwarded contract; the level runs on this CPU.
+        unsafe { (self.dot)(n, x, y) }
+    }
+}

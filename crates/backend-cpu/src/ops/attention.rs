@@ -1,0 +1,192 @@
+//! SOFT_MAX (with mask, scale and ALiBi) and FLASH_ATTN_EXT.
+//!
+//! Flash attention follows ggml's CPU kernel: each query row is converted once to K's dot type
+//! (F16 for an F16 cache, Q8_0 for a Q8_0 cache), then one pass over the KV cells keeps a
+//! running maximum, a running sum and the V accumulator (online softmax), skipping cells the
+//! mask sets to -inf. The scores are never materialized. The V accumulator is kept in f32
+//! (ggml keeps it in f16 for an f16 V); that only makes the result closer to exact.
+
+use super::rowio::{load, load_row, row_at, store, with_rows};
+use crate::matmul::RowDot;
+use crate::{ComputeParams, TensorRef};
+use std::cell::RefCell;
+use tessera_tensor::quant as float;
+use tessera_tensor::DType;
+
+/// ggml's ALiBi slope of head `h` of `n_head` (1 when `max_bias` is 0).
+fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f32 {
+    if max_bias <= 0.0 {
+        return 1.0;
+    }
+    let n_head_log2 = 1u32 << (n_head as u32).ilog2();
+    let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
+    let m1 = 2f32.powf(-(max_bias / 2.0) / n_head_log2 as f32);
+    if (h as u32) < n_head_log2 {
+        m0.powi(h as i32 + 1)
+    } else {
+        m1.powi(2 * (h as i32 - n_head_log2 as i32) + 1)
+    }
+}
+
+/// Reads mask element `i` of a row at `row` (F16 or F32).
+///
+/// # Safety
+/// `row` must be a mask row holding more than `i` elements `nb0` bytes apart.
+unsafe fn mask_at(row: *const u8, dtype: DType, nb0: usize, i: usize) -> f32 {
+    // SAFETY: caller.
+    let p = unsafe { row.add(i * nb0) };
+    match dtype {
+        // SAFETY: caller.
+        DType::F16 => float::f16_to_f32(unsafe { p.cast::<u16>().read_unaligned() }),
+        // SAFETY: caller.
+        _ => unsafe { p.cast::<f32>().read_unaligned() },
+    }
+}
+
+/// `softmax(a * scale + slope * mask)` per row (`ggml_compute_forward_soft_max_f32`); the sum
+/// of exponentials in f64.
+pub(crate) fn soft_max(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    a: &TensorRef,
+    mask: Option<TensorRef>,
+    scale: f32,
+    max_bias: f32,
+) {
+    let ne0 = a.ne[0];
+    with_rows([ne0, 0, 0, 0], |[x, _, _, _]| {
+        for r in p.split(a.n_rows()) {
+            let (i1, i2, i3, src) = row_at(a, r);
+            // SAFETY: row r of a.
+            unsafe { load(src, a.dtype, a.nb[0], x) };
+            x.iter_mut().for_each(|v| *v *= scale);
+            if let Some(m) = &mask {
+                let slope = alibi_slope(max_bias, i2, a.ne[2]);
+                // SAFETY: the builder checked that the mask has >= ne1 rows and broadcasts
+                // over dims 2 and 3.
+                let mrow = unsafe { m.row_ptr(i1, i2 % m.ne[2], i3 % m.ne[3]) };
+                for (i, v) in x.iter_mut().enumerate() {
+                    // SAFETY: the mask row holds ne0 elements.
+                    *v += slope * unsafe { mask_at(mrow, m.dtype, m.nb[0], i) };
+                }
+            }
+            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if max == f32::NEG_INFINITY {
+                // Every position masked: no distribution; zeros rather than NaN.
+                x.iter_mut().for_each(|v| *v = 0.0);
+            } else {
+                let mut sum = 0f64;
+                for v in x.iter_mut() {
+                    *v = (*v - max).exp();
+                    sum += f64::from(*v);
+                }
+                let inv = (1.0 / sum) as f32;
+                x.iter_mut().for_each(|v| *v *= inv);
+            }
+            // SAFETY: this thread's dst row.
+            unsafe { store(dst.row_ptr(i1, i2, i3), dst.dtype, dst.nb[0], x) };
+        }
+    });
+}
+
+thread_local! {
+    /// Per-thread bytes: the query row converted to K's dot type.
+    static QCONV: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `softmax(q·kᵀ·scale [softcapped] + slope·mask) · v` for every query row, head and batch
+/// (`ggml_compute_forward_flash_attn_ext_f16`). q `[D, n_q, n_head, ne3]` F32, k `[D, n_kv,
+/// n_head_kv, ne3]`, v `[DV, n_kv, n_head_kv, ne3]`, mask `[n_kv, >= n_q, m2, m3]`; dst
+/// `[DV, n_head, n_q, ne3]` F32. `params` = [scale, max_bias, softcap].
+pub(crate) fn flash_attn_ext(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    [q, k, v]: [&TensorRef; 3],
+    mask: Option<TensorRef>,
+    [scale, max_bias, softcap]: [f32; 3],
+) {
+    let (d, dv, n_q, n_head, n_kv) = (q.ne[0], v.ne[0], q.ne[1], q.ne[2], k.ne[1]);
+    let group = n_head / k.ne[2];
+    // K·Q with K's own dot kernel where it has one, else through dequantized K rows.
+    let kdot = RowDot::new(k.dtype, p.simd);
+    let f32dot = RowDot::new(DType::F32, p.simd).expect("F32 has a dot kernel");
+    let qdot = kdot.unwrap_or(f32dot);
+    let v_plain = matches!(v.dtype, DType::F32 | DType::F16);
+    with_rows([d, dv, dv, d], |[qf, acc, vrow, krow]| {
+        QCONV.with(|cell| {
+            let mut qc = cell.borrow_mut();
+            let need = qdot.converted_size(d).max(d * 4);
+            if qc.len() < need {
+                qc.resize(need, 0);
+            }
+            for r in p.split(n_q * n_head * q.ne[3]) {
+                let (iq, h, i3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
+                let hk = h / group;
+                // SAFETY: (iq, h, i3) is a row of q.
+                unsafe { load(q.row_ptr(iq, h, i3), q.dtype, q.nb[0], qf) };
+                qdot.convert(qf, &mut qc);
+                let slope = alibi_slope(max_bias, h, n_head);
+                let mrow = mask.as_ref().map(|m| {
+                    // SAFETY: the mask has >= n_q rows and broadcasts over dims 2, 3.
+                    (unsafe { m.row_ptr(iq, h % m.ne[2], i3 % m.ne[3]) }, m)
+                });
+                let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+                acc.iter_mut().for_each(|a| *a = 0.0);
+                for ic in 0..n_kv {
+                    let mv = match &mrow {
+                        // SAFETY: mask rows hold n_kv elements.
+                        Some((row, m)) => slope * unsafe { mask_at(*row, m.dtype, m.nb[0], ic) },
+                        None => 0.0,
+                    };
+                    if mv == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    // SAFETY: (ic, hk, i3) is a row of k (and of v below).
+                    let kp = unsafe { k.row_ptr(ic, hk, i3) };
+                    let mut s = if kdot.is_some() {
+                        // SAFETY: k's row holds d elements of its type; qc was converted from d
+                        // floats by the same kernel.
+                        unsafe { qdot.dot(d, kp, qc.as_ptr()) }
+                    } else {
+                        // SAFETY: k's packed row of d elements.
+                        unsafe { load_row(kp, k.dtype, k.nb[0], krow) };
+                        // SAFETY: both hold d floats.
+                        unsafe { f32dot.dot(d, krow.as_ptr().cast(), qc.as_ptr()) }
+                    };
+                    s *= scale;
+                    if softcap != 0.0 {
+                        s = softcap * (s / softcap).tanh();
+                    }
+                    s += mv;
+                    let (ms, vs) = if s > max {
+                        let ms = if max == f32::NEG_INFINITY { 0.0 } else { (max - s).exp() };
+                        max = s;
+                        (ms, 1.0)
+                    } else {
+                        (1.0, (s - max).exp())
+                    };
+                    // SAFETY: v's row (ic, hk, i3) holds dv elements.
+                    let vp = unsafe { v.row_ptr(ic, hk, i3) };
+                    if v_plain {
+                        // SAFETY: as above.
+                        unsafe { load(vp, v.dtype, v.nb[0], vrow) };
+                    } else {
+                        // SAFETY: v's packed row.
+                        unsafe { load_row(vp, v.dtype, v.nb[0], vrow) };
+                    }
+                    if ms != 1.0 {
+                        acc.iter_mut().for_each(|a| *a *= ms);
+                    }
+                    for (a, &x) in acc.iter_mut().zip(vrow.iter()) {
+                        *a += vs * x;
+                    }
+                    sum = sum * ms + vs;
+                }
+                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+                acc.iter_mut().for_each(|a| *a *= inv);
+                // SAFETY: dst row (h, iq, i3) belongs to this thread (one per query row).
+                unsafe { store(dst.row_ptr(h, iq, i3), dst.dtype, dst.nb[0], acc) };
+            }
+        });
+    });
+}

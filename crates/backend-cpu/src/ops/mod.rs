@@ -1,0 +1,155 @@
+//! The op kernels and their dispatch (ggml's `ggml_compute_forward`).
+//!
+//! Every thread of the pool calls [`compute`] for every node, as in ggml; each kernel takes its
+//! share of rows from [`ComputeParams::split`] (or chunks, for MUL_MAT) and never writes outside
+//! it, so no node needs a lock. [`supports`] says which types and layouts the kernels take, so
+//! the backend refuses a graph up front instead of failing inside a kernel.
+
+mod attention;
+mod copy;
+mod elementwise;
+mod norm;
+mod rope;
+pub(crate) mod rowio;
+mod rows;
+
+use crate::{matmul, ComputeParams, TensorRef};
+use tessera_tensor::graph::Op;
+use tessera_tensor::{quant, DType};
+
+/// A node ready to compute: its op, destination and sources resolved to memory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Node {
+    /// The op and its parameters.
+    pub op: Op,
+    /// The result.
+    pub dst: TensorRef,
+    /// The sources, in ggml's order.
+    pub src: [Option<TensorRef>; 5],
+}
+
+impl Node {
+    /// Source `i`, which the op's constructor guarantees is present.
+    fn s(&self, i: usize) -> &TensorRef {
+        self.src[i].as_ref().expect("the graph builder sets every required source")
+    }
+}
+
+/// Whether `op` computes nothing (leafs and views).
+pub(crate) fn is_noop(op: &Op) -> bool {
+    matches!(op, Op::None) || op.is_view()
+}
+
+/// Scratch bytes the node needs in the shared work buffer.
+pub(crate) fn work_size(node: &Node) -> usize {
+    match node.op {
+        Op::MulMat => matmul::work_size(node.s(0), node.s(1)),
+        _ => 0,
+    }
+}
+
+/// Computes this thread's share of `node`.
+pub(crate) fn compute(p: &ComputeParams, node: &Node) {
+    let dst = &node.dst;
+    match node.op {
+        Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
+        Op::MulMat => matmul::mul_mat(p, dst, node.s(0), node.s(1)),
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            elementwise::binary(p, node.op, dst, node.s(0), node.s(1))
+        }
+        Op::Scale { scale, bias } => elementwise::scale(p, dst, node.s(0), scale, bias),
+        Op::Unary(u) => elementwise::unary(p, u, dst, node.s(0)),
+        Op::Glu { op, swapped } => elementwise::glu(p, op, swapped, dst, node.s(0), node.src[1]),
+        Op::RmsNorm { eps } => norm::rms_norm(p, dst, node.s(0), eps),
+        Op::Norm { eps } => norm::norm(p, dst, node.s(0), eps),
+        Op::SumRows => norm::sum_rows(p, dst, node.s(0)),
+        Op::Argmax => norm::argmax(p, dst, node.s(0)),
+        Op::SoftMax { scale, max_bias } => {
+            attention::soft_max(p, dst, node.s(0), node.src[1], scale, max_bias)
+        }
+        Op::FlashAttnExt { scale, max_bias, softcap } => attention::flash_attn_ext(
+            p,
+            dst,
+            [node.s(0), node.s(1), node.s(2)],
+            node.src[3],
+            [scale, max_bias, softcap],
+        ),
+        Op::Rope(params) => rope::rope(p, dst, node.s(0), node.s(1), node.src[2], &params),
+        Op::GetRows => rows::get_rows(p, dst, node.s(0), node.s(1)),
+        Op::SetRows => rows::set_rows(p, dst, node.s(1), node.s(2)),
+        Op::Concat { dim } => rows::concat(p, dst, node.s(0), node.s(1), dim),
+        Op::Cpy | Op::Cont | Op::Dup => copy::copy(p, dst, node.s(0)),
+    }
+}
+
+fn is_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// Whether the kernels compute `node` (types and layouts). Shapes are the graph builder's
+/// business and are trusted.
+pub(crate) fn supports(node: &Node) -> bool {
+    use DType::*;
+    let dst = &node.dst;
+    let t = |i: usize| node.src[i].map(|s| s.dtype);
+    let packed_rows = |r: &TensorRef| r.rows_contiguous() || r.ne[0] == 1;
+    match node.op {
+        Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => true,
+        Op::MulMat => {
+            matmul::supports(node.s(0).dtype, node.s(1).dtype)
+                && node.s(0).rows_contiguous()
+                && dst.dtype == F32
+                && packed_rows(dst)
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div => {
+            is_float(dst.dtype) && is_float(node.s(0).dtype) && is_float(node.s(1).dtype)
+        }
+        Op::Scale { .. } | Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows => {
+            node.s(0).dtype == F32 && dst.dtype == F32
+        }
+        Op::Argmax => node.s(0).dtype == F32 && dst.dtype == I32,
+        Op::Unary(_) => matches!(node.s(0).dtype, F32 | F16) && matches!(dst.dtype, F32 | F16),
+        Op::Glu { .. } => {
+            matches!(node.s(0).dtype, F32 | F16)
+                && node.src[1].is_none_or(|u| matches!(u.dtype, F32 | F16))
+        }
+        Op::SoftMax { .. } => {
+            node.s(0).dtype == F32
+                && dst.dtype == F32
+                && t(1).is_none_or(|m| matches!(m, F32 | F16))
+        }
+        Op::FlashAttnExt { .. } => {
+            let kv_ok = |r: &TensorRef| {
+                (is_float(r.dtype) || quant::can_dequantize(r.dtype)) && packed_rows(r)
+            };
+            node.s(0).dtype == F32
+                && kv_ok(node.s(1))
+                && kv_ok(node.s(2))
+                && t(3).is_none_or(|m| matches!(m, F32 | F16))
+                && dst.dtype == F32
+        }
+        Op::Rope(_) => {
+            matches!(node.s(0).dtype, F32 | F16)
+                && node.s(1).dtype == I32
+                && t(2).is_none_or(|f| f == F32)
+        }
+        Op::GetRows => {
+            let src = node.s(0);
+            node.s(1).dtype == I32
+                && (is_float(src.dtype)
+                    || src.dtype == I32
+                    || (quant::can_dequantize(src.dtype) && packed_rows(src)))
+        }
+        Op::SetRows => {
+            node.s(1).dtype == F32
+                && matches!(node.s(2).dtype, I32 | I64)
+                && (is_float(dst.dtype) || (quant::can_quantize(dst.dtype) && packed_rows(dst)))
+        }
+        Op::Concat { .. } => {
+            dst.dtype.block_size() == 1
+                && node.s(0).dtype == dst.dtype
+                && node.s(1).dtype == dst.dtype
+        }
+        Op::Cpy | Op::Cont | Op::Dup => copy::supports(dst, node.s(0)),
+    }
+}
