@@ -269,9 +269,11 @@ unsafe fn bf16_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
 // 32-value blocks against Q8_0 / Q8_1 (block sizes: Q8_0 34 bytes, d at 0, qs at 2; Q8_1 36,
 // d at 0, s at 2, qs at 4).
 
-/// Generic block loop against `C` Q8_0 rows, two accumulators per row (even and odd blocks).
-/// `unpack(block)` gives the block's raw scale and 32 signed weight bytes; `scale(raw, dy)`
-/// the product of the weight scale and the f16 activation scale `dy`.
+/// Generic block loop against `C` Q8_0 rows, one accumulator per row, blocks in order: the
+/// order of ggml's `ggml_vec_dot_*_q8_0` and of llamafile's tinyBLAS (which llama.cpp uses for
+/// these types), so results are the same bits. `unpack(block)` gives the block's raw scale and
+/// 32 signed weight bytes; `scale(raw, dy)` the product of the weight scale and the f16
+/// activation scale `dy`.
 ///
 /// # Safety
 /// The [`VecDot4`] contract for each row, `xsize` bytes per weight block, and AVX2/FMA/F16C.
@@ -286,25 +288,19 @@ unsafe fn q8_0_rows<const C: usize>(
     scale: impl Fn(u16, u16) -> f32,
 ) -> [f32; C] {
     let nb = n / 32;
-    let mut acc = [[_mm256_setzero_ps(); 2]; C];
-    for pair in 0..nb.div_ceil(2) {
-        for h in 0..2 {
-            let i = 2 * pair + h;
-            if i == nb {
-                break;
-            }
-            let (dx, qx) = unpack(x.wrapping_add(i * xsize));
-            let ax = _mm256_sign_epi8(qx, qx);
-            for (a, y) in acc.iter_mut().zip(y) {
-                let yb = y.wrapping_add(34 * i);
-                // SAFETY: block i of this activation row.
-                let (dy, qy) = unsafe { (rd::<u16>(yb), ld256(yb.add(2))) };
-                let p = _mm256_cvtepi32_ps(dot_u8_i8(ax, _mm256_sign_epi8(qy, qx)));
-                a[h] = _mm256_fmadd_ps(_mm256_set1_ps(scale(dx, dy)), p, a[h]);
-            }
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in 0..nb {
+        let (dx, qx) = unpack(x.wrapping_add(i * xsize));
+        let ax = _mm256_sign_epi8(qx, qx);
+        for (a, y) in acc.iter_mut().zip(y) {
+            let yb = y.wrapping_add(34 * i);
+            // SAFETY: block i of this activation row.
+            let (dy, qy) = unsafe { (rd::<u16>(yb), ld256(yb.add(2))) };
+            let p = _mm256_cvtepi32_ps(dot_u8_i8(ax, _mm256_sign_epi8(qy, qx)));
+            *a = _mm256_fmadd_ps(_mm256_set1_ps(scale(dx, dy)), p, *a);
         }
     }
-    acc.map(|a| hsum_ps(_mm256_add_ps(a[0], a[1])))
+    acc.map(|a| hsum_ps(a))
 }
 
 /// Q4_0 · Q8_0 against `C` rows.

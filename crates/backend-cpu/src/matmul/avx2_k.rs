@@ -250,6 +250,17 @@ unsafe fn q6_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
     unsafe { per16_rows(n, x, 210, y, true, unpack) }
 }
 
+/// How ggml's AVX2 kernels add the min corrections (the rounding differs, so each type keeps
+/// its own, to give llama.cpp's bits).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mins {
+    /// Q4_K: a separate 4-lane f32 accumulator, reduced on its own and added at the end.
+    Lanes,
+    /// Q5_K: the corrections summed as integers per block, accumulated in one f32 (with a
+    /// fused multiply-add, as the compiler contracts `summs += dmin * x`).
+    Scalar,
+}
+
 /// The shared loop of Q4_K and Q5_K (per-32 scales and mins). `unpack(xb)` returns the 16
 /// bytes `[scale 0..8, min 0..8]`, the 256 unsigned quants as 8 vectors of 32, `d` and `dmin`.
 ///
@@ -262,23 +273,37 @@ unsafe fn per32_rows<const C: usize>(
     x: *const u8,
     xsize: usize,
     y: [*const u8; C],
+    mins_mode: Mins,
     unpack: impl Fn(*const u8) -> ([u8; 16], [__m256i; 8], f32, f32),
 ) -> [f32; C] {
     let ctl: [__m256i; 8] = std::array::from_fn(|s| broadcast_control(s));
     let mut acc = [_mm256_setzero_ps(); C];
+    let mut acc_m = [_mm_setzero_ps(); C];
+    let mut summs = [0f32; C];
     for i in 0..n / 256 {
         let (sm, q, d, dmin) = unpack(x.wrapping_add(i * xsize));
         // SAFETY: 16 bytes.
         let sm = _mm256_cvtepu8_epi16(unsafe { ld128(sm.as_ptr()) });
         let scales = _mm256_permute2x128_si256::<0x00>(sm, sm);
         let mins = _mm256_extracti128_si256::<1>(sm);
-        for (a, y) in acc.iter_mut().zip(y) {
+        for (r, y) in y.iter().enumerate() {
             let yb = y.wrapping_add(Q8K * i);
             // SAFETY: block i of this activation row: d and bsums.
             let (dy, bsums) = unsafe { (rd::<f32>(yb), ld256(yb.add(260))) };
             let pair_sums =
                 _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256::<1>(bsums));
-            let summ = _mm256_zextsi128_si256(_mm_madd_epi16(mins, pair_sums));
+            let prod = _mm_madd_epi16(mins, pair_sums);
+            let dm = -dy * dmin;
+            match mins_mode {
+                Mins::Lanes => {
+                    acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dm), _mm_cvtepi32_ps(prod), acc_m[r]);
+                }
+                Mins::Scalar => {
+                    let z = _mm_setzero_si128();
+                    let h = _mm_hadd_epi32(_mm_hadd_epi32(prod, z), z);
+                    summs[r] = dm.mul_add(_mm_cvtsi128_si32(h) as f32, summs[r]);
+                }
+            }
             let mut sumi = _mm256_setzero_si256();
             for (s, q) in q.iter().enumerate() {
                 // SAFETY: quants 32s..32s+32 of the block.
@@ -289,11 +314,19 @@ unsafe fn per32_rows<const C: usize>(
                     _mm256_madd_epi16(p, _mm256_shuffle_epi8(scales, ctl[s])),
                 );
             }
-            *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * d), _mm256_cvtepi32_ps(sumi), *a);
-            *a = _mm256_fmadd_ps(_mm256_set1_ps(-dy * dmin), _mm256_cvtepi32_ps(summ), *a);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dy * d), _mm256_cvtepi32_ps(sumi), acc[r]);
         }
     }
-    acc.map(|a| hsum_ps(a))
+    std::array::from_fn(|r| {
+        let m = match mins_mode {
+            Mins::Lanes => {
+                let a = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
+                _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)))
+            }
+            Mins::Scalar => summs[r],
+        };
+        hsum_ps(acc[r]) + m
+    })
 }
 
 /// The nibbles of 128 bytes of Q4_K/Q5_K `qs` in element order: for each 32 bytes, the low
@@ -329,7 +362,7 @@ unsafe fn q4_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
         (k4_scales(&packed), q, d, dmin)
     };
     // SAFETY: forwarded.
-    unsafe { per32_rows(n, x, 144, y, unpack) }
+    unsafe { per32_rows(n, x, 144, y, Mins::Lanes, unpack) }
 }
 
 /// Q5_K · Q8_K against `C` rows (block: d at 0, dmin at 2, scales[12] at 4, qh[32] at 16,
@@ -353,7 +386,7 @@ unsafe fn q5_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
         (k4_scales(&packed), q, d, dmin)
     };
     // SAFETY: forwarded.
-    unsafe { per32_rows(n, x, 176, y, unpack) }
+    unsafe { per32_rows(n, x, 176, y, Mins::Scalar, unpack) }
 }
 
 /// IQ4_XS · Q8_K against `C` rows (block: d at 0, scales_h at 2, scales_l[4] at 4, qs[128] at

@@ -123,7 +123,10 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
             dot = avx2::vec_dot(src0).or_else(|| avx2_k::vec_dot(src0)).unwrap_or(dot);
             dot4 = avx2::vec_dot4(src0).or_else(|| avx2_k::vec_dot4(src0));
         }
-        if simd >= SimdLevel::Avx512 {
+        // Q4_0 and Q8_0 stay on the AVX2 kernels: llama.cpp multiplies them with llamafile's
+        // tinyBLAS, one 8-lane accumulator per output with blocks in order, which the AVX2
+        // kernels reproduce bit for bit and the 16-lane ones do not.
+        if simd >= SimdLevel::Avx512 && matches!(src0, DType::F32 | DType::F16 | DType::BF16) {
             // One- and four-row kernels always come from the same module, so every result is
             // the same whichever of the two computed it.
             if let Some(d) = avx512::vec_dot(src0, cpu_vnni()) {
@@ -138,7 +141,6 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
 
 /// Whether `mul_mat` can multiply weights of type `src0` by activations of type `src1`:
 /// every weight type with a reference dequantizer, by F32, F16 or BF16 activations.
-#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
 pub(crate) fn supports(src0: DType, src1: DType) -> bool {
     matches!(src1, DType::F32 | DType::F16 | DType::BF16)
         && (scalar::vec_dot(src0).is_some() || quant::can_dequantize(src0))
@@ -157,7 +159,6 @@ fn converted_row_size(vdt: DType, ne10: usize) -> usize {
 
 /// Bytes of work buffer `mul_mat` needs: all of src1's rows converted to src0's dot type,
 /// rounded up to 64; zero when src1 is used in place.
-#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
 pub(crate) fn work_size(src0: &TensorRef, src1: &TensorRef) -> usize {
     let vdt = vec_dot_type(src0.dtype);
     if !needs_conversion(src1, vdt) {
@@ -173,7 +174,6 @@ pub(crate) fn work_size(src0: &TensorRef, src1: &TensorRef) -> usize {
 /// Shapes: src0 `[K, M, ne02, ne03]` with packed rows, src1 `[K, N, ne12, ne13]` (F32, F16 or
 /// BF16, any strides), dst F32 `[M, N, ne12, ne13]` with packed rows; `ne12 % ne02 == 0`,
 /// `ne13 % ne03 == 0`. Panics when they do not hold (a graph bug).
-#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
 pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1: &TensorRef) {
     check_shapes(dst, src0, src1);
     let simd = effective(p.simd);
@@ -459,7 +459,7 @@ fn gather_f32(src: *const u8, dtype: DType, stride: usize, buf: &mut [f32]) {
 /// the best the CPU has, if lower). For the flash-attention kernel.
 ///
 /// The caller must pass pointers to `n` readable values each (no alignment needed).
-#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
+#[allow(dead_code, reason = "kept for the kernel tests; flash attention has its own ggml-order dot")]
 pub(crate) fn dot_f16(n: usize, x: *const half::f16, y: *const half::f16, simd: SimdLevel) -> f32 {
     let Kernel::Dot { dot, .. } = kernel(DType::F16, effective(simd)) else {
         unreachable!("F16 has a dot kernel")
@@ -472,7 +472,7 @@ pub(crate) fn dot_f16(n: usize, x: *const half::f16, y: *const half::f16, simd: 
 /// lower). For the flash-attention kernel.
 ///
 /// The caller must pass pointers to `n` readable values each (no alignment needed).
-#[allow(dead_code, reason = "called by the op dispatcher, which is being written")]
+#[allow(dead_code, reason = "kept for the kernel tests; flash attention has its own ggml-order dot")]
 pub(crate) fn dot_f32(n: usize, x: *const f32, y: *const f32, simd: SimdLevel) -> f32 {
     let Kernel::Dot { dot, .. } = kernel(DType::F32, effective(simd)) else {
         unreachable!("F32 has a dot kernel")

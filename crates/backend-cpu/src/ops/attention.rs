@@ -3,10 +3,12 @@
 //! Flash attention follows ggml's CPU kernel: each query row is converted once to K's dot type
 //! (F16 for an F16 cache, Q8_0 for a Q8_0 cache), then one pass over the KV cells keeps a
 //! running maximum, a running sum and the V accumulator (online softmax), skipping cells the
-//! mask sets to -inf. The scores are never materialized. The V accumulator is kept in f32
-//! (ggml keeps it in f16 for an f16 V); that only makes the result closer to exact.
+//! mask sets to -inf. The scores are never materialized. With an F16 V the accumulator is
+//! f16, rounded after every update as ggml's `VKQ16` (so results track llama.cpp's); other V
+//! types accumulate in f32.
 
 use super::rowio::{load, load_row, row_at, store, with_rows};
+use super::{dot_f16, vec_f16, vexp};
 use crate::matmul::RowDot;
 use crate::{ComputeParams, TensorRef};
 use std::cell::RefCell;
@@ -75,11 +77,7 @@ pub(crate) fn soft_max(
                 // Every position masked: no distribution; zeros rather than NaN.
                 x.iter_mut().for_each(|v| *v = 0.0);
             } else {
-                let mut sum = 0f64;
-                for v in x.iter_mut() {
-                    *v = (*v - max).exp();
-                    sum += f64::from(*v);
-                }
+                let sum = vexp::soft_max(x, max, p.simd);
                 let inv = (1.0 / sum) as f32;
                 x.iter_mut().for_each(|v| *v *= inv);
             }
@@ -92,6 +90,8 @@ pub(crate) fn soft_max(
 thread_local! {
     /// Per-thread bytes: the query row converted to K's dot type.
     static QCONV: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread f16 accumulator of an F16 V.
+    static VKQ16: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `softmax(q·kᵀ·scale [softcapped] + slope·mask) · v` for every query row, head and batch
@@ -112,81 +112,114 @@ pub(crate) fn flash_attn_ext(
     let f32dot = RowDot::new(DType::F32, p.simd).expect("F32 has a dot kernel");
     let qdot = kdot.unwrap_or(f32dot);
     let v_plain = matches!(v.dtype, DType::F32 | DType::F16);
+    let v16 = v.dtype == DType::F16;
+    // An F16 K uses ggml_vec_dot_f16's summation order (the matmul kernels follow tinyBLAS).
+    let k16 = k.dtype == DType::F16;
+    let fused = p.simd >= crate::SimdLevel::Avx2 && super::rope::has_fma();
+    // As ggml: with soft-capping the scale is divided by the cap before the tanh.
+    let kq_scale = if softcap != 0.0 { scale / softcap } else { scale };
     with_rows([d, dv, dv, d], |[qf, acc, vrow, krow]| {
         QCONV.with(|cell| {
-            let mut qc = cell.borrow_mut();
-            let need = qdot.converted_size(d).max(d * 4);
-            if qc.len() < need {
-                qc.resize(need, 0);
-            }
-            for r in p.split(n_q * n_head * q.ne[3]) {
-                let (iq, h, i3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
-                let hk = h / group;
-                // SAFETY: (iq, h, i3) is a row of q.
-                unsafe { load(q.row_ptr(iq, h, i3), q.dtype, q.nb[0], qf) };
-                qdot.convert(qf, &mut qc);
-                let slope = alibi_slope(max_bias, h, n_head);
-                let mrow = mask.as_ref().map(|m| {
-                    // SAFETY: the mask has >= n_q rows and broadcasts over dims 2, 3.
-                    (unsafe { m.row_ptr(iq, h % m.ne[2], i3 % m.ne[3]) }, m)
-                });
-                let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-                acc.iter_mut().for_each(|a| *a = 0.0);
-                for ic in 0..n_kv {
-                    let mv = match &mrow {
-                        // SAFETY: mask rows hold n_kv elements.
-                        Some((row, m)) => slope * unsafe { mask_at(*row, m.dtype, m.nb[0], ic) },
-                        None => 0.0,
-                    };
-                    if mv == f32::NEG_INFINITY {
-                        continue;
-                    }
-                    // SAFETY: (ic, hk, i3) is a row of k (and of v below).
-                    let kp = unsafe { k.row_ptr(ic, hk, i3) };
-                    let mut s = if kdot.is_some() {
-                        // SAFETY: k's row holds d elements of its type; qc was converted from d
-                        // floats by the same kernel.
-                        unsafe { qdot.dot(d, kp, qc.as_ptr()) }
-                    } else {
-                        // SAFETY: k's packed row of d elements.
-                        unsafe { load_row(kp, k.dtype, k.nb[0], krow) };
-                        // SAFETY: both hold d floats.
-                        unsafe { f32dot.dot(d, krow.as_ptr().cast(), qc.as_ptr()) }
-                    };
-                    s *= scale;
-                    if softcap != 0.0 {
-                        s = softcap * (s / softcap).tanh();
-                    }
-                    s += mv;
-                    let (ms, vs) = if s > max {
-                        let ms = if max == f32::NEG_INFINITY { 0.0 } else { (max - s).exp() };
-                        max = s;
-                        (ms, 1.0)
-                    } else {
-                        (1.0, (s - max).exp())
-                    };
-                    // SAFETY: v's row (ic, hk, i3) holds dv elements.
-                    let vp = unsafe { v.row_ptr(ic, hk, i3) };
-                    if v_plain {
-                        // SAFETY: as above.
-                        unsafe { load(vp, v.dtype, v.nb[0], vrow) };
-                    } else {
-                        // SAFETY: v's packed row.
-                        unsafe { load_row(vp, v.dtype, v.nb[0], vrow) };
-                    }
-                    if ms != 1.0 {
-                        acc.iter_mut().for_each(|a| *a *= ms);
-                    }
-                    for (a, &x) in acc.iter_mut().zip(vrow.iter()) {
-                        *a += vs * x;
-                    }
-                    sum = sum * ms + vs;
+            VKQ16.with(|cell16| {
+                let mut qc = cell.borrow_mut();
+                let mut acc16v = cell16.borrow_mut();
+                if acc16v.len() < dv {
+                    acc16v.resize(dv, 0);
                 }
-                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-                acc.iter_mut().for_each(|a| *a *= inv);
-                // SAFETY: dst row (h, iq, i3) belongs to this thread (one per query row).
-                unsafe { store(dst.row_ptr(h, iq, i3), dst.dtype, dst.nb[0], acc) };
-            }
+                let acc16 = &mut acc16v[..dv];
+                let need = qdot.converted_size(d).max(d * 4);
+                if qc.len() < need {
+                    qc.resize(need, 0);
+                }
+                for r in p.split(n_q * n_head * q.ne[3]) {
+                    let (iq, h, i3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
+                    let hk = h / group;
+                    // SAFETY: (iq, h, i3) is a row of q.
+                    unsafe { load(q.row_ptr(iq, h, i3), q.dtype, q.nb[0], qf) };
+                    qdot.convert(qf, &mut qc);
+                    let slope = alibi_slope(max_bias, h, n_head);
+                    let mrow = mask.as_ref().map(|m| {
+                        // SAFETY: the mask has >= n_q rows and broadcasts over dims 2, 3.
+                        (unsafe { m.row_ptr(iq, h % m.ne[2], i3 % m.ne[3]) }, m)
+                    });
+                    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+                    acc.iter_mut().for_each(|a| *a = 0.0);
+                    acc16.iter_mut().for_each(|a| *a = 0);
+                    for ic in 0..n_kv {
+                        let mv = match &mrow {
+                            Some((row, m)) => {
+                                // SAFETY: mask rows hold n_kv elements.
+                                slope * unsafe { mask_at(*row, m.dtype, m.nb[0], ic) }
+                            }
+                            None => 0.0,
+                        };
+                        if mv == f32::NEG_INFINITY {
+                            continue;
+                        }
+                        // SAFETY: (ic, hk, i3) is a row of k (and of v below).
+                        let kp = unsafe { k.row_ptr(ic, hk, i3) };
+                        let mut s = if k16 {
+                            // SAFETY: k's row holds d f16 values; qc holds q converted to d f16.
+                            unsafe { dot_f16::dot(d, kp.cast(), qc.as_ptr().cast(), p.simd) }
+                        } else if kdot.is_some() {
+                            // SAFETY: k's row holds d elements of its type; qc was converted from d
+                            // floats by the same kernel.
+                            unsafe { qdot.dot(d, kp, qc.as_ptr()) }
+                        } else {
+                            // SAFETY: k's packed row of d elements.
+                            unsafe { load_row(kp, k.dtype, k.nb[0], krow) };
+                            // SAFETY: both hold d floats.
+                            unsafe { f32dot.dot(d, krow.as_ptr().cast(), qc.as_ptr()) }
+                        };
+                        s *= kq_scale;
+                        if softcap != 0.0 {
+                            s = softcap * s.tanh();
+                        }
+                        s += mv;
+                        let (ms, vs) = if s > max {
+                            let ms = if max == f32::NEG_INFINITY { 0.0 } else { (max - s).exp() };
+                            max = s;
+                            (ms, 1.0)
+                        } else {
+                            (1.0, (s - max).exp())
+                        };
+                        // SAFETY: v's row (ic, hk, i3) holds dv elements.
+                        let vp = unsafe { v.row_ptr(ic, hk, i3) };
+                        if v16 {
+                            if ms != 1.0 {
+                                vec_f16::scale(acc16, ms, p.simd);
+                            }
+                            // SAFETY: the F16 row holds dv packed values (supports checks packing).
+                            unsafe { vec_f16::mad(acc16, vp.cast(), vs, p.simd) };
+                        } else {
+                            if v_plain {
+                                // SAFETY: as above.
+                                unsafe { load(vp, v.dtype, v.nb[0], vrow) };
+                            } else {
+                                // SAFETY: v's packed row.
+                                unsafe { load_row(vp, v.dtype, v.nb[0], vrow) };
+                            }
+                            if ms != 1.0 {
+                                acc.iter_mut().for_each(|a| *a *= ms);
+                            }
+                            for (a, &x) in acc.iter_mut().zip(vrow.iter()) {
+                                *a = if fused { x.mul_add(vs, *a) } else { *a + vs * x };
+                            }
+                        }
+                        // ggml's `S = S*ms + vs`, contracted to one FMA where the CPU has it.
+                        sum = if fused { sum.mul_add(ms, vs) } else { sum * ms + vs };
+                    }
+                    if v16 {
+                        for (a, &h) in acc.iter_mut().zip(acc16.iter()) {
+                            *a = float::f16_to_f32(h);
+                        }
+                    }
+                    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+                    acc.iter_mut().for_each(|a| *a *= inv);
+                    // SAFETY: dst row (h, iq, i3) belongs to this thread (one per query row).
+                    unsafe { store(dst.row_ptr(h, iq, i3), dst.dtype, dst.nb[0], acc) };
+                }
+            })
         });
     });
 }

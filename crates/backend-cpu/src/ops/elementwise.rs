@@ -6,6 +6,7 @@
 //! (Gemma's GEGLU) are checked against llama.cpp, so the table matters.
 
 use super::rowio::{load, row_at, store, with_rows};
+use super::vexp;
 use crate::{ComputeParams, TensorRef};
 use std::sync::OnceLock;
 use tessera_tensor::graph::{GluOp, Op, UnaryOp};
@@ -35,10 +36,6 @@ pub(crate) fn gelu(x: f32, table: &[u16]) -> f32 {
     } else {
         float::f16_to_f32(table[float::f32_to_f16(x) as usize])
     }
-}
-
-fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
 }
 
 fn gelu_erf(x: f32) -> f32 {
@@ -111,7 +108,7 @@ pub(crate) fn unary(p: &ComputeParams, op: UnaryOp, dst: &TensorRef, a: &TensorR
             match op {
                 UnaryOp::Gelu => x.iter_mut().for_each(|v| *v = gelu(*v, table)),
                 UnaryOp::GeluErf => x.iter_mut().for_each(|v| *v = gelu_erf(*v)),
-                UnaryOp::Silu => x.iter_mut().for_each(|v| *v = silu(*v)),
+                UnaryOp::Silu => vexp::silu(x, p.simd),
                 UnaryOp::Tanh => x.iter_mut().for_each(|v| *v = v.tanh()),
             }
             // SAFETY: this thread's dst row.
@@ -151,7 +148,7 @@ pub(crate) fn glu(
                 }
             }
             match op {
-                GluOp::SwiGlu => g.iter_mut().zip(u.iter()).for_each(|(g, u)| *g = silu(*g) * u),
+                GluOp::SwiGlu => vexp::swiglu(g, u, p.simd),
                 GluOp::GeGlu => {
                     g.iter_mut().zip(u.iter()).for_each(|(g, u)| *g = gelu(*g, table) * u)
                 }

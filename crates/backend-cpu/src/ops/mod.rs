@@ -7,11 +7,14 @@
 
 mod attention;
 mod copy;
+mod dot_f16;
 mod elementwise;
 mod norm;
 mod rope;
 pub(crate) mod rowio;
 mod rows;
+mod vec_f16;
+mod vexp;
 
 use crate::{matmul, ComputeParams, TensorRef};
 use tessera_tensor::graph::Op;

@@ -25,7 +25,8 @@ fn per_row(
 /// `x / sqrt(mean(x²) + eps)` per row (`ggml_compute_forward_rms_norm_f32`).
 pub(crate) fn rms_norm(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, eps: f32) {
     per_row(p, dst, a, |x, d| {
-        let sum: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        // As ggml: each square rounded to f32, the sum in f64.
+        let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
         let mean = (sum / x.len() as f64) as f32;
         let s = 1.0 / (mean + eps).sqrt();
         x.iter_mut().for_each(|v| *v *= s);

@@ -49,6 +49,26 @@ fn rope_cache(p: &RopeParams, pos: f32, ff: Option<&TensorRef>, corr: [f32; 2], 
     }
 }
 
+fn rotate_plain(x0: f32, x1: f32, c: f32, s: f32) -> (f32, f32) {
+    (x0 * c - x1 * s, x0 * s + x1 * c)
+}
+
+fn rotate_fma(x0: f32, x1: f32, c: f32, s: f32) -> (f32, f32) {
+    (x0.mul_add(c, -(x1 * s)), x0.mul_add(s, x1 * c))
+}
+
+/// Whether the CPU has fused multiply-add (ggml's SIMD builds contract `a*b + c` into one).
+pub(crate) fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Rotates this thread's share of the rows of `a` (`[head_dim, n_head, n_tokens, ne3]`) by the
 /// angles of the I32 positions `pos` (one per token, dim 2).
 pub(crate) fn rope(
@@ -61,6 +81,12 @@ pub(crate) fn rope(
 ) {
     let corr = yarn_corr_dims(params);
     let (ne0, n_dims) = (a.ne[0], params.n_dims);
+    // ggml is built with FMA contraction: `x0*c - x1*s` becomes fma(x0, c, -(x1*s)) and
+    // `x0*s + x1*c` becomes fma(x0, s, x1*c). Do the same wherever the CPU has FMA (the SIMD
+    // levels), plain products at the scalar level (a build without FMA).
+    let fused = p.simd >= crate::SimdLevel::Avx2 && has_fma();
+    let rotate: fn(f32, f32, f32, f32) -> (f32, f32) =
+        if fused { rotate_fma } else { rotate_plain };
     with_rows([ne0, n_dims, 0, 0], |[x, cache, _, _]| {
         let mut cached: Option<(usize, usize)> = None;
         for r in p.split(a.n_rows()) {
@@ -81,8 +107,9 @@ pub(crate) fn rope(
                     RopeMode::Neox => (i0 / 2, i0 / 2 + n_dims / 2),
                 };
                 let (x0, x1) = (x[j0], x[j1]);
-                x[j0] = x0 * c - x1 * s;
-                x[j1] = x0 * s + x1 * c;
+                let (y0, y1) = rotate(x0, x1, c, s);
+                x[j0] = y0;
+                x[j1] = y1;
             }
             // SAFETY: this thread's dst row (same shape as a).
             unsafe { store(dst.row_ptr(i1, i2, i3), dst.dtype, dst.nb[0], x) };
