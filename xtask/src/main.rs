@@ -4,6 +4,8 @@
 //!   fetched and verified, the whole test suite, then the kernel test matrix.
 //! - `cargo xtask models [NAME...]`: fetch, assemble and checksum the real models into the cache
 //!   (`TESSERA_MODELS`, default under the user's cache directory) and print their paths.
+//! - `cargo xtask synth-models DIR`: writes the random-weight qwen3 and gpt2 models the tests
+//!   compare with llama.cpp (crates/llama/tools/make_synth_refs.sh makes their references).
 //! - `cargo xtask test-matrix [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512]`: every
 //!   op x type x shape case of tessera-testmatrix on the CPU backend, for each thread count and
 //!   SIMD level, against the float64 reference; prints the table, fails on any failure. Built in
@@ -19,6 +21,7 @@ fn main() -> Result<()> {
         Some("ci") => ci(),
         Some("models") => models(&args[1..]),
         Some("test-matrix") => test_matrix(&args[1..]),
+        Some("synth-models") => synth_models(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]... | test-matrix \
@@ -67,6 +70,20 @@ fn test_matrix(args: &[String]) -> Result<()> {
     ];
     all.extend(args.iter().map(String::as_str));
     cargo(&all)
+}
+
+fn synth_models(args: &[String]) -> Result<()> {
+    let dir = std::path::PathBuf::from(args.first().map_or("target/synth", String::as_str));
+    std::fs::create_dir_all(&dir)?;
+    let vocab_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vocab");
+    for (stem, spec, vocab) in tessera_llama::synth::test_models() {
+        let v = tessera_gguf::GgufFile::open(vocab_dir.join(vocab))
+            .with_context(|| format!("opening the vocabulary {vocab}"))?;
+        let path = dir.join(format!("{stem}.gguf"));
+        tessera_llama::synth::write_random_model(&spec, v.metadata(), &path)?;
+        println!("{}", path.display());
+    }
+    Ok(())
 }
 
 fn models(names: &[String]) -> Result<()> {

@@ -1,8 +1,15 @@
 //! `tessera`: the command line of the Tessera stack.
 //!
-//! Subcommands mirror llama.cpp's tools so people can switch: `tessera gguf` is gguf-dump.
+//! Subcommands mirror llama.cpp's tools so people can switch: `tessera run` is llama-cli,
+//! `bench` llama-bench, `perplexity` llama-perplexity, `tokenize` llama-tokenize, `gguf`
+//! gguf-dump. Logs go to stderr through `tracing` (`RUST_LOG=info` for more).
 
+mod bench_cmd;
+mod common;
 mod gguf_cmd;
+mod perplexity_cmd;
+mod run_cmd;
+mod tokenize_cmd;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -17,6 +24,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a prompt (like llama-cli / llama-simple).
+    Run(run_cmd::RunArgs),
+    /// Measure prompt processing and generation speed (like llama-bench).
+    Bench(bench_cmd::BenchArgs),
+    /// Measure perplexity on a text file (like llama-perplexity).
+    Perplexity(perplexity_cmd::PerplexityArgs),
+    /// Show how a text is tokenized (like llama-tokenize).
+    Tokenize(tokenize_cmd::TokenizeArgs),
     /// Print a GGUF file's metadata and tensor table (like gguf-dump).
     Gguf {
         /// The GGUF file.
@@ -32,7 +47,18 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let result = match cli.command {
+        Command::Run(a) => run_cmd::run(a),
+        Command::Bench(a) => bench_cmd::run(a),
+        Command::Perplexity(a) => perplexity_cmd::run(a),
+        Command::Tokenize(a) => tokenize_cmd::run(a),
         Command::Gguf { file, json, array_items } => gguf_cmd::run(&file, json, array_items),
     };
     match result {

@@ -1,0 +1,209 @@
+//! `tessera bench`: llama-bench's tests and table. `pp N`: one batch of N tokens into an
+//! empty cache; `tg N`: N single-token decodes; each repeated `-r` times after a warm-up run,
+//! reported as mean ± standard deviation of tokens per second, in llama-bench's markdown
+//! columns (or JSON), so the two tools' tables can be laid side by side.
+
+use crate::common;
+use anyhow::{anyhow, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Instant;
+use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
+
+/// Options of `tessera bench` (named as llama-bench's).
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Model file (GGUF); default: SmolLM2-135M-Instruct.
+    #[arg(short = 'm', long)]
+    model: Option<PathBuf>,
+    /// Prompt-processing sizes (comma-separated; 0 skips).
+    #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
+    n_prompt: Vec<usize>,
+    /// Generation lengths (comma-separated; 0 skips).
+    #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
+    n_gen: Vec<usize>,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long, default_value_t = 5)]
+    repetitions: usize,
+    /// Threads (comma-separated list allowed).
+    #[arg(short = 't', long, value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Flash attention (0 or 1).
+    #[arg(long = "flash-attn", short = 'f', default_value_t = 1)]
+    flash_attn: u8,
+    /// Output format.
+    #[arg(short = 'o', long, default_value = "md", value_parser = ["md", "json"])]
+    output: String,
+}
+
+struct Row {
+    test: String,
+    threads: usize,
+    n_prompt: usize,
+    n_gen: usize,
+    samples: Vec<f64>,
+}
+
+impl Row {
+    fn mean(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / self.samples.len() as f64
+    }
+    fn stdev(&self) -> f64 {
+        let n = self.samples.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.mean();
+        (self.samples.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+/// Deterministic token ids spread over the vocabulary (llama-bench feeds random tokens).
+fn tokens(n: usize, n_vocab: usize) -> Vec<u32> {
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n_vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn run_test(
+    model: &Model,
+    threads: usize,
+    fa: bool,
+    n_prompt: usize,
+    n_gen: usize,
+    reps: usize,
+) -> Result<Vec<f64>> {
+    let n_ctx = n_prompt + n_gen + 1;
+    let params = ContextParams { n_ctx, n_threads: threads, flash_attn: fa, ..Default::default() };
+    let mut ctx = LlamaContext::new(model, params).map_err(|e| anyhow!("{e}"))?;
+    let n_vocab = model.hparams.n_vocab;
+    let mut samples = Vec::new();
+    for rep in 0..=reps {
+        ctx.kv_cache_mut().clear();
+        let t = Instant::now();
+        if n_prompt > 0 {
+            ctx.decode(&Batch::from_tokens(&tokens(n_prompt, n_vocab), 0, 0))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        let toks = tokens(n_gen, n_vocab);
+        for (i, &tok) in toks.iter().enumerate() {
+            ctx.decode(&Batch::from_tokens(&[tok], (n_prompt + i) as i32, 0))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        let dt = t.elapsed().as_secs_f64();
+        if rep > 0 {
+            // Run 0 warms up caches and the allocator, as llama-bench's warm-up run.
+            samples.push((n_prompt + n_gen) as f64 / dt);
+        }
+    }
+    Ok(samples)
+}
+
+/// Runs the command.
+pub fn run(a: BenchArgs) -> Result<()> {
+    let path = common::resolve_model(a.model.as_deref())?;
+    let model = common::load(&path)?;
+    let threads =
+        if a.threads.is_empty() { vec![common::threads(None)] } else { a.threads.clone() };
+    let mut rows = Vec::new();
+    for &t in &threads {
+        for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
+            let samples = run_test(&model, t, a.flash_attn != 0, p, 0, a.repetitions)?;
+            rows.push(Row { test: format!("pp{p}"), threads: t, n_prompt: p, n_gen: 0, samples });
+        }
+        for &n in a.n_gen.iter().filter(|&&n| n > 0) {
+            let samples = run_test(&model, t, a.flash_attn != 0, 0, n, a.repetitions)?;
+            rows.push(Row { test: format!("tg{n}"), threads: t, n_prompt: 0, n_gen: n, samples });
+        }
+    }
+    let desc = model_desc(&model);
+    let size = common::human_bytes(model.weights.n_bytes());
+    let params = format!("{:.2} M", model.n_params() as f64 / 1e6);
+    if a.output == "json" {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "model_filename": path.display().to_string(),
+                    "model_type": desc,
+                    "model_size": model.weights.n_bytes(),
+                    "model_n_params": model.n_params(),
+                    "backends": "CPU",
+                    "n_threads": r.threads,
+                    "flash_attn": a.flash_attn != 0,
+                    "n_prompt": r.n_prompt,
+                    "n_gen": r.n_gen,
+                    "avg_ts": r.mean(),
+                    "stddev_ts": r.stdev(),
+                    "samples_ts": r.samples,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>2} | {:>15} | {:>20} |",
+        "model", "size", "params", "backend", "threads", "fa", "test", "t/s"
+    );
+    println!(
+        "| {:-<30} | {:->10}: | {:->10}: | {:-<10} | {:->7}: | {:->2}: | {:->15}: | {:->20}: |",
+        "", "", "", "", "", "", "", ""
+    );
+    for r in &rows {
+        println!(
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>2} | {:>15} | {:>20} |",
+            desc,
+            size,
+            params,
+            "CPU",
+            r.threads,
+            a.flash_attn,
+            r.test,
+            format!("{:.2} ± {:.2}", r.mean(), r.stdev())
+        );
+    }
+    Ok(())
+}
+
+/// llama-bench's model column: `arch size-label type`, e.g. `llama 135M Q4_1`.
+fn model_desc(model: &Model) -> String {
+    let md = model.metadata();
+    let label = md.get("general.size_label").and_then(|v| v.as_str()).unwrap_or("?B");
+    let ftype = md
+        .get("general.file_type")
+        .and_then(|v| v.as_integer())
+        .map(|t| file_type_name(t as u32))
+        .unwrap_or("?");
+    format!("{} {} {}", model.hparams.arch, label, ftype)
+}
+
+/// llama.cpp's `llama_ftype` names.
+fn file_type_name(t: u32) -> &'static str {
+    match t {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        32 => "BF16",
+        _ => "?",
+    }
+}

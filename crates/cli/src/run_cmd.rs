@@ -1,0 +1,172 @@
+//! `tessera run`: llama-cli / llama-simple: tokenize a prompt (optionally through the model's
+//! chat template), decode it, sample and stream tokens, then print the speeds.
+
+use crate::common::{self, Streamer};
+use anyhow::{bail, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Instant;
+use tessera_llama::sampling::{SamplerChain, SamplingParams};
+use tessera_llama::{Batch, ContextParams, LlamaContext};
+
+/// Options of `tessera run` (named as llama.cpp's).
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Model file (GGUF); default: SmolLM2-135M-Instruct, fetched on first use.
+    #[arg(short = 'm', long)]
+    model: Option<PathBuf>,
+    /// Prompt.
+    #[arg(short = 'p', long, default_value = "Once upon a time")]
+    prompt: String,
+    /// Tokens to generate (-1: until end of generation or the context is full).
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128, allow_negative_numbers = true)]
+    n_predict: i64,
+    /// Context size (KV cells).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    ctx_size: usize,
+    /// Threads (default: all cores).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Temperature (0: greedy).
+    #[arg(long, default_value_t = 0.8)]
+    temp: f32,
+    /// Top-k (0: off).
+    #[arg(long = "top-k", default_value_t = 40)]
+    top_k: usize,
+    /// Top-p (1: off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    top_p: f32,
+    /// Min-p (0: off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    min_p: f32,
+    /// Typical-p (1: off).
+    #[arg(long = "typical", default_value_t = 1.0)]
+    typical: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Tokens the penalties look back on.
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Frequency penalty.
+    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
+    frequency_penalty: f32,
+    /// Presence penalty.
+    #[arg(long = "presence-penalty", default_value_t = 0.0)]
+    presence_penalty: f32,
+    /// RNG seed (default: random).
+    #[arg(short = 's', long)]
+    seed: Option<u32>,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long)]
+    chat: bool,
+    /// Flash attention on or off (llama.cpp's -fa).
+    #[arg(long = "flash-attn", short = 'f', default_value = "on", value_parser = ["on", "off"])]
+    flash_attn: String,
+}
+
+/// Runs the command.
+pub fn run(a: RunArgs) -> Result<()> {
+    let path = common::resolve_model(a.model.as_deref())?;
+    let t_load = Instant::now();
+    let model = common::load(&path)?;
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+    let threads = common::threads(a.threads);
+    let params = ContextParams {
+        n_ctx: a.ctx_size,
+        n_threads: threads,
+        flash_attn: a.flash_attn == "on",
+        ..Default::default()
+    };
+    let mut ctx = LlamaContext::new(&model, params).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let text = if a.chat {
+        let tpl = model
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("{}: the model has no chat template", path.display()))?;
+        tessera_llama::chat::apply(tpl, &[("user", a.prompt.as_str())], true, &model.vocab)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+    } else {
+        a.prompt.clone()
+    };
+    let tokens = model.vocab.tokenize(&text, true, true);
+    let n_ctx = ctx.params().n_ctx;
+    if tokens.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+    if tokens.len() >= n_ctx {
+        bail!(
+            "the prompt has {} tokens, more than the context of {n_ctx} can hold (use -c)",
+            tokens.len()
+        );
+    }
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    });
+    let sp = SamplingParams {
+        temp: a.temp,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        typical_p: a.typical,
+        repeat_penalty: a.repeat_penalty,
+        repeat_last_n: a.repeat_last_n,
+        frequency_penalty: a.frequency_penalty,
+        presence_penalty: a.presence_penalty,
+        seed,
+    };
+    let mut sampler =
+        if a.temp <= 0.0 { SamplerChain::greedy() } else { SamplerChain::from_params(&sp) };
+    tracing::info!(sampler = %sampler.describe(), seed, "sampling");
+    for &t in &tokens {
+        sampler.accept(t);
+    }
+
+    let mut out = Streamer::default();
+    out.push(text.as_bytes());
+    let t0 = Instant::now();
+    ctx.decode(&Batch::from_tokens(&tokens, 0, 0)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pp = t0.elapsed().as_secs_f64();
+    let mut last = tokens.len() - 1;
+    let mut pos = tokens.len();
+    let limit = if a.n_predict < 0 { usize::MAX } else { a.n_predict as usize };
+    let t1 = Instant::now();
+    let mut n_gen = 0;
+    while n_gen < limit && pos < n_ctx {
+        let logits = ctx.logits_ith(last).expect("the last token asked for logits");
+        let tok = sampler.sample(logits);
+        sampler.accept(tok);
+        if model.vocab.is_eog(tok) {
+            break;
+        }
+        out.push(&model.vocab.token_to_piece(tok, false));
+        n_gen += 1;
+        ctx.decode(&Batch::from_tokens(&[tok], pos as i32, 0))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        pos += 1;
+        last = 0;
+    }
+    let tg = t1.elapsed().as_secs_f64();
+    out.finish();
+    eprintln!();
+    eprintln!("load time        = {load_ms:10.2} ms");
+    eprintln!(
+        "prompt eval time = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",
+        pp * 1e3,
+        tokens.len(),
+        pp * 1e3 / tokens.len() as f64,
+        tokens.len() as f64 / pp
+    );
+    if n_gen > 0 {
+        eprintln!(
+            "       eval time = {:10.2} ms / {:5} runs   ({:8.2} ms per token, {:8.2} tokens per second)",
+            tg * 1e3,
+            n_gen,
+            tg * 1e3 / n_gen as f64,
+            n_gen as f64 / tg
+        );
+    }
+    Ok(())
+}

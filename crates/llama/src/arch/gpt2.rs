@@ -1,0 +1,121 @@
+//! GPT2 (`src/models/gpt2.cpp`): learned absolute positions added to the token embeddings,
+//! pre-LayerNorms with bias, a fused QKV projection split by views, GELU FFN, and the LM head
+//! tied to the embeddings unless `output.weight` exists. No RoPE.
+
+use super::{blk, Architecture, ModelGraph};
+use crate::graph::Builder;
+use crate::hparams::HParams;
+use crate::model::Weights;
+use crate::Result;
+use tessera_tensor::graph::TensorId;
+
+/// The `gpt2` architecture.
+pub struct Gpt2;
+
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    attn_norm: (TensorId, TensorId),
+    qkv: (TensorId, Option<TensorId>),
+    wo: (TensorId, Option<TensorId>),
+    ffn_norm: (TensorId, TensorId),
+    up: (TensorId, Option<TensorId>),
+    down: (TensorId, Option<TensorId>),
+}
+
+struct Gpt2Graph {
+    tok_embd: TensorId,
+    pos_embd: TensorId,
+    output_norm: (TensorId, TensorId),
+    output: TensorId,
+    blocks: Vec<Block>,
+}
+
+impl Architecture for Gpt2 {
+    fn name(&self) -> &'static str {
+        "gpt2"
+    }
+
+    fn load(&self, w: &Weights, hp: &HParams) -> Result<Box<dyn ModelGraph>> {
+        let (e, v) = (hp.n_embd, hp.n_vocab);
+        let tok_embd = w.get("token_embd.weight", &[e, v])?;
+        let blocks = (0..hp.n_layer)
+            .map(|il| {
+                let t = |what: &str| blk(il, what);
+                let qkv = hp.head_dim_k * hp.n_head[il] + hp.n_embd_k_gqa(il) + hp.n_embd_v_gqa(il);
+                let ff = hp.n_ff[il];
+                Ok(Block {
+                    attn_norm: (
+                        w.get(&t("attn_norm.weight"), &[e])?,
+                        w.get(&t("attn_norm.bias"), &[e])?,
+                    ),
+                    qkv: (
+                        w.get(&t("attn_qkv.weight"), &[e, qkv])?,
+                        w.find(&t("attn_qkv.bias"), &[qkv])?,
+                    ),
+                    wo: (
+                        w.get(&t("attn_output.weight"), &[e, e])?,
+                        w.find(&t("attn_output.bias"), &[e])?,
+                    ),
+                    ffn_norm: (
+                        w.get(&t("ffn_norm.weight"), &[e])?,
+                        w.get(&t("ffn_norm.bias"), &[e])?,
+                    ),
+                    up: (w.get(&t("ffn_up.weight"), &[e, ff])?, w.find(&t("ffn_up.bias"), &[ff])?),
+                    down: (
+                        w.get(&t("ffn_down.weight"), &[ff, e])?,
+                        w.find(&t("ffn_down.bias"), &[e])?,
+                    ),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Box::new(Gpt2Graph {
+            tok_embd,
+            pos_embd: w.get("position_embd.weight", &[e, hp.n_ctx_train])?,
+            output_norm: (w.get("output_norm.weight", &[e])?, w.get("output_norm.bias", &[e])?),
+            output: w.find("output.weight", &[e, v])?.unwrap_or(tok_embd),
+            blocks,
+        }))
+    }
+}
+
+impl ModelGraph for Gpt2Graph {
+    fn build(&self, b: &mut Builder) -> Result<TensorId> {
+        let hp = b.hp;
+        let n_tok = b.n_tokens;
+        let tok = b.inp_embd(self.tok_embd)?;
+        let pos = b.ctx.get_rows(self.pos_embd, b.inp_pos)?;
+        let mut inp = b.ctx.add(tok, pos)?;
+        let kq_scale = b.kq_scale();
+        for (il, l) in self.blocks.iter().enumerate() {
+            let (hd, nh, nkv) = (hp.head_dim_k, hp.n_head[il], hp.n_head_kv[il]);
+            let cur = b.layer_norm(inp, l.attn_norm.0, Some(l.attn_norm.1))?;
+            let qkv = b.linear(l.qkv.0, l.qkv.1, cur)?;
+            let row = b.ctx.get(qkv).nb[1];
+            let (eq, ek) = (hd * nh, hd * nkv);
+            // Views of the fused projection, as llama.cpp's build_qkv: [head_dim, heads, tokens].
+            let q = b.ctx.view(qkv, &[hd, nh, n_tok], &[hd * 4, row], 0)?;
+            let k = b.ctx.view(qkv, &[hd, nkv, n_tok], &[hd * 4, row], eq * 4)?;
+            let v = b.ctx.view(
+                qkv,
+                &[hp.head_dim_v, nkv, n_tok],
+                &[hp.head_dim_v * 4, row],
+                (eq + ek) * 4,
+            )?;
+            let q = b.ctx.cont(q, None)?;
+            let k = b.ctx.cont(k, None)?;
+            let v = b.ctx.cont(v, None)?;
+            let a = b.attention(il, q, k, v, kq_scale)?;
+            let mut cur = b.linear(l.wo.0, l.wo.1, a)?;
+            if il == self.blocks.len() - 1 {
+                cur = b.out_rows(cur)?;
+                inp = b.out_rows(inp)?;
+            }
+            let ffn_inp = b.ctx.add(cur, inp)?;
+            let cur = b.layer_norm(ffn_inp, l.ffn_norm.0, Some(l.ffn_norm.1))?;
+            let cur = b.ffn_gelu(cur, l.up, l.down)?;
+            inp = b.ctx.add(cur, ffn_inp)?;
+        }
+        let cur = b.layer_norm(inp, self.output_norm.0, Some(self.output_norm.1))?;
+        b.logits(cur, self.output, None)
+    }
+}

@@ -1,0 +1,176 @@
+//! LLAMA (also SmolLM/SmolLM2): RMS norms, RoPE NORM mode (adjacent pairs), SwiGLU FFN,
+//! optional biases, tied embeddings when `output.weight` is absent (`src/models/llama.cpp`).
+
+use super::{blk, Architecture, ModelGraph};
+use crate::graph::Builder;
+use crate::hparams::HParams;
+use crate::model::Weights;
+use crate::Result;
+use tessera_tensor::graph::{RopeMode, TensorId};
+
+/// The `llama` architecture.
+pub struct Llama;
+
+/// One block's weights, shared by the llama-like architectures.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Block {
+    pub attn_norm: TensorId,
+    pub wq: TensorId,
+    pub wk: TensorId,
+    pub wv: TensorId,
+    pub wo: TensorId,
+    pub bq: Option<TensorId>,
+    pub bk: Option<TensorId>,
+    pub bv: Option<TensorId>,
+    pub bo: Option<TensorId>,
+    pub q_norm: Option<TensorId>,
+    pub k_norm: Option<TensorId>,
+    pub ffn_norm: TensorId,
+    pub up: TensorId,
+    pub gate: TensorId,
+    pub down: TensorId,
+}
+
+/// The weights outside the blocks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Outer {
+    pub tok_embd: TensorId,
+    pub output_norm: TensorId,
+    pub output: TensorId,
+    pub output_b: Option<TensorId>,
+}
+
+pub(crate) fn load_outer(w: &Weights, hp: &HParams) -> Result<Outer> {
+    let (e, v) = (hp.n_embd, hp.n_vocab);
+    let tok_embd = w.get("token_embd.weight", &[e, v])?;
+    let output = w.find("output.weight", &[e, v])?.unwrap_or(tok_embd);
+    Ok(Outer {
+        tok_embd,
+        output_norm: w.get("output_norm.weight", &[e])?,
+        output,
+        output_b: w.find("output.bias", &[v])?,
+    })
+}
+
+/// Loads the blocks of a llama-like model (`qk_norm`: per-head Q/K norms, as qwen3).
+pub(crate) fn load_blocks(w: &Weights, hp: &HParams, qk_norm: bool) -> Result<Vec<Block>> {
+    let e = hp.n_embd;
+    (0..hp.n_layer)
+        .map(|il| {
+            let (nq, nk, nv) =
+                (hp.head_dim_k * hp.n_head[il], hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il));
+            let ff = hp.n_ff[il];
+            let t = |what: &str| blk(il, what);
+            let norm = |what: &str| -> Result<Option<TensorId>> {
+                if qk_norm {
+                    Ok(Some(w.get(&t(what), &[hp.head_dim_k])?))
+                } else {
+                    Ok(None)
+                }
+            };
+            Ok(Block {
+                attn_norm: w.get(&t("attn_norm.weight"), &[e])?,
+                wq: w.get(&t("attn_q.weight"), &[e, nq])?,
+                wk: w.get(&t("attn_k.weight"), &[e, nk])?,
+                wv: w.get(&t("attn_v.weight"), &[e, nv])?,
+                wo: w.get(&t("attn_output.weight"), &[hp.head_dim_v * hp.n_head[il], e])?,
+                bq: w.find(&t("attn_q.bias"), &[nq])?,
+                bk: w.find(&t("attn_k.bias"), &[nk])?,
+                bv: w.find(&t("attn_v.bias"), &[nv])?,
+                bo: w.find(&t("attn_output.bias"), &[e])?,
+                q_norm: norm("attn_q_norm.weight")?,
+                k_norm: norm("attn_k_norm.weight")?,
+                ffn_norm: w.get(&t("ffn_norm.weight"), &[e])?,
+                up: w.get(&t("ffn_up.weight"), &[e, ff])?,
+                gate: w.get(&t("ffn_gate.weight"), &[e, ff])?,
+                down: w.get(&t("ffn_down.weight"), &[ff, e])?,
+            })
+        })
+        .collect()
+}
+
+/// The llama-like forward pass: llama, qwen2 and qwen3 differ only in RoPE mode, biases and
+/// Q/K norms, which the loaded weights and `mode` carry.
+pub(crate) fn forward(
+    b: &mut Builder,
+    outer: &Outer,
+    blocks: &[Block],
+    mode: RopeMode,
+) -> Result<TensorId> {
+    let hp = b.hp;
+    let n_tok = b.n_tokens;
+    let mut inp = b.inp_embd(outer.tok_embd)?;
+    let kq_scale = b.kq_scale();
+    for (il, l) in blocks.iter().enumerate() {
+        let cur = b.rms_norm(inp, Some(l.attn_norm))?;
+        let cur = b.name(cur, "attn_norm", il);
+        let q = b.linear(l.wq, l.bq, cur)?;
+        let k = b.linear(l.wk, l.bk, cur)?;
+        let v = b.linear(l.wv, l.bv, cur)?;
+        let mut q = b.ctx.reshape(q, &[hp.head_dim_k, hp.n_head[il], n_tok])?;
+        let mut k = b.ctx.reshape(k, &[hp.head_dim_k, hp.n_head_kv[il], n_tok])?;
+        let v = b.ctx.reshape(v, &[hp.head_dim_v, hp.n_head_kv[il], n_tok])?;
+        if let Some(qn) = l.q_norm {
+            q = b.rms_norm(q, Some(qn))?;
+        }
+        if let Some(kn) = l.k_norm {
+            k = b.rms_norm(k, Some(kn))?;
+        }
+        let q = b.rope(q, mode, hp.rope_freq_base)?;
+        let q = b.name(q, "Qcur", il);
+        let k = b.rope(k, mode, hp.rope_freq_base)?;
+        let k = b.name(k, "Kcur", il);
+        let a = b.attention(il, q, k, v, kq_scale)?;
+        let mut cur = b.linear(l.wo, l.bo, a)?;
+        if il == blocks.len() - 1 {
+            cur = b.out_rows(cur)?;
+            inp = b.out_rows(inp)?;
+        }
+        let ffn_inp = b.ctx.add(cur, inp)?;
+        let ffn_inp = b.name(ffn_inp, "ffn_inp", il);
+        let cur = b.rms_norm(ffn_inp, Some(l.ffn_norm))?;
+        let cur = b.name(cur, "ffn_norm", il);
+        let cur = b.ffn_swiglu(cur, l.up, l.gate, l.down)?;
+        let cur = b.name(cur, "ffn_out", il);
+        inp = b.ctx.add(cur, ffn_inp)?;
+        inp = b.name(inp, "l_out", il);
+    }
+    let cur = b.rms_norm(inp, Some(outer.output_norm))?;
+    let cur = b.ctx.set_name(cur, "result_norm");
+    b.logits(cur, outer.output, outer.output_b)
+}
+
+struct LlamaGraph {
+    outer: Outer,
+    blocks: Vec<Block>,
+    mode: RopeMode,
+}
+
+impl ModelGraph for LlamaGraph {
+    fn build(&self, b: &mut Builder) -> Result<TensorId> {
+        forward(b, &self.outer, &self.blocks, self.mode)
+    }
+}
+
+/// A llama-like graph with the given RoPE mode and Q/K norms.
+pub(crate) fn load_llama_like(
+    w: &Weights,
+    hp: &HParams,
+    mode: RopeMode,
+    qk_norm: bool,
+) -> Result<Box<dyn ModelGraph>> {
+    Ok(Box::new(LlamaGraph {
+        outer: load_outer(w, hp)?,
+        blocks: load_blocks(w, hp, qk_norm)?,
+        mode,
+    }))
+}
+
+impl Architecture for Llama {
+    fn name(&self) -> &'static str {
+        "llama"
+    }
+    fn load(&self, w: &Weights, hp: &HParams) -> Result<Box<dyn ModelGraph>> {
+        load_llama_like(w, hp, RopeMode::Norm, false)
+    }
+}

@@ -1,0 +1,43 @@
+//! Chat templates: the Jinja template in `tokenizer.chat_template`, rendered with minijinja
+//! (with Python string methods such as `.strip()` that Hugging Face templates call), as
+//! llama.cpp's `common_chat_apply_template` does.
+
+use crate::{LlamaError, Result};
+use tessera_vocab::Vocab;
+
+/// Renders `messages` (role, content) through `template`; `add_generation_prompt` opens the
+/// assistant's turn. `bos_token` / `eos_token` are the vocabulary's.
+pub fn apply(
+    template: &str,
+    messages: &[(&str, &str)],
+    add_generation_prompt: bool,
+    vocab: &Vocab,
+) -> Result<String> {
+    let mut env = minijinja::Environment::new();
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        },
+    );
+    env.add_template("chat", template).map_err(|e| LlamaError::Template(e.to_string()))?;
+    let tok = |id: Option<u32>| {
+        id.map(|t| String::from_utf8_lossy(&vocab.token_to_piece(t, true)).into_owned())
+            .unwrap_or_default()
+    };
+    let msgs: Vec<minijinja::Value> = messages
+        .iter()
+        .map(|(role, content)| minijinja::context! { role => *role, content => *content })
+        .collect();
+    env.get_template("chat")
+        .and_then(|t| {
+            t.render(minijinja::context! {
+                messages => msgs,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => tok(vocab.bos()),
+                eos_token => tok(vocab.eos()),
+            })
+        })
+        .map_err(|e| LlamaError::Template(e.to_string()))
+}

@@ -1,0 +1,322 @@
+//! A model in use (llama.cpp's `llama_context`): the KV cache, the backend, the graph
+//! allocator, and `decode`, which splits a batch into micro-batches, builds each one's graph,
+//! computes it and keeps the logits of the tokens that asked for them.
+
+use crate::batch::Batch;
+use crate::graph::Builder;
+use crate::kv_cache::{KvCache, MAX_SEQ};
+use crate::model::Model;
+use crate::{LlamaError, Result};
+use half::f16;
+use std::sync::Arc;
+use tessera_alloc::GraphAllocator;
+use tessera_backend::{Backend, Bindings, BufferType, HostBufferType};
+use tessera_backend_cpu::CpuBackend;
+use tessera_tensor::graph::{Context, Graph, TensorId};
+use tessera_tensor::DType;
+
+/// How a context is set up (llama.cpp's `llama_context_params`).
+#[derive(Debug, Clone)]
+pub struct ContextParams {
+    /// Cells of KV cache (rounded up to a multiple of 256).
+    pub n_ctx: usize,
+    /// Largest micro-batch.
+    pub n_ubatch: usize,
+    /// CPU threads.
+    pub n_threads: usize,
+    /// Flash attention (llama.cpp's CPU default) or the MUL_MAT + SOFT_MAX path.
+    pub flash_attn: bool,
+    /// K cache type (F16 by default; Q8_0 also works).
+    pub type_k: DType,
+    /// V cache type (a quantized V needs flash attention, which is then forced on).
+    pub type_v: DType,
+}
+
+impl Default for ContextParams {
+    fn default() -> Self {
+        ContextParams {
+            n_ctx: 4096,
+            n_ubatch: 512,
+            n_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            flash_attn: true,
+            type_k: DType::F16,
+            type_v: DType::F16,
+        }
+    }
+}
+
+/// A model with a KV cache and a backend: decodes batches, keeps the requested logits.
+pub struct LlamaContext<'m> {
+    model: &'m Model,
+    params: ContextParams,
+    base_ctx: Context,
+    base_bindings: Bindings,
+    kv: KvCache,
+    backend: CpuBackend,
+    galloc: GraphAllocator,
+    logits: Vec<f32>,
+    output_of: Vec<Option<usize>>,
+    observe: Vec<String>,
+    observed: std::collections::HashMap<String, Vec<f32>>,
+}
+
+/// The input tensors of one micro-batch's graph.
+struct Inputs {
+    tokens: TensorId,
+    pos: TensorId,
+    out_ids: TensorId,
+    mask: TensorId,
+    mask_swa: Option<TensorId>,
+    k_idxs: TensorId,
+    v_idxs: TensorId,
+}
+
+impl<'m> LlamaContext<'m> {
+    /// A context over `model`.
+    pub fn new(model: &'m Model, mut params: ContextParams) -> Result<Self> {
+        let hp = &model.hparams;
+        params.n_ctx = params.n_ctx.max(1).next_multiple_of(256);
+        params.n_ubatch = params.n_ubatch.clamp(1, params.n_ctx);
+        if params.type_v.block_size() > 1 {
+            params.flash_attn = true;
+        }
+        let v_widths: Vec<usize> = (0..hp.n_layer).map(|il| hp.n_embd_v_gqa(il)).collect();
+        if !params.flash_attn && v_widths.iter().any(|&w| w != v_widths[0]) {
+            return Err(LlamaError::BadValue {
+                key: format!("{}.attention.head_count_kv", hp.arch),
+                reason: "layers of different V widths need flash attention".into(),
+            });
+        }
+        let mut base_ctx = model.weights.ctx.clone();
+        let mut base_bindings = model.weights.bindings.clone();
+        let kv = KvCache::new(
+            &mut base_ctx,
+            &mut base_bindings,
+            hp,
+            params.n_ctx,
+            (params.type_k, params.type_v),
+            !params.flash_attn,
+        )?;
+        let backend = CpuBackend::with_options(params.n_threads, false)?;
+        let buft: Arc<dyn BufferType> = Arc::new(HostBufferType);
+        tracing::info!(
+            n_ctx = params.n_ctx,
+            flash_attn = params.flash_attn,
+            threads = params.n_threads,
+            "context created"
+        );
+        Ok(LlamaContext {
+            model,
+            params,
+            base_ctx,
+            base_bindings,
+            kv,
+            backend,
+            galloc: GraphAllocator::new(buft),
+            logits: Vec::new(),
+            output_of: Vec::new(),
+            observe: Vec::new(),
+            observed: Default::default(),
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'m Model {
+        self.model
+    }
+
+    /// The parameters in force (after rounding).
+    pub fn params(&self) -> &ContextParams {
+        &self.params
+    }
+
+    /// The KV cache.
+    pub fn kv_cache(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// The KV cache, to remove sequences or clear it.
+    pub fn kv_cache_mut(&mut self) -> &mut KvCache {
+        &mut self.kv
+    }
+
+    /// Changes the number of CPU threads.
+    pub fn set_n_threads(&mut self, n: usize) -> Result<()> {
+        self.params.n_threads = n.max(1);
+        Ok(self.backend.set_n_threads(n)?)
+    }
+
+    /// Keeps the values of the graph tensors with these names (`"l_out-3"`, `"ffn_inp-0"`, ...,
+    /// as llama.cpp names them) at every later decode, for [`observed`](Self::observed): the
+    /// role of llama.cpp's eval callback when comparing intermediate results.
+    pub fn observe(&mut self, names: Vec<String>) {
+        self.observe = names;
+    }
+
+    /// The values of the observed tensors of the last micro-batch.
+    pub fn observed(&self) -> &std::collections::HashMap<String, Vec<f32>> {
+        &self.observed
+    }
+
+    /// The logits of batch token `i` of the last [`decode`](Self::decode), if it asked for them.
+    pub fn logits_ith(&self, i: usize) -> Option<&[f32]> {
+        let n = self.model.hparams.n_vocab;
+        let o = (*self.output_of.get(i)?)?;
+        self.logits.get(o * n..(o + 1) * n)
+    }
+
+    /// All logits of the last decode, one row of `n_vocab` per output, in batch order.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Runs `batch` through the model: its tokens enter the KV cache, and the logits of the
+    /// tokens flagged in `batch.logits` are kept.
+    pub fn decode(&mut self, batch: &Batch) -> Result<()> {
+        let hp = &self.model.hparams;
+        batch.validate(hp.n_vocab, MAX_SEQ)?;
+        let n = batch.len();
+        self.logits.clear();
+        self.output_of = vec![None; n];
+        let mut n_out = 0;
+        for (i, &want) in batch.logits.iter().enumerate() {
+            if want {
+                self.output_of[i] = Some(n_out);
+                n_out += 1;
+            }
+        }
+        self.logits.reserve(n_out * hp.n_vocab);
+        let mut start = 0;
+        while start < n {
+            let end = (start + self.params.n_ubatch).min(n);
+            let slots = self.kv.find_slot(end - start)?;
+            self.kv.apply(&slots, &batch.pos[start..end], &batch.seq_id[start..end]);
+            if let Err(e) = self.decode_ubatch(batch, start..end, &slots) {
+                self.kv.release(&slots);
+                return Err(e);
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn decode_ubatch(
+        &mut self,
+        batch: &Batch,
+        range: std::ops::Range<usize>,
+        slots: &[usize],
+    ) -> Result<()> {
+        let model = self.model;
+        let hp = &model.hparams;
+        let n_tok = range.len();
+        let mut out_idx: Vec<i32> =
+            range.clone().filter(|&i| batch.logits[i]).map(|i| (i - range.start) as i32).collect();
+        let keep = !out_idx.is_empty();
+        if !keep {
+            // The graph still needs an output; compute one row and drop it.
+            out_idx.push(n_tok as i32 - 1);
+        }
+        let n_kv = self.kv.n_kv();
+        let kv_size = self.kv.size();
+        let fa = self.params.flash_attn;
+        let mut ctx = self.base_ctx.clone();
+        let mask_type = if fa { DType::F16 } else { DType::F32 };
+        let ev = hp.n_embd_v_gqa(0);
+        let input =
+            |ctx: &mut Context, dtype: DType, ne: &[usize], name: &str| -> Result<TensorId> {
+                let id = ctx.new_tensor(dtype, ne)?;
+                ctx.set_name(id, name);
+                Ok(ctx.set_input(id))
+            };
+        let inp = Inputs {
+            tokens: input(&mut ctx, DType::I32, &[n_tok], "inp_tokens")?,
+            pos: input(&mut ctx, DType::I32, &[n_tok], "inp_pos")?,
+            out_ids: input(&mut ctx, DType::I32, &[out_idx.len()], "inp_out_ids")?,
+            mask: input(&mut ctx, mask_type, &[n_kv, n_tok], "kq_mask")?,
+            mask_swa: if hp.n_swa > 0 {
+                Some(input(&mut ctx, mask_type, &[n_kv, n_tok], "kq_mask_swa")?)
+            } else {
+                None
+            },
+            k_idxs: input(&mut ctx, DType::I64, &[n_tok], "k_idxs")?,
+            v_idxs: input(&mut ctx, DType::I64, &[if fa { n_tok } else { n_tok * ev }], "v_idxs")?,
+        };
+        let mut b = Builder {
+            ctx,
+            hp,
+            n_tokens: n_tok,
+            n_outputs: out_idx.len(),
+            inp_tokens: inp.tokens,
+            inp_pos: inp.pos,
+            inp_out_ids: inp.out_ids,
+            kq_mask: inp.mask,
+            kq_mask_swa: inp.mask_swa,
+            k_idxs: inp.k_idxs,
+            v_idxs: inp.v_idxs,
+            cache: &self.kv.layers,
+            n_kv,
+            kv_size,
+            flash_attn: fa,
+        };
+        let logits = model.graph.build(&mut b)?;
+        let mut ctx = b.ctx;
+        let mut outputs = vec![logits];
+        if !self.observe.is_empty() {
+            let watched: Vec<TensorId> = ctx
+                .ids()
+                .filter(|&id| self.observe.iter().any(|n| *n == ctx.get(id).name))
+                .collect();
+            for id in watched {
+                ctx.set_output(id);
+                outputs.push(id);
+            }
+        }
+        let graph = Graph::build(&ctx, &outputs);
+        let mut bindings = self.base_bindings.clone();
+        self.galloc.alloc_graph(&ctx, &graph, &mut bindings)?;
+
+        // Inputs.
+        let toks: Vec<i32> = batch.tokens[range.clone()].iter().map(|&t| t as i32).collect();
+        bindings.set_i32(&ctx, inp.tokens, &toks)?;
+        let pos = &batch.pos[range.clone()];
+        bindings.set_i32(&ctx, inp.pos, pos)?;
+        bindings.set_i32(&ctx, inp.out_ids, &out_idx)?;
+        let seqs = &batch.seq_id[range.clone()];
+        let set_mask = |id: TensorId, n_swa: usize| -> Result<()> {
+            let m = self.kv.mask(n_kv, pos, seqs, n_swa);
+            if fa {
+                let bytes: Vec<u8> =
+                    m.iter().flat_map(|&x| f16::from_f32(x).to_le_bytes()).collect();
+                Ok(bindings.set(&ctx, id, &bytes)?)
+            } else {
+                Ok(bindings.set_f32(&ctx, id, &m)?)
+            }
+        };
+        set_mask(inp.mask, 0)?;
+        if let Some(id) = inp.mask_swa {
+            set_mask(id, hp.n_swa)?;
+        }
+        let i64_bytes =
+            |v: &mut dyn Iterator<Item = i64>| v.flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        bindings.set(&ctx, inp.k_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
+        if fa {
+            bindings.set(&ctx, inp.v_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
+        } else {
+            let mut it = slots.iter().flat_map(|&s| (0..ev).map(move |c| (c * kv_size + s) as i64));
+            bindings.set(&ctx, inp.v_idxs, &i64_bytes(&mut it))?;
+        }
+
+        self.backend.graph_compute(&ctx, &graph, &bindings)?;
+        if keep {
+            self.logits.extend(bindings.get_f32(&ctx, logits)?);
+        }
+        self.observed.clear();
+        for &id in &outputs[1..] {
+            let d = ctx.get(id);
+            if d.dtype == DType::F32 && d.is_contiguous() {
+                self.observed.insert(d.name.clone(), bindings.get_f32(&ctx, id)?);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,86 @@
+//! The crate's one error type.
+
+use tessera_tensor::DType;
+
+/// Everything that can go wrong loading or running a model; variants name the file, key or
+/// tensor at fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlamaError {
+    /// The GGUF file could not be read or parsed.
+    #[error("{path}: {source}")]
+    Gguf {
+        /// The file.
+        path: String,
+        /// What the reader said.
+        source: tessera_gguf::GgufError,
+    },
+    /// A metadata key is missing or has the wrong type.
+    #[error("metadata: {0}")]
+    Metadata(#[from] tessera_gguf::GgufError),
+    /// A metadata value is out of its valid range.
+    #[error("metadata key '{key}': {reason}")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// `general.architecture` names an architecture nobody registered.
+    #[error("unknown architecture '{0}' (known: {1})")]
+    UnknownArchitecture(String, String),
+    /// A tensor the architecture needs is not in the file.
+    #[error("tensor '{0}' is missing from the model")]
+    MissingTensor(String),
+    /// A tensor has another shape than the hyperparameters imply.
+    #[error("tensor '{name}' has shape {actual:?}, expected {expected:?}")]
+    TensorShape {
+        /// The tensor.
+        name: String,
+        /// Its shape in the file.
+        actual: Vec<usize>,
+        /// The shape the hyperparameters imply.
+        expected: Vec<usize>,
+    },
+    /// A tensor's type cannot be used where it is.
+    #[error("tensor '{name}' has type {dtype}, which {reason}")]
+    TensorType {
+        /// The tensor.
+        name: String,
+        /// Its type.
+        dtype: DType,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The tokenizer could not be built.
+    #[error("tokenizer: {0}")]
+    Vocab(#[from] tessera_vocab::VocabError),
+    /// The batch does not fit in the context.
+    #[error("the context is full: {needed} more cells needed, {free} free of {size} (use a larger context, -c)")]
+    ContextFull {
+        /// Cells the batch needs.
+        needed: usize,
+        /// Free cells.
+        free: usize,
+        /// Context size in cells.
+        size: usize,
+    },
+    /// A batch is malformed (empty, token out of vocabulary, bad sequence id, ...).
+    #[error("invalid batch: {0}")]
+    Batch(String),
+    /// Building a graph failed (a shape rule of an op).
+    #[error("graph: {0}")]
+    Graph(#[from] tessera_tensor::TensorError),
+    /// Allocating the graph failed.
+    #[error("allocation: {0}")]
+    Alloc(#[from] tessera_alloc::AllocError),
+    /// The backend failed.
+    #[error("backend: {0}")]
+    Backend(#[from] tessera_backend::BackendError),
+    /// A chat template could not be rendered.
+    #[error("chat template: {0}")]
+    Template(String),
+}
+
+/// Result with [`LlamaError`].
+pub type Result<T, E = LlamaError> = std::result::Result<T, E>;

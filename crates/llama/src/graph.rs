@@ -1,0 +1,263 @@
+//! The building blocks every architecture's graph uses (llama.cpp's `llm_graph_context`):
+//! inputs, norms, attention over the KV cache (flash or softmax path), FFNs.
+//!
+//! Cache writes are SET_ROWS nodes whose results (views of the cache) the attention reads
+//! through, so a graph built from the logits alone contains them and orders them before the
+//! reads.
+
+use crate::hparams::HParams;
+use crate::Result;
+use tessera_tensor::graph::{Context, GluOp, RopeMode, RopeParams, TensorId, UnaryOp};
+use tessera_tensor::DType;
+
+/// One layer's KV cache tensors (in the base context).
+#[derive(Debug, Clone, Copy)]
+pub struct LayerCache {
+    /// `[n_embd_k_gqa, kv_size]`.
+    pub k: TensorId,
+    /// `[n_embd_v_gqa, kv_size]`, or the same bytes holding V transposed (`v_trans`).
+    pub v: TensorId,
+}
+
+/// A micro-batch's graph under construction: the context (weights and cache already in it),
+/// the input tensors, and the attention setup.
+pub struct Builder<'a> {
+    /// The graph's tensors.
+    pub ctx: Context,
+    /// The model's hyperparameters.
+    pub hp: &'a HParams,
+    /// Tokens in the micro-batch.
+    pub n_tokens: usize,
+    /// Rows of logits to produce.
+    pub n_outputs: usize,
+    /// I32 `[n_tokens]` token ids.
+    pub inp_tokens: TensorId,
+    /// I32 `[n_tokens]` positions.
+    pub inp_pos: TensorId,
+    /// I32 `[n_outputs]` indexes of the tokens whose logits are wanted.
+    pub inp_out_ids: TensorId,
+    /// `[n_kv, n_tokens]` attention mask (F16 with flash attention, else F32).
+    pub kq_mask: TensorId,
+    /// The sliding-window mask, for models that have one.
+    pub kq_mask_swa: Option<TensorId>,
+    /// I64 `[n_tokens]` cache rows the batch's K (and untransposed V) go to.
+    pub k_idxs: TensorId,
+    /// I64 cache indexes for V: `[n_tokens]`, or `[n_tokens * n_embd_v_gqa]` when transposed.
+    pub v_idxs: TensorId,
+    /// Cache tensors per layer.
+    pub cache: &'a [LayerCache],
+    /// Cache cells the attention reads (a multiple of 256, or the whole cache).
+    pub n_kv: usize,
+    /// Cells in the cache.
+    pub kv_size: usize,
+    /// Flash attention (else the MUL_MAT + SOFT_MAX path with V stored transposed).
+    pub flash_attn: bool,
+}
+
+impl Builder<'_> {
+    /// Names `id` `"{base}-{il}"`, as llama.cpp's `cb(cur, name, il)`, so it can be observed
+    /// (see `LlamaContext::observe`).
+    pub fn name(&mut self, id: TensorId, base: &str, il: usize) -> TensorId {
+        self.ctx.set_name(id, &format!("{base}-{il}"))
+    }
+
+    /// `get_rows(tok_embd, tokens)`: `[n_embd, n_tokens]` F32.
+    pub fn inp_embd(&mut self, tok_embd: TensorId) -> Result<TensorId> {
+        let x = self.ctx.get_rows(tok_embd, self.inp_tokens)?;
+        Ok(self.ctx.set_name(x, "inp_embd"))
+    }
+
+    /// RMS norm times an optional weight.
+    pub fn rms_norm(&mut self, x: TensorId, w: Option<TensorId>) -> Result<TensorId> {
+        let y = self.ctx.rms_norm(x, self.hp.rms_eps)?;
+        Ok(match w {
+            Some(w) => self.ctx.mul(y, w)?,
+            None => y,
+        })
+    }
+
+    /// LayerNorm times a weight plus a bias.
+    pub fn layer_norm(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        b: Option<TensorId>,
+    ) -> Result<TensorId> {
+        let y = self.ctx.norm(x, self.hp.norm_eps)?;
+        let y = self.ctx.mul(y, w)?;
+        Ok(match b {
+            Some(b) => self.ctx.add(y, b)?,
+            None => y,
+        })
+    }
+
+    /// `w · x (+ b)`.
+    pub fn linear(&mut self, w: TensorId, b: Option<TensorId>, x: TensorId) -> Result<TensorId> {
+        let y = self.ctx.mul_mat(w, x)?;
+        Ok(match b {
+            Some(b) => self.ctx.add(y, b)?,
+            None => y,
+        })
+    }
+
+    /// RoPE of `x` (`[head_dim, n_head, n_tokens]`) at the batch positions.
+    pub fn rope(&mut self, x: TensorId, mode: RopeMode, freq_base: f32) -> Result<TensorId> {
+        let hp = self.hp;
+        let mut p = RopeParams::new(hp.n_rot, mode, freq_base);
+        p.n_ctx_orig = hp.n_ctx_orig;
+        p.freq_scale = hp.rope_freq_scale;
+        p.ext_factor = hp.yarn_ext_factor;
+        Ok(self.ctx.rope(x, self.inp_pos, None, p)?)
+    }
+
+    /// Only the rows of the tokens whose logits are wanted (`get_rows(x, out_ids)`).
+    pub fn out_rows(&mut self, x: TensorId) -> Result<TensorId> {
+        Ok(self.ctx.get_rows(x, self.inp_out_ids)?)
+    }
+
+    /// SwiGLU FFN: `down · (silu(gate · x) * (up · x))`, with optional biases.
+    pub fn ffn_swiglu(
+        &mut self,
+        x: TensorId,
+        up: TensorId,
+        gate: TensorId,
+        down: TensorId,
+    ) -> Result<TensorId> {
+        self.ffn_glu(x, up, gate, down, GluOp::SwiGlu)
+    }
+
+    /// Gated FFN with `op` as activation (SWIGLU or GEGLU), split form as llama.cpp's
+    /// `LLM_FFN_PAR`.
+    pub fn ffn_glu(
+        &mut self,
+        x: TensorId,
+        up: TensorId,
+        gate: TensorId,
+        down: TensorId,
+        op: GluOp,
+    ) -> Result<TensorId> {
+        let u = self.ctx.mul_mat(up, x)?;
+        let g = self.ctx.mul_mat(gate, x)?;
+        let h = self.ctx.glu_split(g, u, op)?;
+        Ok(self.ctx.mul_mat(down, h)?)
+    }
+
+    /// Sequential GELU FFN (GPT-2): `down · gelu(up · x + bu) + bd`.
+    pub fn ffn_gelu(
+        &mut self,
+        x: TensorId,
+        (up, up_b): (TensorId, Option<TensorId>),
+        (down, down_b): (TensorId, Option<TensorId>),
+    ) -> Result<TensorId> {
+        let h = self.linear(up, up_b, x)?;
+        let h = self.ctx.unary(h, UnaryOp::Gelu)?;
+        self.linear(down, down_b, h)
+    }
+
+    /// Attention of layer `il` (llama.cpp's `build_attn` with a KV cache): stores `k` and `v`
+    /// (`[head_dim, n_head_kv, n_tokens]`) in the cache, attends with `q` (`[head_dim, n_head,
+    /// n_tokens]`) over the first `n_kv` cells, returns `[head_dim_v * n_head, n_tokens]`.
+    pub fn attention(
+        &mut self,
+        il: usize,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        kq_scale: f32,
+    ) -> Result<TensorId> {
+        let hp = self.hp;
+        let (hd_k, hd_v, n_head, n_head_kv) =
+            (hp.head_dim_k, hp.head_dim_v, hp.n_head[il], hp.n_head_kv[il]);
+        let (n_tok, n_kv, kv_size) = (self.n_tokens, self.n_kv, self.kv_size);
+        let (ek, ev) = (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il));
+        let cache = self.cache[il];
+        let mask =
+            if hp.is_swa(il) { self.kq_mask_swa.unwrap_or(self.kq_mask) } else { self.kq_mask };
+
+        // Store K: rows of one token's heads.
+        let k2 = self.ctx.reshape(k, &[ek, n_tok])?;
+        let k_all = self.ctx.set_rows(cache.k, k2, self.k_idxs)?;
+        let kt = self.ctx.get(cache.k).dtype;
+        let krow = kt.type_size() * ek / kt.block_size();
+        let khead = kt.type_size() * hd_k / kt.block_size();
+        let k_view = self.ctx.view(k_all, &[hd_k, n_head_kv, n_kv], &[khead, krow], 0)?;
+        let k_view = self.ctx.permute(k_view, [0, 2, 1, 3])?;
+        let q = self.ctx.permute(q, [0, 2, 1, 3])?;
+
+        let vt = self.ctx.get(cache.v).dtype;
+        let out = if self.flash_attn {
+            let v2 = self.ctx.reshape(v, &[ev, n_tok])?;
+            let v_all = self.ctx.set_rows(cache.v, v2, self.v_idxs)?;
+            let vrow = vt.type_size() * ev / vt.block_size();
+            let vhead = vt.type_size() * hd_v / vt.block_size();
+            let v_view = self.ctx.view(v_all, &[hd_v, n_head_kv, n_kv], &[vhead, vrow], 0)?;
+            let v_view = self.ctx.permute(v_view, [0, 2, 1, 3])?;
+            let o = self.ctx.flash_attn_ext(
+                q,
+                k_view,
+                v_view,
+                Some(mask),
+                kq_scale,
+                0.0,
+                hp.attn_logit_softcap,
+            )?;
+            let o = self.name(o, "fattn", il);
+            self.ctx.reshape(o, &[hd_v * n_head, n_tok])?
+        } else {
+            // V transposed: element (channel c, cell j) at c * kv_size + j.
+            let v_flat = self.ctx.reshape(cache.v, &[1, ev * kv_size])?;
+            let v_cur = self.ctx.reshape(v, &[1, ev * n_tok])?;
+            let v_all = self.ctx.set_rows(v_flat, v_cur, self.v_idxs)?;
+            let es = vt.type_size();
+            let v_view = self.ctx.view(
+                v_all,
+                &[n_kv, hd_v, n_head_kv],
+                &[kv_size * es, hd_v * kv_size * es],
+                0,
+            )?;
+            let mut kq = self.ctx.mul_mat(k_view, q)?;
+            if hp.attn_logit_softcap != 0.0 {
+                let c = hp.attn_logit_softcap;
+                kq = self.ctx.scale(kq, 1.0 / c, 0.0)?;
+                kq = self.ctx.unary(kq, UnaryOp::Tanh)?;
+                kq = self.ctx.scale(kq, c, 0.0)?;
+            }
+            let kq = self.name(kq, "kq", il);
+            let kq = self.ctx.soft_max(kq, Some(mask), kq_scale, 0.0)?;
+            let kq = self.name(kq, "kq_soft_max", il);
+            let kqv = self.ctx.mul_mat(v_view, kq)?;
+            let kqv = self.name(kqv, "kqv", il);
+            let kqv = self.ctx.permute(kqv, [0, 2, 1, 3])?;
+            self.ctx.cont(kqv, Some(&[hd_v * n_head, n_tok]))?
+        };
+        Ok(self.name(out, "kqv_out", il))
+    }
+
+    /// The default KQ scale, `1 / sqrt(head_dim)`.
+    pub fn kq_scale(&self) -> f32 {
+        1.0 / (self.hp.head_dim_k as f32).sqrt()
+    }
+
+    /// Final norm output through the LM head, optionally soft-capped: the logits.
+    pub fn logits(
+        &mut self,
+        x: TensorId,
+        output: TensorId,
+        bias: Option<TensorId>,
+    ) -> Result<TensorId> {
+        let mut l = self.linear(output, bias, x)?;
+        let cap = self.hp.final_logit_softcap;
+        if cap != 0.0 {
+            l = self.ctx.scale(l, 1.0 / cap, 0.0)?;
+            l = self.ctx.unary(l, UnaryOp::Tanh)?;
+            l = self.ctx.scale(l, cap, 0.0)?;
+        }
+        let l = self.ctx.set_name(l, "result_output");
+        Ok(self.ctx.set_output(l))
+    }
+
+    /// Type of the cache's K.
+    pub fn cache_type_k(&self) -> DType {
+        self.ctx.get(self.cache[0].k).dtype
+    }
+}

@@ -1,0 +1,198 @@
+//! The KV cache (llama.cpp's `llama_kv_cache`): per-layer K and V tensors preallocated in one
+//! host buffer, and cells that record each slot's position and sequences.
+//!
+//! A micro-batch takes free cells from a ring head (`find_slot`); the attention reads the
+//! first `n_kv` cells (a multiple of 256, as llama.cpp pads) and the mask hides empty cells,
+//! other sequences, the future (causal) and, for sliding-window layers, cells `n_swa` or more
+//! positions back. One cache serves the sliding-window layers too: llama.cpp's default
+//! (`swa_full`) keeps a full-size SWA cache, which holds exactly the same cells.
+
+use crate::graph::LayerCache;
+use crate::hparams::HParams;
+use crate::{LlamaError, Result};
+use std::sync::Arc;
+use tessera_alloc::alloc_tensors;
+use tessera_backend::{Bindings, Buffer, BufferType, HostBufferType};
+use tessera_tensor::graph::Context;
+use tessera_tensor::DType;
+
+/// Largest number of sequences (cells record sequences as bits of a `u64`).
+pub const MAX_SEQ: usize = 64;
+
+/// One slot of the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cell {
+    /// Position of the token stored here; -1 when empty.
+    pub pos: i32,
+    /// Sequences the cell belongs to (bit `s` for sequence `s`).
+    pub seqs: u64,
+}
+
+impl Cell {
+    const EMPTY: Cell = Cell { pos: -1, seqs: 0 };
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.seqs == 0
+    }
+}
+
+/// The cache: cells plus the K/V tensors of every layer.
+pub struct KvCache {
+    cells: Vec<Cell>,
+    head: usize,
+    /// The tensors per layer (ids in the context the cache was created in).
+    pub layers: Vec<LayerCache>,
+    /// Whether V is stored transposed (the non-flash-attention path).
+    pub v_trans: bool,
+    _buffers: Vec<Arc<dyn Buffer>>,
+}
+
+impl std::fmt::Debug for KvCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvCache")
+            .field("size", &self.cells.len())
+            .field("used", &self.used())
+            .finish()
+    }
+}
+
+impl KvCache {
+    /// Adds K and V tensors of `size` cells for every layer to `ctx`, allocates and zeroes
+    /// them in one host buffer and binds them in `bindings`.
+    pub fn new(
+        ctx: &mut Context,
+        bindings: &mut Bindings,
+        hp: &HParams,
+        size: usize,
+        (type_k, type_v): (DType, DType),
+        v_trans: bool,
+    ) -> Result<KvCache> {
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            let check = |t: DType, width: usize, what: &str| -> Result<()> {
+                if width % t.block_size() != 0 || !tessera_tensor::quant::can_quantize(t) {
+                    return Err(LlamaError::TensorType {
+                        name: format!("cache_{what}_l{il}"),
+                        dtype: t,
+                        reason: format!("cannot hold rows of {width} values"),
+                    });
+                }
+                Ok(())
+            };
+            check(type_k, hp.n_embd_k_gqa(il), "k")?;
+            check(type_v, hp.n_embd_v_gqa(il), "v")?;
+            let k = ctx.new_tensor(type_k, &[hp.n_embd_k_gqa(il), size])?;
+            ctx.set_name(k, &format!("cache_k_l{il}"));
+            let v = ctx.new_tensor(type_v, &[hp.n_embd_v_gqa(il), size])?;
+            ctx.set_name(v, &format!("cache_v_l{il}"));
+            layers.push(LayerCache { k, v });
+        }
+        let buft: Arc<dyn BufferType> = Arc::new(HostBufferType);
+        let ids = layers.iter().flat_map(|l| [l.k, l.v]).collect::<Vec<_>>();
+        let buffers = alloc_tensors(&buft, ctx, ids, bindings)?;
+        Ok(KvCache { cells: vec![Cell::EMPTY; size], head: 0, layers, v_trans, _buffers: buffers })
+    }
+
+    /// Number of cells.
+    pub fn size(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Cells in use.
+    pub fn used(&self) -> usize {
+        self.cells.iter().filter(|c| !c.is_empty()).count()
+    }
+
+    /// The cells.
+    pub fn cells(&self) -> &[Cell] {
+        &self.cells
+    }
+
+    /// Finds `n` free cells starting at the ring head (they need not be contiguous).
+    pub fn find_slot(&self, n: usize) -> Result<Vec<usize>> {
+        let size = self.cells.len();
+        let free = size - self.used();
+        if n > free {
+            return Err(LlamaError::ContextFull { needed: n, free, size });
+        }
+        let mut out = Vec::with_capacity(n);
+        let mut i = self.head;
+        while out.len() < n {
+            if self.cells[i].is_empty() {
+                out.push(i);
+            }
+            i = (i + 1) % size;
+        }
+        Ok(out)
+    }
+
+    /// Stores tokens' positions and sequences in `slots`, and moves the head past them.
+    pub fn apply(&mut self, slots: &[usize], pos: &[i32], seqs: &[u32]) {
+        for ((&s, &p), &q) in slots.iter().zip(pos).zip(seqs) {
+            self.cells[s] = Cell { pos: p, seqs: 1u64 << q };
+        }
+        if let Some(&last) = slots.last() {
+            self.head = (last + 1) % self.cells.len();
+        }
+    }
+
+    /// Empties the given cells (undoing [`apply`](Self::apply) after a failed compute).
+    pub fn release(&mut self, slots: &[usize]) {
+        for &s in slots {
+            self.cells[s] = Cell::EMPTY;
+        }
+    }
+
+    /// Removes sequence `seq` (all sequences when `None`) from the cells with positions in
+    /// `[p0, p1)` (`llama_memory_seq_rm`).
+    pub fn seq_rm(&mut self, seq: Option<u32>, p0: i32, p1: i32) {
+        let mask = seq.map_or(u64::MAX, |s| 1u64 << s);
+        for c in &mut self.cells {
+            if !c.is_empty() && c.pos >= p0 && c.pos < p1 {
+                c.seqs &= !mask;
+                if c.seqs == 0 {
+                    *c = Cell::EMPTY;
+                }
+            }
+        }
+        self.head = 0;
+    }
+
+    /// Empties every cell.
+    pub fn clear(&mut self) {
+        self.cells.fill(Cell::EMPTY);
+        self.head = 0;
+    }
+
+    /// The largest position stored for `seq`, if any.
+    pub fn seq_pos_max(&self, seq: u32) -> Option<i32> {
+        self.cells.iter().filter(|c| c.seqs & (1u64 << seq) != 0).map(|c| c.pos).max()
+    }
+
+    /// Cells the attention must read: past the last used cell, padded to 256 (llama.cpp's
+    /// `get_n_kv`), at most the whole cache.
+    pub fn n_kv(&self) -> usize {
+        let used_max = self.cells.iter().rposition(|c| !c.is_empty()).map_or(0, |i| i + 1);
+        self.cells.len().min(256.max(used_max.next_multiple_of(256)))
+    }
+
+    /// The attention mask for tokens at `pos` of sequences `seqs`: `[n_kv, n_tokens]`, 0
+    /// where token i may attend cell j, -inf elsewhere; `n_swa > 0` also hides cells `n_swa`
+    /// or more positions back.
+    pub fn mask(&self, n_kv: usize, pos: &[i32], seqs: &[u32], n_swa: usize) -> Vec<f32> {
+        let mut m = vec![f32::NEG_INFINITY; n_kv * pos.len()];
+        for (i, (&p1, &s)) in pos.iter().zip(seqs).enumerate() {
+            let row = &mut m[i * n_kv..(i + 1) * n_kv];
+            for (j, c) in self.cells[..n_kv].iter().enumerate() {
+                let visible = c.seqs & (1u64 << s) != 0
+                    && c.pos <= p1
+                    && (n_swa == 0 || i64::from(p1) - i64::from(c.pos) < n_swa as i64);
+                if visible {
+                    row[j] = 0.0;
+                }
+            }
+        }
+        m
+    }
+}

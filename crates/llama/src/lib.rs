@@ -1,0 +1,45 @@
+//! # tessera-llama
+//!
+//! llama.cpp's model layer in Rust: load a GGUF model zero-copy, run it on the CPU backend
+//! with a KV cache, and sample from its logits.
+//!
+//! - [`Model::load`]: hyperparameters from the `{arch}.*` keys ([`HParams`]), the tokenizer
+//!   (tessera-vocab) from `tokenizer.ggml.*`, every tensor bound in place to the file's mapping,
+//!   and the architecture's graph builder, found by name in a registry ([`arch`]) that
+//!   downstream crates can extend with [`arch::register`].
+//! - [`LlamaContext`]: the KV cache (F16 by default, Q8_0 possible), micro-batching, masks,
+//!   and [`LlamaContext::decode`], which builds each micro-batch's graph afresh, places its
+//!   intermediates with the graph allocator (buffers reused between graphs) and computes it.
+//! - [`sampling`]: llama.cpp's sampler chain, with its mt19937 so a seed gives its tokens.
+//!
+//! Design decisions:
+//! - **Graphs are rebuilt per micro-batch** from a base context holding the weights and cache
+//!   tensors (cloning descriptors is cheap); nothing is cached between graphs but the
+//!   allocator's buffers, so a change of batch shape needs no special path.
+//! - **Cache writes are nodes on the path to the logits**: the attention reads the cache
+//!   through the SET_ROWS results, so building the graph from the logits alone schedules the
+//!   writes before the reads.
+//! - **One cache for sliding-window layers too**: llama.cpp's default keeps a full-size SWA
+//!   cache, which holds the same cells; only the mask differs.
+
+#![deny(missing_docs)]
+
+pub mod arch;
+mod batch;
+pub mod chat;
+mod context;
+mod error;
+pub mod graph;
+mod hparams;
+mod kv_cache;
+mod model;
+pub mod sampling;
+pub mod synth;
+
+pub use batch::Batch;
+pub use context::{ContextParams, LlamaContext};
+pub use error::{LlamaError, Result};
+pub use hparams::HParams;
+pub use kv_cache::{Cell, KvCache, MAX_SEQ};
+pub use model::{Model, Weights};
+pub use tessera_vocab::Vocab;

@@ -1,0 +1,154 @@
+//! A loaded model: the mapped GGUF file, its hyperparameters, vocabulary, and every weight as a
+//! leaf of a base graph context, bound zero-copy to the file's mapping.
+
+use crate::arch::{self, ModelGraph};
+use crate::hparams::HParams;
+use crate::{LlamaError, Result};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use tessera_backend::{Bindings, MappedBuffer};
+use tessera_gguf::GgufFile;
+use tessera_tensor::graph::{Context, TensorId};
+use tessera_vocab::Vocab;
+
+/// The file's bytes as a buffer source (the mapping lives as long as any buffer over it).
+struct MappedFile(GgufFile);
+
+impl AsRef<[u8]> for MappedFile {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
+}
+
+/// The weights: one leaf per GGUF tensor in a base [`Context`], bound in place.
+pub struct Weights {
+    /// Descriptors of every weight (later graphs start from a clone of this).
+    pub ctx: Context,
+    /// Each weight bound to the file's mapping.
+    pub bindings: Bindings,
+    by_name: HashMap<String, TensorId>,
+}
+
+impl Weights {
+    /// The weight called `name`, checked to have shape `ne` (trailing 1s may be omitted).
+    pub fn get(&self, name: &str, ne: &[usize]) -> Result<TensorId> {
+        self.find(name, ne)?.ok_or_else(|| LlamaError::MissingTensor(name.to_string()))
+    }
+
+    /// Like [`Weights::get`] for a weight that may be absent (biases, optional norms).
+    pub fn find(&self, name: &str, ne: &[usize]) -> Result<Option<TensorId>> {
+        let Some(&id) = self.by_name.get(name) else { return Ok(None) };
+        let actual = self.ctx.get(id).ne;
+        let mut want = [1usize; 4];
+        want[..ne.len()].copy_from_slice(ne);
+        if actual != want {
+            let trim = |v: [usize; 4]| {
+                let n = v.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
+                v[..n].to_vec()
+            };
+            return Err(LlamaError::TensorShape {
+                name: name.into(),
+                actual: trim(actual),
+                expected: trim(want),
+            });
+        }
+        Ok(Some(id))
+    }
+
+    /// Whether a tensor of that name exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    /// Total bytes of all weights.
+    pub fn n_bytes(&self) -> usize {
+        self.by_name.values().map(|&id| self.ctx.get(id).n_bytes()).sum()
+    }
+}
+
+/// A model ready to run: hyperparameters, vocabulary, weights and its architecture's graph.
+pub struct Model {
+    /// Hyperparameters.
+    pub hparams: HParams,
+    /// The tokenizer.
+    pub vocab: Vocab,
+    /// The weights.
+    pub weights: Weights,
+    /// The architecture's graph builder, holding its tensor ids.
+    pub graph: Box<dyn ModelGraph>,
+    /// `general.name`, if any.
+    pub name: String,
+    /// Size of the file in bytes.
+    pub file_size: usize,
+    /// Chat template (`tokenizer.chat_template`), if any.
+    pub chat_template: Option<String>,
+    file: Arc<MappedFile>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("arch", &self.hparams.arch).field("name", &self.name).finish()
+    }
+}
+
+impl Model {
+    /// Loads a GGUF model: maps the file, reads hyperparameters and vocabulary, binds every
+    /// tensor in place and lets the registered architecture pick and check its weights.
+    pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+        let path = path.as_ref();
+        let gguf = GgufFile::open(path)
+            .map_err(|source| LlamaError::Gguf { path: path.display().to_string(), source })?;
+        Self::from_gguf(gguf)
+    }
+
+    /// [`Model::load`] from an opened file.
+    pub fn from_gguf(gguf: GgufFile) -> Result<Model> {
+        let file = Arc::new(MappedFile(gguf));
+        let g = &file.0;
+        let md = g.metadata();
+        let arch_name = md.get_str("general.architecture")?.to_string();
+        let builder = arch::lookup(&arch_name)?;
+        let buffer: Arc<dyn tessera_backend::Buffer> = Arc::new(MappedBuffer::new(file.clone()));
+        let mut ctx = Context::new();
+        let mut bindings = Bindings::new();
+        let mut by_name = HashMap::new();
+        for info in g.tensors() {
+            let ne: Vec<usize> = info.ne.iter().map(|&d| d as usize).collect();
+            let id = ctx.new_tensor(info.dtype, &ne)?;
+            ctx.set_name(id, &info.name);
+            bindings.bind(&ctx, id, buffer.clone(), info.data_offset as usize)?;
+            by_name.insert(info.name.clone(), id);
+        }
+        let weights = Weights { ctx, bindings, by_name };
+        let n_vocab_hint =
+            weights.by_name.get("token_embd.weight").map(|&id| weights.ctx.get(id).ne[1]);
+        let hparams = HParams::from_metadata(md, n_vocab_hint)?;
+        let vocab = Vocab::from_metadata(md)?;
+        let graph = builder.load(&weights, &hparams)?;
+        let name = md.get("general.name").and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let chat_template =
+            md.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(str::to_string);
+        tracing::info!(arch = %arch_name, name = %name, layers = hparams.n_layer, "model loaded");
+        Ok(Model {
+            hparams,
+            vocab,
+            weights,
+            graph,
+            name,
+            file_size: g.bytes().len(),
+            chat_template,
+            file,
+        })
+    }
+
+    /// The GGUF file's metadata.
+    pub fn metadata(&self) -> &tessera_gguf::Metadata {
+        self.file.0.metadata()
+    }
+
+    /// Number of parameters (elements of all weights).
+    pub fn n_params(&self) -> usize {
+        self.weights.by_name.values().map(|&id| self.weights.ctx.get(id).n_elements()).sum()
+    }
+}

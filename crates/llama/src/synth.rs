@@ -1,0 +1,197 @@
+//! Synthetic models: real architectures with random weights, written by tessera-gguf, for
+//! architectures without a small real model here (qwen3, gpt2) and for benchmark shapes.
+//! The same spec and seed always give the same bytes, so reference outputs made once with
+//! llama.cpp stay valid (tests check the file's hash).
+
+use crate::{LlamaError, Result};
+use std::path::Path;
+use tessera_gguf::{GgufWriter, Metadata, Value};
+use tessera_tensor::{quant, DType};
+
+/// What to write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SynthSpec {
+    /// `llama`, `qwen2`, `qwen3` or `gpt2`.
+    pub arch: String,
+    /// Blocks.
+    pub n_layer: usize,
+    /// Embedding width.
+    pub n_embd: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// KV heads.
+    pub n_head_kv: usize,
+    /// FFN width.
+    pub n_ff: usize,
+    /// Training context (gpt2's position table has this many rows).
+    pub n_ctx: usize,
+    /// Type of the 2-D weights.
+    pub dtype: DType,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    /// Roughly normal values (sum of uniforms), deterministic.
+    fn normal(&mut self) -> f32 {
+        let mut s = 0.0;
+        for _ in 0..4 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            s += (self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+        }
+        s * 1.732
+    }
+}
+
+fn err(reason: String) -> LlamaError {
+    LlamaError::BadValue { key: "synth".into(), reason }
+}
+
+/// Writes a random-weight model of `spec` to `path`, with the tokenizer keys
+/// (`tokenizer.*`) copied from `vocab`. Returns the vocabulary size used.
+pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Result<usize> {
+    let a = spec.arch.as_str();
+    if !matches!(a, "llama" | "qwen2" | "qwen3" | "gpt2") {
+        return Err(err(format!("no synthetic layout for architecture '{a}'")));
+    }
+    let n_vocab = vocab.get_array("tokenizer.ggml.tokens")?.len();
+    let (e, hd) = (spec.n_embd, spec.n_embd / spec.n_head);
+    let (nq, nkv, ff) = (hd * spec.n_head, hd * spec.n_head_kv, spec.n_ff);
+    let mut w = GgufWriter::new();
+    let g = |e: tessera_gguf::GgufError| LlamaError::Metadata(e);
+    w.add("general.architecture", a).map_err(g)?;
+    w.add("general.name", format!("tessera synthetic {a}").as_str()).map_err(g)?;
+    w.add("general.file_type", Value::U32(if spec.dtype == DType::F32 { 0 } else { 1 }))
+        .map_err(g)?;
+    let k = |s: &str| format!("{a}.{s}");
+    w.add(&k("block_count"), Value::U32(spec.n_layer as u32)).map_err(g)?;
+    w.add(&k("context_length"), Value::U32(spec.n_ctx as u32)).map_err(g)?;
+    w.add(&k("embedding_length"), Value::U32(e as u32)).map_err(g)?;
+    w.add(&k("feed_forward_length"), Value::U32(ff as u32)).map_err(g)?;
+    w.add(&k("attention.head_count"), Value::U32(spec.n_head as u32)).map_err(g)?;
+    w.add(&k("attention.head_count_kv"), Value::U32(spec.n_head_kv as u32)).map_err(g)?;
+    if a == "gpt2" {
+        w.add(&k("attention.layer_norm_epsilon"), Value::F32(1e-5)).map_err(g)?;
+    } else {
+        w.add(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)).map_err(g)?;
+        w.add(&k("rope.freq_base"), Value::F32(1_000_000.0)).map_err(g)?;
+    }
+    for (key, value) in vocab.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+        w.add(key, value.clone()).map_err(g)?;
+    }
+
+    let mut rng = Rng(spec.seed | 1);
+    let mut tensors: Vec<(String, DType, Vec<u64>, Vec<u8>)> = Vec::new();
+    let mut add = |name: String, shape: &[usize], kind: Kind, rng: &mut Rng| -> Result<()> {
+        let n: usize = shape.iter().product();
+        let vals: Vec<f32> = match kind {
+            Kind::Norm => (0..n).map(|_| 1.0 + 0.1 * rng.normal()).collect(),
+            Kind::Bias => (0..n).map(|_| 0.02 * rng.normal()).collect(),
+            Kind::Matrix => {
+                let s = 1.0 / (shape[0] as f32).sqrt();
+                (0..n).map(|_| s * rng.normal()).collect()
+            }
+        };
+        let dtype = if shape.len() == 1 || kind != Kind::Matrix { DType::F32 } else { spec.dtype };
+        let bytes = quant::quantize(dtype, &vals)?;
+        tensors.push((name, dtype, shape.iter().map(|&d| d as u64).collect(), bytes));
+        Ok(())
+    };
+    add("token_embd.weight".into(), &[e, n_vocab], Kind::Matrix, &mut rng)?;
+    if a == "gpt2" {
+        add("position_embd.weight".into(), &[e, spec.n_ctx], Kind::Matrix, &mut rng)?;
+    }
+    for il in 0..spec.n_layer {
+        let b = |s: &str| format!("blk.{il}.{s}");
+        add(b("attn_norm.weight"), &[e], Kind::Norm, &mut rng)?;
+        if a == "gpt2" {
+            add(b("attn_norm.bias"), &[e], Kind::Bias, &mut rng)?;
+            add(b("attn_qkv.weight"), &[e, nq + 2 * nkv], Kind::Matrix, &mut rng)?;
+            add(b("attn_qkv.bias"), &[nq + 2 * nkv], Kind::Bias, &mut rng)?;
+            add(b("attn_output.weight"), &[nq, e], Kind::Matrix, &mut rng)?;
+            add(b("attn_output.bias"), &[e], Kind::Bias, &mut rng)?;
+            add(b("ffn_norm.weight"), &[e], Kind::Norm, &mut rng)?;
+            add(b("ffn_norm.bias"), &[e], Kind::Bias, &mut rng)?;
+            add(b("ffn_up.weight"), &[e, ff], Kind::Matrix, &mut rng)?;
+            add(b("ffn_up.bias"), &[ff], Kind::Bias, &mut rng)?;
+            add(b("ffn_down.weight"), &[ff, e], Kind::Matrix, &mut rng)?;
+            add(b("ffn_down.bias"), &[e], Kind::Bias, &mut rng)?;
+            continue;
+        }
+        add(b("attn_q.weight"), &[e, nq], Kind::Matrix, &mut rng)?;
+        add(b("attn_k.weight"), &[e, nkv], Kind::Matrix, &mut rng)?;
+        add(b("attn_v.weight"), &[e, nkv], Kind::Matrix, &mut rng)?;
+        if a == "qwen2" {
+            add(b("attn_q.bias"), &[nq], Kind::Bias, &mut rng)?;
+            add(b("attn_k.bias"), &[nkv], Kind::Bias, &mut rng)?;
+            add(b("attn_v.bias"), &[nkv], Kind::Bias, &mut rng)?;
+        }
+        if a == "qwen3" {
+            add(b("attn_q_norm.weight"), &[hd], Kind::Norm, &mut rng)?;
+            add(b("attn_k_norm.weight"), &[hd], Kind::Norm, &mut rng)?;
+        }
+        add(b("attn_output.weight"), &[nq, e], Kind::Matrix, &mut rng)?;
+        add(b("ffn_norm.weight"), &[e], Kind::Norm, &mut rng)?;
+        add(b("ffn_gate.weight"), &[e, ff], Kind::Matrix, &mut rng)?;
+        add(b("ffn_up.weight"), &[e, ff], Kind::Matrix, &mut rng)?;
+        add(b("ffn_down.weight"), &[ff, e], Kind::Matrix, &mut rng)?;
+    }
+    add("output_norm.weight".into(), &[e], Kind::Norm, &mut rng)?;
+    if a == "gpt2" {
+        add("output_norm.bias".into(), &[e], Kind::Bias, &mut rng)?;
+    }
+    for (name, dtype, shape, bytes) in tensors {
+        w.add_tensor(&name, dtype, &shape, bytes).map_err(g)?;
+    }
+    w.write_file(path)
+        .map_err(|source| LlamaError::Gguf { path: path.display().to_string(), source })?;
+    Ok(n_vocab)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Norm,
+    Bias,
+    Matrix,
+}
+
+/// The synthetic models the tests compare with llama.cpp: (file stem, spec, the vocabulary
+/// fixture in `shared/vocab` whose tokenizer they carry).
+pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
+    vec![
+        (
+            "synth-qwen3-q8_0",
+            SynthSpec {
+                arch: "qwen3".into(),
+                n_layer: 4,
+                n_embd: 256,
+                n_head: 4,
+                n_head_kv: 2,
+                n_ff: 512,
+                n_ctx: 2048,
+                dtype: DType::Q8_0,
+                seed: 3,
+            },
+            "ggml-vocab-qwen2.gguf",
+        ),
+        (
+            "synth-gpt2-f16",
+            SynthSpec {
+                arch: "gpt2".into(),
+                n_layer: 4,
+                n_embd: 256,
+                n_head: 4,
+                n_head_kv: 4,
+                n_ff: 1024,
+                n_ctx: 1024,
+                dtype: DType::F16,
+                seed: 2,
+            },
+            "ggml-vocab-gpt-2.gguf",
+        ),
+    ]
+}

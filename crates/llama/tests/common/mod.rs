@@ -1,0 +1,173 @@
+//! What the model-versus-llama.cpp tests share: loading references made by
+//! shared/tools/make_refs.py and the three checks of shared/refs/README.md.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
+
+const MARGIN: f64 = 0.1;
+
+pub fn refs_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/refs");
+    assert!(d.is_dir(), "{} is missing: the reference outputs live in shared/refs", d.display());
+    d
+}
+
+pub fn prompts() -> Vec<String> {
+    let text = std::fs::read_to_string(refs_dir().join("prompts.json")).expect("prompts.json");
+    let v: Value = serde_json::from_str(&text).expect("prompts.json is JSON");
+    v.as_object().expect("an object").keys().cloned().collect()
+}
+
+struct Ref {
+    prompt_tokens: Vec<u32>,
+    greedy: Vec<u32>,
+    margins: Vec<f64>,
+    logits: Vec<f32>,
+}
+
+fn load_ref(root: &Path, mode: &str, model: &str, prompt: &str) -> Ref {
+    let dir = root.join(mode).join(model);
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{prompt}.json"))).unwrap())
+            .unwrap();
+    let ids = |k: &str| {
+        j[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect::<Vec<_>>()
+    };
+    let bytes = std::fs::read(dir.join(format!("{prompt}.logits.f32"))).unwrap();
+    Ref {
+        prompt_tokens: ids("prompt_tokens"),
+        greedy: ids("greedy_tokens"),
+        margins: j["greedy_top2_margins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect(),
+        logits: bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
+    }
+}
+
+/// The teacher-forced disagreements of llama.cpp's other attention path with the reference
+/// `key` (`model/prompt/mode`), from `path` (made by tools/llama_cpp_self_agreement.py).
+fn self_agreement(path: &Path, key: &str) -> Vec<usize> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: Value = serde_json::from_str(&text).expect("self_agreement.json is JSON");
+    let steps = v[key].as_array().unwrap_or_else(|| panic!("{}: no entry {key}", path.display()));
+    steps.iter().map(|s| s.as_u64().unwrap() as usize).collect()
+}
+
+fn nmse(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2)).sum();
+    let den: f64 = b.iter().map(|&y| f64::from(y).powi(2)).sum();
+    num / den
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Runs the three checks for every prompt of `model` (file stem `name`) against the
+/// references under `root/{fa-on,fa-off}/name`.
+/// `agreement` is llama.cpp's own cross-path disagreement file for these references.
+/// `known_gaps` lists failures (`model/prompt/mode/check` prefixes) that are known and tracked;
+/// any other failure fails the test.
+pub fn check(
+    model: &Model,
+    name: &str,
+    root: &Path,
+    agreement: &Path,
+    flash_attn: bool,
+    known_gaps: &[&str],
+) {
+    let mode = if flash_attn { "fa-on" } else { "fa-off" };
+    let params = ContextParams { n_ctx: 512, n_threads: 2, flash_attn, ..Default::default() };
+    let mut report = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    for prompt in prompts() {
+        let r = load_ref(root, mode, name, &prompt);
+        let other = load_ref(root, if flash_attn { "fa-off" } else { "fa-on" }, name, &prompt);
+        let n_p = r.prompt_tokens.len();
+
+        // 1 + 2: one batch of prompt + greedy tokens, logits from the last prompt position on.
+        let mut ctx = LlamaContext::new(model, params.clone()).unwrap();
+        let mut batch = Batch::new();
+        for (i, &t) in r.prompt_tokens.iter().chain(&r.greedy).enumerate() {
+            batch.add(t, i as i32, 0, i + 1 >= n_p);
+        }
+        ctx.decode(&batch).unwrap();
+        let last = ctx.logits_ith(n_p - 1).unwrap();
+        let err = nmse(last, &r.logits);
+        let allowed = nmse(&other.logits, &r.logits).max(1e-3);
+        let key = format!("{name}/{prompt}/{mode}");
+        if err > allowed {
+            failures.push(format!("{key}/logits: NMSE {err:.2e} > {allowed:.2e}"));
+        }
+        // Steps where llama.cpp is confident but Tessera picks another token: no more than
+        // llama.cpp's own other attention path has against the same reference.
+        let mut bad = Vec::new();
+        for (t, (&want, &m)) in r.greedy.iter().zip(&r.margins).enumerate() {
+            let got = argmax(ctx.logits_ith(n_p - 1 + t).unwrap());
+            if m >= MARGIN && got != want {
+                bad.push(t);
+            }
+        }
+        let own = self_agreement(agreement, &key);
+        if bad.len() > own.len() {
+            failures.push(format!(
+                "{key}/teacher-forced: disagreements at steps {bad:?} (margin >= {MARGIN}); llama.cpp's other attention path: {own:?}"
+            ));
+        }
+        // 3: free-running greedy up to the first low-margin step.
+        // Up to the first low-margin step, or the first step where llama.cpp's other path
+        // itself picks another token (it could not run further identically either).
+        let low = r.margins.iter().position(|&m| m < MARGIN).unwrap_or(r.margins.len());
+        let stable = own.first().map_or(low, |&s| s.min(low));
+        let mut ctx = LlamaContext::new(model, params.clone()).unwrap();
+        ctx.decode(&Batch::from_tokens(&r.prompt_tokens, 0, 0)).unwrap();
+        let mut got = Vec::new();
+        for t in 0..stable {
+            let tok = argmax(ctx.logits_ith(ctx_last(&got, n_p)).unwrap_or_else(|| ctx.logits()));
+            got.push(tok);
+            if tok != r.greedy[t] {
+                failures.push(format!(
+                    "{key}/free-running: step {t} gave {tok}, llama.cpp {}",
+                    r.greedy[t]
+                ));
+                break;
+            }
+            ctx.decode(&Batch::from_tokens(&[tok], (n_p + t) as i32, 0)).unwrap();
+        }
+        report.push(format!(
+            "{prompt}: nmse {err:.2e} (allowed {allowed:.2e}), teacher-forced disagreements {bad:?} (llama.cpp's own: {own:?}), {stable} free-running steps"
+        ));
+    }
+    eprintln!("{name} {mode}:\n  {}", report.join("\n  "));
+    let unexpected: Vec<&String> =
+        failures.iter().filter(|f| !known_gaps.iter().any(|k| f.starts_with(k))).collect();
+    for f in failures.iter().filter(|f| !unexpected.contains(f)) {
+        eprintln!("KNOWN GAP (listed in the test, see the issue notes): {f}");
+    }
+    for k in known_gaps.iter().filter(|k| !failures.iter().any(|f| f.starts_with(*k))) {
+        eprintln!("known gap {k} passes now: remove it from the list");
+    }
+    assert!(unexpected.is_empty(), "{name} {mode}: {unexpected:#?}");
+}
+
+/// Index of the batch token whose logits follow `got` generated tokens: the last prompt token
+/// first, then the single token of each later batch.
+fn ctx_last(got: &[u32], n_p: usize) -> usize {
+    if got.is_empty() {
+        n_p - 1
+    } else {
+        0
+    }
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Regenerates the llama.cpp references of the synthetic qwen3 and gpt2 models
+# (crates/llama/tests/fixtures/synth), with llama.cpp b11312 through llama-cpp-python:
+#   pip install llama-cpp-python==0.3.36 gguf numpy   (builds llama.cpp, ~7 min on 2 cores)
+# The models themselves are rewritten from their specs (tessera_llama::synth::test_models),
+# bit for bit, so only their references and hashes are stored.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+root=$(pwd)
+out=crates/llama/tests/fixtures/synth
+cargo xtask synth-models target/synth
+mkdir -p "$out"
+for fa in 1 0; do
+  mode=$([ $fa = 1 ] && echo fa-on || echo fa-off)
+  python3 ../shared/tools/make_refs.py "$out/$mode" ../shared/refs/prompts.json target/synth/*.gguf --n 32 --fa $fa
+done
+( cd target/synth && sha256sum *.gguf ) > "$out/SHA256SUMS"
+echo "references in $root/$out"
