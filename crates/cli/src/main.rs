@@ -1,13 +1,14 @@
 //! `tessera`: the command line of the Tessera stack.
 //!
 //! Subcommands mirror llama.cpp's tools so people can switch: `tessera run` is llama-cli,
-//! `bench` llama-bench, `perplexity` llama-perplexity, `tokenize` llama-tokenize, `gguf`
+//! `bench` llama-bench, `perplexity` llama-perplexity, `quantize` llama-quantize, `tokenize` llama-tokenize, `gguf`
 //! gguf-dump. Logs go to stderr through `tracing` (`RUST_LOG=info` for more).
 
 mod bench_cmd;
 mod common;
 mod gguf_cmd;
 mod perplexity_cmd;
+mod quantize_cmd;
 mod run_cmd;
 mod tokenize_cmd;
 
@@ -30,6 +31,8 @@ enum Command {
     Bench(bench_cmd::BenchArgs),
     /// Measure perplexity on a text file (like llama-perplexity).
     Perplexity(perplexity_cmd::PerplexityArgs),
+    /// Re-encode a model's weights to another type (like llama-quantize).
+    Quantize(quantize_cmd::QuantizeArgs),
     /// Show how a text is tokenized (like llama-tokenize).
     Tokenize(tokenize_cmd::TokenizeArgs),
     /// Print a GGUF file's metadata and tensor table (like gguf-dump).
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench_cmd::run(a),
         Command::Perplexity(a) => perplexity_cmd::run(a),
         Command::Tokenize(a) => tokenize_cmd::run(a),
+        Command::Quantize(a) => quantize_cmd::run(a),
         Command::Gguf { file, json, array_items } => gguf_cmd::run(&file, json, array_items),
     };
     match result {

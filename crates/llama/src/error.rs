@@ -15,7 +15,7 @@ pub enum LlamaError {
         /// What the reader said.
         source: tessera_gguf::GgufError,
     },
-    /// A metadata key is missing or has the wrong type.
+    /// A metadata key is missing or has the wrong type, or a file could not be written.
     #[error("metadata: {0}")]
     Metadata(#[from] tessera_gguf::GgufError),
     /// A metadata value is out of its valid range.

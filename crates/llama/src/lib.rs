@@ -33,6 +33,7 @@ pub mod graph;
 mod hparams;
 mod kv_cache;
 mod model;
+pub mod quantize;
 pub mod sampling;
 pub mod synth;
 

@@ -459,7 +459,10 @@ fn gather_f32(src: *const u8, dtype: DType, stride: usize, buf: &mut [f32]) {
 /// the best the CPU has, if lower). For the flash-attention kernel.
 ///
 /// The caller must pass pointers to `n` readable values each (no alignment needed).
-#[allow(dead_code, reason = "kept for the kernel tests; flash attention has its own ggml-order dot")]
+#[allow(
+    dead_code,
+    reason = "kept for the kernel tests; flash attention has its own ggml-order dot"
+)]
 pub(crate) fn dot_f16(n: usize, x: *const half::f16, y: *const half::f16, simd: SimdLevel) -> f32 {
     let Kernel::Dot { dot, .. } = kernel(DType::F16, effective(simd)) else {
         unreachable!("F16 has a dot kernel")
@@ -472,7 +475,10 @@ pub(crate) fn dot_f16(n: usize, x: *const half::f16, y: *const half::f16, simd: 
 /// lower). For the flash-attention kernel.
 ///
 /// The caller must pass pointers to `n` readable values each (no alignment needed).
-#[allow(dead_code, reason = "kept for the kernel tests; flash attention has its own ggml-order dot")]
+#[allow(
+    dead_code,
+    reason = "kept for the kernel tests; flash attention has its own ggml-order dot"
+)]
 pub(crate) fn dot_f32(n: usize, x: *const f32, y: *const f32, simd: SimdLevel) -> f32 {
     let Kernel::Dot { dot, .. } = kernel(DType::F32, effective(simd)) else {
         unreachable!("F32 has a dot kernel")
