@@ -7,6 +7,7 @@
 mod bench_cmd;
 mod common;
 mod gguf_cmd;
+mod kld;
 mod perplexity_cmd;
 mod quantize_cmd;
 mod run_cmd;

@@ -5,12 +5,14 @@
 //! `[i]ppl` values and the final estimate with its standard error, as llama.cpp does.
 
 use crate::common;
+use crate::kld;
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
-use tessera_llama::{Batch, ContextParams, LlamaContext};
+use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
 
 /// Options of `tessera perplexity` (named as llama-perplexity's).
 #[derive(Args, Debug)]
@@ -18,9 +20,16 @@ pub struct PerplexityArgs {
     /// Model file (GGUF); default: SmolLM2-135M-Instruct.
     #[arg(short = 'm', long)]
     model: Option<PathBuf>,
-    /// Text file.
+    /// Text file (not needed with --kl-divergence: the tokens come from the base file).
     #[arg(short = 'f', long)]
-    file: PathBuf,
+    file: Option<PathBuf>,
+    /// llama-perplexity's log-probability file: written (with -f), or read as the base of a
+    /// KL-divergence comparison (with --kl-divergence).
+    #[arg(long = "kl-divergence-base")]
+    kl_divergence_base: Option<PathBuf>,
+    /// Compare with the --kl-divergence-base file: KL divergence, Δp, same top token.
+    #[arg(long = "kl-divergence")]
+    kl_divergence: bool,
     /// Tokens per chunk.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
     ctx_size: usize,
@@ -46,8 +55,11 @@ pub fn nll(logits: &[f32], target: u32) -> f64 {
 pub fn run(a: PerplexityArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
     let model = common::load(&path)?;
-    let text =
-        std::fs::read_to_string(&a.file).map_err(|e| anyhow!("{}: {e}", a.file.display()))?;
+    if a.kl_divergence {
+        return kl_divergence(&a, &model);
+    }
+    let file = a.file.as_ref().ok_or_else(|| anyhow!("-f FILE is needed (the text to measure)"))?;
+    let text = std::fs::read_to_string(file).map_err(|e| anyhow!("{}: {e}", file.display()))?;
     let mut tokens = model.vocab.tokenize(&text, true, false);
     let n_ctx = a.ctx_size;
     if n_ctx < 8 {
@@ -57,7 +69,7 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
     if n_chunk_max == 0 {
         bail!(
             "{}: {} tokens, fewer than one chunk of {n_ctx} (use a smaller -c)",
-            a.file.display(),
+            file.display(),
             tokens.len()
         );
     }
@@ -79,6 +91,15 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let first = n_ctx / 2;
+    let mut base_out = match &a.kl_divergence_base {
+        Some(p) => {
+            let f = std::fs::File::create(p).map_err(|e| anyhow!("{}: {e}", p.display()))?;
+            let mut w = std::io::BufWriter::new(f);
+            kld::write_header(&mut w, n_ctx, model.hparams.n_vocab, n_chunk, &tokens)?;
+            Some((w, vec![0u16; kld::row_len(model.hparams.n_vocab)]))
+        }
+        None => None,
+    };
     let (mut sum, mut sum2, mut count) = (0f64, 0f64, 0usize);
     let t0 = Instant::now();
     let mut line = String::new();
@@ -100,6 +121,11 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
         ctx.decode(&batch).map_err(|e| anyhow!("{e}"))?;
         for j in first..n_ctx - 1 {
             let l = ctx.logits_ith(j).expect("logits requested");
+            if let Some((w, row)) = base_out.as_mut() {
+                kld::encode(l, tokens[start + j + 1] as usize, row);
+                let bytes: Vec<u8> = row.iter().flat_map(|v| v.to_le_bytes()).collect();
+                w.write_all(&bytes)?;
+            }
             let v = nll(l, tokens[start + j + 1]);
             sum += v;
             sum2 += v * v;
@@ -109,6 +135,9 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if let Some((mut w, _)) = base_out {
+        w.flush()?;
+    }
     println!("{line}");
     let mean = sum / count as f64;
     let var = (sum2 / count as f64 - mean * mean).max(0.0);
@@ -120,5 +149,61 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
         t0.elapsed().as_secs_f64(),
         (n_chunk * n_ctx) as f64 / t0.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// `--kl-divergence`: evaluates the base file's tokens chunk by chunk and compares each
+/// position's distribution with the base's, printing llama-perplexity's table and statistics.
+fn kl_divergence(a: &PerplexityArgs, model: &Model) -> Result<()> {
+    let base_path = a
+        .kl_divergence_base
+        .as_ref()
+        .ok_or_else(|| anyhow!("--kl-divergence needs --kl-divergence-base FILE"))?;
+    let mut base = kld::BaseReader::open(base_path)?;
+    if base.n_vocab != model.hparams.n_vocab {
+        bail!(
+            "{}: vocabulary of {} tokens, the model has {}",
+            base_path.display(),
+            base.n_vocab,
+            model.hparams.n_vocab
+        );
+    }
+    let n_ctx = base.n_ctx;
+    let params = ContextParams {
+        n_ctx,
+        n_ubatch: n_ctx,
+        n_threads: common::threads(a.threads),
+        flash_attn: a.flash_attn == "on",
+        ..Default::default()
+    };
+    let mut ctx = LlamaContext::new(model, params).map_err(|e| anyhow!("{e}"))?;
+    let (add_bos, bos) = (model.vocab.add_bos(), model.vocab.bos());
+    let first = n_ctx / 2;
+    let nv = kld::row_len(base.n_vocab);
+    let n_chunk = if a.chunks < 0 { base.n_chunk } else { (a.chunks as usize).min(base.n_chunk) };
+    let mut k = kld::Kld::default();
+    println!("chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p");
+    for i in 0..n_chunk {
+        let rows = base.next_chunk()?;
+        let chunk = &base.tokens[i * n_ctx..(i + 1) * n_ctx];
+        let mut batch = Batch::new();
+        for (j, &t) in chunk.iter().enumerate() {
+            let t = match bos {
+                Some(b) if j == 0 && add_bos => b,
+                _ => t,
+            };
+            batch.add(t, j as i32, 0, j >= first);
+        }
+        ctx.kv_cache_mut().clear();
+        ctx.decode(&batch).map_err(|e| anyhow!("{e}"))?;
+        for j in first..n_ctx - 1 {
+            let l = ctx.logits_ith(j).expect("logits requested");
+            let r = &rows[(j - first) * nv..(j - first + 1) * nv];
+            k.add(l, r, chunk[j + 1] as usize);
+        }
+        println!("{}", k.chunk_line(i + 1));
+    }
+    println!();
+    print!("{}", k.report());
     Ok(())
 }
