@@ -129,6 +129,7 @@ impl Kld {
     }
 
     /// Mean KL divergence.
+    #[cfg(test)]
     pub fn mean_kld(&self) -> f64 {
         self.sum_kld / self.count.max(1) as f64
     }
