@@ -33,6 +33,10 @@ pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
         DType::F16 => f16_f16_n::<4>,
         DType::Q4_0 => q4_0_q8_0_n::<4>,
         DType::Q8_0 => q8_0_q8_0_n::<4>,
+        DType::Q4_1 => q4_1_q8_1_n::<4>,
+        DType::Q5_1 => q5_1_q8_1_n::<4>,
+        DType::Q5_0 => q5_0_q8_0_n::<4>,
+        DType::IQ4_NL => iq4_nl_q8_0_n::<4>,
         _ => return None,
     })
 }
@@ -353,12 +357,13 @@ unsafe fn q8_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
     unsafe { q8_0_q8_0_n::<1>(n, x, [y])[0] }
 }
 
-/// Q5_0 · Q8_0: the fifth bit, when clear, turns the nibble into `nibble - 16`.
+/// Q5_0 · Q8_0 against `C` rows: the fifth bit, when clear, turns the nibble into
+/// `nibble - 16`.
 ///
 /// # Safety
-/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+/// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+unsafe fn q5_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole Q5_0 block (22 bytes: d, qh[4], qs[16]).
         let (d, qh, qs) = unsafe { (rd::<u16>(b), rd::<u32>(b.add(2)), ld128(b.add(6))) };
@@ -366,15 +371,25 @@ unsafe fn q5_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
         (d, _mm256_or_si256(nibbles(qs), high))
     };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows::<1>(n, x, 22, [y], unpack, |a, b| fp16_mul(a, b))[0] }
+    unsafe { q8_0_rows(n, x, 22, y, unpack, |a, b| fp16_mul(a, b)) }
 }
 
-/// IQ4_NL · Q8_0: nibbles index `kvalues_iq4nl` (a byte shuffle).
+/// Q5_0 · Q8_0.
 ///
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+unsafe fn q5_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { q5_0_q8_0_n::<1>(n, x, [y])[0] }
+}
+
+/// IQ4_NL · Q8_0 against `C` rows: nibbles index `kvalues_iq4nl` (a byte shuffle).
+///
+/// # Safety
+/// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
     // SAFETY: the table is 16 bytes.
     let table = _mm256_broadcastsi128_si256(unsafe {
         ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast())
@@ -385,7 +400,17 @@ unsafe fn iq4_nl_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
         (d, _mm256_shuffle_epi8(table, nibbles(qs)))
     };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows::<1>(n, x, 18, [y], unpack, |a, b| fp16_mul(a, b))[0] }
+    unsafe { q8_0_rows(n, x, 18, y, unpack, |a, b| fp16_mul(a, b)) }
+}
+
+/// IQ4_NL · Q8_0.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { iq4_nl_q8_0_n::<1>(n, x, [y])[0] }
 }
 
 /// MXFP4 · Q8_0: nibbles index the doubled E2M1 values, scaled by half the E8M0 exponent.
@@ -415,34 +440,37 @@ unsafe fn mxfp4_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// The [`VecDot`] contract, `xsize` bytes per weight block, and AVX2/FMA/F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_1_rows(
+unsafe fn q8_1_rows<const C: usize>(
     n: usize,
     x: *const u8,
     xsize: usize,
-    y: *const u8,
+    y: [*const u8; C],
     unpack: impl Fn(*const u8) -> (u32, __m256i),
-) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0.0;
+) -> [f32; C] {
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut summs = [0f32; C];
     for i in 0..n / 32 {
         let (dm, qx) = unpack(x.wrapping_add(i * xsize));
-        let yb = y.wrapping_add(36 * i);
-        // SAFETY: block i of the activation row.
-        let (ds, qy) = unsafe { (rd::<u32>(yb), ld256(yb.add(4))) };
-        let ((dx, mx), (dy, sy)) = (fp16x2(dm), fp16x2(ds));
-        summs += mx * sy;
-        let p = _mm256_cvtepi32_ps(dot_u8_i8(qx, qy));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), p, acc);
+        let (dx, mx) = fp16x2(dm);
+        for ((a, s), y) in acc.iter_mut().zip(summs.iter_mut()).zip(y) {
+            let yb = y.wrapping_add(36 * i);
+            // SAFETY: block i of the activation row.
+            let (ds, qy) = unsafe { (rd::<u32>(yb), ld256(yb.add(4))) };
+            let (dy, sy) = fp16x2(ds);
+            *s += mx * sy;
+            let p = _mm256_cvtepi32_ps(dot_u8_i8(qx, qy));
+            *a = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), p, *a);
+        }
     }
-    hsum_ps(acc) + summs
+    std::array::from_fn(|r| hsum_ps(acc[r]) + summs[r])
 }
 
-/// Q4_1 · Q8_1.
+/// Q4_1 · Q8_1 against `C` rows.
 ///
 /// # Safety
-/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+/// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
+unsafe fn q4_1_q8_1_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole Q4_1 block (20 bytes: d, m, qs[16]).
         let (dm, qs) = unsafe { (rd::<u32>(b), ld128(b.add(4))) };
@@ -452,12 +480,22 @@ unsafe fn q4_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
     unsafe { q8_1_rows(n, x, 20, y, unpack) }
 }
 
-/// Q5_1 · Q8_1.
+/// Q4_1 · Q8_1.
 ///
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
+unsafe fn q4_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { q4_1_q8_1_n::<1>(n, x, [y])[0] }
+}
+
+/// Q5_1 · Q8_1 against `C` rows.
+///
+/// # Safety
+/// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1_q8_1_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole Q5_1 block (24 bytes: d, m, qh[4], qs[16]).
         let (dm, qh, qs) = unsafe { (rd::<u32>(b), rd::<u32>(b.add(4)), ld128(b.add(8))) };
@@ -466,4 +504,14 @@ unsafe fn q5_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
     };
     // SAFETY: forwarded.
     unsafe { q8_1_rows(n, x, 24, y, unpack) }
+}
+
+/// Q5_1 · Q8_1.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { q5_1_q8_1_n::<1>(n, x, [y])[0] }
 }

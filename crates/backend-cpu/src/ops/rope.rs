@@ -49,12 +49,34 @@ fn rope_cache(p: &RopeParams, pos: f32, ff: Option<&TensorRef>, corr: [f32; 2], 
     }
 }
 
-fn rotate_plain(x0: f32, x1: f32, c: f32, s: f32) -> (f32, f32) {
-    (x0 * c - x1 * s, x0 * s + x1 * c)
+/// The rotated pairs of one row: `(j0, j1)` of pair `i0/2` for the mode.
+#[inline(always)]
+fn pair(i0: usize, n_dims: usize, mode: RopeMode) -> (usize, usize) {
+    match mode {
+        RopeMode::Norm => (i0, i0 + 1),
+        RopeMode::Neox => (i0 / 2, i0 / 2 + n_dims / 2),
+    }
 }
 
-fn rotate_fma(x0: f32, x1: f32, c: f32, s: f32) -> (f32, f32) {
-    (x0.mul_add(c, -(x1 * s)), x0.mul_add(s, x1 * c))
+fn rotate_plain(x: &mut [f32], cache: &[f32], n_dims: usize, mode: RopeMode) {
+    for i0 in (0..n_dims).step_by(2) {
+        let (c, s) = (cache[i0], cache[i0 + 1]);
+        let (j0, j1) = pair(i0, n_dims, mode);
+        let (x0, x1) = (x[j0], x[j1]);
+        x[j0] = x0 * c - x1 * s;
+        x[j1] = x0 * s + x1 * c;
+    }
+}
+
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "fma"))]
+unsafe fn rotate_fma(x: &mut [f32], cache: &[f32], n_dims: usize, mode: RopeMode) {
+    for i0 in (0..n_dims).step_by(2) {
+        let (c, s) = (cache[i0], cache[i0 + 1]);
+        let (j0, j1) = pair(i0, n_dims, mode);
+        let (x0, x1) = (x[j0], x[j1]);
+        x[j0] = x0.mul_add(c, -(x1 * s));
+        x[j1] = x0.mul_add(s, x1 * c);
+    }
 }
 
 /// Whether the CPU has fused multiply-add (ggml's SIMD builds contract `a*b + c` into one).
@@ -85,8 +107,6 @@ pub(crate) fn rope(
     // `x0*s + x1*c` becomes fma(x0, s, x1*c). Do the same wherever the CPU has FMA (the SIMD
     // levels), plain products at the scalar level (a build without FMA).
     let fused = p.simd >= crate::SimdLevel::Avx2 && has_fma();
-    let rotate: fn(f32, f32, f32, f32) -> (f32, f32) =
-        if fused { rotate_fma } else { rotate_plain };
     with_rows([ne0, n_dims, 0, 0], |[x, cache, _, _]| {
         let mut cached: Option<(usize, usize)> = None;
         for r in p.split(a.n_rows()) {
@@ -100,16 +120,11 @@ pub(crate) fn rope(
             }
             // SAFETY: row r of a.
             unsafe { load(src, a.dtype, a.nb[0], x) };
-            for i0 in (0..n_dims).step_by(2) {
-                let (c, s) = (cache[i0], cache[i0 + 1]);
-                let (j0, j1) = match params.mode {
-                    RopeMode::Norm => (i0, i0 + 1),
-                    RopeMode::Neox => (i0 / 2, i0 / 2 + n_dims / 2),
-                };
-                let (x0, x1) = (x[j0], x[j1]);
-                let (y0, y1) = rotate(x0, x1, c, s);
-                x[j0] = y0;
-                x[j1] = y1;
+            if fused {
+                // SAFETY: FMA was detected (`fused`).
+                unsafe { rotate_fma(x, cache, n_dims, params.mode) };
+            } else {
+                rotate_plain(x, cache, n_dims, params.mode);
             }
             // SAFETY: this thread's dst row (same shape as a).
             unsafe { store(dst.row_ptr(i1, i2, i3), dst.dtype, dst.nb[0], x) };

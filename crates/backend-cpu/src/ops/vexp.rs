@@ -79,82 +79,149 @@ fn lanes(simd: SimdLevel) -> usize {
     }
 }
 
-macro_rules! with_fma {
-    ($simd:expr, $body:expr) => {{
-        #[cfg(target_arch = "x86_64")]
-        {
-            if $simd >= SimdLevel::Avx2 && std::is_x86_feature_detected!("fma") {
-                #[target_feature(enable = "fma")]
-                unsafe fn inner<R>(f: impl FnOnce() -> R) -> R {
-                    f()
-                }
-                // SAFETY: FMA was detected; `inner` only lets mul_add compile to vfmadd.
-                return unsafe { inner(|| $body) };
+/// Whether the CPU has FMA (always true where the AVX2 level runs).
+fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// One lane of ggml's vector expf of the given variant.
+#[inline(always)]
+fn vexp<const AVX512: bool>(x: f32) -> f32 {
+    if AVX512 {
+        expf_avx512(x)
+    } else {
+        expf_avx2(x)
+    }
+}
+
+#[inline(always)]
+fn swiglu_lanes<const AVX512: bool>(g: &mut [f32], u: &[f32]) {
+    for (x, &y) in g.iter_mut().zip(u) {
+        *x = *x / (1.0 + vexp::<AVX512>(0.0 - *x)) * y;
+    }
+}
+
+#[inline(always)]
+fn silu_lanes<const AVX512: bool>(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = *v / (1.0 + vexp::<AVX512>(0.0 - *v));
+    }
+}
+
+#[inline(always)]
+fn soft_max_lanes<const AVX512: bool>(x: &mut [f32], max: f32, w: usize) -> f64 {
+    let mut sum = 0f64;
+    for chunk in x.chunks_exact_mut(w) {
+        for v in chunk.iter_mut() {
+            *v = vexp::<AVX512>(*v - max);
+        }
+        let mut s = [0f32; 16];
+        s[..w].copy_from_slice(chunk);
+        let mut n = w;
+        while n > 2 {
+            n /= 2;
+            for i in 0..n {
+                s[i] += s[i + n];
             }
         }
-        $body
-    }};
+        sum += f64::from(s[0] + s[1]);
+    }
+    sum
+}
+
+// The lane loops compiled with FMA enabled, so `mul_add` is one instruction (the functions
+// above are inlined into these).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn swiglu_fma<const AVX512: bool>(g: &mut [f32], u: &[f32]) {
+    swiglu_lanes::<AVX512>(g, u)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn silu_fma<const AVX512: bool>(x: &mut [f32]) {
+    silu_lanes::<AVX512>(x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn soft_max_fma<const AVX512: bool>(x: &mut [f32], max: f32, w: usize) -> f64 {
+    soft_max_lanes::<AVX512>(x, max, w)
+}
+
+/// The vectorized prefix length at `simd` (0 without FMA: all elements take libm's expf).
+fn split(len: usize, simd: SimdLevel) -> usize {
+    let w = if has_fma() { lanes(simd) } else { 0 };
+    len.checked_div(w).map_or(0, |q| q * w)
 }
 
 /// `g[i] = silu(g[i]) * u[i]` as `ggml_vec_swiglu_f32` at level `simd`.
 pub fn swiglu(g: &mut [f32], u: &[f32], simd: SimdLevel) {
-    with_fma!(simd, {
-        let w = lanes(simd);
-        let full = g.len().checked_div(w).map_or(0, |q| q * w);
-        let exp: fn(f32) -> f32 = if simd == SimdLevel::Avx512 { expf_avx512 } else { expf_avx2 };
-        for (x, &y) in g[..full].iter_mut().zip(u) {
-            *x = *x / (1.0 + exp(0.0 - *x)) * y;
+    let full = split(g.len(), simd);
+    #[cfg(target_arch = "x86_64")]
+    if full > 0 {
+        // SAFETY: `split` is non-zero only where FMA was detected.
+        unsafe {
+            if simd == SimdLevel::Avx512 {
+                swiglu_fma::<true>(&mut g[..full], &u[..full])
+            } else {
+                swiglu_fma::<false>(&mut g[..full], &u[..full])
+            }
         }
-        for (x, &y) in g[full..].iter_mut().zip(&u[full..]) {
-            *x = silu_libm(*x) * y;
-        }
-    })
+    }
+    for (x, &y) in g[full..].iter_mut().zip(&u[full..]) {
+        *x = silu_libm(*x) * y;
+    }
 }
 
 /// `x[i] = silu(x[i])` as `ggml_vec_silu_f32`.
 pub fn silu(x: &mut [f32], simd: SimdLevel) {
-    with_fma!(simd, {
-        let w = lanes(simd);
-        let full = x.len().checked_div(w).map_or(0, |q| q * w);
-        let exp: fn(f32) -> f32 = if simd == SimdLevel::Avx512 { expf_avx512 } else { expf_avx2 };
-        for v in x[..full].iter_mut() {
-            *v = *v / (1.0 + exp(0.0 - *v));
+    let full = split(x.len(), simd);
+    #[cfg(target_arch = "x86_64")]
+    if full > 0 {
+        // SAFETY: as in `swiglu`.
+        unsafe {
+            if simd == SimdLevel::Avx512 {
+                silu_fma::<true>(&mut x[..full])
+            } else {
+                silu_fma::<false>(&mut x[..full])
+            }
         }
-        for v in x[full..].iter_mut() {
-            *v = silu_libm(*v);
-        }
-    })
+    }
+    for v in x[full..].iter_mut() {
+        *v = silu_libm(*v);
+    }
 }
 
 /// `x[i] = exp(x[i] - max)`, returning their sum in f64, as `ggml_vec_soft_max_f32`: each
 /// vector's lanes are summed in f32 in the hardware's pairwise order, then added in f64.
 pub fn soft_max(x: &mut [f32], max: f32, simd: SimdLevel) -> f64 {
-    with_fma!(simd, {
+    let full = split(x.len(), simd);
+    let mut sum = 0f64;
+    #[cfg(target_arch = "x86_64")]
+    if full > 0 {
         let w = lanes(simd);
-        let full = x.len().checked_div(w).map_or(0, |q| q * w);
-        let mut sum = 0f64;
-        let exp: fn(f32) -> f32 = if simd == SimdLevel::Avx512 { expf_avx512 } else { expf_avx2 };
-        for chunk in x[..full].chunks_exact_mut(w.max(1)) {
-            for v in chunk.iter_mut() {
-                *v = exp(*v - max);
+        // SAFETY: as in `swiglu`.
+        sum = unsafe {
+            if simd == SimdLevel::Avx512 {
+                soft_max_fma::<true>(&mut x[..full], max, w)
+            } else {
+                soft_max_fma::<false>(&mut x[..full], max, w)
             }
-            let mut s = [0f32; 16];
-            s[..w].copy_from_slice(chunk);
-            let mut n = w;
-            while n > 2 {
-                n /= 2;
-                for i in 0..n {
-                    s[i] += s[i + n];
-                }
-            }
-            sum += f64::from(s[0] + s[1]);
-        }
-        for v in x[full..].iter_mut() {
-            *v = (*v - max).exp();
-            sum += f64::from(*v);
-        }
-        sum
-    })
+        };
+    }
+    for v in x[full..].iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    sum
 }
 
 #[cfg(test)]
