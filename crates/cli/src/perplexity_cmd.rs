@@ -51,6 +51,22 @@ pub fn nll(logits: &[f32], target: u32) -> f64 {
     -(f64::from(logits[target as usize] - max) - sum.ln())
 }
 
+/// A context for chunks of `n_ctx` tokens, each evaluated in one micro-batch.
+fn chunk_context<'m>(
+    model: &'m Model,
+    n_ctx: usize,
+    a: &PerplexityArgs,
+) -> Result<LlamaContext<'m>> {
+    let params = ContextParams {
+        n_ctx,
+        n_ubatch: n_ctx,
+        n_threads: common::threads(a.threads),
+        flash_attn: a.flash_attn == "on",
+        ..Default::default()
+    };
+    LlamaContext::new(model, params).map_err(|e| anyhow!("{e}"))
+}
+
 /// Runs the command.
 pub fn run(a: PerplexityArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
@@ -74,14 +90,7 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
         );
     }
     let n_chunk = if a.chunks < 0 { n_chunk_max } else { (a.chunks as usize).min(n_chunk_max) };
-    let params = ContextParams {
-        n_ctx,
-        n_ubatch: n_ctx,
-        n_threads: common::threads(a.threads),
-        flash_attn: a.flash_attn == "on",
-        ..Default::default()
-    };
-    let mut ctx = LlamaContext::new(&model, params).map_err(|e| anyhow!("{e}"))?;
+    let mut ctx = chunk_context(&model, n_ctx, &a)?;
     let add_bos = model.vocab.add_bos();
     let bos = model.vocab.bos();
     eprintln!("perplexity: {} tokens, {n_chunk} chunks of {n_ctx}", tokens.len());
@@ -169,14 +178,7 @@ fn kl_divergence(a: &PerplexityArgs, model: &Model) -> Result<()> {
         );
     }
     let n_ctx = base.n_ctx;
-    let params = ContextParams {
-        n_ctx,
-        n_ubatch: n_ctx,
-        n_threads: common::threads(a.threads),
-        flash_attn: a.flash_attn == "on",
-        ..Default::default()
-    };
-    let mut ctx = LlamaContext::new(model, params).map_err(|e| anyhow!("{e}"))?;
+    let mut ctx = chunk_context(model, n_ctx, a)?;
     let (add_bos, bos) = (model.vocab.add_bos(), model.vocab.bos());
     let first = n_ctx / 2;
     let nv = kld::row_len(base.n_vocab);
