@@ -90,7 +90,7 @@ fn tensor_type(ft: FileType, name: &str, ne0: usize, has_output: bool, c: &mut C
         } else if t != DType::Q8_0 {
             t = DType::Q6_K;
         }
-    } else if name.contains("attn_v.weight") {
+    } else if name.contains("attn_v.weight") || name.contains("attn_qkv.weight") {
         let i = c.i_attn_v;
         c.i_attn_v += 1;
         t = match id {
@@ -123,14 +123,6 @@ fn tensor_type(ft: FileType, name: &str, ne0: usize, has_output: bool, c: &mut C
             t = DType::Q4_K;
         } else if q3_k_l {
             t = DType::Q5_K;
-        }
-    } else if name.contains("attn_qkv.weight") {
-        if q3_k_m || q3_k_l {
-            t = DType::Q4_K;
-        } else if q4_k_m {
-            t = DType::Q5_K;
-        } else if q5_k_m {
-            t = DType::Q6_K;
         }
     }
     // Rows that are not whole 256-blocks cannot take a K-quant: llama.cpp's fallbacks.
@@ -194,13 +186,11 @@ pub fn quantize_file(
     let has_output = gguf.tensors().iter().any(|t| t.name == "output.weight");
     let mut c = Counters {
         n_attn_v: gguf.tensors().iter().filter(|t| t.name.contains("attn_v.weight")).count(),
-        n_ffn_down: gguf.tensors().iter().filter(|t| t.name.contains("ffn_down")).count(),
+        n_ffn_down: gguf.tensors().iter().filter(|t| t.name.contains("ffn_down.weight")).count(),
         ..Default::default()
     };
-    // The attention-qkv count stands in for attn_v in fused models, as in llama.cpp.
-    if c.n_attn_v == 0 {
-        c.n_attn_v = gguf.tensors().iter().filter(|t| t.name.contains("attn_qkv.weight")).count();
-    }
+    // Fused models: attn_qkv is counted and typed as attn_v (what llama.cpp's output shows).
+    c.n_attn_v += gguf.tensors().iter().filter(|t| t.name.contains("attn_qkv.weight")).count();
     let mut summary = Summary::default();
     let n = gguf.tensors().len();
     for (i, info) in gguf.tensors().iter().enumerate() {
