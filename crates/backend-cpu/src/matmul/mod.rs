@@ -51,6 +51,10 @@ type VecDot = unsafe fn(usize, *const u8, *const u8) -> f32;
 /// unpacking between the four; same contract as [`VecDot`] for each `y[k]`.
 type VecDot4 = unsafe fn(usize, *const u8, [*const u8; 4]) -> [f32; 4];
 
+/// Four src0 rows against four src1 rows (result `[src0 row][src1 row]`), sharing both the
+/// weight unpacking and the activation loads; each result the same bits as [`VecDot`]'s.
+type VecDot44 = unsafe fn(usize, [*const u8; 4], [*const u8; 4]) -> [[f32; 4]; 4];
+
 /// Converts `n` f32 values at `x` to the dot type, written at `y`.
 ///
 /// # Safety
@@ -73,6 +77,8 @@ enum Kernel {
         dot: VecDot,
         /// One row by four rows, where a kernel exists.
         dot4: Option<VecDot4>,
+        /// Four rows by four rows, where a kernel exists.
+        dot44: Option<VecDot44>,
     },
     /// Dequantize tiles of src0 rows to f32 and take f32 dots with f32 activations.
     Dequant,
@@ -116,12 +122,13 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
         return Kernel::Dequant;
     };
     #[allow(unused_mut)]
-    let (mut dot, mut dot4) = (scalar, None);
+    let (mut dot, mut dot4, mut dot44) = (scalar, None, None);
     #[cfg(target_arch = "x86_64")]
     {
         if simd >= SimdLevel::Avx2 {
             dot = avx2::vec_dot(src0).or_else(|| avx2_k::vec_dot(src0)).unwrap_or(dot);
             dot4 = avx2::vec_dot4(src0).or_else(|| avx2_k::vec_dot4(src0));
+            dot44 = avx2::vec_dot44(src0);
         }
         // Q4_0 and Q8_0 stay on the AVX2 kernels: llama.cpp multiplies them with llamafile's
         // tinyBLAS, one 8-lane accumulator per output with blocks in order, which the AVX2
@@ -130,13 +137,13 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
             // One- and four-row kernels always come from the same module, so every result is
             // the same whichever of the two computed it.
             if let Some(d) = avx512::vec_dot(src0, cpu_vnni()) {
-                (dot, dot4) = (d, avx512::vec_dot4(src0, cpu_vnni()));
+                (dot, dot4, dot44) = (d, avx512::vec_dot4(src0, cpu_vnni()), None);
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = simd;
-    Kernel::Dot { vdt: vec_dot_type(src0), dot, dot4 }
+    Kernel::Dot { vdt: vec_dot_type(src0), dot, dot4, dot44 }
 }
 
 /// Whether `mul_mat` can multiply weights of type `src0` by activations of type `src1`:
@@ -214,7 +221,9 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
         let rows1 = (dr1 * c1).min(nr1)..(dr1 * (c1 + 1)).min(nr1);
         match kernel {
-            Kernel::Dot { dot, dot4, .. } => dot_chunk(dst, src0, &act, dot, dot4, rows0, rows1),
+            Kernel::Dot { dot, dot4, dot44, .. } => {
+                dot_chunk(dst, src0, &act, (dot, dot4, dot44), rows0, rows1)
+            }
             Kernel::Dequant => dequant_chunk(dst, src0, &act, simd, rows0, rows1),
         }
         if p.nth >= total {
@@ -291,8 +300,7 @@ fn dot_chunk(
     dst: &TensorRef,
     src0: &TensorRef,
     act: &Activations,
-    dot: VecDot,
-    dot4: Option<VecDot4>,
+    (dot, dot4, dot44): (VecDot, Option<VecDot4>, Option<VecDot44>),
     rows0: std::ops::Range<usize>,
     rows1: std::ops::Range<usize>,
 ) {
@@ -310,7 +318,24 @@ fn dot_chunk(
                         let ys = [0, 1, 2, 3].map(|j| act.row(r1 + j));
                         let outs =
                             [0, 1, 2, 3].map(|j| row_targets(dst, src0, &act.src1, r1 + j).1);
-                        for r0 in t0..e0 {
+                        let mut r0 = t0;
+                        if let Some(dot44) = dot44 {
+                            while r0 + 4 <= e0 {
+                                let xs = [0, 1, 2, 3].map(|j| w.wrapping_add((r0 + j) * nb01));
+                                // SAFETY: src0 rows r0..r0+4 of matrix `w` and src1 rows
+                                // r1..r1+4, as for `dot4` below.
+                                let v = unsafe { dot44(k, xs, ys) };
+                                for (j, vr) in v.into_iter().enumerate() {
+                                    for (o, v) in outs.iter().zip(vr) {
+                                        // SAFETY: r0 + j < ne0 of the dst row; this thread
+                                        // owns the element.
+                                        unsafe { o.add(r0 + j).write(v) };
+                                    }
+                                }
+                                r0 += 4;
+                            }
+                        }
+                        for r0 in r0..e0 {
                             // SAFETY: src0 row r0 of matrix `w` and src1 rows r1..r1+4 are
                             // within their tensors, each holding `k` elements of the kernel's
                             // types (checked by `check_shapes` / the conversion), and `kernel`
