@@ -1,0 +1,82 @@
+//! The model commands end to end on the default model (SmolLM2-135M-Instruct): `run` gives
+//! llama.cpp's greedy continuation, `tokenize` llama.cpp's ids, `bench` llama-bench's JSON
+//! fields, and a `quantize`d file runs.
+
+use std::process::Command;
+
+fn tessera(args: &[&str]) -> String {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("running tessera");
+    assert!(out.status.success(), "tessera {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn model() -> String {
+    tessera_models::ensure(&tessera_models::SMOLLM2).expect("model").to_str().unwrap().to_string()
+}
+
+#[test]
+fn run_greedy_continues_like_llama_cpp() {
+    let m = model();
+    let out = tessera(&[
+        "run",
+        "-m",
+        &m,
+        "-p",
+        "The capital of France is",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "-t",
+        "2",
+    ]);
+    // llama.cpp's greedy tokens for this prompt (shared/refs) decode to " Paris.\n\nThe United".
+    assert!(out.starts_with("The capital of France is Paris.\n\nThe United"), "{out:?}");
+}
+
+#[test]
+fn tokenize_gives_llama_cpps_ids() {
+    let m = model();
+    let out = tessera(&["tokenize", "-m", &m, "-p", "The capital of France is", "--ids"]);
+    assert_eq!(out.trim(), "[504, 3575, 282, 4649, 314]");
+}
+
+#[test]
+fn bench_writes_llama_bench_json() {
+    let m = model();
+    let out =
+        tessera(&["bench", "-m", &m, "-p", "32", "-n", "4", "-r", "1", "-t", "2", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let rows = v.as_array().expect("an array of tests");
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["n_threads"], 2);
+    }
+    assert_eq!(rows[0]["n_prompt"], 32);
+    assert_eq!(rows[1]["n_gen"], 4);
+}
+
+#[test]
+fn a_quantized_model_runs() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let q = dir.path().join("q8.gguf");
+    let q = q.to_str().unwrap();
+    tessera(&["quantize", &m, q, "Q8_0"]);
+    let out = tessera(&[
+        "run",
+        "-m",
+        q,
+        "-p",
+        "The capital of France is",
+        "-n",
+        "3",
+        "--temp",
+        "0",
+        "-t",
+        "2",
+    ]);
+    assert!(out.starts_with("The capital of France is Paris"), "{out:?}");
+}
