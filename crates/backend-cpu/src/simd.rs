@@ -73,6 +73,19 @@ impl SimdLevel {
     }
 }
 
+/// Whether the CPU has fused multiply-add. ggml's SIMD builds contract `a*b + c` into one
+/// FMA, so kernels that reproduce its bits use `mul_add` where this holds.
+pub(crate) fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether the CPU has AVX-512 VNNI (int8 dot products in one instruction).
 pub fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]

@@ -47,32 +47,27 @@ fn kl_divergence_base_round_trips_and_compares_attention_paths() {
         base,
     ]);
     assert!(ppl.contains("Final estimate: PPL = "), "{ppl}");
+    // `--kl-divergence` against the base file, with the flash-attention setting given.
+    let compare = |fa: &str| {
+        run(&[
+            "perplexity",
+            "-m",
+            model,
+            "--kl-divergence-base",
+            base,
+            "--kl-divergence",
+            "-t",
+            "2",
+            "-F",
+            fa,
+        ])
+    };
     // The same model and path against its own file: only the 16-bit log-probabilities differ.
-    let same = run(&[
-        "perplexity",
-        "-m",
-        model,
-        "--kl-divergence-base",
-        base,
-        "--kl-divergence",
-        "-t",
-        "2",
-    ]);
+    let same = compare("on");
     assert!(value(&same, "Mean    KLD:") < 1e-4, "{same}");
     assert_eq!(value(&same, "Same top p:"), 100.0, "{same}");
     // The other attention path: close, as llama.cpp's own fa-on vs fa-off.
-    let other = run(&[
-        "perplexity",
-        "-m",
-        model,
-        "--kl-divergence-base",
-        base,
-        "--kl-divergence",
-        "-t",
-        "2",
-        "-F",
-        "off",
-    ]);
+    let other = compare("off");
     assert!(value(&other, "Mean    KLD:") < 0.02, "{other}");
     assert!(value(&other, "Same top p:") > 90.0, "{other}");
 }

@@ -238,17 +238,23 @@ impl PreTokenizer {
         Ok(PreTokenizer { splitters })
     }
 
-    /// Splits `text` into words, each encoded in the GPT-2 byte alphabet.
-    pub(crate) fn split(&self, text: &str) -> Vec<String> {
-        let cpts: Vec<char> = text.chars().collect();
+    /// The lengths of the words of `cpts`, every splitter applied in turn.
+    fn chunks(&self, cpts: &[char]) -> Vec<usize> {
         let mut chunks = vec![cpts.len()];
         for splitter in &self.splitters {
             chunks = match splitter {
-                Splitter::Gpt2 => split_gpt2(&cpts, &chunks),
-                Splitter::Llama3 { max_digits } => split_llama3(&cpts, &chunks, *max_digits),
-                Splitter::Regex { re, collapsed } => split_regex(&cpts, &chunks, re, *collapsed),
+                Splitter::Gpt2 => split_gpt2(cpts, &chunks),
+                Splitter::Llama3 { max_digits } => split_llama3(cpts, &chunks, *max_digits),
+                Splitter::Regex { re, collapsed } => split_regex(cpts, &chunks, re, *collapsed),
             };
         }
+        chunks
+    }
+
+    /// Splits `text` into words, each encoded in the GPT-2 byte alphabet.
+    pub(crate) fn split(&self, text: &str) -> Vec<String> {
+        let cpts: Vec<char> = text.chars().collect();
+        let chunks = self.chunks(&cpts);
         let mut words = Vec::with_capacity(chunks.len());
         let mut start = 0;
         for len in chunks {
@@ -578,16 +584,8 @@ mod tests {
     fn words(pre: PreType, text: &str) -> Vec<String> {
         let p = PreTokenizer::new(pre).unwrap();
         let cpts: Vec<char> = text.chars().collect();
-        let mut chunks = vec![cpts.len()];
-        for s in &p.splitters {
-            chunks = match s {
-                Splitter::Gpt2 => split_gpt2(&cpts, &chunks),
-                Splitter::Llama3 { max_digits } => split_llama3(&cpts, &chunks, *max_digits),
-                Splitter::Regex { re, collapsed } => split_regex(&cpts, &chunks, re, *collapsed),
-            };
-        }
         let mut start = 0;
-        chunks
+        p.chunks(&cpts)
             .into_iter()
             .map(|n| {
                 start += n;

@@ -481,13 +481,10 @@ fn gather_f32(src: *const u8, dtype: DType, stride: usize, buf: &mut [f32]) {
 }
 
 /// Dot product of `n` f16 values at `x` and `y` with f32 accumulation, at level `simd` (or
-/// the best the CPU has, if lower). For the flash-attention kernel.
+/// the best the CPU has, if lower): the F16 matmul kernel alone, for the kernel tests.
 ///
 /// The caller must pass pointers to `n` readable values each (no alignment needed).
-#[allow(
-    dead_code,
-    reason = "kept for the kernel tests; flash attention has its own ggml-order dot"
-)]
+#[cfg(test)]
 pub(crate) fn dot_f16(n: usize, x: *const half::f16, y: *const half::f16, simd: SimdLevel) -> f32 {
     let Kernel::Dot { dot, .. } = kernel(DType::F16, effective(simd)) else {
         unreachable!("F16 has a dot kernel")
@@ -497,13 +494,10 @@ pub(crate) fn dot_f16(n: usize, x: *const half::f16, y: *const half::f16, simd: 
 }
 
 /// Dot product of `n` f32 values at `x` and `y`, at level `simd` (or the best the CPU has, if
-/// lower). For the flash-attention kernel.
+/// lower): the F32 matmul kernel alone, for the kernel tests.
 ///
 /// The caller must pass pointers to `n` readable values each (no alignment needed).
-#[allow(
-    dead_code,
-    reason = "kept for the kernel tests; flash attention has its own ggml-order dot"
-)]
+#[cfg(test)]
 pub(crate) fn dot_f32(n: usize, x: *const f32, y: *const f32, simd: SimdLevel) -> f32 {
     let Kernel::Dot { dot, .. } = kernel(DType::F32, effective(simd)) else {
         unreachable!("F32 has a dot kernel")

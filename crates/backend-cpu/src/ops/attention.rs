@@ -115,7 +115,7 @@ pub(crate) fn flash_attn_ext(
     let v16 = v.dtype == DType::F16;
     // An F16 K uses ggml_vec_dot_f16's summation order (the matmul kernels follow tinyBLAS).
     let k16 = k.dtype == DType::F16;
-    let fused = p.simd >= crate::SimdLevel::Avx2 && super::rope::has_fma();
+    let fused = p.simd >= crate::SimdLevel::Avx2 && crate::simd::has_fma();
     // As ggml: with soft-capping the scale is divided by the cap before the tanh.
     let kq_scale = if softcap != 0.0 { scale / softcap } else { scale };
     with_rows([d, dv, dv, d], |[qf, acc, vrow, krow]| {

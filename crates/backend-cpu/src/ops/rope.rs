@@ -79,18 +79,6 @@ unsafe fn rotate_fma(x: &mut [f32], cache: &[f32], n_dims: usize, mode: RopeMode
     }
 }
 
-/// Whether the CPU has fused multiply-add (ggml's SIMD builds contract `a*b + c` into one).
-pub(crate) fn has_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Rotates this thread's share of the rows of `a` (`[head_dim, n_head, n_tokens, ne3]`) by the
 /// angles of the I32 positions `pos` (one per token, dim 2).
 pub(crate) fn rope(
@@ -106,7 +94,7 @@ pub(crate) fn rope(
     // ggml is built with FMA contraction: `x0*c - x1*s` becomes fma(x0, c, -(x1*s)) and
     // `x0*s + x1*c` becomes fma(x0, s, x1*c). Do the same wherever the CPU has FMA (the SIMD
     // levels), plain products at the scalar level (a build without FMA).
-    let fused = p.simd >= crate::SimdLevel::Avx2 && has_fma();
+    let fused = p.simd >= crate::SimdLevel::Avx2 && crate::simd::has_fma();
     with_rows([ne0, n_dims, 0, 0], |[x, cache, _, _]| {
         let mut cached: Option<(usize, usize)> = None;
         for r in p.split(a.n_rows()) {

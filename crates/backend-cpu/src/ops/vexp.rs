@@ -79,18 +79,6 @@ fn lanes(simd: SimdLevel) -> usize {
     }
 }
 
-/// Whether the CPU has FMA (always true where the AVX2 level runs).
-fn has_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// One lane of ggml's vector expf of the given variant.
 #[inline(always)]
 fn vexp<const AVX512: bool>(x: f32) -> f32 {
@@ -158,7 +146,7 @@ unsafe fn soft_max_fma<const AVX512: bool>(x: &mut [f32], max: f32, w: usize) ->
 
 /// The vectorized prefix length at `simd` (0 without FMA: all elements take libm's expf).
 fn split(len: usize, simd: SimdLevel) -> usize {
-    let w = if has_fma() { lanes(simd) } else { 0 };
+    let w = if crate::simd::has_fma() { lanes(simd) } else { 0 };
     len.checked_div(w).map_or(0, |q| q * w)
 }
 
