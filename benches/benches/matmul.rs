@@ -181,7 +181,7 @@ fn mul_mat(
 
 fn bench(c: &mut Criterion) {
     eprintln!("SIMD level {} (VNNI: {})", SimdLevel::from_env(), has_vnni());
-    let types = [DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16];
+    let types = [DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16];
     let pools: Vec<(usize, Pool, SpinSync)> =
         [1, 2].into_iter().map(|n| (n, Pool::new(n), SpinSync::new(n))).collect();
 

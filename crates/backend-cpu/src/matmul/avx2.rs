@@ -314,7 +314,8 @@ unsafe fn q8_0_rows<const C: usize>(
 /// needs more registers) it measured slower and is not used.
 ///
 /// # Safety
-/// The [`VecDot44`](super::VecDot44) contract, `xsize` bytes per weight block, AVX2/FMA/F16C.
+/// The [`TileFn`](super::TileFn) contract (4 columns), `xsize` bytes per weight block,
+/// AVX2/FMA/F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_1_tile(
@@ -351,14 +352,18 @@ unsafe fn q8_1_tile(
 
 macro_rules! tile_kernel {
     ($name:ident, $size:expr, $tile:ident, $unpack:expr) => {
-        /// A 4x4 tile: four weight rows against four activation rows.
+        /// A 4x4 tile: four weight rows against `y[..4]`.
         ///
         /// # Safety
-        /// The [`VecDot44`](super::VecDot44) contract, and AVX2/FMA/F16C.
+        /// The [`TileFn`](super::TileFn) contract, and AVX2/FMA/F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name(n: usize, x: [*const u8; 4], y: [*const u8; 4]) -> [[f32; 4]; 4] {
+        unsafe fn $name(n: usize, x: [*const u8; 4], y: &[*const u8; 8], out: &mut [[f32; 8]; 4]) {
+            let y = [y[0], y[1], y[2], y[3]];
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
-            unsafe { $tile(n, x, $size, y, $unpack) }
+            let v = unsafe { $tile(n, x, $size, y, $unpack) };
+            for (o, v) in out.iter_mut().zip(v) {
+                o[..4].copy_from_slice(&v);
+            }
         }
     };
 }
@@ -374,7 +379,7 @@ tile_kernel!(q5_1_t44, 24, q8_1_tile, |b: *const u8| {
 });
 
 /// The 4x4 tile kernel for `dtype` (batched products), where one exists (Q4_1, Q5_1).
-pub(super) fn vec_dot44(dtype: DType) -> Option<super::VecDot44> {
+pub(super) fn tile(dtype: DType) -> Option<super::TileFn> {
     Some(match dtype {
         DType::Q4_1 => q4_1_t44,
         DType::Q5_1 => q5_1_t44,

@@ -29,6 +29,8 @@ mod avx2;
 mod avx2_k;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod vnni_tile;
 
 #[cfg(test)]
 mod tests;
@@ -51,9 +53,20 @@ type VecDot = unsafe fn(usize, *const u8, *const u8) -> f32;
 /// unpacking between the four; same contract as [`VecDot`] for each `y[k]`.
 type VecDot4 = unsafe fn(usize, *const u8, [*const u8; 4]) -> [f32; 4];
 
-/// Four src0 rows against four src1 rows (result `[src0 row][src1 row]`), sharing both the
-/// weight unpacking and the activation loads; each result the same bits as [`VecDot`]'s.
-type VecDot44 = unsafe fn(usize, [*const u8; 4], [*const u8; 4]) -> [[f32; 4]; 4];
+/// A register tile: four src0 rows against [`Tile::cols`] src1 rows at once, sharing both
+/// the weight unpacking and the activation loads. `f(n, xs, ys, out)` reads `ys[..cols]` and
+/// writes `out[src0 row][..cols]`; each result the same bits as [`VecDot`]'s. Same contract
+/// as [`VecDot`] for every pair of rows.
+type TileFn = unsafe fn(usize, [*const u8; 4], &[*const u8; 8], &mut [[f32; 8]; 4]);
+
+/// A [`TileFn`] and its width.
+#[derive(Clone, Copy)]
+struct Tile {
+    /// src1 rows per call: 4 or 8.
+    cols: usize,
+    /// The kernel.
+    f: TileFn,
+}
 
 /// Converts `n` f32 values at `x` to the dot type, written at `y`.
 ///
@@ -77,8 +90,8 @@ enum Kernel {
         dot: VecDot,
         /// One row by four rows, where a kernel exists.
         dot4: Option<VecDot4>,
-        /// Four rows by four rows, where a kernel exists.
-        dot44: Option<VecDot44>,
+        /// Four rows by four or eight, where a kernel exists.
+        tile: Option<Tile>,
     },
     /// Dequantize tiles of src0 rows to f32 and take f32 dots with f32 activations.
     Dequant,
@@ -122,13 +135,13 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
         return Kernel::Dequant;
     };
     #[allow(unused_mut)]
-    let (mut dot, mut dot4, mut dot44) = (scalar, None, None);
+    let (mut dot, mut dot4, mut tile) = (scalar, None, None);
     #[cfg(target_arch = "x86_64")]
     {
         if simd >= SimdLevel::Avx2 {
             dot = avx2::vec_dot(src0).or_else(|| avx2_k::vec_dot(src0)).unwrap_or(dot);
             dot4 = avx2::vec_dot4(src0).or_else(|| avx2_k::vec_dot4(src0));
-            dot44 = avx2::vec_dot44(src0);
+            tile = avx2::tile(src0).map(|f| Tile { cols: 4, f });
         }
         // Q4_0 and Q8_0 stay on the AVX2 kernels: llama.cpp multiplies them with llamafile's
         // tinyBLAS, one 8-lane accumulator per output with blocks in order, which the AVX2
@@ -137,13 +150,18 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
             // One- and four-row kernels always come from the same module, so every result is
             // the same whichever of the two computed it.
             if let Some(d) = avx512::vec_dot(src0, cpu_vnni()) {
-                (dot, dot4, dot44) = (d, avx512::vec_dot4(src0, cpu_vnni()), None);
+                (dot, dot4, tile) = (d, avx512::vec_dot4(src0, cpu_vnni()), None);
             }
+        }
+        // The Q8_0 family's 4x8 tiles need AVX-512 VNNI; they give the AVX2 kernels' bits
+        // (see `vnni_tile`), so they pair with those one-row kernels.
+        if simd >= SimdLevel::Avx512 && cpu_vnni() {
+            tile = vnni_tile::tile(src0).map(|f| Tile { cols: 8, f }).or(tile);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = simd;
-    Kernel::Dot { vdt: vec_dot_type(src0), dot, dot4, dot44 }
+    Kernel::Dot { vdt: vec_dot_type(src0), dot, dot4, tile }
 }
 
 /// Whether `mul_mat` can multiply weights of type `src0` by activations of type `src1`:
@@ -221,8 +239,8 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
         let rows1 = (dr1 * c1).min(nr1)..(dr1 * (c1 + 1)).min(nr1);
         match kernel {
-            Kernel::Dot { dot, dot4, dot44, .. } => {
-                dot_chunk(dst, src0, &act, (dot, dot4, dot44), rows0, rows1)
+            Kernel::Dot { dot, dot4, tile, .. } => {
+                dot_chunk(dst, src0, &act, (dot, dot4, tile), rows0, rows1)
             }
             Kernel::Dequant => dequant_chunk(dst, src0, &act, simd, rows0, rows1),
         }
@@ -294,13 +312,15 @@ fn row_targets(
     (w.cast_const(), out.cast())
 }
 
-/// Computes dst rows `rows1` × columns `rows0` with a dot kernel, in 16×16 tiles; four src1
-/// rows at a time where a four-row kernel exists and the four share their src0 matrix.
+/// Computes dst rows `rows1` × columns `rows0` with a dot kernel, in 16×16 tiles. src1 rows
+/// go in groups that share their src0 matrix: as wide as the register tile where one exists
+/// (four src0 rows per call, the last few by the four-row kernel), else four at a time where
+/// a four-row kernel exists, else one.
 fn dot_chunk(
     dst: &TensorRef,
     src0: &TensorRef,
     act: &Activations,
-    (dot, dot4, dot44): (VecDot, Option<VecDot4>, Option<VecDot44>),
+    (dot, dot4, tile): (VecDot, Option<VecDot4>, Option<Tile>),
     rows0: std::ops::Range<usize>,
     rows1: std::ops::Range<usize>,
 ) {
@@ -311,53 +331,64 @@ fn dot_chunk(
             let e0 = (t0 + TILE).min(rows0.end);
             let mut r1 = t1;
             while r1 < e1 {
-                let (w, out) = row_targets(dst, src0, &act.src1, r1);
-                if let Some(dot4) = dot4.filter(|_| r1 + 4 <= e1) {
-                    let (w3, _) = row_targets(dst, src0, &act.src1, r1 + 3);
-                    if w3 == w {
-                        let ys = [0, 1, 2, 3].map(|j| act.row(r1 + j));
-                        let outs =
-                            [0, 1, 2, 3].map(|j| row_targets(dst, src0, &act.src1, r1 + j).1);
-                        let mut r0 = t0;
-                        if let Some(dot44) = dot44 {
-                            while r0 + 4 <= e0 {
-                                let xs = [0, 1, 2, 3].map(|j| w.wrapping_add((r0 + j) * nb01));
-                                // SAFETY: src0 rows r0..r0+4 of matrix `w` and src1 rows
-                                // r1..r1+4, as for `dot4` below.
-                                let v = unsafe { dot44(k, xs, ys) };
-                                for (j, vr) in v.into_iter().enumerate() {
-                                    for (o, v) in outs.iter().zip(vr) {
-                                        // SAFETY: r0 + j < ne0 of the dst row; this thread
-                                        // owns the element.
-                                        unsafe { o.add(r0 + j).write(v) };
-                                    }
-                                }
-                                r0 += 4;
+                let w = row_targets(dst, src0, &act.src1, r1).0;
+                let fits =
+                    |g: usize| r1 + g <= e1 && row_targets(dst, src0, &act.src1, r1 + g - 1).0 == w;
+                let group = match (tile, dot4) {
+                    (Some(t), _) if fits(t.cols) => t.cols,
+                    (_, Some(_)) if fits(4) => 4,
+                    _ => 1,
+                };
+                let mut ys = [std::ptr::null(); 8];
+                let mut outs = [std::ptr::null_mut(); 8];
+                for j in 0..group {
+                    ys[j] = act.row(r1 + j);
+                    outs[j] = row_targets(dst, src0, &act.src1, r1 + j).1;
+                }
+                let mut r0 = t0;
+                if let Some(t) = tile.filter(|t| t.cols == group) {
+                    let mut v = [[0f32; 8]; 4];
+                    while r0 + 4 <= e0 {
+                        let xs = [0, 1, 2, 3].map(|j| w.wrapping_add((r0 + j) * nb01));
+                        // SAFETY: src0 rows r0..r0+4 of matrix `w` and src1 rows r1..r1+group,
+                        // as for the dots below.
+                        unsafe { (t.f)(k, xs, &ys, &mut v) };
+                        for (j, vr) in v.iter().enumerate() {
+                            for (o, &v) in outs[..group].iter().zip(vr) {
+                                // SAFETY: r0 + j < ne0 of the dst row; this thread owns it.
+                                unsafe { o.add(r0 + j).write(v) };
                             }
                         }
-                        for r0 in r0..e0 {
-                            // SAFETY: src0 row r0 of matrix `w` and src1 rows r1..r1+4 are
-                            // within their tensors, each holding `k` elements of the kernel's
-                            // types (checked by `check_shapes` / the conversion), and `kernel`
-                            // picked a level this CPU runs.
-                            let v = unsafe { dot4(k, w.wrapping_add(r0 * nb01), ys) };
-                            for (o, v) in outs.iter().zip(v) {
-                                // SAFETY: r0 < ne0 of the dst row; this thread owns the element.
-                                unsafe { o.add(r0).write(v) };
-                            }
-                        }
-                        r1 += 4;
-                        continue;
+                        r0 += 4;
                     }
                 }
-                let y = act.row(r1);
-                for r0 in t0..e0 {
-                    // SAFETY: as above, for one src1 row.
-                    let v = unsafe { dot(k, w.wrapping_add(r0 * nb01), y) };
-                    // SAFETY: r0 < ne0 of the dst row; this thread owns the element.
-                    unsafe { out.add(r0).write(v) };
+                for r0 in r0..e0 {
+                    let x = w.wrapping_add(r0 * nb01);
+                    for (yc, oc) in ys[..group].chunks(4).zip(outs[..group].chunks(4)) {
+                        match (dot4, <[*const u8; 4]>::try_from(yc)) {
+                            (Some(dot4), Ok(y4)) => {
+                                // SAFETY: src0 row r0 of matrix `w` and these src1 rows are
+                                // within their tensors, each holding `k` elements of the
+                                // kernel's types (checked by `check_shapes` / the conversion),
+                                // and `kernel` picked a level this CPU runs.
+                                let v = unsafe { dot4(k, x, y4) };
+                                for (o, v) in oc.iter().zip(v) {
+                                    // SAFETY: r0 < ne0 of the dst row; this thread owns it.
+                                    unsafe { o.add(r0).write(v) };
+                                }
+                            }
+                            _ => {
+                                for (&y, o) in yc.iter().zip(oc) {
+                                    // SAFETY: as above, for one src1 row.
+                                    let v = unsafe { dot(k, x, y) };
+                                    // SAFETY: r0 < ne0 of the dst row; this thread owns it.
+                                    unsafe { o.add(r0).write(v) };
+                                }
+                            }
+                        }
+                    }
                 }
-                r1 += 1;
+                r1 += group;
             }
         }
     }

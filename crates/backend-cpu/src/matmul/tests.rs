@@ -268,7 +268,7 @@ fn convert_row(vdt: DType, simd: SimdLevel, x: &[f32]) -> Vec<u8> {
 }
 
 #[test]
-fn simd_dots_agree_with_scalar_and_four_row_kernels_with_one_row() {
+fn simd_dots_agree_with_scalar_and_tiled_kernels_with_one_row() {
     let mut rng = Rng(42);
     let mut failures = Vec::new();
     for dtype in dot_types() {
@@ -283,14 +283,16 @@ fn simd_dots_agree_with_scalar_and_four_row_kernels_with_one_row() {
         for &n in &lengths {
             for random in [false, true] {
                 let x = weights(dtype, n, &mut rng, random);
-                let y_f32: Vec<Vec<f32>> = (0..4).map(|_| rng.f32s(n)).collect();
+                let y_f32: Vec<Vec<f32>> = (0..8).map(|_| rng.f32s(n)).collect();
                 let Kernel::Dot { dot: scalar_dot, .. } = kernel(dtype, SimdLevel::Scalar) else {
                     unreachable!()
                 };
                 for simd in SimdLevel::available() {
                     let ys: Vec<Vec<u8>> =
                         y_f32.iter().map(|y| convert_row(vdt, simd, y)).collect();
-                    let Kernel::Dot { dot, dot4, .. } = kernel(dtype, simd) else { unreachable!() };
+                    let Kernel::Dot { dot, dot4, tile, .. } = kernel(dtype, simd) else {
+                        unreachable!()
+                    };
                     // SAFETY: rows of n elements of the kernel's types; the level runs here.
                     let one: Vec<f32> =
                         ys.iter().map(|y| unsafe { dot(n, x.as_ptr(), y.as_ptr()) }).collect();
@@ -301,6 +303,32 @@ fn simd_dots_agree_with_scalar_and_four_row_kernels_with_one_row() {
                         let diff = f64::from((got - want).abs());
                         if diff.is_nan() || diff > tol {
                             failures.push(format!("{dtype} {simd} n={n} random={random}: {got} vs scalar {want} (tol {tol:e})"));
+                        }
+                    }
+                    if let Some(tile) = tile {
+                        // Four weight rows: the tested one and three others.
+                        let others: Vec<Vec<u8>> =
+                            (0..3).map(|_| weights(dtype, n, &mut rng, random)).collect();
+                        let xs = [
+                            x.as_ptr(),
+                            others[0].as_ptr(),
+                            others[1].as_ptr(),
+                            others[2].as_ptr(),
+                        ];
+                        let ptrs: [*const u8; 8] = std::array::from_fn(|j| ys[j].as_ptr());
+                        let mut out = [[f32::NAN; 8]; 4];
+                        // SAFETY: as above, for each of the weight and activation rows.
+                        unsafe { (tile.f)(n, xs, &ptrs, &mut out) };
+                        for (r, row) in out.iter().enumerate() {
+                            for (c, got) in row[..tile.cols].iter().enumerate() {
+                                // SAFETY: as above.
+                                let want = unsafe { dot(n, xs[r], ptrs[c]) };
+                                if got.to_bits() != want.to_bits() {
+                                    failures.push(format!(
+                                        "{dtype} {simd} n={n}: tile [{r}][{c}] {got} != one-row {want}"
+                                    ));
+                                }
+                            }
                         }
                     }
                     if let Some(dot4) = dot4 {

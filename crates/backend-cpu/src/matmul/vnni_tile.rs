@@ -1,0 +1,141 @@
+//! AVX-512 VNNI register tiles of the Q8_0 family (Q4_0, Q5_0, Q8_0, IQ4_NL): four weight
+//! rows against eight Q8_0 activation rows, for batched products (prompt processing).
+//!
+//! # Same bits as the one-row kernels
+//!
+//! llama.cpp multiplies these types, at 4+ rows, with llamafile's tinyBLAS: per output one
+//! 8-lane f32 accumulator, blocks in order, `acc = fma(dx·dy, lanes, acc)` where lane `m`
+//! holds the integer sum of the block's products `4m..4m+4`, then a horizontal sum. The AVX2
+//! kernels ([`super::avx2`]) reproduce that bit for bit. This tile computes the same 8-lane
+//! integer sums, the same scale products and the same fused multiply-adds in the same order,
+//! so every output is the same f32 as theirs; only the packing differs:
+//!
+//! - Two activation rows share one 512-bit register (row `c` in the low 256 bits, `c + 1`
+//!   in the high), the weight block is broadcast to both halves, so one `vpdpbusd` computes
+//!   the lanes of two outputs.
+//! - `vpdpbusd` multiplies unsigned by signed bytes. Instead of ggml's sign trick the weights
+//!   are unpacked *biased* to unsigned (`q + b`, `b` = 8, 16 or 128) and each lane starts
+//!   from `-b·Σy` of its four activation bytes: `Σ(q+b)·y − b·Σy = Σq·y`, exactly, in i32.
+//!   The correction is computed once per activation block and shared by the four weight rows.
+//!
+//! The scales `dx·dy` are f32 products of the exactly converted f16 scales, as in tinyBLAS.
+
+// The AVX-512 intrinsics are stable since Rust 1.89 (the toolchain here is newer); see the
+// note in `avx512.rs`.
+#![allow(clippy::incompatible_msrv)]
+
+use super::avx2::{bytes_from_bits, hsum_ps, ld128, ld256, nibbles, rd};
+use super::TileFn;
+use std::arch::x86_64::*;
+use tessera_tensor::DType;
+
+/// The 4x8 VNNI tile for weights of type `dtype`, where one exists. The CPU must have
+/// AVX-512 F/BW/VL/DQ and VNNI.
+pub(super) fn tile(dtype: DType) -> Option<TileFn> {
+    Some(match dtype {
+        DType::Q4_0 => q4_0_t48,
+        DType::Q5_0 => q5_0_t48,
+        DType::Q8_0 => q8_0_t48,
+        DType::IQ4_NL => iq4_nl_t48,
+        _ => return None,
+    })
+}
+
+/// The tile loop over four weight rows and `P` pairs of activation rows. `unpack(block)`
+/// gives a weight block's f16 scale and its 32 values plus `bias`, as unsigned bytes.
+/// Result `[weight row][pair][row of the pair]`.
+///
+/// # Safety
+/// The [`TileFn`] contract (for `2P` activation rows) with `xsize` bytes per weight block;
+/// AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_0_tile<const P: usize>(
+    n: usize,
+    x: [*const u8; 4],
+    xsize: usize,
+    y: [[*const u8; 2]; P],
+    bias: u8,
+    unpack: impl Fn(*const u8) -> (u16, __m256i),
+) -> [[[f32; 2]; P]; 4] {
+    let zero = _mm512_setzero_si512();
+    let bias = _mm512_set1_epi8(bias as i8);
+    // Lanes 0-7 take the pair's first scale, lanes 8-15 its second.
+    let spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    let mut acc = [[_mm512_setzero_ps(); P]; 4];
+    for i in 0..n / 32 {
+        let mut qy = [zero; P];
+        let mut start = [zero; P];
+        let mut dy = [_mm512_setzero_ps(); P];
+        for (h, pair) in y.iter().enumerate() {
+            let [b0, b1] = pair.map(|r| r.wrapping_add(34 * i));
+            // SAFETY: block i of both activation rows (34 bytes: d, qs[32]).
+            let (q0, q1, d0, d1) =
+                unsafe { (ld256(b0.add(2)), ld256(b1.add(2)), rd::<u16>(b0), rd::<u16>(b1)) };
+            qy[h] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q0), q1);
+            start[h] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, qy[h]));
+            let d = _mm_cvtph_ps(_mm_cvtsi32_si128((u32::from(d0) | (u32::from(d1) << 16)) as i32));
+            dy[h] = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(d));
+        }
+        for (r, a) in acc.iter_mut().enumerate() {
+            let (dx, qx) = unpack(x[r].wrapping_add(i * xsize));
+            let qx = _mm512_broadcast_i64x4(qx);
+            let dx = _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(dx))));
+            for h in 0..P {
+                let p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start[h], qx, qy[h]));
+                a[h] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy[h]), p, a[h]);
+            }
+        }
+    }
+    acc.map(|row| {
+        row.map(|v| [hsum_ps(_mm512_castps512_ps256(v)), hsum_ps(_mm512_extractf32x8_ps::<1>(v))])
+    })
+}
+
+macro_rules! vnni_tile {
+    ($name:ident, $size:expr, $bias:expr, $unpack:expr) => {
+        /// A 4x8 tile: four weight rows against eight Q8_0 activation rows.
+        ///
+        /// # Safety
+        /// The [`TileFn`] contract; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        unsafe fn $name(n: usize, x: [*const u8; 4], y: &[*const u8; 8], out: &mut [[f32; 8]; 4]) {
+            let unpack = $unpack;
+            let pairs = [0, 2, 4, 6].map(|c| [y[c], y[c + 1]]);
+            // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
+            let t = unsafe { q8_0_tile::<4>(n, x, $size, pairs, $bias, unpack) };
+            for (o, t) in out.iter_mut().zip(t) {
+                *o = [t[0][0], t[0][1], t[1][0], t[1][1], t[2][0], t[2][1], t[3][0], t[3][1]];
+            }
+        }
+    };
+}
+
+vnni_tile!(q4_0_t48, 18, 8, |b: *const u8| {
+    // SAFETY: a whole Q4_0 block (18 bytes: d, qs[16]).
+    let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
+    (d, nibbles(qs))
+});
+vnni_tile!(q5_0_t48, 22, 16, |b: *const u8| {
+    // SAFETY: a whole Q5_0 block (22 bytes: d, qh[4], qs[16]).
+    let (d, qh, qs) = unsafe { (rd::<u16>(b), rd::<u32>(b.add(2)), ld128(b.add(6))) };
+    let high = _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10));
+    (d, _mm256_or_si256(nibbles(qs), high))
+});
+vnni_tile!(q8_0_t48, 34, 128, |b: *const u8| {
+    // SAFETY: a whole Q8_0 block (34 bytes: d, qs[32]).
+    let (d, qs) = unsafe { (rd::<u16>(b), ld256(b.add(2))) };
+    (d, _mm256_xor_si256(qs, _mm256_set1_epi8(0x80u8 as i8)))
+});
+vnni_tile!(iq4_nl_t48, 18, 128, |b: *const u8| {
+    // SAFETY: a whole IQ4_NL block (18 bytes: d, qs[16]); the table is 16 bytes.
+    let (d, qs, table) = unsafe {
+        (
+            rd::<u16>(b),
+            ld128(b.add(2)),
+            ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast()),
+        )
+    };
+    let biased = _mm_xor_si128(table, _mm_set1_epi8(0x80u8 as i8));
+    (d, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(biased), nibbles(qs)))
+});
