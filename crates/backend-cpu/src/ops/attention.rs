@@ -16,7 +16,7 @@ use tessera_tensor::quant as float;
 use tessera_tensor::DType;
 
 /// ggml's ALiBi slope of head `h` of `n_head` (1 when `max_bias` is 0).
-fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f32 {
+pub(super) fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f32 {
     if max_bias <= 0.0 {
         return 1.0;
     }

@@ -6,6 +6,7 @@
 //! the backend refuses a graph up front instead of failing inside a kernel.
 
 mod attention;
+mod attention_tiled;
 mod copy;
 mod dot_f16;
 mod elementwise;
@@ -70,13 +71,15 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
         Op::SoftMax { scale, max_bias } => {
             attention::soft_max(p, dst, node.s(0), node.src[1], scale, max_bias)
         }
-        Op::FlashAttnExt { scale, max_bias, softcap } => attention::flash_attn_ext(
-            p,
-            dst,
-            [node.s(0), node.s(1), node.s(2)],
-            node.src[3],
-            [scale, max_bias, softcap],
-        ),
+        Op::FlashAttnExt { scale, max_bias, softcap } => {
+            let qkv = [node.s(0), node.s(1), node.s(2)];
+            let params = [scale, max_bias, softcap];
+            if attention_tiled::applies(qkv[0], qkv[1], qkv[2]) {
+                attention_tiled::flash_attn_ext_tiled(p, dst, qkv, node.src[3], params)
+            } else {
+                attention::flash_attn_ext(p, dst, qkv, node.src[3], params)
+            }
+        }
         Op::Rope(params) => rope::rope(p, dst, node.s(0), node.s(1), node.src[2], &params),
         Op::GetRows => rows::get_rows(p, dst, node.s(0), node.s(1)),
         Op::SetRows => rows::set_rows(p, dst, node.s(1), node.s(2)),

@@ -1,0 +1,328 @@
+//! The tiled FLASH_ATTN_EXT for batches of 64+ query rows (`ggml_compute_forward_flash_attn_ext_tiled`).
+//!
+//! llama.cpp switches to this algorithm when a micro-batch has at least [`Q_TILE`] query rows
+//! and K and V are both F16 or both F32; it is a different computation from the row-at-a-time
+//! kernel (f32 queries instead of f16, f32 accumulator), so Tessera follows it to give the
+//! same bits:
+//!
+//! - Query rows go in tiles of up to [`Q_TILE`] rows of one head; KV cells in tiles of
+//!   [`KV_TILE`]. A KV tile whose mask is -inf for every row of the query tile is skipped.
+//! - Scores: `KQ[i][j] = Σ_d q[i][d]·k[j][d]` as one fused multiply-add chain in `d` order from
+//!   zero (K converted to f32), then `·scale`, `tanh` and `·softcap` when soft-capping, then
+//!   `+ slope·mask`.
+//! - Online softmax per tile: `M' = max(M, max_j KQ)`; if it grew, the accumulator row and `S`
+//!   are multiplied by `exp(M − M')`; the scores become `exp(KQ − M')` (ggml's vector `expf`),
+//!   and `S` gains their sum, taken in f64 (`S = f32(f64(S) + Σ)`).
+//! - `VKQ[i][c] = fma(P[i][j], v[j][c], VKQ[i][c])` for `j` in order, continuing across tiles;
+//!   at the end `VKQ · (1/S)`.
+//!
+//! Every output element's chain of operations depends only on its own query row, so the
+//! split over threads and tiles does not change any result.
+
+use super::rowio::{load, with_rows};
+use super::vexp;
+use crate::{ComputeParams, SimdLevel, TensorRef};
+use half::slice::HalfFloatSliceExt;
+use tessera_tensor::DType;
+
+/// Query rows per tile (ggml's `ggml_fa_tile_config::Q`): also the smallest batch that takes
+/// this path.
+pub(crate) const Q_TILE: usize = 64;
+/// KV cells per tile (ggml's `ggml_fa_tile_config::KV`).
+const KV_TILE: usize = 64;
+
+/// Whether llama.cpp would compute this attention with the tiled kernel: 64+ query rows, K and
+/// V both F16 or both F32, and a V row length that is a multiple of 16.
+pub(crate) fn applies(q: &TensorRef, k: &TensorRef, v: &TensorRef) -> bool {
+    q.dtype == DType::F32
+        && matches!(k.dtype, DType::F16 | DType::F32)
+        && k.dtype == v.dtype
+        && k.nb[0] == k.dtype.type_size()
+        && v.nb[0] == v.dtype.type_size()
+        && q.ne[1] >= Q_TILE
+        && v.ne[0] % 16 == 0
+}
+
+/// Per-thread buffers of one query tile.
+struct Tile<'a> {
+    /// Query rows, f32, `[Q_TILE][d]`.
+    q: &'a mut [f32],
+    /// Scores, then probabilities, `[Q_TILE][KV_TILE]`.
+    kq: &'a mut [f32],
+    /// `slope·mask`, `[Q_TILE][KV_TILE]`.
+    mask: &'a mut [f32],
+    /// The V accumulator, `[Q_TILE][dv]`.
+    vkq: &'a mut [f32],
+    /// A V tile as f32, `[KV_TILE][dv]`.
+    v: &'a mut [f32],
+    /// A K tile as f32, transposed: `[d][KV_TILE]`.
+    kt: &'a mut [f32],
+    /// One K row as f32, `[d]`.
+    q_scratch: &'a mut [f32],
+}
+
+/// See the module documentation; same shapes and parameters as
+/// [`flash_attn_ext`](super::attention::flash_attn_ext), for which [`applies`] holds.
+pub(crate) fn flash_attn_ext_tiled(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    [q, k, v]: [&TensorRef; 3],
+    mask: Option<TensorRef>,
+    [scale, max_bias, softcap]: [f32; 3],
+) {
+    let (d, dv, n_q, n_head, n_kv) = (q.ne[0], v.ne[0], q.ne[1], q.ne[2], k.ne[1]);
+    let group = n_head / k.ne[2];
+    let kq_scale = if softcap != 0.0 { scale / softcap } else { scale };
+    let fused = p.simd >= SimdLevel::Avx2 && crate::simd::has_fma();
+    let sizes = [Q_TILE * d, Q_TILE * KV_TILE, Q_TILE * KV_TILE, Q_TILE * dv, KV_TILE * dv];
+    with_rows([sizes.iter().sum::<usize>() + d * KV_TILE + d, 0, 0, 0], |[buf, _, _, _]| {
+        {
+            let (qt, rest) = buf.split_at_mut(sizes[0]);
+            let (kq, rest) = rest.split_at_mut(sizes[1]);
+            let (mk, rest) = rest.split_at_mut(sizes[2]);
+            let (vkq, rest) = rest.split_at_mut(sizes[3]);
+            let (vt, rest) = rest.split_at_mut(sizes[4]);
+            let (kt, q_scratch) = rest.split_at_mut(d * KV_TILE);
+            let mut t = Tile { q: qt, kq, mask: mk, vkq, v: vt, kt, q_scratch };
+            let rows = p.split(n_q * n_head * q.ne[3]);
+            let mut r = rows.start;
+            while r < rows.end {
+                let (iq, h, i3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
+                let n = Q_TILE.min(rows.end - r).min(n_q - iq);
+                let slope = super::attention::alibi_slope(max_bias, h, n_head);
+                for (i, row) in t.q.chunks_exact_mut(d).take(n).enumerate() {
+                    // SAFETY: (iq + i, h, i3) is a row of q (n stops at the head's last row).
+                    unsafe { load(q.row_ptr(iq + i, h, i3), q.dtype, q.nb[0], row) };
+                }
+                let mut m = [f32::NEG_INFINITY; Q_TILE];
+                let mut s = [0f32; Q_TILE];
+                t.vkq[..n * dv].iter_mut().for_each(|x| *x = 0.0);
+                t.v.iter_mut().for_each(|x| *x = 0.0);
+                let hk = h / group;
+                for ic in (0..n_kv).step_by(KV_TILE) {
+                    let kv = KV_TILE.min(n_kv - ic);
+                    if let Some(mt) = &mask {
+                        if !fill_mask(&mut t, mt, (iq, h, i3), n, ic, kv, slope) {
+                            continue;
+                        }
+                    }
+                    // K tile, transposed, as f32 (each row converted, then scattered).
+                    for j in 0..kv {
+                        // SAFETY: (ic + j, hk, i3) is a row of k: d packed values.
+                        unsafe {
+                            row_f32(k.row_ptr(ic + j, hk, i3), k.dtype, &mut t.q_scratch[..d])
+                        };
+                        for (c, &x) in t.q_scratch[..d].iter().enumerate() {
+                            t.kt[c * KV_TILE + j] = x;
+                        }
+                    }
+                    scores(&mut t, n, d, p.simd, fused);
+                    for (i, row) in t.kq.chunks_exact_mut(KV_TILE).take(n).enumerate() {
+                        row.iter_mut().for_each(|x| *x *= kq_scale);
+                        row[kv..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+                        if softcap != 0.0 {
+                            row.iter_mut().for_each(|x| *x = x.tanh() * softcap);
+                        }
+                        if mask.is_some() {
+                            let mrow = &t.mask[i * KV_TILE..(i + 1) * KV_TILE];
+                            row.iter_mut().zip(mrow).for_each(|(x, &mv)| *x += mv);
+                        }
+                        let tile_max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        if tile_max == f32::NEG_INFINITY {
+                            row.iter_mut().for_each(|x| *x = 0.0);
+                            continue;
+                        }
+                        let m_new = m[i].max(tile_max);
+                        if m_new > m[i] {
+                            let ms = (m[i] - m_new).exp();
+                            t.vkq[i * dv..(i + 1) * dv].iter_mut().for_each(|x| *x *= ms);
+                            s[i] *= ms;
+                        }
+                        m[i] = m_new;
+                        s[i] = (f64::from(s[i]) + vexp::soft_max(row, m_new, p.simd)) as f32;
+                    }
+                    for j in 0..kv {
+                        // SAFETY: (ic + j, hk, i3) is a row of v: dv packed values.
+                        unsafe {
+                            row_f32(
+                                v.row_ptr(ic + j, hk, i3),
+                                v.dtype,
+                                &mut t.v[j * dv..(j + 1) * dv],
+                            )
+                        };
+                    }
+                    accumulate(&mut t, n, kv, dv, p.simd, fused);
+                }
+                for (i, (&si, row)) in s.iter().zip(t.vkq.chunks_exact_mut(dv)).take(n).enumerate()
+                {
+                    let inv = if si == 0.0 { 0.0 } else { 1.0 / si };
+                    row.iter_mut().for_each(|x| *x *= inv);
+                    // SAFETY: dst row (h, iq + i, i3) belongs to this thread (one per query row).
+                    unsafe {
+                        super::rowio::store(dst.row_ptr(h, iq + i, i3), dst.dtype, dst.nb[0], row)
+                    };
+                }
+                r += n;
+            }
+        }
+    });
+}
+
+/// A packed F16 or F32 row of `out.len()` values as f32 (F16C where the CPU has it).
+///
+/// # Safety
+/// `row` must hold `out.len()` packed values of `dtype`, 2-byte aligned for F16.
+unsafe fn row_f32(row: *const u8, dtype: DType, out: &mut [f32]) {
+    if dtype == DType::F16 {
+        // SAFETY: caller (the tensor's rows are aligned to its element size).
+        let h = unsafe { std::slice::from_raw_parts(row.cast::<half::f16>(), out.len()) };
+        h.convert_to_f32_slice(out);
+    } else {
+        // SAFETY: caller.
+        unsafe { load(row, dtype, 4, out) };
+    }
+}
+
+/// Fills `t.mask` for query rows `iq..iq + n` and cells `ic..ic + kv` (padding with -inf);
+/// false when every one of them is -inf (the tile can be skipped).
+fn fill_mask(
+    t: &mut Tile<'_>,
+    m: &TensorRef,
+    (iq, h, i3): (usize, usize, usize),
+    n: usize,
+    ic: usize,
+    kv: usize,
+    slope: f32,
+) -> bool {
+    let mut any = false;
+    for (i, row) in t.mask.chunks_exact_mut(KV_TILE).take(n).enumerate() {
+        // SAFETY: the mask has >= n_q rows and broadcasts over dims 2 and 3; its rows hold
+        // n_kv >= ic + kv elements.
+        let mrow = unsafe { m.row_ptr(iq + i, h % m.ne[2], i3 % m.ne[3]).add(ic * m.nb[0]) };
+        if m.nb[0] == m.dtype.type_size() {
+            // SAFETY: kv packed values (checked stride).
+            unsafe { row_f32(mrow, m.dtype, &mut row[..kv]) };
+        } else {
+            // SAFETY: kv values nb[0] bytes apart.
+            unsafe { load(mrow, m.dtype, m.nb[0], &mut row[..kv]) };
+        }
+        for x in row[..kv].iter_mut() {
+            *x *= slope;
+            any |= *x != f32::NEG_INFINITY;
+        }
+        row[kv..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+    }
+    any
+}
+
+/// `t.kq[i][j] = Σ_c q[i][c]·kt[c][j]` for the first `n` rows, each a fused multiply-add chain
+/// in `c` order from zero (separate multiply and add without FMA).
+fn scores(t: &mut Tile<'_>, n: usize, d: usize, simd: SimdLevel, fused: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if fused && simd >= SimdLevel::Avx512 {
+        // SAFETY: the level is one this CPU runs (the caller lowered it).
+        return unsafe { scores_avx512(t, n, d) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if fused {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { scores_fma(t, n, d) };
+    }
+    let _ = simd;
+    scores_generic(t, n, d, |a, b, c| a * b + c);
+}
+
+/// The body of [`scores`], inlined into each instruction-set variant.
+#[inline(always)]
+fn scores_generic(t: &mut Tile<'_>, n: usize, d: usize, fma: impl Fn(f32, f32, f32) -> f32) {
+    for (qrow, out) in t.q.chunks_exact(d).zip(t.kq.chunks_exact_mut(KV_TILE)).take(n) {
+        let mut acc = [0f32; KV_TILE];
+        for (c, &qc) in qrow.iter().enumerate() {
+            let krow: &[f32; KV_TILE] =
+                t.kt[c * KV_TILE..(c + 1) * KV_TILE].try_into().expect("KV_TILE values");
+            for (a, &kv) in acc.iter_mut().zip(krow) {
+                *a = fma(qc, kv, *a);
+            }
+        }
+        out.copy_from_slice(&acc);
+    }
+}
+
+/// [`scores`] with AVX-512.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn scores_avx512(t: &mut Tile<'_>, n: usize, d: usize) {
+    scores_generic(t, n, d, f32::mul_add);
+}
+
+/// [`scores`] with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores_fma(t: &mut Tile<'_>, n: usize, d: usize) {
+    scores_generic(t, n, d, f32::mul_add);
+}
+
+/// `t.vkq[i][c] = fma(kq[i][j], v[j][c], vkq[i][c])` for `j` in `0..kv`, the first `n` rows.
+fn accumulate(t: &mut Tile<'_>, n: usize, kv: usize, dv: usize, simd: SimdLevel, fused: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if fused && simd >= SimdLevel::Avx512 {
+        // SAFETY: the level is one this CPU runs (the caller lowered it).
+        return unsafe { accumulate_avx512(t, n, kv, dv) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if fused {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { accumulate_fma(t, n, kv, dv) };
+    }
+    let _ = simd;
+    accumulate_generic(t, n, kv, dv, |a, b, c| a * b + c);
+}
+
+/// The body of [`accumulate`]: 16 output columns at a time kept in registers over the cells.
+#[inline(always)]
+fn accumulate_generic(
+    t: &mut Tile<'_>,
+    n: usize,
+    kv: usize,
+    dv: usize,
+    fma: impl Fn(f32, f32, f32) -> f32,
+) {
+    for (prow, out) in t.kq.chunks_exact(KV_TILE).zip(t.vkq.chunks_exact_mut(dv)).take(n) {
+        for (c0, out) in out.chunks_exact_mut(16).enumerate() {
+            let mut acc: [f32; 16] = (&*out).try_into().expect("16 values");
+            for (j, &w) in prow[..kv].iter().enumerate() {
+                let vrow = &t.v[j * dv + c0 * 16..j * dv + c0 * 16 + 16];
+                for (a, &x) in acc.iter_mut().zip(vrow) {
+                    *a = fma(w, x, *a);
+                }
+            }
+            out.copy_from_slice(&acc);
+        }
+    }
+}
+
+/// [`accumulate`] with AVX-512.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn accumulate_avx512(t: &mut Tile<'_>, n: usize, kv: usize, dv: usize) {
+    accumulate_generic(t, n, kv, dv, f32::mul_add);
+}
+
+/// [`accumulate`] with AVX2 and FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn accumulate_fma(t: &mut Tile<'_>, n: usize, kv: usize, dv: usize) {
+    accumulate_generic(t, n, kv, dv, f32::mul_add);
+}
