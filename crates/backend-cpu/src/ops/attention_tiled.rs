@@ -232,19 +232,33 @@ fn scores(t: &mut Tile<'_>, n: usize, d: usize, simd: SimdLevel, fused: bool) {
     scores_generic(t, n, d, |a, b, c| a * b + c);
 }
 
-/// The body of [`scores`], inlined into each instruction-set variant.
+/// The body of [`scores`], inlined into each instruction-set variant: two query rows at a
+/// time (eight independent vector chains with 16-lane registers).
 #[inline(always)]
 fn scores_generic(t: &mut Tile<'_>, n: usize, d: usize, fma: impl Fn(f32, f32, f32) -> f32) {
-    for (qrow, out) in t.q.chunks_exact(d).zip(t.kq.chunks_exact_mut(KV_TILE)).take(n) {
-        let mut acc = [0f32; KV_TILE];
-        for (c, &qc) in qrow.iter().enumerate() {
+    let mut i = 0;
+    while i < n {
+        let two = i + 1 < n;
+        let mut acc = [[0f32; KV_TILE]; 2];
+        for c in 0..d {
             let krow: &[f32; KV_TILE] =
                 t.kt[c * KV_TILE..(c + 1) * KV_TILE].try_into().expect("KV_TILE values");
-            for (a, &kv) in acc.iter_mut().zip(krow) {
-                *a = fma(qc, kv, *a);
+            let q0 = t.q[i * d + c];
+            for (a, &kv) in acc[0].iter_mut().zip(krow) {
+                *a = fma(q0, kv, *a);
+            }
+            if two {
+                let q1 = t.q[(i + 1) * d + c];
+                for (a, &kv) in acc[1].iter_mut().zip(krow) {
+                    *a = fma(q1, kv, *a);
+                }
             }
         }
-        out.copy_from_slice(&acc);
+        t.kq[i * KV_TILE..(i + 1) * KV_TILE].copy_from_slice(&acc[0]);
+        if two {
+            t.kq[(i + 1) * KV_TILE..(i + 2) * KV_TILE].copy_from_slice(&acc[1]);
+        }
+        i += 2;
     }
 }
 
@@ -284,7 +298,8 @@ fn accumulate(t: &mut Tile<'_>, n: usize, kv: usize, dv: usize, simd: SimdLevel,
     accumulate_generic(t, n, kv, dv, |a, b, c| a * b + c);
 }
 
-/// The body of [`accumulate`]: 16 output columns at a time kept in registers over the cells.
+/// The body of [`accumulate`]: 64 output columns at a time (16 where `dv` is not a multiple
+/// of 64) kept in registers over the cells, four independent chains.
 #[inline(always)]
 fn accumulate_generic(
     t: &mut Tile<'_>,
@@ -293,11 +308,27 @@ fn accumulate_generic(
     dv: usize,
     fma: impl Fn(f32, f32, f32) -> f32,
 ) {
+    if dv % 64 == 0 {
+        accumulate_cols::<64>(t, n, kv, dv, fma);
+    } else {
+        accumulate_cols::<16>(t, n, kv, dv, fma);
+    }
+}
+
+/// [`accumulate_generic`] with `W` columns per pass.
+#[inline(always)]
+fn accumulate_cols<const W: usize>(
+    t: &mut Tile<'_>,
+    n: usize,
+    kv: usize,
+    dv: usize,
+    fma: impl Fn(f32, f32, f32) -> f32,
+) {
     for (prow, out) in t.kq.chunks_exact(KV_TILE).zip(t.vkq.chunks_exact_mut(dv)).take(n) {
-        for (c0, out) in out.chunks_exact_mut(16).enumerate() {
-            let mut acc: [f32; 16] = (&*out).try_into().expect("16 values");
+        for (c0, out) in out.chunks_exact_mut(W).enumerate() {
+            let mut acc: [f32; W] = (&*out).try_into().expect("W values");
             for (j, &w) in prow[..kv].iter().enumerate() {
-                let vrow = &t.v[j * dv + c0 * 16..j * dv + c0 * 16 + 16];
+                let vrow = &t.v[j * dv + c0 * W..j * dv + c0 * W + W];
                 for (a, &x) in acc.iter_mut().zip(vrow) {
                     *a = fma(w, x, *a);
                 }
