@@ -193,36 +193,31 @@ unsafe fn f32_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
     sum
 }
 
-/// F16 · F16 against `C` rows: two accumulators of 8 per row, f32 tail.
+/// F16 · F16 against `C` rows, in llama.cpp's order for an AVX2 build: where `n` is a
+/// multiple of 8 (when its MUL_MAT takes llamafile's tinyBLAS) one accumulator of 8 lanes in
+/// `k` order, summed as [`hsum_ps`]; otherwise `ggml_vec_dot_f16` (its fallback).
 ///
 /// # Safety
 /// The [`VecDot4`] contract for each of the `C` rows, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
-    let mut acc = [[_mm256_setzero_ps(); 2]; C];
-    let mut i = 0;
-    while i + 16 <= n {
-        for h in 0..2 {
-            // SAFETY: elements i + 8h .. i + 8h + 8 < n of every row.
-            let u = _mm256_cvtph_ps(unsafe { ld128(x.add(2 * (i + 8 * h))) });
-            for (a, y) in acc.iter_mut().zip(y) {
-                // SAFETY: as above.
-                let v = _mm256_cvtph_ps(unsafe { ld128(y.add(2 * (i + 8 * h))) });
-                a[h] = _mm256_fmadd_ps(u, v, a[h]);
-            }
-        }
-        i += 16;
+    if n % 8 != 0 {
+        // SAFETY: n f16 values in each row (the VecDot4 contract).
+        return y.map(|y| unsafe {
+            super::dot_f16::dot(n, x.cast(), y.cast(), crate::SimdLevel::Avx2)
+        });
     }
-    let mut out = [0.0; C];
-    for ((o, a), y) in out.iter_mut().zip(acc).zip(y) {
-        *o = hsum_ps(_mm256_add_ps(a[0], a[1]));
-        for j in i..n {
-            // SAFETY: j < n.
-            let (u, v) = unsafe { (rd::<u16>(x.add(2 * j)), rd::<u16>(y.add(2 * j))) };
-            *o += fp16_mul(u, v);
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in (0..n).step_by(8) {
+        // SAFETY: elements i..i + 8 <= n of every row.
+        let u = _mm256_cvtph_ps(unsafe { ld128(x.add(2 * i)) });
+        for (a, y) in acc.iter_mut().zip(y) {
+            // SAFETY: as above.
+            let v = _mm256_cvtph_ps(unsafe { ld128(y.add(2 * i)) });
+            *a = _mm256_fmadd_ps(u, v, *a);
         }
     }
-    out
+    acc.map(|a| hsum_ps(a))
 }
 
 /// F16 · F16.

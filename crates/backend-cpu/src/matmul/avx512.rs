@@ -80,35 +80,41 @@ unsafe fn f32_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
     ))
 }
 
-/// F16 · F16 against `C` rows: two accumulators of 16 per row, masked tail.
+/// F16 · F16 against `C` rows, in llama.cpp's order: where `n` is a multiple of 16 (when its
+/// MUL_MAT takes llamafile's tinyBLAS) one accumulator of 16 lanes in `k` order, reduced as
+/// `_mm512_reduce_add_ps`; otherwise `ggml_vec_dot_f16` (its fallback).
 ///
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX-512 F/BW/VL/DQ.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
 unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
     let x = x.cast::<u16>();
-    let mut acc = [[_mm512_setzero_ps(); 2]; C];
-    let mut i = 0;
-    while i < n {
-        for h in 0..2 {
-            let at = i + 16 * h;
-            if at >= n {
-                break;
-            }
-            let m = if n - at >= 16 { u16::MAX } else { first(n - at) };
-            // SAFETY: the masked lanes are elements at.. < n of every row; others are not read.
-            let u = _mm512_cvtph_ps(unsafe { _mm256_maskz_loadu_epi16(m, x.add(at).cast()) });
-            for (a, y) in acc.iter_mut().zip(y) {
-                // SAFETY: as above.
-                let v = _mm512_cvtph_ps(unsafe {
-                    _mm256_maskz_loadu_epi16(m, y.cast::<u16>().add(at).cast())
-                });
-                a[h] = _mm512_fmadd_ps(u, v, a[h]);
-            }
-        }
-        i += 32;
+    if n % 16 != 0 {
+        // SAFETY: n f16 values in each row (the VecDot4 contract).
+        return y.map(|y| unsafe { super::dot_f16::dot(n, x, y.cast(), crate::SimdLevel::Avx512) });
     }
-    acc.map(|a| _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])))
+    let mut acc = [_mm512_setzero_ps(); C];
+    for i in (0..n).step_by(16) {
+        // SAFETY: elements i..i + 16 <= n of every row.
+        let u = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(x.add(i).cast()) });
+        for (a, y) in acc.iter_mut().zip(y) {
+            // SAFETY: as above.
+            let v = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(y.cast::<u16>().add(i).cast()) });
+            *a = _mm512_fmadd_ps(u, v, *a);
+        }
+    }
+    acc.map(|a| reduce_add(a))
+}
+
+/// The 16 lanes summed in GCC's `_mm512_reduce_add_ps` order: 256-bit halves, 128-bit halves,
+/// then lanes (0+2)+(1+3).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+fn reduce_add(v: __m512) -> f32 {
+    let h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps::<1>(v));
+    let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+    let p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)))
 }
 
 /// F16 · F16.

@@ -21,6 +21,7 @@
 //! uses ggml's reference quantizers (`roundf`), as a ggml build without AVX does.
 
 mod convert;
+pub(crate) mod dot_f16;
 mod scalar;
 
 #[cfg(target_arch = "x86_64")]
@@ -29,6 +30,8 @@ mod avx2;
 mod avx2_k;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod kquant_tiled;
 #[cfg(target_arch = "x86_64")]
 mod vnni_tile;
 
@@ -164,6 +167,16 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
     Kernel::Dot { vdt: vec_dot_type(src0), dot, dot4, tile }
 }
 
+/// `ggml_vec_dot_f16` as a [`VecDot`], at AVX-512 or AVX2 (`AVX512`).
+///
+/// # Safety
+/// The [`VecDot`] contract.
+unsafe fn vec_dot_f16<const AVX512: bool>(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let level = if AVX512 { SimdLevel::Avx512 } else { SimdLevel::Avx2 };
+    // SAFETY: n f16 values at each pointer (the VecDot contract); dot_f16 checks the CPU.
+    unsafe { dot_f16::dot(n, x.cast(), y.cast(), level) }
+}
+
 /// Whether `mul_mat` can multiply weights of type `src0` by activations of type `src1`:
 /// every weight type with a reference dequantizer, by F32, F16 or BF16 activations.
 pub(crate) fn supports(src0: DType, src1: DType) -> bool {
@@ -202,7 +215,14 @@ pub(crate) fn work_size(src0: &TensorRef, src1: &TensorRef) -> usize {
 pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1: &TensorRef) {
     check_shapes(dst, src0, src1);
     let simd = effective(p.simd);
-    let kernel = kernel(src0.dtype, simd);
+    let mut kernel = kernel(src0.dtype, simd);
+    if src0.dtype == DType::F16 && src1.ne[1] == 1 && simd >= SimdLevel::Avx2 {
+        // llama.cpp hands one-column products to ggml_vec_dot_f16, not to tinyBLAS.
+        if let Kernel::Dot { dot, .. } = &mut kernel {
+            *dot =
+                if simd >= SimdLevel::Avx512 { vec_dot_f16::<true> } else { vec_dot_f16::<false> };
+        }
+    }
     let vdt = match kernel {
         Kernel::Dot { vdt, .. } => vdt,
         Kernel::Dequant => DType::F32,
@@ -224,6 +244,10 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         converted: convert,
         row_size,
     };
+    #[cfg(target_arch = "x86_64")]
+    if simd >= SimdLevel::Avx512 && kquant_tiled::applies(src0, src1, cpu_vnni()) {
+        return kquant_tiled::mul_mat(p, dst, src0, &act);
+    }
     let (nr0, nr1) = (src0.ne[1], src1.n_rows());
     let chunk = if nr0 == 1 || nr1 == 1 { 64 } else { 16 };
     let (mut nchunk0, mut nchunk1) = (nr0.div_ceil(chunk), nr1.div_ceil(chunk));

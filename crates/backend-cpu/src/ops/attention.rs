@@ -8,7 +8,8 @@
 //! types accumulate in f32.
 
 use super::rowio::{load, load_row, row_at, store, with_rows};
-use super::{dot_f16, vec_f16, vexp};
+use super::{vec_f16, vexp};
+use crate::matmul::dot_f16;
 use crate::matmul::RowDot;
 use crate::{ComputeParams, TensorRef};
 use std::cell::RefCell;

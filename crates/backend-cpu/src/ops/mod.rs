@@ -8,7 +8,6 @@
 mod attention;
 mod attention_tiled;
 mod copy;
-mod dot_f16;
 mod elementwise;
 mod norm;
 mod rope;

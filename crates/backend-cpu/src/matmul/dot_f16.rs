@@ -1,13 +1,13 @@
-//! `ggml_vec_dot_f16` exactly: the dot product flash attention uses for K·Q with an F16 cache.
+//! `ggml_vec_dot_f16` exactly: the dot product llama.cpp uses for one-column F16 products
+//! (MUL_MAT with one src1 row, and flash attention's K·Q with an F16 cache).
 //!
 //! ggml sums in four vector accumulators over steps of four vectors (64 values with AVX-512,
 //! 32 with AVX2), folds them pairwise, reduces the last vector in the hardware's order into a
-//! double, and adds the leftover products (each rounded to f32) in double. The matmul kernels
-//! sum differently (as llamafile's tinyBLAS, which llama.cpp's MUL_MAT uses), so flash attention
-//! has this one of its own to give llama.cpp's bits.
+//! double, and adds the leftover products (each rounded to f32) in double. The wider products
+//! sum differently (as llamafile's tinyBLAS, which llama.cpp's MUL_MAT uses for 2+ columns).
 
 // The AVX-512 intrinsics are stable since Rust 1.89, above the workspace MSRV; this module is
-// only compiled into the AVX-512 path on x86-64 (as matmul/avx512.rs).
+// only called at the AVX-512 level on x86-64 (as matmul/avx512.rs).
 #![allow(clippy::incompatible_msrv)]
 
 use crate::SimdLevel;

@@ -1,0 +1,557 @@
+//! Batched K-quant products the way llama.cpp's tiled matmul computes them (Q2_K..Q6_K
+//! weights, 8+ activation rows, AVX-512 VNNI).
+//!
+//! llama.cpp b11312 multiplies K-quant weights by 8 or more activation rows with its "tiled"
+//! kernels instead of the per-row dot products, and their rounding differs, so Tessera follows
+//! them to give the same bits. Per weight row, activation row and 256-value block `b`:
+//!
+//! - integers, exact: `s1 = Σ_sub scale·Σ (q − bias)·y` over the block's sub-blocks (`q` the
+//!   unsigned code, `bias` 32 for Q6_K, 4 for Q3_K, 0 otherwise), and for the types with mins
+//!   `s2 = Σ_sub min·Σ y` (from the Q8_K block sums);
+//! - then, in f32: `r = f32(s1)·d`, `r = r − dmin·f32(s2)` (one fused multiply-add),
+//!   `acc = fma(r, d_y, acc)`, blocks in order from `acc = 0`.
+//!
+//! Any summation order gives the same integers, so the kernel is free to pick its layout:
+//! sixteen activation rows form a *band*, repacked so one 512-bit register holds four
+//! consecutive activation bytes of each of the sixteen rows; a weight row's four codes are
+//! broadcast and one `vpdpbusd` adds their products to sixteen outputs at once (no horizontal
+//! sums). Sub-block scales are applied with one multiply per sub-block, the bias and min
+//! corrections with `vpdpwssd` over pairs of 16-value block sums.
+//!
+//! Weight rows are unpacked to codes once per chunk and reused for every band of it.
+
+// The AVX-512 intrinsics are stable since Rust 1.89; see the note in `avx512.rs`.
+#![allow(clippy::incompatible_msrv)]
+
+use super::Activations;
+use crate::{ComputeParams, TensorRef};
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+use tessera_tensor::DType;
+
+/// Values per K-quant block.
+const QK: usize = 256;
+/// Activation rows per band (lanes of a 512-bit register of i32).
+const BAND: usize = 16;
+/// Activation rows per chunk (bands repacked once per chunk).
+const CHUNK1: usize = 4 * BAND;
+/// Weight rows the kernel takes at once.
+const ROWS: usize = 4;
+/// Bytes of a Q8_K block: d (f32), qs (256 i8), bsums (16 i16).
+const Q8K_SIZE: usize = 292;
+
+/// Whether llama.cpp would take its tiled path for these operands (a K-quant weight type and
+/// `src1.ne[1] >= 8`), and this kernel can reproduce it (one weight matrix, AVX-512 VNNI).
+pub(super) fn applies(src0: &TensorRef, src1: &TensorRef, vnni: bool) -> bool {
+    vnni && layout(src0.dtype).is_some() && src1.ne[1] >= 8 && src0.ne[2] == 1 && src0.ne[3] == 1
+}
+
+/// How a K-quant type splits a block: scales per block (8 of 32 values or 16 of 16) and
+/// whether it has mins.
+#[derive(Clone, Copy)]
+struct Layout {
+    /// Sub-blocks with a scale of their own.
+    nsub: usize,
+    /// Whether the block has mins (`s2`), else a bias correction folded into `s1`.
+    mins: bool,
+}
+
+/// The [`Layout`] of a supported type.
+fn layout(dtype: DType) -> Option<Layout> {
+    Some(match dtype {
+        DType::Q4_K | DType::Q5_K => Layout { nsub: 8, mins: true },
+        DType::Q2_K => Layout { nsub: 16, mins: true },
+        DType::Q3_K | DType::Q6_K => Layout { nsub: 16, mins: false },
+        _ => return None,
+    })
+}
+
+/// A weight row in integer form, block after block.
+#[derive(Default)]
+struct Unpacked {
+    /// Unsigned codes, 256 per block, in element order.
+    codes: Vec<u8>,
+    /// `nsub` scales per block.
+    scales: Vec<i32>,
+    /// 8 per block: the correction weights of the 16-value sub-blocks in pairs (two i16 in
+    /// one i32): `min` for types with mins, `−bias·scale` otherwise.
+    corr: Vec<i32>,
+    /// `d` per block.
+    d: Vec<f32>,
+    /// `dmin` per block (0 without mins).
+    dmin: Vec<f32>,
+}
+
+impl Unpacked {
+    /// Makes room for `nb` blocks of a type with `nsub` scales per block.
+    fn resize(&mut self, nb: usize, nsub: usize) {
+        self.codes.resize(nb * QK, 0);
+        self.scales.resize(nb * nsub, 0);
+        self.corr.resize(nb * 8, 0);
+        self.d.resize(nb, 0.0);
+        self.dmin.resize(nb, 0.0);
+    }
+}
+
+/// f16 bits at `b[i..i + 2]` as f32.
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+}
+
+/// Two i16 in one i32 (low first).
+fn pair(lo: i32, hi: i32) -> i32 {
+    ((lo as u16 as u32) | ((hi as u16 as u32) << 16)) as i32
+}
+
+/// `get_scale_min_k4`: scale and min of 32-value sub-block `j` of a Q4_K/Q5_K block.
+fn scale_min_k4(j: usize, q: &[u8]) -> (i32, i32) {
+    let (s, m) = if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    };
+    (i32::from(s), i32::from(m))
+}
+
+/// Unpacks block `blk` (its bytes) of type `dtype` into block `b` of `u`.
+fn unpack_block(dtype: DType, blk: &[u8], u: &mut Unpacked, b: usize) {
+    let codes = &mut u.codes[b * QK..(b + 1) * QK];
+    match dtype {
+        DType::Q4_K | DType::Q5_K => {
+            let (scales, qh, qs) = if dtype == DType::Q4_K {
+                (&blk[4..16], None, &blk[16..144])
+            } else {
+                (&blk[4..16], Some(&blk[16..48]), &blk[48..176])
+            };
+            for j in 0..4 {
+                for l in 0..32 {
+                    let q = qs[32 * j + l];
+                    let (hi0, hi1) = match qh {
+                        Some(h) => (((h[l] >> (2 * j)) & 1) << 4, ((h[l] >> (2 * j + 1)) & 1) << 4),
+                        None => (0, 0),
+                    };
+                    codes[64 * j + l] = (q & 0xF) | hi0;
+                    codes[64 * j + 32 + l] = (q >> 4) | hi1;
+                }
+            }
+            for s in 0..8 {
+                let (sc, m) = scale_min_k4(s, scales);
+                u.scales[b * 8 + s] = sc;
+                u.corr[b * 8 + s] = pair(m, m);
+            }
+            (u.d[b], u.dmin[b]) = (f16_at(blk, 0), f16_at(blk, 2));
+        }
+        DType::Q6_K => {
+            let (ql, qh, sc) = (&blk[..128], &blk[128..192], &blk[192..208]);
+            for n in 0..2 {
+                for l in 0..32 {
+                    let (a, c, h) = (ql[64 * n + l], ql[64 * n + 32 + l], qh[32 * n + l]);
+                    codes[128 * n + l] = (a & 0xF) | ((h & 3) << 4);
+                    codes[128 * n + 32 + l] = (c & 0xF) | (((h >> 2) & 3) << 4);
+                    codes[128 * n + 64 + l] = (a >> 4) | (((h >> 4) & 3) << 4);
+                    codes[128 * n + 96 + l] = (c >> 4) | (((h >> 6) & 3) << 4);
+                }
+            }
+            for (t, &s) in sc.iter().enumerate() {
+                u.scales[b * 16 + t] = i32::from(s as i8);
+            }
+            for tp in 0..8 {
+                let s = |t: usize| -32 * i32::from(sc[t] as i8);
+                u.corr[b * 8 + tp] = pair(s(2 * tp), s(2 * tp + 1));
+            }
+            (u.d[b], u.dmin[b]) = (f16_at(blk, 208), 0.0);
+        }
+        DType::Q3_K => {
+            let (hmask, qs, sc) = (&blk[..32], &blk[32..96], &blk[96..108]);
+            for n in 0..2 {
+                for j in 0..4 {
+                    for l in 0..32 {
+                        let low = (qs[32 * n + l] >> (2 * j)) & 3;
+                        let high = (hmask[l] >> (4 * n + j)) & 1;
+                        codes[128 * n + 32 * j + l] = low | (high << 2);
+                    }
+                }
+            }
+            let scale = |j: usize| {
+                let low = if j < 8 { sc[j] & 0xF } else { sc[j - 8] >> 4 };
+                let high = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+                i32::from(low | (high << 4)) - 32
+            };
+            for t in 0..16 {
+                u.scales[b * 16 + t] = scale(t);
+            }
+            for tp in 0..8 {
+                u.corr[b * 8 + tp] = pair(-4 * scale(2 * tp), -4 * scale(2 * tp + 1));
+            }
+            (u.d[b], u.dmin[b]) = (f16_at(blk, 108), 0.0);
+        }
+        DType::Q2_K => {
+            let (sc, qs) = (&blk[..16], &blk[16..80]);
+            for n in 0..2 {
+                for j in 0..4 {
+                    for l in 0..32 {
+                        codes[128 * n + 32 * j + l] = (qs[32 * n + l] >> (2 * j)) & 3;
+                    }
+                }
+            }
+            for (t, &s) in sc.iter().enumerate() {
+                u.scales[b * 16 + t] = i32::from(s & 0xF);
+            }
+            for tp in 0..8 {
+                u.corr[b * 8 + tp] =
+                    pair(i32::from(sc[2 * tp] >> 4), i32::from(sc[2 * tp + 1] >> 4));
+            }
+            (u.d[b], u.dmin[b]) = (f16_at(blk, 80), f16_at(blk, 82));
+        }
+        _ => unreachable!("layout() admits only Q2_K..Q6_K"),
+    }
+}
+
+/// Sixteen activation rows (a band) repacked for the kernel, block after block.
+#[derive(Default)]
+struct Band {
+    /// 64 groups of 64 bytes per block: group `g` holds bytes `4g..4g+4` of each row.
+    q: Vec<u8>,
+    /// 8 pairs of block sums per block, 16 rows each (two i16 in one i32).
+    bsums: Vec<i32>,
+    /// The rows' `d` per block, 16 each.
+    d: Vec<f32>,
+}
+
+impl Band {
+    /// Repacks Q8_K rows `rows` (at most 16; the rest are zero) of `nb` blocks.
+    fn fill(&mut self, nb: usize, rows: &[&[u8]]) {
+        self.q.clear();
+        self.q.resize(nb * QK * BAND, 0);
+        self.bsums.clear();
+        self.bsums.resize(nb * 8 * BAND, 0);
+        self.d.clear();
+        self.d.resize(nb * BAND, 0.0);
+        for (c, row) in rows.iter().enumerate() {
+            for b in 0..nb {
+                let blk = &row[b * Q8K_SIZE..(b + 1) * Q8K_SIZE];
+                self.d[b * BAND + c] = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
+                let qs = &blk[4..4 + QK];
+                for g in 0..QK / 4 {
+                    let at = ((b * 64 + g) * BAND + c) * 4;
+                    self.q[at..at + 4].copy_from_slice(&qs[4 * g..4 * g + 4]);
+                }
+                let bs =
+                    |t: usize| i32::from(i16::from_le_bytes([blk[260 + 2 * t], blk[261 + 2 * t]]));
+                for tp in 0..8 {
+                    self.bsums[(b * 8 + tp) * BAND + c] = pair(bs(2 * tp), bs(2 * tp + 1));
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Per-thread unpacked weight rows and repacked bands.
+    static SCRATCH: RefCell<(Vec<Unpacked>, Vec<Band>)> = RefCell::new(Default::default());
+}
+
+/// This thread's share of `dst = src0 · src1ᵀ` by the tiled path, after the activations were
+/// converted to Q8_K (`act`) and the chunk counter set to `p.nth` (as [`super::mul_mat`] does).
+pub(super) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Activations) {
+    let lay = layout(src0.dtype).expect("checked by applies");
+    let (nr0, nr1) = (src0.ne[1], act.src1.n_rows());
+    let nb = src0.ne[0] / QK;
+    let nchunk1 = nr1.div_ceil(CHUNK1);
+    let nchunk0 = (4 * p.nth).div_ceil(nchunk1).clamp(1, nr0.div_ceil(ROWS));
+    let dr0 = nr0.div_ceil(nchunk0).next_multiple_of(ROWS);
+    let total = nchunk0 * nchunk1;
+    SCRATCH.with(|cell| {
+        let (units, bands) = &mut *cell.borrow_mut();
+        units.resize_with(ROWS, Unpacked::default);
+        bands.resize_with(CHUNK1 / BAND, Band::default);
+        let mut current = p.ith;
+        while current < total {
+            let (c0, c1) = (current % nchunk0, current / nchunk0);
+            let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
+            let rows1 = (CHUNK1 * c1)..(CHUNK1 * (c1 + 1)).min(nr1);
+            chunk(dst, src0, act, lay, nb, rows0, rows1, units, bands);
+            if p.nth >= total {
+                break;
+            }
+            current = p.sync.chunk_counter().fetch_add(1, Ordering::Relaxed);
+        }
+    });
+}
+
+/// One chunk: weight rows `rows0` against activation rows `rows1` (at most [`CHUNK1`]).
+#[allow(clippy::too_many_arguments)]
+fn chunk(
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    lay: Layout,
+    nb: usize,
+    rows0: std::ops::Range<usize>,
+    rows1: std::ops::Range<usize>,
+    units: &mut [Unpacked],
+    bands: &mut [Band],
+) {
+    let row_size = nb * Q8K_SIZE;
+    let starts: Vec<usize> = rows1.clone().step_by(BAND).collect();
+    for (band, &s) in bands.iter_mut().zip(&starts) {
+        let rows: Vec<&[u8]> = (s..(s + BAND).min(rows1.end))
+            // SAFETY: converted Q8_K rows of `row_size` bytes in the work buffer.
+            .map(|r| unsafe { std::slice::from_raw_parts(act.row(r), row_size) })
+            .collect();
+        band.fill(nb, &rows);
+    }
+    let src0_row = src0.row_size();
+    for r0 in rows0.clone().step_by(ROWS) {
+        let n0 = ROWS.min(rows0.end - r0);
+        for (i, u) in units.iter_mut().enumerate() {
+            u.resize(nb, lay.nsub);
+            // Rows past the end repeat the last one (computed, not stored).
+            let r = r0 + i.min(n0 - 1);
+            // SAFETY: row r of the 2-D src0 (checked by `applies`), `src0_row` bytes.
+            let w = unsafe { std::slice::from_raw_parts(src0.data.add(r * src0.nb[1]), src0_row) };
+            let bsz = src0.dtype.type_size();
+            for b in 0..nb {
+                unpack_block(src0.dtype, &w[b * bsz..(b + 1) * bsz], u, b);
+            }
+        }
+        for (band, &s) in bands.iter().zip(&starts) {
+            let mut out = [[0f32; BAND]; ROWS];
+            // SAFETY: `applies` checked AVX-512 VNNI; the buffers hold `nb` blocks each.
+            unsafe { kernel(nb, lay, units, band, &mut out) };
+            for (c, r1) in (s..(s + BAND).min(rows1.end)).enumerate() {
+                let (i1, i2, i3) = act.src1.row_coords(r1);
+                // SAFETY: dst row (i1, i2, i3) exists (shape checked by mul_mat).
+                let o = unsafe { dst.row_ptr(i1, i2, i3) }.cast::<f32>();
+                for (i, row) in out.iter().enumerate().take(n0) {
+                    // SAFETY: r0 + i < ne0 of the dst row; this thread owns the chunk.
+                    unsafe { o.add(r0 + i).write(row[c]) };
+                }
+            }
+        }
+    }
+}
+
+/// Four unpacked weight rows against one band: `out[row][band row]`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/DQ and VNNI; `u` and `band` must hold `nb` blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
+unsafe fn kernel(
+    nb: usize,
+    lay: Layout,
+    u: &[Unpacked],
+    band: &Band,
+    out: &mut [[f32; BAND]; ROWS],
+) {
+    assert!(u.len() >= ROWS && band.q.len() >= nb * QK * BAND && band.d.len() >= nb * BAND);
+    for w in &u[..ROWS] {
+        assert!(
+            w.codes.len() >= nb * QK && w.scales.len() >= nb * lay.nsub && w.corr.len() >= nb * 8
+        );
+        assert!(w.d.len() >= nb && w.dmin.len() >= nb);
+    }
+    let zero = _mm512_setzero_si512();
+    let groups = 64 / lay.nsub;
+    let mut acc = [_mm512_setzero_ps(); ROWS];
+    for b in 0..nb {
+        let mut s1 = [zero; ROWS];
+        for sub in 0..lay.nsub {
+            let mut raw = [zero; ROWS];
+            for g in 0..groups {
+                let gi = b * 64 + sub * groups + g;
+                // SAFETY: group gi < nb·64 of the band (asserted above): 64 bytes.
+                let a = unsafe { _mm512_loadu_si512(band.q.as_ptr().add(gi * 64).cast()) };
+                for (r, w) in raw.iter_mut().zip(u) {
+                    // SAFETY: codes gi·4..gi·4+4 < nb·256 (asserted above).
+                    let c = unsafe { w.codes.as_ptr().add(gi * 4).cast::<i32>().read_unaligned() };
+                    *r = _mm512_dpbusd_epi32(*r, _mm512_set1_epi32(c), a);
+                }
+            }
+            for ((s, r), w) in s1.iter_mut().zip(raw).zip(u) {
+                let sc = _mm512_set1_epi32(w.scales[b * lay.nsub + sub]);
+                *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(r, sc));
+            }
+        }
+        let mut corr = [zero; ROWS];
+        for tp in 0..8 {
+            // SAFETY: pair tp of block b: 16 i32 (asserted above).
+            let bs =
+                unsafe { _mm512_loadu_si512(band.bsums.as_ptr().add((b * 8 + tp) * BAND).cast()) };
+            for (c, w) in corr.iter_mut().zip(u) {
+                *c = _mm512_dpwssd_epi32(*c, _mm512_set1_epi32(w.corr[b * 8 + tp]), bs);
+            }
+        }
+        // SAFETY: 16 f32 of block b (asserted above).
+        let dy = unsafe { _mm512_loadu_ps(band.d.as_ptr().add(b * BAND)) };
+        for (((a, s), c), w) in acc.iter_mut().zip(s1).zip(corr).zip(u) {
+            let mut r;
+            if lay.mins {
+                r = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(w.d[b]));
+                r = _mm512_fnmadd_ps(_mm512_set1_ps(w.dmin[b]), _mm512_cvtepi32_ps(c), r);
+            } else {
+                let s = _mm512_add_epi32(s, c);
+                r = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(w.d[b]));
+            }
+            *a = _mm512_fmadd_ps(r, dy, *a);
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: 16 f32.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_tensor::quant;
+
+    /// Deterministic pseudo-random bytes and floats.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn f32s(&mut self, n: usize) -> Vec<f32> {
+            (0..n).map(|_| (self.next() % 2001) as f32 / 1000.0 - 1.0).collect()
+        }
+        /// Random blocks of `dtype` (every byte pattern), with finite f16 scales.
+        fn blocks(&mut self, dtype: DType, nb: usize) -> Vec<u8> {
+            let ts = dtype.type_size();
+            let mut out = Vec::new();
+            for _ in 0..nb {
+                loop {
+                    let b: Vec<u8> = (0..ts).map(|_| self.next() as u8).collect();
+                    let v = quant::dequantize(dtype, &b).unwrap();
+                    if v.iter().all(|x| x.is_finite() && x.abs() < 1e6) {
+                        out.extend(b);
+                        break;
+                    }
+                }
+            }
+            out
+        }
+    }
+
+    const TYPES: [DType; 5] = [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
+
+    /// Rebuilds every value from the unpacked integers with the dequantizer's own formula
+    /// and compares bit for bit: codes, scales, mins and corrections are right.
+    #[test]
+    fn unpacked_integers_rebuild_the_dequantized_values() {
+        let mut rng = Rng(7);
+        for dtype in TYPES {
+            let lay = layout(dtype).unwrap();
+            let nb = 6;
+            let bytes = rng.blocks(dtype, nb);
+            let want = quant::dequantize(dtype, &bytes).unwrap();
+            let mut u = Unpacked::default();
+            u.resize(nb, lay.nsub);
+            let ts = dtype.type_size();
+            for b in 0..nb {
+                unpack_block(dtype, &bytes[b * ts..(b + 1) * ts], &mut u, b);
+            }
+            let bias = match dtype {
+                DType::Q6_K => 32,
+                DType::Q3_K => 4,
+                _ => 0,
+            };
+            for (e, &w) in want.iter().enumerate() {
+                let (b, i) = (e / QK, e % QK);
+                let sub = i / (QK / lay.nsub);
+                let scale = u.scales[b * lay.nsub + sub];
+                let half = |t: usize| {
+                    let p = u.corr[b * 8 + t / 2] as u32;
+                    i32::from((if t % 2 == 0 { p } else { p >> 16 }) as u16 as i16)
+                };
+                let code = i32::from(u.codes[b * QK + i]);
+                let got = if lay.mins {
+                    let min = half(i / 16);
+                    (u.d[b] * scale as f32) * code as f32 - u.dmin[b] * min as f32
+                } else {
+                    assert_eq!(half(i / 16), -bias * scale, "{dtype} correction of {e}");
+                    (u.d[b] * scale as f32) * (code - bias) as f32
+                };
+                assert_eq!(got.to_bits(), w.to_bits(), "{dtype} element {e}: {got} vs {w}");
+            }
+        }
+    }
+
+    /// The kernel against the tiled arithmetic written out in scalar code, bit for bit.
+    #[test]
+    fn kernel_matches_the_scalar_tiled_arithmetic() {
+        if !(crate::SimdLevel::detect() >= crate::SimdLevel::Avx512 && crate::has_vnni()) {
+            eprintln!("skipped: no AVX-512 VNNI");
+            return;
+        }
+        let mut rng = Rng(11);
+        let nb = 3;
+        let rows: Vec<Vec<u8>> =
+            (0..11).map(|_| quant::quantize(DType::Q8_K, &rng.f32s(nb * QK)).unwrap()).collect();
+        let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
+        let mut band = Band::default();
+        band.fill(nb, &refs);
+        for dtype in TYPES {
+            let lay = layout(dtype).unwrap();
+            let mut units: Vec<Unpacked> = (0..ROWS).map(|_| Unpacked::default()).collect();
+            let ts = dtype.type_size();
+            for u in &mut units {
+                u.resize(nb, lay.nsub);
+                let bytes = rng.blocks(dtype, nb);
+                for b in 0..nb {
+                    unpack_block(dtype, &bytes[b * ts..(b + 1) * ts], u, b);
+                }
+            }
+            let mut out = [[f32::NAN; BAND]; ROWS];
+            // SAFETY: AVX-512 VNNI checked above; buffers of nb blocks.
+            unsafe { kernel(nb, lay, &units, &band, &mut out) };
+            for (r, u) in units.iter().enumerate() {
+                for (c, row) in rows.iter().enumerate() {
+                    let mut acc = 0f32;
+                    for b in 0..nb {
+                        let blk = &row[b * Q8K_SIZE..(b + 1) * Q8K_SIZE];
+                        let dy = f32::from_le_bytes(blk[..4].try_into().unwrap());
+                        let y = |i: usize| i64::from(blk[4 + i] as i8);
+                        let bsum = |t: usize| {
+                            i64::from(i16::from_le_bytes([blk[260 + 2 * t], blk[261 + 2 * t]]))
+                        };
+                        let sub_len = QK / lay.nsub;
+                        let mut s1 = 0i64;
+                        for sub in 0..lay.nsub {
+                            let raw: i64 = (0..sub_len)
+                                .map(|k| {
+                                    i64::from(u.codes[b * QK + sub * sub_len + k])
+                                        * y(sub * sub_len + k)
+                                })
+                                .sum();
+                            s1 += i64::from(u.scales[b * lay.nsub + sub]) * raw;
+                        }
+                        let corr: i64 = (0..16)
+                            .map(|t| {
+                                let p = u.corr[b * 8 + t / 2] as u32;
+                                let h = (if t % 2 == 0 { p } else { p >> 16 }) as u16 as i16;
+                                i64::from(h) * bsum(t)
+                            })
+                            .sum();
+                        let r = if lay.mins {
+                            let r = s1 as i32 as f32 * u.d[b];
+                            (-u.dmin[b]).mul_add(corr as i32 as f32, r)
+                        } else {
+                            (s1 + corr) as i32 as f32 * u.d[b]
+                        };
+                        acc = r.mul_add(dy, acc);
+                    }
+                    assert_eq!(out[r][c].to_bits(), acc.to_bits(), "{dtype} [{r}][{c}]");
+                }
+                for (c, &v) in out[r].iter().enumerate().skip(rows.len()) {
+                    assert_eq!(v, 0.0, "{dtype}: padding row {c}");
+                }
+            }
+        }
+    }
+}
