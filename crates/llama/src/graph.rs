@@ -122,12 +122,13 @@ impl Builder<'_> {
         up: TensorId,
         gate: TensorId,
         down: TensorId,
+        il: usize,
     ) -> Result<TensorId> {
-        self.ffn_glu(x, up, gate, down, GluOp::SwiGlu)
+        self.ffn_glu(x, up, gate, down, GluOp::SwiGlu, il)
     }
 
     /// Gated FFN with `op` as activation (SWIGLU or GEGLU), split form as llama.cpp's
-    /// `LLM_FFN_PAR`.
+    /// `LLM_FFN_PAR`, its intermediates named as llama.cpp names them for layer `il`.
     pub fn ffn_glu(
         &mut self,
         x: TensorId,
@@ -135,10 +136,15 @@ impl Builder<'_> {
         gate: TensorId,
         down: TensorId,
         op: GluOp,
+        il: usize,
     ) -> Result<TensorId> {
         let u = self.ctx.mul_mat(up, x)?;
+        let u = self.name(u, "ffn_up", il);
         let g = self.ctx.mul_mat(gate, x)?;
+        let g = self.name(g, "ffn_gate", il);
         let h = self.ctx.glu_split(g, u, op)?;
+        let glu = if op == GluOp::GeGlu { "ffn_geglu" } else { "ffn_swiglu" };
+        let h = self.name(h, glu, il);
         Ok(self.ctx.mul_mat(down, h)?)
     }
 

@@ -8,10 +8,10 @@ steps where M's top-2 margin is >= 0.1 but the other path's argmax differs are r
 OUT.json. Tessera's teacher-forced check allows no more disagreements than llama.cpp has with
 itself.
 
-With `--reproduction OUT2.json`, llama.cpp's *same* path is run too and the NMSE of its
-last-prompt-position logits against the stored ones is recorded: how closely llama.cpp on this
-machine reproduces the reference (0 where it does exactly). Tessera's logits check allows at
-least that much.
+With `--reproduction OUT2.json`, llama.cpp's *same* path is run too, the same way, and how
+closely llama.cpp on this machine reproduces the reference is recorded: the NMSE of its
+last-prompt-position logits against the stored ones (0 where it does exactly) and its own
+teacher-forced disagreements. Tessera's checks allow at least that much.
 
 Usage: llama_cpp_self_agreement.py REFS_DIR OUT.json [--reproduction OUT2.json] MODEL.gguf...
 (llama-cpp-python 0.3.36 = llama.cpp b11312; weights kept out of the AMX/repack buffers.)"""
@@ -62,13 +62,17 @@ for mp in models:
         if repro_out:
             for jf in sorted(glob.glob(os.path.join(refs, mode, stem, "*.json"))):
                 r = json.load(open(jf))
-                llm.reset()
-                llm.eval(r["prompt_tokens"])
-                got = np.array(llm.scores[len(r["prompt_tokens"]) - 1], dtype=np.float64)
+                p, g, m = r["prompt_tokens"], r["greedy_tokens"], r["greedy_top2_margins"]
+                rows = teacher_forced(llm, p, g)
+                got = np.array(rows[0], dtype=np.float64)
                 want = np.fromfile(jf[:-5] + ".logits.f32", dtype=np.float32).astype(np.float64)
                 key = f"{stem}/{os.path.basename(jf)[:-5]}/{mode}"
-                repro[key] = float(((got - want) ** 2).sum() / (want ** 2).sum())
-                print(key, "reproduction nmse", repro[key], flush=True)
+                repro[key] = {
+                    "nmse": float(((got - want) ** 2).sum() / (want ** 2).sum()),
+                    "teacher_forced": [t for t in range(len(g))
+                                       if m[t] >= 0.1 and int(np.argmax(rows[t])) != g[t]],
+                }
+                print(key, "reproduction", repro[key], flush=True)
 json.dump(result, open(out, "w"), indent=1, sort_keys=True)
 if repro_out:
     json.dump(repro, open(repro_out, "w"), indent=1, sort_keys=True)

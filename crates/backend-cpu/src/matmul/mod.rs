@@ -218,9 +218,11 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     let mut kernel = kernel(src0.dtype, simd);
     if src0.dtype == DType::F16 && src1.ne[1] == 1 && simd >= SimdLevel::Avx2 {
         // llama.cpp hands one-column products to ggml_vec_dot_f16, not to tinyBLAS.
-        if let Kernel::Dot { dot, .. } = &mut kernel {
+        // Every row goes through it: the wider kernels sum in tinyBLAS's order.
+        if let Kernel::Dot { dot, dot4, tile, .. } = &mut kernel {
             *dot =
                 if simd >= SimdLevel::Avx512 { vec_dot_f16::<true> } else { vec_dot_f16::<false> };
+            (*dot4, *tile) = (None, None);
         }
     }
     let vdt = match kernel {

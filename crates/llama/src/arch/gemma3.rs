@@ -113,7 +113,7 @@ impl ModelGraph for Gemma3Graph {
             let sa_out = b.name(sa_out, "sa_out", il);
             let cur = b.rms_norm(sa_out, Some(l.ffn_norm))?;
             let cur = b.name(cur, "ffn_norm", il);
-            let cur = b.ffn_glu(cur, l.up, l.gate, l.down, GluOp::GeGlu)?;
+            let cur = b.ffn_glu(cur, l.up, l.gate, l.down, GluOp::GeGlu, il)?;
             let cur = b.name(cur, "ffn_out", il);
             let cur = b.rms_norm(cur, Some(l.post_ffw_norm))?;
             inp = b.ctx.add(cur, sa_out)?;

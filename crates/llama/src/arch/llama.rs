@@ -130,7 +130,7 @@ pub(crate) fn forward(
         let ffn_inp = b.name(ffn_inp, "ffn_inp", il);
         let cur = b.rms_norm(ffn_inp, Some(l.ffn_norm))?;
         let cur = b.name(cur, "ffn_norm", il);
-        let cur = b.ffn_swiglu(cur, l.up, l.gate, l.down)?;
+        let cur = b.ffn_swiglu(cur, l.up, l.gate, l.down, il)?;
         let cur = b.name(cur, "ffn_out", il);
         inp = b.ctx.add(cur, ffn_inp)?;
         inp = b.name(inp, "l_out", il);

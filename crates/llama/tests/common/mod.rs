@@ -59,15 +59,21 @@ fn self_agreement(path: &Path, key: &str) -> Vec<usize> {
     steps.iter().map(|s| s.as_u64().unwrap() as usize).collect()
 }
 
-/// How far llama.cpp on this machine, same attention path, is from the stored reference logits
-/// of `key` (NMSE), from the `reproduction*.json` beside the agreement file (made by
-/// tools/llama_cpp_self_agreement.py --reproduction); 0 where there is no such file.
-fn reproduction(agreement: &Path, key: &str) -> f64 {
+/// How far llama.cpp on this machine, same attention path, is from the stored reference `key`:
+/// the NMSE of its last-prompt logits and its teacher-forced disagreements, from the
+/// `reproduction*.json` beside the agreement file (tools/llama_cpp_self_agreement.py
+/// --reproduction); none where there is no such file.
+fn reproduction(agreement: &Path, key: &str) -> (f64, Vec<usize>) {
     let name = agreement.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let path = agreement.with_file_name(name.replace("self_agreement", "reproduction"));
-    let Ok(text) = std::fs::read_to_string(&path) else { return 0.0 };
+    let Ok(text) = std::fs::read_to_string(&path) else { return (0.0, Vec::new()) };
     let v: Value = serde_json::from_str(&text).expect("reproduction JSON");
-    v[key].as_f64().unwrap_or_else(|| panic!("{}: no entry {key}", path.display()))
+    let e = &v[key];
+    let nmse = e["nmse"].as_f64().unwrap_or_else(|| panic!("{}: no entry {key}", path.display()));
+    let steps = e["teacher_forced"]
+        .as_array()
+        .map_or(Vec::new(), |a| a.iter().map(|s| s.as_u64().unwrap() as usize).collect());
+    (nmse, steps)
 }
 
 fn nmse(a: &[f32], b: &[f32]) -> f64 {
@@ -119,7 +125,7 @@ pub fn check(
         let key = format!("{name}/{prompt}/{mode}");
         // llama.cpp's other path, or llama.cpp here on the same path where it does not
         // reproduce the stored reference exactly, with 1e-3 as the floor.
-        let here = reproduction(agreement, &key);
+        let (here, here_bad) = reproduction(agreement, &key);
         let allowed = nmse(&other.logits, &r.logits).max(here).max(1e-3);
         if err > allowed {
             failures.push(format!("{key}/logits: NMSE {err:.2e} > {allowed:.2e}"));
@@ -141,7 +147,11 @@ pub fn check(
                 logits = ctx.logits_ith(0).unwrap().to_vec();
             }
         }
-        let own = self_agreement(agreement, &key);
+        // llama.cpp's other path, or llama.cpp here on the same path, whichever disagrees more.
+        let mut own = self_agreement(agreement, &key);
+        if here_bad.len() > own.len() {
+            own = here_bad;
+        }
         if bad.len() > own.len() {
             failures.push(format!(
                 "{key}/teacher-forced: disagreements at steps {bad:?} (margin >= {MARGIN}); llama.cpp's other attention path: {own:?}"
