@@ -353,13 +353,22 @@ fn dot_chunk(
     let (k, nb01) = (src0.ne[0], src0.nb[1]);
     for t1 in rows1.clone().step_by(TILE) {
         let e1 = (t1 + TILE).min(rows1.end);
+        // Each src1 row's src0 matrix, converted row and dst row, found once per tile (the
+        // index arithmetic divides).
+        let mut mats = [std::ptr::null(); TILE];
+        let mut ys_all = [std::ptr::null(); TILE];
+        let mut outs_all = [std::ptr::null_mut(); TILE];
+        for r1 in t1..e1 {
+            (mats[r1 - t1], outs_all[r1 - t1]) = row_targets(dst, src0, &act.src1, r1);
+            ys_all[r1 - t1] = act.row(r1);
+        }
         for t0 in rows0.clone().step_by(TILE) {
             let e0 = (t0 + TILE).min(rows0.end);
             let mut r1 = t1;
             while r1 < e1 {
-                let w = row_targets(dst, src0, &act.src1, r1).0;
-                let fits =
-                    |g: usize| r1 + g <= e1 && row_targets(dst, src0, &act.src1, r1 + g - 1).0 == w;
+                let i = r1 - t1;
+                let w = mats[i];
+                let fits = |g: usize| r1 + g <= e1 && mats[i + g - 1] == w;
                 let group = match (tile, dot4) {
                     (Some(t), _) if fits(t.cols) => t.cols,
                     (_, Some(_)) if fits(4) => 4,
@@ -367,10 +376,8 @@ fn dot_chunk(
                 };
                 let mut ys = [std::ptr::null(); 8];
                 let mut outs = [std::ptr::null_mut(); 8];
-                for j in 0..group {
-                    ys[j] = act.row(r1 + j);
-                    outs[j] = row_targets(dst, src0, &act.src1, r1 + j).1;
-                }
+                ys[..group].copy_from_slice(&ys_all[i..i + group]);
+                outs[..group].copy_from_slice(&outs_all[i..i + group]);
                 let mut r0 = t0;
                 if let Some(t) = tile.filter(|t| t.cols == group) {
                     let mut v = [[0f32; 8]; 4];
