@@ -33,6 +33,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
 #[cfg(target_arch = "x86_64")]
+mod vnni_matvec;
+#[cfg(target_arch = "x86_64")]
 mod vnni_tile;
 
 #[cfg(test)]
@@ -250,7 +252,30 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     if simd >= SimdLevel::Avx512 && kquant_tiled::applies(src0, src1, cpu_vnni()) {
         return kquant_tiled::mul_mat(p, dst, src0, &act);
     }
-    let (nr0, nr1) = (src0.ne[1], src1.n_rows());
+    #[cfg(target_arch = "x86_64")]
+    if simd >= SimdLevel::Avx512 && cpu_vnni() && src1.n_rows() == 1 {
+        if let Some(mv) = vnni_matvec::Matvec::new(src0.dtype) {
+            return matvec(p, dst, src0, &act, mv);
+        }
+    }
+    for_each_chunk(p, src0.ne[1], src1.n_rows(), |rows0, rows1| match kernel {
+        Kernel::Dot { dot, dot4, tile, .. } => {
+            dot_chunk(dst, src0, &act, (dot, dot4, tile), rows0, rows1)
+        }
+        Kernel::Dequant => dequant_chunk(dst, src0, &act, simd, rows0, rows1),
+    });
+}
+
+/// Cuts `nr0` × `nr1` outputs into chunks (ggml's scheme: 16×16, or 64 rows when either side
+/// is one; one range per thread along the longer side when there are too few to balance) and
+/// runs `f(rows0, rows1)` on the chunks this thread claims from the shared counter, which
+/// `mul_mat` set to `p.nth` before its barrier.
+fn for_each_chunk(
+    p: &ComputeParams,
+    nr0: usize,
+    nr1: usize,
+    mut f: impl FnMut(std::ops::Range<usize>, std::ops::Range<usize>),
+) {
     let chunk = if nr0 == 1 || nr1 == 1 { 64 } else { 16 };
     let (mut nchunk0, mut nchunk1) = (nr0.div_ceil(chunk), nr1.div_ceil(chunk));
     if nchunk0 * nchunk1 < 4 * p.nth {
@@ -264,17 +289,46 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         let (c0, c1) = (current % nchunk0, current / nchunk0);
         let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
         let rows1 = (dr1 * c1).min(nr1)..(dr1 * (c1 + 1)).min(nr1);
-        match kernel {
-            Kernel::Dot { dot, dot4, tile, .. } => {
-                dot_chunk(dst, src0, &act, (dot, dot4, tile), rows0, rows1)
-            }
-            Kernel::Dequant => dequant_chunk(dst, src0, &act, simd, rows0, rows1),
-        }
+        f(rows0, rows1);
         if p.nth >= total {
             break;
         }
         current = p.sync.chunk_counter().fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// A matrix-vector product (src1 one row) with the VNNI kernels of the Q8_0 family: this
+/// thread prepares the activation row's per-block data once, then runs its chunks of rows.
+#[cfg(target_arch = "x86_64")]
+fn matvec(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    mv: vnni_matvec::Matvec,
+) {
+    thread_local! {
+        /// Per-thread activation block data for [`vnni_matvec`].
+        static AUX: RefCell<Vec<vnni_matvec::BlockAux>> = const { RefCell::new(Vec::new()) };
+    }
+    let (k, nb01) = (src0.ne[0], src0.nb[1]);
+    let y = act.row(0);
+    let out = dst.data.cast::<f32>();
+    AUX.with(|cell| {
+        let mut aux = cell.borrow_mut();
+        // SAFETY: `y` is the converted Q8_0 row of k values; the caller checked the CPU.
+        unsafe { mv.prepare(k, y, &mut aux) };
+        for_each_chunk(p, src0.ne[1], 1, |rows0, _| {
+            // SAFETY: dst row 0 holds ne0 = src0 rows f32 values; this thread owns `rows0`.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(out.wrapping_add(rows0.start), rows0.len())
+            };
+            let x = src0.data.cast_const().wrapping_add(rows0.start * nb01);
+            // SAFETY: src0 rows `rows0` (packed, k values each, checked by `check_shapes`),
+            // the row `aux` was prepared from, and a CPU with AVX-512 VNNI.
+            unsafe { mv.run(k, x, nb01, y, &aux, out) };
+        });
+    });
 }
 
 /// Asserts the shape and layout rules of [`mul_mat`].

@@ -547,3 +547,46 @@ fn supports_and_work_size() {
     );
     assert_eq!(work_size(&t(DType::F16, [4096, 8, 1, 1]), &t(DType::F16, [4096, 3, 2, 1])), 0);
 }
+
+/// The VNNI matrix-vector kernels give the one-row kernels' bits, for quantized and random
+/// weight blocks and several row lengths.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vnni_matvec_matches_one_row_dots() {
+    if cpu_level() < SimdLevel::Avx512 || !cpu_vnni() {
+        eprintln!("skipped: no AVX-512 VNNI on this CPU");
+        return;
+    }
+    let mut rng = Rng(7);
+    let mut failures = Vec::new();
+    for dtype in [DType::Q4_0, DType::Q5_0, DType::IQ4_NL] {
+        let mv = vnni_matvec::Matvec::new(dtype).expect("a matvec kernel");
+        let Kernel::Dot { dot, .. } = kernel(dtype, SimdLevel::Avx512) else { unreachable!() };
+        for n in [32, 96, 640, 4096] {
+            for random in [false, true] {
+                let rows = 5;
+                let x: Vec<u8> =
+                    (0..rows).flat_map(|_| weights(dtype, n, &mut rng, random)).collect();
+                let nb01 = x.len() / rows;
+                let y = convert_row(DType::Q8_0, SimdLevel::Avx512, &rng.f32s(n));
+                let mut aux = Vec::new();
+                let mut out = vec![f32::NAN; rows];
+                // SAFETY: `rows` weight rows of n values, a Q8_0 row of n values, VNNI (above).
+                unsafe {
+                    mv.prepare(n, y.as_ptr(), &mut aux);
+                    mv.run(n, x.as_ptr(), nb01, y.as_ptr(), &aux, &mut out);
+                }
+                for (r, got) in out.iter().enumerate() {
+                    // SAFETY: row r of x and the activation row, at a level this CPU runs.
+                    let want = unsafe { dot(n, x.as_ptr().add(r * nb01), y.as_ptr()) };
+                    if got.to_bits() != want.to_bits() {
+                        failures.push(format!(
+                            "{dtype} n={n} random={random} row {r}: {got} != {want}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

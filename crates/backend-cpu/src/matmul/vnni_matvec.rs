@@ -1,0 +1,245 @@
+//! AVX-512 VNNI matrix-vector products of the Q8_0 family (Q4_0, Q5_0, IQ4_NL): weight rows
+//! against one Q8_0 activation row, for decoding (one token, one column). Q8_0 weights, which
+//! need no unpacking, stay on the AVX2 kernel: this one measured no faster for them.
+//!
+//! # Same bits as the one-row kernels
+//!
+//! Each output is computed exactly as [`super::avx2`]'s one-row kernels (and llama.cpp) do:
+//! one 8-lane f32 accumulator, blocks in order, `acc = fma(dx·dy, lanes, acc)` with lane `m`
+//! the integer sum of the block's products `4m..4m+4`, then the same horizontal sum. What
+//! changes is how the integer lanes are found, which cannot change their (exact) values:
+//!
+//! - `vpdpbusd` multiplies unsigned by signed bytes and sums groups of four straight into
+//!   i32, where the AVX2 kernels need `vpsignb` twice, `vpmaddubsw` and `vpmaddwd`. The
+//!   weights are unpacked *biased* to unsigned (`q + b`, `b` = 8, 16 or 128) and each lane
+//!   starts from `-b·Σy` of its four activation bytes: `Σ(q+b)·y − b·Σy = Σq·y`, in i32, with
+//!   no intermediate saturation.
+//! - The activation side of every block (that start vector and the scale `dy` as f32) is
+//!   [`Matvec::prepare`]d once per product and shared by all weight rows.
+//! - Q5_0's fifth bits go straight from the block into a mask register (a masked byte add),
+//!   and the two nibble halves come from one broadcast load and one variable shift.
+//! - The scale `dx·dy` is the f32 product of the exactly converted f16 scales, as before.
+//!
+//! # One row at a time
+//!
+//! Rows are computed one after another, each read front to back. Interleaving two or four
+//! rows (independent FMA chains, fewer latency stalls) measured up to two times *slower* on
+//! this project's AMD (Zen 4) machines, in the criterion bench and in decoding alike, and
+//! software prefetching of the next rows did not recover it; interleaved weight streams seem
+//! to defeat the hardware prefetchers that a matrix-vector product lives on.
+
+// The AVX-512 intrinsics are stable since Rust 1.89 (the toolchain here is newer); see the
+// note in `avx512.rs`.
+#![allow(clippy::incompatible_msrv)]
+
+use super::avx2::{hsum_ps, ld128, ld256, rd};
+use std::arch::x86_64::*;
+use tessera_tensor::DType;
+
+/// The activation side of one Q8_0 block: each lane's starting value `-b·Σy` and the block
+/// scale as f32 in all lanes.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
+pub(super) struct BlockAux {
+    /// `-b·Σy` over the four activation bytes of each lane.
+    start: [i32; 8],
+    /// The activation block's scale, eight times.
+    dy: [f32; 8],
+}
+
+/// Weight rows `x + r·nb01` (`r < nrows`) against one activation row `y` (its [`BlockAux`]
+/// at `aux`), results to `out[r]`.
+///
+/// # Safety
+/// `nrows` weight rows of `n` values (`n / 32` blocks) of the kernel's type, `y` a Q8_0 row of
+/// `n` values, `aux` that row's `n / 32` prepared blocks, `out` room for `nrows` f32; AVX-512
+/// F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
+type MatvecFn = unsafe fn(usize, *const u8, usize, usize, *const u8, *const BlockAux, *mut f32);
+
+/// The matrix-vector kernel of one weight type.
+#[derive(Clone, Copy)]
+pub(super) struct Matvec {
+    /// What the unpacked weights are biased by.
+    bias: u8,
+    /// The row loop.
+    f: MatvecFn,
+}
+
+impl Matvec {
+    /// The kernel for weights of type `dtype`, where one exists. The CPU must have AVX-512
+    /// F/BW/VL/DQ and VNNI.
+    pub(super) fn new(dtype: DType) -> Option<Matvec> {
+        let (bias, f): (u8, MatvecFn) = match dtype {
+            DType::Q4_0 => (8, q4_0_mv),
+            DType::Q5_0 => (16, q5_0_mv),
+            DType::IQ4_NL => (128, iq4_nl_mv),
+            _ => return None,
+        };
+        Some(Matvec { bias, f })
+    }
+
+    /// Fills `aux` with the [`BlockAux`] of the Q8_0 activation row `y` (`n` values).
+    ///
+    /// # Safety
+    /// `y` must be a readable Q8_0 row of `n` values (`n` a multiple of 32); AVX-512
+    /// F/BW/VL/DQ/VNNI.
+    pub(super) unsafe fn prepare(&self, n: usize, y: *const u8, aux: &mut Vec<BlockAux>) {
+        aux.clear();
+        aux.resize(n / 32, BlockAux::default());
+        // SAFETY: forwarded; `aux` holds n / 32 blocks.
+        unsafe { prepare(y, self.bias, aux) }
+    }
+
+    /// `out[r] = dot(row r, y)` for the `out.len()` weight rows at `x`, `nb01` bytes apart.
+    ///
+    /// # Safety
+    /// `x` must hold `out.len()` readable rows of `n` values of the kernel's type, `y` the
+    /// Q8_0 row `aux` was prepared from, and the CPU AVX-512 F/BW/VL/DQ/VNNI.
+    pub(super) unsafe fn run(
+        &self,
+        n: usize,
+        x: *const u8,
+        nb01: usize,
+        y: *const u8,
+        aux: &[BlockAux],
+        out: &mut [f32],
+    ) {
+        assert_eq!(aux.len(), n / 32, "Matvec::run: aux prepared for another length");
+        // SAFETY: forwarded; `out` has room for its length.
+        unsafe { (self.f)(n, x, nb01, out.len(), y, aux.as_ptr(), out.as_mut_ptr()) }
+    }
+}
+
+/// [`Matvec::prepare`]'s loop.
+///
+/// # Safety
+/// `aux.len()` readable Q8_0 blocks at `y`; AVX-512 F/BW/VL/DQ/VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn prepare(y: *const u8, bias: u8, aux: &mut [BlockAux]) {
+    let zero = _mm256_setzero_si256();
+    let bias = _mm256_set1_epi8(bias as i8);
+    for (i, a) in aux.iter_mut().enumerate() {
+        let yb = y.wrapping_add(34 * i);
+        // SAFETY: block i of the activation row (34 bytes: d, qs[32]).
+        let (qy, dy) = unsafe { (ld256(yb.add(2)), f16_bcast(yb)) };
+        let start = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bias, qy));
+        // SAFETY: `a` is 64 bytes aligned to 32: `start` then `dy`.
+        unsafe {
+            _mm256_store_si256(a.start.as_mut_ptr().cast(), start);
+            _mm256_store_ps(a.dy.as_mut_ptr(), dy);
+        }
+    }
+}
+
+/// The f16 at `p` as f32 in all eight lanes. (A broadcast writes the whole register: a lone
+/// f16 loaded into lane 0 lets LLVM insert it into whatever register is free, often an
+/// accumulator, a false dependency that serializes the loop.)
+///
+/// # Safety
+/// Two readable bytes at `p`; AVX2, F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_bcast(p: *const u8) -> __m256 {
+    // SAFETY: two readable bytes (the caller's contract).
+    _mm256_cvtph_ps(_mm_set1_epi16(unsafe { rd::<u16>(p) } as i16))
+}
+
+/// The row loop. `unpack(block)` gives a weight block's 32 values plus the bias, as unsigned
+/// bytes; a block's f16 scale is its first two bytes.
+///
+/// # Safety
+/// The [`MatvecFn`] contract with `xsize` bytes per weight block.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_loop(
+    n: usize,
+    x: *const u8,
+    nb01: usize,
+    nrows: usize,
+    y: *const u8,
+    aux: *const BlockAux,
+    out: *mut f32,
+    xsize: usize,
+    unpack: impl Fn(*const u8) -> __m256i,
+) {
+    for r in 0..nrows {
+        let row = x.wrapping_add(r * nb01);
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..n / 32 {
+            let b = row.wrapping_add(i * xsize);
+            // SAFETY: block i of weight row r, of the activation row and of its aux (the
+            // contract); BlockAux is 32-byte aligned.
+            let (q, dx, qy, start, dy) = unsafe {
+                let a = aux.add(i);
+                (
+                    unpack(b),
+                    f16_bcast(b),
+                    ld256(y.add(34 * i + 2)),
+                    _mm256_load_si256((*a).start.as_ptr().cast()),
+                    _mm256_load_ps((*a).dy.as_ptr()),
+                )
+            };
+            let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, q, qy));
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), p, acc);
+        }
+        // SAFETY: r < nrows, the room `out` has.
+        unsafe { out.add(r).write(hsum_ps(acc)) };
+    }
+}
+
+/// The 32 nibbles of the 16 bytes at `p`, low nibbles first (values 0..16): one broadcast
+/// load, one variable shift, one mask.
+///
+/// # Safety
+/// 16 readable bytes at `p`; AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles_at(p: *const u8) -> __m256i {
+    // SAFETY: 16 readable bytes (the caller's contract).
+    let both = _mm256_broadcastsi128_si256(unsafe { ld128(p) });
+    let shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
+    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F))
+}
+
+macro_rules! matvec {
+    ($name:ident, $size:expr, $unpack:expr) => {
+        /// Weight rows against one Q8_0 activation row.
+        ///
+        /// # Safety
+        /// The [`MatvecFn`] contract.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        unsafe fn $name(
+            n: usize,
+            x: *const u8,
+            nb01: usize,
+            nrows: usize,
+            y: *const u8,
+            aux: *const BlockAux,
+            out: *mut f32,
+        ) {
+            let unpack = $unpack;
+            // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
+            unsafe { rows_loop(n, x, nb01, nrows, y, aux, out, $size, unpack) }
+        }
+    };
+}
+
+matvec!(q4_0_mv, 18, |b: *const u8| {
+    // SAFETY: a whole Q4_0 block (18 bytes: d, qs[16]).
+    unsafe { nibbles_at(b.add(2)) }
+});
+matvec!(q5_0_mv, 22, |b: *const u8| {
+    // SAFETY: a whole Q5_0 block (22 bytes: d, qh[4], qs[16]).
+    let (qh, low) = unsafe { (rd::<u32>(b.add(2)), nibbles_at(b.add(6))) };
+    // Value j is nibble j plus 16 where bit j of qh is set: q + 16.
+    _mm256_mask_add_epi8(low, _cvtu32_mask32(qh), low, _mm256_set1_epi8(16))
+});
+matvec!(iq4_nl_mv, 18, |b: *const u8| {
+    // SAFETY: a whole IQ4_NL block (18 bytes: d, qs[16]); the table is 16 bytes.
+    let (idx, table) = unsafe {
+        (nibbles_at(b.add(2)), ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast()))
+    };
+    let biased = _mm_xor_si128(table, _mm_set1_epi8(0x80u8 as i8));
+    _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(biased), idx)
+});
