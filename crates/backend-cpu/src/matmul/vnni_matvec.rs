@@ -195,7 +195,7 @@ unsafe fn rows_loop(
 /// 16 readable bytes at `p`; AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles_at(p: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles_at(p: *const u8) -> __m256i {
     // SAFETY: 16 readable bytes (the caller's contract).
     let both = _mm256_broadcastsi128_si256(unsafe { ld128(p) });
     let shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
@@ -229,11 +229,22 @@ matvec!(q4_0_mv, 18, |b: *const u8| {
     // SAFETY: a whole Q4_0 block (18 bytes: d, qs[16]).
     unsafe { nibbles_at(b.add(2)) }
 });
-matvec!(q5_0_mv, 22, |b: *const u8| {
-    // SAFETY: a whole Q5_0 block (22 bytes: d, qh[4], qs[16]).
+/// The 32 values of the Q5_0 block at `b` plus 16 (0..32), as unsigned bytes: value `j` is
+/// nibble `j` plus 16 where bit `j` of `qh` is set, a masked byte add.
+///
+/// # Safety
+/// A whole Q5_0 block (22 bytes: d, qh[4], qs[16]) at `b`; AVX-512 BW/VL.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(super) unsafe fn q5_0_biased(b: *const u8) -> __m256i {
+    // SAFETY: the caller's contract.
     let (qh, low) = unsafe { (rd::<u32>(b.add(2)), nibbles_at(b.add(6))) };
-    // Value j is nibble j plus 16 where bit j of qh is set: q + 16.
     _mm256_mask_add_epi8(low, _cvtu32_mask32(qh), low, _mm256_set1_epi8(16))
+}
+
+matvec!(q5_0_mv, 22, |b: *const u8| {
+    // SAFETY: a whole Q5_0 block of the row.
+    unsafe { q5_0_biased(b) }
 });
 matvec!(iq4_nl_mv, 18, |b: *const u8| {
     // SAFETY: a whole IQ4_NL block (18 bytes: d, qs[16]); the table is 16 bytes.

@@ -24,7 +24,8 @@
 // note in `avx512.rs`.
 #![allow(clippy::incompatible_msrv)]
 
-use super::avx2::{bytes_from_bits, hsum_ps, ld128, ld256, nibbles, rd};
+use super::avx2::{hsum_ps, ld128, ld256, rd};
+use super::vnni_matvec::{nibbles_at, q5_0_biased};
 use super::TileFn;
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
@@ -113,14 +114,11 @@ macro_rules! vnni_tile {
 
 vnni_tile!(q4_0_t48, 18, 8, |b: *const u8| {
     // SAFETY: a whole Q4_0 block (18 bytes: d, qs[16]).
-    let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
-    (d, nibbles(qs))
+    unsafe { (rd::<u16>(b), nibbles_at(b.add(2))) }
 });
 vnni_tile!(q5_0_t48, 22, 16, |b: *const u8| {
     // SAFETY: a whole Q5_0 block (22 bytes: d, qh[4], qs[16]).
-    let (d, qh, qs) = unsafe { (rd::<u16>(b), rd::<u32>(b.add(2)), ld128(b.add(6))) };
-    let high = _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10));
-    (d, _mm256_or_si256(nibbles(qs), high))
+    unsafe { (rd::<u16>(b), q5_0_biased(b)) }
 });
 vnni_tile!(q8_0_t48, 34, 128, |b: *const u8| {
     // SAFETY: a whole Q8_0 block (34 bytes: d, qs[32]).
@@ -129,13 +127,13 @@ vnni_tile!(q8_0_t48, 34, 128, |b: *const u8| {
 });
 vnni_tile!(iq4_nl_t48, 18, 128, |b: *const u8| {
     // SAFETY: a whole IQ4_NL block (18 bytes: d, qs[16]); the table is 16 bytes.
-    let (d, qs, table) = unsafe {
+    let (d, idx, table) = unsafe {
         (
             rd::<u16>(b),
-            ld128(b.add(2)),
+            nibbles_at(b.add(2)),
             ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast()),
         )
     };
     let biased = _mm_xor_si128(table, _mm_set1_epi8(0x80u8 as i8));
-    (d, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(biased), nibbles(qs)))
+    (d, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(biased), idx))
 });
