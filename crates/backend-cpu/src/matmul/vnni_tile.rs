@@ -24,7 +24,7 @@
 // note in `avx512.rs`.
 #![allow(clippy::incompatible_msrv)]
 
-use super::avx2::{hsum_ps, ld128, ld256, rd};
+use super::avx2::{ld128, ld256, rd};
 use super::vnni_matvec::{nibbles_at, q5_0_biased};
 use super::TileFn;
 use std::arch::x86_64::*;
@@ -44,7 +44,7 @@ pub(super) fn tile(dtype: DType) -> Option<TileFn> {
 
 /// The tile loop over four weight rows and `P` pairs of activation rows. `unpack(block)`
 /// gives a weight block's f16 scale and its 32 values plus `bias`, as unsigned bytes.
-/// Result `[weight row][pair][row of the pair]`.
+/// Result `[weight row][pair]`, the pair's first row in lanes 0-7, its second in 8-15.
 ///
 /// # Safety
 /// The [`TileFn`] contract (for `2P` activation rows) with `xsize` bytes per weight block;
@@ -58,7 +58,7 @@ unsafe fn q8_0_tile<const P: usize>(
     y: [[*const u8; 2]; P],
     bias: u8,
     unpack: impl Fn(*const u8) -> (u16, __m256i),
-) -> [[[f32; 2]; P]; 4] {
+) -> [[__m512; P]; 4] {
     let zero = _mm512_setzero_si512();
     let bias = _mm512_set1_epi8(bias as i8);
     // Lanes 0-7 take the pair's first scale, lanes 8-15 its second.
@@ -88,8 +88,49 @@ unsafe fn q8_0_tile<const P: usize>(
             }
         }
     }
-    acc.map(|row| {
-        row.map(|v| [hsum_ps(_mm512_castps512_ps256(v)), hsum_ps(_mm512_extractf32x8_ps::<1>(v))])
+    acc
+}
+
+/// The horizontal sums of the 32 eight-lane groups of a 4x8 tile's accumulators
+/// (`acc[row][pair]`: column `2·pair` in lanes 0-7, `2·pair + 1` in lanes 8-15), each
+/// summed exactly as [`hsum_ps`](super::avx2::hsum_ps) sums one group (`x_j + x_{j+4}`, then lanes 0+2 and 1+3, then
+/// those two), but for sixteen groups per instruction: 42 shuffles and adds instead of ~190.
+/// Result `[row][column]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+fn reduce_tile(acc: [[__m512; 4]; 4]) -> [[f32; 8]; 4] {
+    // Group g = 8·row + column sits in v[g / 2], half g % 2.
+    let v: [__m512; 16] = std::array::from_fn(|k| acc[k / 4][k % 4]);
+    // Step 1: each 128-bit quarter holds one group's x_j + x_{j+4}; s1[m] holds groups
+    // 4m..4m+4, one per quarter.
+    let s1: [__m512; 8] = std::array::from_fn(|m| {
+        let (a, b) = (v[2 * m], v[2 * m + 1]);
+        let lo = _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b);
+        let hi = _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b);
+        _mm512_add_ps(hi, lo)
+    });
+    // Step 2: quarter q of s2[p] holds (r0 + r2, r1 + r3) of group 8p + q, then of 8p + 4 + q.
+    let s2: [__m512; 4] = std::array::from_fn(|p| {
+        let (e, f) = (s1[2 * p], s1[2 * p + 1]);
+        let a = _mm512_shuffle_ps::<0b01_00_01_00>(e, f);
+        let b = _mm512_shuffle_ps::<0b11_10_11_10>(e, f);
+        _mm512_add_ps(a, b)
+    });
+    // Step 3: lane 4q + j of s3[t] holds the sum of group 16t + 4j + q.
+    let mut sums = [0f32; 32];
+    for t in 0..2 {
+        let (g, h) = (s2[2 * t], s2[2 * t + 1]);
+        let a = _mm512_shuffle_ps::<0b10_00_10_00>(g, h);
+        let b = _mm512_shuffle_ps::<0b11_01_11_01>(g, h);
+        // SAFETY: 16 floats of `sums` from 16·t.
+        unsafe { _mm512_storeu_ps(sums.as_mut_ptr().add(16 * t), _mm512_add_ps(a, b)) };
+    }
+    std::array::from_fn(|r| {
+        std::array::from_fn(|c| {
+            let g = 8 * r + c;
+            let (t, rem) = (g / 16, g % 16);
+            sums[16 * t + 4 * (rem % 4) + rem / 4]
+        })
     })
 }
 
@@ -104,10 +145,8 @@ macro_rules! vnni_tile {
             let unpack = $unpack;
             let pairs = [0, 2, 4, 6].map(|c| [y[c], y[c + 1]]);
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
-            let t = unsafe { q8_0_tile::<4>(n, x, $size, pairs, $bias, unpack) };
-            for (o, t) in out.iter_mut().zip(t) {
-                *o = [t[0][0], t[0][1], t[1][0], t[1][1], t[2][0], t[2][1], t[3][0], t[3][1]];
-            }
+            let acc = unsafe { q8_0_tile::<4>(n, x, $size, pairs, $bias, unpack) };
+            *out = reduce_tile(acc);
         }
     };
 }
