@@ -352,12 +352,15 @@ macro_rules! tile_kernel {
         /// # Safety
         /// The [`TileFn`](super::TileFn) contract, and AVX2/FMA/F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name(n: usize, x: [*const u8; 4], y: &[*const u8; 8], out: &mut [[f32; 8]; 4]) {
+        unsafe fn $name(n: usize, x: [*const u8; 4], y: &[*const u8; 8], outs: &[*mut f32; 8]) {
             let y = [y[0], y[1], y[2], y[3]];
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
             let v = unsafe { $tile(n, x, $size, y, $unpack) };
-            for (o, v) in out.iter_mut().zip(v) {
-                o[..4].copy_from_slice(&v);
+            for (r, v) in v.iter().enumerate() {
+                for (o, &v) in outs.iter().zip(v) {
+                    // SAFETY: outs[c] has room for four results (the TileFn contract).
+                    unsafe { o.add(r).write(v) };
+                }
             }
         }
     };

@@ -59,10 +59,12 @@ type VecDot = unsafe fn(usize, *const u8, *const u8) -> f32;
 type VecDot4 = unsafe fn(usize, *const u8, [*const u8; 4]) -> [f32; 4];
 
 /// A register tile: four src0 rows against [`Tile::cols`] src1 rows at once, sharing both
-/// the weight unpacking and the activation loads. `f(n, xs, ys, out)` reads `ys[..cols]` and
-/// writes `out[src0 row][..cols]`; each result the same bits as [`VecDot`]'s. Same contract
-/// as [`VecDot`] for every pair of rows.
-type TileFn = unsafe fn(usize, [*const u8; 4], &[*const u8; 8], &mut [[f32; 8]; 4]);
+/// the weight unpacking and the activation loads. `f(n, xs, ys, outs)` reads `ys[..cols]` and
+/// writes the results of src1 row `c` for the four src0 rows to `outs[c][0..4]` (so `outs[c]`
+/// points into dst row `c` at the first src0 row); each result the same bits as [`VecDot`]'s.
+/// Same contract as [`VecDot`] for every pair of rows, and `outs[..cols]` must each have room
+/// for four f32.
+type TileFn = unsafe fn(usize, [*const u8; 4], &[*const u8; 8], &[*mut f32; 8]);
 
 /// A [`TileFn`] and its width.
 #[derive(Clone, Copy)]
@@ -434,18 +436,19 @@ fn dot_chunk(
                 outs[..group].copy_from_slice(&outs_all[i..i + group]);
                 let mut r0 = t0;
                 if let Some(t) = tile.filter(|t| t.cols == group) {
-                    let mut v = [[0f32; 8]; 4];
                     while r0 + 4 <= e0 {
-                        let xs = [0, 1, 2, 3].map(|j| w.wrapping_add((r0 + j) * nb01));
+                        let x0 = w.wrapping_add(r0 * nb01);
+                        let xs = [
+                            x0,
+                            x0.wrapping_add(nb01),
+                            x0.wrapping_add(2 * nb01),
+                            x0.wrapping_add(3 * nb01),
+                        ];
+                        let at = outs.map(|o| o.wrapping_add(r0));
                         // SAFETY: src0 rows r0..r0+4 of matrix `w` and src1 rows r1..r1+group,
-                        // as for the dots below.
-                        unsafe { (t.f)(k, xs, &ys, &mut v) };
-                        for (j, vr) in v.iter().enumerate() {
-                            for (o, &v) in outs[..group].iter().zip(vr) {
-                                // SAFETY: r0 + j < ne0 of the dst row; this thread owns it.
-                                unsafe { o.add(r0 + j).write(v) };
-                            }
-                        }
+                        // as for the dots below; elements r0..r0+4 of those dst rows, which
+                        // this thread owns.
+                        unsafe { (t.f)(k, xs, &ys, &at) };
                         r0 += 4;
                     }
                 }

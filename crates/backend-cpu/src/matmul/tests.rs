@@ -316,11 +316,15 @@ fn simd_dots_agree_with_scalar_and_tiled_kernels_with_one_row() {
                             others[2].as_ptr(),
                         ];
                         let ptrs: [*const u8; 8] = std::array::from_fn(|j| ys[j].as_ptr());
-                        let mut out = [[f32::NAN; 8]; 4];
-                        // SAFETY: as above, for each of the weight and activation rows.
-                        unsafe { (tile.f)(n, xs, &ptrs, &mut out) };
-                        for (r, row) in out.iter().enumerate() {
-                            for (c, got) in row[..tile.cols].iter().enumerate() {
+                        // out[c][r]: activation row c, weight row r.
+                        let mut out = [[f32::NAN; 4]; 8];
+                        let outs: [*mut f32; 8] = std::array::from_fn(|c| out[c].as_mut_ptr());
+                        // SAFETY: as above, for each of the weight and activation rows; each
+                        // outs[c] has room for four results.
+                        unsafe { (tile.f)(n, xs, &ptrs, &outs) };
+                        for r in 0..4 {
+                            for (c, col) in out[..tile.cols].iter().enumerate() {
+                                let got = &col[r];
                                 // SAFETY: as above.
                                 let want = unsafe { dot(n, xs[r], ptrs[c]) };
                                 if got.to_bits() != want.to_bits() {

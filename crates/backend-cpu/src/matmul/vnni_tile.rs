@@ -93,15 +93,25 @@ unsafe fn q8_0_tile<const P: usize>(
 
 /// The horizontal sums of the 32 eight-lane groups of a 4x8 tile's accumulators
 /// (`acc[row][pair]`: column `2·pair` in lanes 0-7, `2·pair + 1` in lanes 8-15), each
-/// summed exactly as [`hsum_ps`](super::avx2::hsum_ps) sums one group (`x_j + x_{j+4}`, then lanes 0+2 and 1+3, then
-/// those two), but for sixteen groups per instruction: 42 shuffles and adds instead of ~190.
-/// Result `[row][column]`.
+/// summed exactly as [`hsum_ps`](super::avx2::hsum_ps) sums one group (`x_j + x_{j+4}`, then
+/// lanes 0+2 and 1+3, then those two), but sixteen groups per instruction: 42 shuffles and
+/// adds instead of ~190. The registers go in in the order that leaves each column's four
+/// sums in one 128-bit quarter, stored at `outs[column]` in one go.
+///
+/// # Safety
+/// `outs[..8]` must each have room for four f32; AVX-512 F/DQ.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-fn reduce_tile(acc: [[__m512; 4]; 4]) -> [[f32; 8]; 4] {
-    // Group g = 8·row + column sits in v[g / 2], half g % 2.
-    let v: [__m512; 16] = std::array::from_fn(|k| acc[k / 4][k % 4]);
-    // Step 1: each 128-bit quarter holds one group's x_j + x_{j+4}; s1[m] holds groups
+unsafe fn reduce_tile(acc: [[__m512; 4]; 4], outs: &[*mut f32; 8]) {
+    // Position 16t + 4r + q (in v[position / 2], half position % 2) holds row r of column
+    // 4t + q; a register holds columns 2h and 2h + 1 of one row.
+    let mut v = [_mm512_setzero_ps(); 16];
+    for (r, row) in acc.iter().enumerate() {
+        for (h, &a) in row.iter().enumerate() {
+            v[8 * (h / 2) + 2 * r + h % 2] = a;
+        }
+    }
+    // Step 1: each 128-bit quarter holds one group's x_j + x_{j+4}; s1[m] holds positions
     // 4m..4m+4, one per quarter.
     let s1: [__m512; 8] = std::array::from_fn(|m| {
         let (a, b) = (v[2 * m], v[2 * m + 1]);
@@ -109,29 +119,33 @@ fn reduce_tile(acc: [[__m512; 4]; 4]) -> [[f32; 8]; 4] {
         let hi = _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b);
         _mm512_add_ps(hi, lo)
     });
-    // Step 2: quarter q of s2[p] holds (r0 + r2, r1 + r3) of group 8p + q, then of 8p + 4 + q.
+    // Step 2: quarter q of s2[p] holds (r0 + r2, r1 + r3) of position 8p + q, then of
+    // 8p + 4 + q.
     let s2: [__m512; 4] = std::array::from_fn(|p| {
         let (e, f) = (s1[2 * p], s1[2 * p + 1]);
         let a = _mm512_shuffle_ps::<0b01_00_01_00>(e, f);
         let b = _mm512_shuffle_ps::<0b11_10_11_10>(e, f);
         _mm512_add_ps(a, b)
     });
-    // Step 3: lane 4q + j of s3[t] holds the sum of group 16t + 4j + q.
-    let mut sums = [0f32; 32];
+    // Step 3: lane 4q + j of s3 holds the sum of position 16t + 4j + q: row j of column
+    // 4t + q.
     for t in 0..2 {
         let (g, h) = (s2[2 * t], s2[2 * t + 1]);
-        let a = _mm512_shuffle_ps::<0b10_00_10_00>(g, h);
-        let b = _mm512_shuffle_ps::<0b11_01_11_01>(g, h);
-        // SAFETY: 16 floats of `sums` from 16·t.
-        unsafe { _mm512_storeu_ps(sums.as_mut_ptr().add(16 * t), _mm512_add_ps(a, b)) };
+        let s3 = _mm512_add_ps(
+            _mm512_shuffle_ps::<0b10_00_10_00>(g, h),
+            _mm512_shuffle_ps::<0b11_01_11_01>(g, h),
+        );
+        let quarters = [
+            _mm512_castps512_ps128(s3),
+            _mm512_extractf32x4_ps::<1>(s3),
+            _mm512_extractf32x4_ps::<2>(s3),
+            _mm512_extractf32x4_ps::<3>(s3),
+        ];
+        for (q, quarter) in quarters.into_iter().enumerate() {
+            // SAFETY: outs[4t + q] has room for four f32 (the caller's contract).
+            unsafe { _mm_storeu_ps(outs[4 * t + q], quarter) };
+        }
     }
-    std::array::from_fn(|r| {
-        std::array::from_fn(|c| {
-            let g = 8 * r + c;
-            let (t, rem) = (g / 16, g % 16);
-            sums[16 * t + 4 * (rem % 4) + rem / 4]
-        })
-    })
 }
 
 macro_rules! vnni_tile {
@@ -141,12 +155,13 @@ macro_rules! vnni_tile {
         /// # Safety
         /// The [`TileFn`] contract; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        unsafe fn $name(n: usize, x: [*const u8; 4], y: &[*const u8; 8], out: &mut [[f32; 8]; 4]) {
+        unsafe fn $name(n: usize, x: [*const u8; 4], y: &[*const u8; 8], outs: &[*mut f32; 8]) {
             let unpack = $unpack;
             let pairs = [0, 2, 4, 6].map(|c| [y[c], y[c + 1]]);
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
             let acc = unsafe { q8_0_tile::<4>(n, x, $size, pairs, $bias, unpack) };
-            *out = reduce_tile(acc);
+            // SAFETY: the TileFn contract gives every outs[c] room for four results.
+            unsafe { reduce_tile(acc, outs) };
         }
     };
 }
