@@ -22,23 +22,73 @@ fn gelu_exact_f32(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * inner).tanh())
 }
 
-/// ggml's `ggml_table_gelu_f16`: tanh-GELU of every f16 value, as f16 bits.
-fn gelu_table() -> &'static [u16] {
-    static TABLE: OnceLock<Box<[u16]>> = OnceLock::new();
+/// ggml's `ggml_table_gelu_f16`: tanh-GELU of every f16 value, rounded to f16 as ggml stores
+/// it, then widened to f32 (exactly) so a lookup needs no conversion.
+fn gelu_table() -> &'static [f32] {
+    static TABLE: OnceLock<Box<[f32]>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        (0..=u16::MAX).map(|h| float::f32_to_f16(gelu_exact_f32(float::f16_to_f32(h)))).collect()
+        (0..=u16::MAX)
+            .map(|h| float::f16_to_f32(float::f32_to_f16(gelu_exact_f32(float::f16_to_f32(h)))))
+            .collect()
     })
 }
 
 /// GELU (tanh approximation) as ggml's CPU computes it.
-pub(crate) fn gelu(x: f32, table: &[u16]) -> f32 {
+pub(crate) fn gelu(x: f32, table: &[f32]) -> f32 {
     if x <= -10.0 {
         0.0
     } else if x >= 10.0 {
         x
     } else {
-        float::f16_to_f32(table[float::f32_to_f16(x) as usize])
+        table[usize::from(float::f32_to_f16(x))]
     }
+}
+
+/// `g[i] = gelu(g[i]) * u[i]` (`u` = `None`: `g[i] = gelu(g[i])`), eight at a time where the
+/// CPU has AVX2/F16C: the same f16 rounding (`vcvtps2ph`, nearest even, as ggml's F16C
+/// build), the same table entries (a gather) and the same product as [`gelu`].
+fn gelu_rows(g: &mut [f32], u: Option<&[f32]>, table: &[f32], simd: crate::SimdLevel) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if simd >= crate::SimdLevel::Avx2 {
+        // SAFETY: the level is one the CPU runs (ComputeParams::simd never exceeds it); the
+        // table has an entry for every f16.
+        done = unsafe { gelu_avx2(g, u, table) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = simd;
+    match u {
+        Some(u) => g[done..].iter_mut().zip(&u[done..]).for_each(|(g, u)| *g = gelu(*g, table) * u),
+        None => g[done..].iter_mut().for_each(|v| *v = gelu(*v, table)),
+    }
+}
+
+/// [`gelu_rows`]' AVX2 body over the whole groups of eight; returns how many it did.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `table` must hold 65,536 entries.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gelu_avx2(g: &mut [f32], u: Option<&[f32]>, table: &[f32]) -> usize {
+    use std::arch::x86_64::*;
+    assert!(table.len() > usize::from(u16::MAX) && u.is_none_or(|u| u.len() >= g.len()));
+    let n = g.len() / 8 * 8;
+    let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
+    for i in (0..n).step_by(8) {
+        // SAFETY: i + 8 <= n <= g.len() (and u.len(), asserted); every f16 indexes the table.
+        unsafe {
+            let x = _mm256_loadu_ps(g.as_ptr().add(i));
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            let t = _mm256_i32gather_ps::<4>(table.as_ptr(), _mm256_cvtepu16_epi32(h));
+            let r = _mm256_blendv_ps(t, x, _mm256_cmp_ps::<_CMP_GE_OQ>(x, hi));
+            let mut r = _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(x, lo), r);
+            if let Some(u) = u {
+                r = _mm256_mul_ps(r, _mm256_loadu_ps(u.as_ptr().add(i)));
+            }
+            _mm256_storeu_ps(g.as_mut_ptr().add(i), r);
+        }
+    }
+    n
 }
 
 fn gelu_erf(x: f32) -> f32 {
@@ -109,7 +159,7 @@ pub(crate) fn unary(p: &ComputeParams, op: UnaryOp, dst: &TensorRef, a: &TensorR
             // SAFETY: a row of a (same shape as dst).
             unsafe { load(a.row_ptr(i1, i2, i3), a.dtype, a.nb[0], x) };
             match op {
-                UnaryOp::Gelu => x.iter_mut().for_each(|v| *v = gelu(*v, table)),
+                UnaryOp::Gelu => gelu_rows(x, None, table, p.simd),
                 UnaryOp::GeluErf => x.iter_mut().for_each(|v| *v = gelu_erf(*v)),
                 UnaryOp::Silu => vexp::silu(x, p.simd),
                 UnaryOp::Tanh => x.iter_mut().for_each(|v| *v = v.tanh()),
@@ -152,9 +202,7 @@ pub(crate) fn glu(
             }
             match op {
                 GluOp::SwiGlu => vexp::swiglu(g, u, p.simd),
-                GluOp::GeGlu => {
-                    g.iter_mut().zip(u.iter()).for_each(|(g, u)| *g = gelu(*g, table) * u)
-                }
+                GluOp::GeGlu => gelu_rows(g, Some(u), table, p.simd),
             }
             // SAFETY: this thread's dst row.
             unsafe { store(d, dst.dtype, dst.nb[0], g) };
@@ -171,7 +219,31 @@ mod tests {
     /// GEGLU, compared through its eval callback).
     #[test]
     fn gelu_table_follows_ggml_fma_contraction() {
-        assert_eq!(gelu_table()[0xBFFF], 0xA9D3);
+        assert_eq!(float::f32_to_f16(gelu_table()[0xBFFF]), 0xA9D3);
         assert_eq!(gelu(f32::from_bits(0xbfff_d442), gelu_table()).to_bits(), 0xbd3a_6000);
+    }
+
+    /// The eight-wide GELU gives the scalar bits for every f16 input, values next to them,
+    /// the ±10 cut-offs and beyond, with and without the gate product.
+    #[test]
+    fn gelu_rows_match_the_scalar_gelu() {
+        let table = gelu_table();
+        let mut xs: Vec<f32> =
+            (0..=u16::MAX).map(float::f16_to_f32).filter(|x| !x.is_nan()).collect();
+        let near: Vec<f32> = xs.iter().map(|x| f32::from_bits(x.to_bits() ^ 0x0000_0fff)).collect();
+        xs.extend(near);
+        xs.extend([-10.0, 10.0, -10.000001, 9.999999, -1e9, 1e9, 0.0, -0.0]);
+        let u: Vec<f32> = (0..xs.len()).map(|i| (i % 97) as f32 * 0.37 - 11.0).collect();
+        for simd in crate::SimdLevel::available() {
+            let mut g = xs.clone();
+            gelu_rows(&mut g, Some(&u), table, simd);
+            let mut plain = xs.clone();
+            gelu_rows(&mut plain, None, table, simd);
+            for (i, &x) in xs.iter().enumerate() {
+                let want = gelu(x, table);
+                assert_eq!(plain[i].to_bits(), want.to_bits(), "{simd} gelu({x:e})");
+                assert_eq!(g[i].to_bits(), (want * u[i]).to_bits(), "{simd} gelu({x:e}) * u");
+            }
+        }
     }
 }
