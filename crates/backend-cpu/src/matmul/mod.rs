@@ -387,6 +387,10 @@ fn row_targets(
     src1: &TensorRef,
     r: usize,
 ) -> (*const u8, *mut f32) {
+    if src1.ne[2] == 1 && src1.ne[3] == 1 {
+        // One matrix each (the usual case): no index arithmetic.
+        return (src0.data.cast_const(), dst.data.wrapping_add(r * dst.nb[1]).cast());
+    }
     let (i1, i2, i3) = src1.row_coords(r);
     let (r2, r3) = (src1.ne[2] / src0.ne[2], src1.ne[3] / src0.ne[3]);
     let w = src0.data.wrapping_add((i2 / r2) * src0.nb[2] + (i3 / r3) * src0.nb[3]);

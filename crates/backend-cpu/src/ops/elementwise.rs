@@ -11,6 +11,7 @@ use crate::{ComputeParams, TensorRef};
 use std::sync::OnceLock;
 use tessera_tensor::graph::{GluOp, Op, UnaryOp};
 use tessera_tensor::quant as float;
+use tessera_tensor::DType;
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_COEF_A: f32 = 0.044715;
@@ -105,13 +106,49 @@ fn for_rows(p: &ComputeParams, dst: &TensorRef, mut f: impl FnMut(*mut u8, (usiz
 
 /// ADD, SUB, MUL or DIV of `a` and `b` broadcast over `a` (`ggml_compute_forward_add` etc.).
 pub(crate) fn binary(p: &ComputeParams, op: Op, dst: &TensorRef, a: &TensorRef, b: &TensorRef) {
-    let f: fn(f32, f32) -> f32 = match op {
-        Op::Add => |x, y| x + y,
-        Op::Sub => |x, y| x - y,
-        Op::Mul => |x, y| x * y,
-        _ => |x, y| x / y,
-    };
+    // One instantiation per operation, so each inner loop is a plain vectorizable loop.
+    match op {
+        Op::Add => binary_with(p, dst, a, b, |x, y| x + y),
+        Op::Sub => binary_with(p, dst, a, b, |x, y| x - y),
+        Op::Mul => binary_with(p, dst, a, b, |x, y| x * y),
+        _ => binary_with(p, dst, a, b, |x, y| x / y),
+    }
+}
+
+/// [`binary`] with the operation `f`.
+fn binary_with(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    a: &TensorRef,
+    b: &TensorRef,
+    f: impl Fn(f32, f32) -> f32 + Copy,
+) {
     let (ne0, ne10) = (dst.ne[0], b.ne[0]);
+    let packed_f32 = |t: &TensorRef| t.dtype == DType::F32 && t.nb[0] == 4;
+    if packed_f32(dst) && packed_f32(a) && packed_f32(b) && (ne10 == ne0 || b.data != dst.data) {
+        // F32 rows with packed elements: computed in place, no scratch copies. Element i of
+        // dst is written after elements i of a and b are read, so dst may be a or b.
+        for_rows(p, dst, |d, (i1, i2, i3)| {
+            // SAFETY: rows of dst, a (same shape) and b (taken modulo its shape), each ne
+            // packed f32 (ne10 for b); dst's row is this thread's.
+            unsafe {
+                let (pa, pd) = (a.row_ptr(i1, i2, i3).cast::<f32>(), d.cast::<f32>());
+                let pb = b.row_ptr(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]).cast::<f32>();
+                if ne10 == ne0 {
+                    for i in 0..ne0 {
+                        let v = f(pa.add(i).read_unaligned(), pb.add(i).read_unaligned());
+                        pd.add(i).write_unaligned(v);
+                    }
+                } else {
+                    for i in 0..ne0 {
+                        let v = f(pa.add(i).read_unaligned(), pb.add(i % ne10).read_unaligned());
+                        pd.add(i).write_unaligned(v);
+                    }
+                }
+            }
+        });
+        return;
+    }
     with_rows([ne0, ne10, 0, 0], |[x, y, _, _]| {
         for_rows(p, dst, |d, (i1, i2, i3)| {
             // SAFETY: (i1, i2, i3) is a row of dst, and of a (same shape); the b row is taken
