@@ -252,6 +252,45 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
 
+    // Decoding's shapes: Gemma-3-270M's output head (Q8_0, 640 x 262144, larger than the
+    // last-level cache) and Qwen2.5-0.5B's FFN gate (Q5_0, 896 x 4864, cycled as above).
+    let mut g = c.benchmark_group("matvec_model");
+    g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    g.sample_size(10);
+    for (name, dtype, k, m) in
+        [("lmhead", DType::Q8_0, 640, 262_144), ("ffn", DType::Q5_0, 896, 4864)]
+    {
+        let bytes = dtype.type_size() * k * m / dtype.block_size();
+        let one = quant::quantize(dtype, &random_f32(k * m, 1)).expect("quantize");
+        let copies = COLD_BYTES.div_ceil(bytes).max(1);
+        let mut weights: Vec<Vec<[u8; 64]>> = (0..copies)
+            .map(|_| {
+                let mut buf = aligned(bytes);
+                buf.as_flattened_mut()[..bytes].copy_from_slice(&one);
+                buf
+            })
+            .collect();
+        let ws: Vec<TensorRef> =
+            weights.iter_mut().map(|b| tensor(b, dtype, [k, m, 1, 1])).collect();
+        let mut xbuf = aligned(4 * k);
+        xbuf.as_flattened_mut().copy_from_slice(bytemuck_f32(&random_f32(k, 2)));
+        let x = tensor(&mut xbuf, DType::F32, [k, 1, 1, 1]);
+        let mut dbuf = aligned(4 * m);
+        let d = tensor(&mut dbuf, DType::F32, [m, 1, 1, 1]);
+        let mut work = aligned(matmul::work_size(&ws[0], &x) + 64);
+        g.throughput(Throughput::Bytes(bytes as u64));
+        for (n, pool, sync) in &pools {
+            let mut i = 0;
+            g.bench_function(format!("{name}/{n}t"), |b| {
+                b.iter(|| {
+                    mul_mat(pool, sync, &mut work, &d, &ws[i % copies], &x);
+                    i += 1;
+                })
+            });
+        }
+    }
+    g.finish();
+
     let mut g = c.benchmark_group("batch512");
     g.sampling_mode(SamplingMode::Flat);
     g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
