@@ -553,7 +553,7 @@ fn supports_and_work_size() {
 }
 
 /// The VNNI matrix-vector kernels give the one-row kernels' bits, for quantized and random
-/// weight blocks and several row lengths.
+/// weight blocks (every byte value of a Q8_0 weight included) and several row lengths.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vnni_matvec_matches_one_row_dots() {
@@ -563,7 +563,7 @@ fn vnni_matvec_matches_one_row_dots() {
     }
     let mut rng = Rng(7);
     let mut failures = Vec::new();
-    for dtype in [DType::Q4_0, DType::Q5_0, DType::IQ4_NL] {
+    for dtype in [DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::IQ4_NL] {
         let mv = vnni_matvec::Matvec::new(dtype).expect("a matvec kernel");
         let Kernel::Dot { dot, .. } = kernel(dtype, SimdLevel::Avx512) else { unreachable!() };
         for n in [32, 96, 640, 4096] {
