@@ -563,7 +563,7 @@ fn vnni_matvec_matches_one_row_dots() {
     }
     let mut rng = Rng(7);
     let mut failures = Vec::new();
-    for dtype in [DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::IQ4_NL] {
+    for dtype in [DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::IQ4_NL, DType::Q4_1, DType::Q5_1] {
         let mv = vnni_matvec::Matvec::new(dtype).expect("a matvec kernel");
         let Kernel::Dot { dot, .. } = kernel(dtype, SimdLevel::Avx512) else { unreachable!() };
         for n in [32, 96, 640, 4096] {
@@ -572,7 +572,7 @@ fn vnni_matvec_matches_one_row_dots() {
                 let x: Vec<u8> =
                     (0..rows).flat_map(|_| weights(dtype, n, &mut rng, random)).collect();
                 let nb01 = x.len() / rows;
-                let y = convert_row(DType::Q8_0, SimdLevel::Avx512, &rng.f32s(n));
+                let y = convert_row(vec_dot_type(dtype), SimdLevel::Avx512, &rng.f32s(n));
                 let mut aux = Vec::new();
                 let mut out = vec![f32::NAN; rows];
                 // SAFETY: `rows` weight rows of n values, a Q8_0 row of n values, VNNI (above).

@@ -1,5 +1,6 @@
-//! AVX-512 VNNI matrix-vector products of the Q8_0 family (Q4_0, Q5_0, Q8_0, IQ4_NL): weight
-//! rows against one Q8_0 activation row, for decoding (one token, one column).
+//! AVX-512 VNNI matrix-vector products of the Q8_0 family (Q4_0, Q5_0, Q8_0, IQ4_NL) against
+//! one Q8_0 activation row and of the Q4_1 family (Q4_1, Q5_1) against one Q8_1 row, for
+//! decoding (one token, one column).
 //!
 //! # Same bits as the one-row kernels
 //!
@@ -40,12 +41,12 @@
 // note in `avx512.rs`.
 #![allow(clippy::incompatible_msrv)]
 
-use super::avx2::{hsum_ps, ld128, ld256, rd};
+use super::avx2::{fp16, fp16x2, hsum_ps, ld128, ld256, rd};
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
-/// The activation side of one Q8_0 block: each lane's starting value `-b·Σy` and the block
-/// scale as f32 in all lanes.
+/// The activation side of one Q8_0 or Q8_1 block: each lane's starting value `-b·Σy` (Q8_0)
+/// and the block scale as f32 in all lanes, and (Q8_1) the block's `s` as f32.
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(32))]
 pub(super) struct BlockAux {
@@ -53,14 +54,16 @@ pub(super) struct BlockAux {
     start: [i32; 8],
     /// The activation block's scale, eight times.
     dy: [f32; 8],
+    /// A Q8_1 block's `s` (`d·Σq`).
+    sy: f32,
 }
 
 /// Weight rows `x + r·nb01` (`r < nrows`) against one activation row `y` (its [`BlockAux`]
 /// at `aux`), results to `out[r]`.
 ///
 /// # Safety
-/// `nrows` weight rows of `n` values (`n / 32` blocks) of the kernel's type, `y` a Q8_0 row of
-/// `n` values, `aux` that row's `n / 32` prepared blocks, `out` room for `nrows` f32; AVX-512
+/// `nrows` weight rows of `n` values (`n / 32` blocks) of the kernel's type, `y` a Q8_0 row
+/// (Q8_1 for the Q4_1 family) of `n` values, `aux` that row's `n / 32` prepared blocks, `out` room for `nrows` f32; AVX-512
 /// F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
 type MatvecFn = unsafe fn(usize, *const u8, usize, usize, *const u8, *const BlockAux, *mut f32);
 
@@ -69,6 +72,8 @@ type MatvecFn = unsafe fn(usize, *const u8, usize, usize, *const u8, *const Bloc
 pub(super) struct Matvec {
     /// What the unpacked weights are biased by.
     bias: u8,
+    /// Whether the activations are Q8_1 (the Q4_1 family), else Q8_0.
+    q8_1: bool,
     /// The row loop.
     f: MatvecFn,
 }
@@ -82,21 +87,24 @@ impl Matvec {
             DType::Q5_0 => (16, q5_0_mv),
             DType::IQ4_NL => (128, iq4_nl_mv),
             DType::Q8_0 => (128, q8_0_mv),
+            DType::Q4_1 => (0, q4_1_mv),
+            DType::Q5_1 => (0, q5_1_mv),
             _ => return None,
         };
-        Some(Matvec { bias, f })
+        Some(Matvec { bias, q8_1: matches!(dtype, DType::Q4_1 | DType::Q5_1), f })
     }
 
-    /// Fills `aux` with the [`BlockAux`] of the Q8_0 activation row `y` (`n` values).
+    /// Fills `aux` with the [`BlockAux`] of the activation row `y` (`n` values; Q8_0, or Q8_1
+    /// for the Q4_1 family).
     ///
     /// # Safety
-    /// `y` must be a readable Q8_0 row of `n` values (`n` a multiple of 32); AVX-512
+    /// `y` must be a readable row of `n` values (`n` a multiple of 32) of that type; AVX-512
     /// F/BW/VL/DQ/VNNI.
     pub(super) unsafe fn prepare(&self, n: usize, y: *const u8, aux: &mut Vec<BlockAux>) {
         aux.clear();
         aux.resize(n / 32, BlockAux::default());
         // SAFETY: forwarded; `aux` holds n / 32 blocks.
-        unsafe { prepare(y, self.bias, aux) }
+        unsafe { prepare(y, self.bias, self.q8_1, aux) }
     }
 
     /// `out[r] = dot(row r, y)` for the `out.len()` weight rows at `x`, `nb01` bytes apart.
@@ -122,20 +130,24 @@ impl Matvec {
 /// [`Matvec::prepare`]'s loop.
 ///
 /// # Safety
-/// `aux.len()` readable Q8_0 blocks at `y`; AVX-512 F/BW/VL/DQ/VNNI.
+/// `aux.len()` readable Q8_0 (`q8_1`: Q8_1) blocks at `y`; AVX-512 F/BW/VL/DQ/VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn prepare(y: *const u8, bias: u8, aux: &mut [BlockAux]) {
+unsafe fn prepare(y: *const u8, bias: u8, q8_1: bool, aux: &mut [BlockAux]) {
     let zero = _mm256_setzero_si256();
     let bias = _mm256_set1_epi8(bias as i8);
+    let (size, qs) = if q8_1 { (36, 4) } else { (34, 2) };
     for (i, a) in aux.iter_mut().enumerate() {
-        let yb = y.wrapping_add(34 * i);
-        // SAFETY: block i of the activation row (34 bytes: d, qs[32]).
-        let (qy, dy) = unsafe { (ld256(yb.add(2)), f16_bcast(yb)) };
+        let yb = y.wrapping_add(size * i);
+        // SAFETY: block i of the activation row (d, [s,] qs[32]).
+        let (qy, dy) = unsafe { (ld256(yb.add(qs)), f16_bcast(yb)) };
         let start = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bias, qy));
-        // SAFETY: `a` is 64 bytes aligned to 32: `start` then `dy`.
+        // SAFETY: `a` is aligned to 32: `start` then `dy`; a Q8_1 block's `s` follows `d`.
         unsafe {
             _mm256_store_si256(a.start.as_mut_ptr().cast(), start);
             _mm256_store_ps(a.dy.as_mut_ptr(), dy);
+            if q8_1 {
+                a.sy = fp16(rd::<u16>(yb.add(2)));
+            }
         }
     }
 }
@@ -252,7 +264,19 @@ matvec!(q4_0_mv, 18, |b: *const u8| {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub(super) unsafe fn q5_0_biased(b: *const u8) -> __m256i {
     // SAFETY: the caller's contract.
-    let (qh, low) = unsafe { (rd::<u32>(b.add(2)), nibbles_at(b.add(6))) };
+    unsafe { five_bits(b.add(2), b.add(6)) }
+}
+
+/// 32 five-bit values: nibble `j` of the 16 bytes at `qs` plus 16 where bit `j` of the u32 at
+/// `qh` is set (a masked byte add).
+///
+/// # Safety
+/// 4 readable bytes at `qh`, 16 at `qs`; AVX-512 BW/VL.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn five_bits(qh: *const u8, qs: *const u8) -> __m256i {
+    // SAFETY: the caller's contract.
+    let (qh, low) = unsafe { (rd::<u32>(qh), nibbles_at(qs)) };
     _mm256_mask_add_epi8(low, _cvtu32_mask32(qh), low, _mm256_set1_epi8(16))
 }
 
@@ -311,3 +335,80 @@ unsafe fn q8_0_mv(
         unsafe { out.add(r).write(hsum_ps(acc)) };
     }
 }
+
+/// The row loop of the Q4_1 family against a Q8_1 activation row, in ggml's order:
+/// `acc = fma(dx·dy, lanes, acc)` and `summs += mx·sy` per block, then `hsum(acc) + summs`.
+/// `unpack(block)` gives the block's 32 unsigned values (its f16 `d` and `m` lead it).
+///
+/// # Safety
+/// The [`MatvecFn`] contract (a Q8_1 activation row) with `xsize` bytes per weight block.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_loop_q8_1(
+    n: usize,
+    x: *const u8,
+    nb01: usize,
+    nrows: usize,
+    y: *const u8,
+    aux: *const BlockAux,
+    out: *mut f32,
+    xsize: usize,
+    unpack: impl Fn(*const u8) -> __m256i,
+) {
+    let zero = _mm256_setzero_si256();
+    for r in 0..nrows {
+        let row = x.wrapping_add(r * nb01);
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0f32;
+        for i in 0..n / 32 {
+            let b = row.wrapping_add(i * xsize);
+            // A hint only: never faults, whatever the address.
+            _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH).cast());
+            // SAFETY: block i of weight row r, of the Q8_1 activation row (36 bytes: d, s,
+            // qs[32]) and of its aux (the contract).
+            let (q, dm, qy, dy, sy) = unsafe {
+                let a = aux.add(i);
+                (unpack(b), rd::<u32>(b), ld256(y.add(36 * i + 4)), (*a).dy[0], (*a).sy)
+            };
+            let (dx, mx) = fp16x2(dm);
+            summs += mx * sy;
+            let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(zero, q, qy));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), p, acc);
+        }
+        // SAFETY: r < nrows, the room `out` has.
+        unsafe { out.add(r).write(hsum_ps(acc) + summs) };
+    }
+}
+
+macro_rules! matvec_q8_1 {
+    ($name:ident, $size:expr, $unpack:expr) => {
+        /// Weight rows against one Q8_1 activation row.
+        ///
+        /// # Safety
+        /// The [`MatvecFn`] contract (a Q8_1 activation row).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        unsafe fn $name(
+            n: usize,
+            x: *const u8,
+            nb01: usize,
+            nrows: usize,
+            y: *const u8,
+            aux: *const BlockAux,
+            out: *mut f32,
+        ) {
+            let unpack = $unpack;
+            // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
+            unsafe { rows_loop_q8_1(n, x, nb01, nrows, y, aux, out, $size, unpack) }
+        }
+    };
+}
+
+matvec_q8_1!(q4_1_mv, 20, |b: *const u8| {
+    // SAFETY: a whole Q4_1 block (20 bytes: d, m, qs[16]).
+    unsafe { nibbles_at(b.add(4)) }
+});
+matvec_q8_1!(q5_1_mv, 24, |b: *const u8| {
+    // SAFETY: a whole Q5_1 block (24 bytes: d, m, qh[4], qs[16]).
+    unsafe { five_bits(b.add(4), b.add(8)) }
+});
