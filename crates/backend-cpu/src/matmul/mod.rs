@@ -299,8 +299,9 @@ fn for_each_chunk(
     }
 }
 
-/// A matrix-vector product (src1 one row) with the VNNI kernels of the Q8_0 family: this
-/// thread prepares the activation row's per-block data once, then runs its chunks of rows.
+/// A matrix-vector product (src1 one row) with the VNNI kernels of the Q8_0 and Q4_1
+/// families: this thread prepares the activation row's per-block data once, then runs its
+/// share of the rows.
 #[cfg(target_arch = "x86_64")]
 fn matvec(
     p: &ComputeParams,
@@ -318,18 +319,23 @@ fn matvec(
     let out = dst.data.cast::<f32>();
     AUX.with(|cell| {
         let mut aux = cell.borrow_mut();
-        // SAFETY: `y` is the converted Q8_0 row of k values; the caller checked the CPU.
+        // SAFETY: `y` is the converted row (Q8_0 or Q8_1, the kernel's) of k values; the
+        // caller checked the CPU.
         unsafe { mv.prepare(k, y, &mut aux) };
-        for_each_chunk(p, src0.ne[1], 1, |rows0, _| {
-            // SAFETY: dst row 0 holds ne0 = src0 rows f32 values; this thread owns `rows0`.
-            let out = unsafe {
-                std::slice::from_raw_parts_mut(out.wrapping_add(rows0.start), rows0.len())
-            };
-            let x = src0.data.cast_const().wrapping_add(rows0.start * nb01);
-            // SAFETY: src0 rows `rows0` (packed, k values each, checked by `check_shapes`),
-            // the row `aux` was prepared from, and a CPU with AVX-512 VNNI.
-            unsafe { mv.run(k, x, nb01, y, &aux, out) };
-        });
+        // One contiguous range per thread, not ggml's 64-row chunks claimed in turn: each
+        // thread's prefetching then runs ahead into rows it will read itself (tg128, 2
+        // threads, medians of 3 interleaved runs: SmolLM2 134 -> 149 t/s, Qwen2.5-0.5B
+        // 46.5 -> 47.5, Gemma-3-270M 66 -> 76).
+        let nr0 = src0.ne[1];
+        let share = |i: usize| nr0 * i / p.nth;
+        let rows0 = share(p.ith)..share(p.ith + 1);
+        // SAFETY: dst row 0 holds ne0 = src0 rows f32 values; this thread owns `rows0`.
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(out.wrapping_add(rows0.start), rows0.len()) };
+        let x = src0.data.cast_const().wrapping_add(rows0.start * nb01);
+        // SAFETY: src0 rows `rows0` (packed, k values each, checked by `check_shapes`),
+        // the row `aux` was prepared from, and a CPU with AVX-512 VNNI.
+        unsafe { mv.run(k, x, nb01, y, &aux, out) };
     });
 }
 
