@@ -221,34 +221,7 @@ fn bench(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
     g.sample_size(20);
     for dtype in types {
-        let bytes = dtype.type_size() * DIM * DIM / dtype.block_size();
-        let one = quant::quantize(dtype, &random_f32(DIM * DIM, 1)).expect("quantize");
-        let copies = COLD_BYTES.div_ceil(bytes).max(1);
-        let mut weights: Vec<Vec<[u8; 64]>> = (0..copies)
-            .map(|_| {
-                let mut buf = aligned(bytes);
-                buf.as_flattened_mut()[..bytes].copy_from_slice(&one);
-                buf
-            })
-            .collect();
-        let ws: Vec<TensorRef> =
-            weights.iter_mut().map(|b| tensor(b, dtype, [DIM, DIM, 1, 1])).collect();
-        let mut xbuf = aligned(4 * DIM);
-        xbuf.as_flattened_mut().copy_from_slice(bytemuck_f32(&random_f32(DIM, 2)));
-        let x = tensor(&mut xbuf, DType::F32, [DIM, 1, 1, 1]);
-        let mut dbuf = aligned(4 * DIM);
-        let d = tensor(&mut dbuf, DType::F32, [DIM, 1, 1, 1]);
-        let mut work = aligned(matmul::work_size(&ws[0], &x) + 64);
-        g.throughput(Throughput::Bytes(bytes as u64));
-        for (n, pool, sync) in &pools {
-            let mut i = 0;
-            g.bench_function(format!("{}/{n}t", dtype.name()), |b| {
-                b.iter(|| {
-                    mul_mat(pool, sync, &mut work, &d, &ws[i % copies], &x);
-                    i += 1;
-                })
-            });
-        }
+        matvec_cold(&mut g, &pools, dtype.name(), dtype, DIM, DIM);
     }
     g.finish();
 
@@ -260,34 +233,7 @@ fn bench(c: &mut Criterion) {
     for (name, dtype, k, m) in
         [("lmhead", DType::Q8_0, 640, 262_144), ("ffn", DType::Q5_0, 896, 4864)]
     {
-        let bytes = dtype.type_size() * k * m / dtype.block_size();
-        let one = quant::quantize(dtype, &random_f32(k * m, 1)).expect("quantize");
-        let copies = COLD_BYTES.div_ceil(bytes).max(1);
-        let mut weights: Vec<Vec<[u8; 64]>> = (0..copies)
-            .map(|_| {
-                let mut buf = aligned(bytes);
-                buf.as_flattened_mut()[..bytes].copy_from_slice(&one);
-                buf
-            })
-            .collect();
-        let ws: Vec<TensorRef> =
-            weights.iter_mut().map(|b| tensor(b, dtype, [k, m, 1, 1])).collect();
-        let mut xbuf = aligned(4 * k);
-        xbuf.as_flattened_mut().copy_from_slice(bytemuck_f32(&random_f32(k, 2)));
-        let x = tensor(&mut xbuf, DType::F32, [k, 1, 1, 1]);
-        let mut dbuf = aligned(4 * m);
-        let d = tensor(&mut dbuf, DType::F32, [m, 1, 1, 1]);
-        let mut work = aligned(matmul::work_size(&ws[0], &x) + 64);
-        g.throughput(Throughput::Bytes(bytes as u64));
-        for (n, pool, sync) in &pools {
-            let mut i = 0;
-            g.bench_function(format!("{name}/{n}t"), |b| {
-                b.iter(|| {
-                    mul_mat(pool, sync, &mut work, &d, &ws[i % copies], &x);
-                    i += 1;
-                })
-            });
-        }
+        matvec_cold(&mut g, &pools, name, dtype, k, m);
     }
     g.finish();
 
@@ -315,6 +261,46 @@ fn bench(c: &mut Criterion) {
         }
     }
     g.finish();
+}
+
+/// Benchmarks `{name}/{n}t` in `g` for each pool: a `k` x `m` weight of `dtype` times one
+/// F32 activation row, the iterations cycling through copies of the weight (at least
+/// [`COLD_BYTES`]) so that every one is read from memory.
+fn matvec_cold(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    pools: &[(usize, Pool, SpinSync)],
+    name: &str,
+    dtype: DType,
+    k: usize,
+    m: usize,
+) {
+    let bytes = dtype.type_size() * k * m / dtype.block_size();
+    let one = quant::quantize(dtype, &random_f32(k * m, 1)).expect("quantize");
+    let copies = COLD_BYTES.div_ceil(bytes).max(1);
+    let mut weights: Vec<Vec<[u8; 64]>> = (0..copies)
+        .map(|_| {
+            let mut buf = aligned(bytes);
+            buf.as_flattened_mut()[..bytes].copy_from_slice(&one);
+            buf
+        })
+        .collect();
+    let ws: Vec<TensorRef> = weights.iter_mut().map(|b| tensor(b, dtype, [k, m, 1, 1])).collect();
+    let mut xbuf = aligned(4 * k);
+    xbuf.as_flattened_mut()[..4 * k].copy_from_slice(bytemuck_f32(&random_f32(k, 2)));
+    let x = tensor(&mut xbuf, DType::F32, [k, 1, 1, 1]);
+    let mut dbuf = aligned(4 * m);
+    let d = tensor(&mut dbuf, DType::F32, [m, 1, 1, 1]);
+    let mut work = aligned(matmul::work_size(&ws[0], &x) + 64);
+    g.throughput(Throughput::Bytes(bytes as u64));
+    for (n, pool, sync) in pools {
+        let mut i = 0;
+        g.bench_function(format!("{name}/{n}t"), |b| {
+            b.iter(|| {
+                mul_mat(pool, sync, &mut work, &d, &ws[i % copies], &x);
+                i += 1;
+            })
+        });
+    }
 }
 
 /// The bytes of an f32 slice.

@@ -230,7 +230,10 @@ pub(super) unsafe fn nibbles_at(p: *const u8) -> __m256i {
 
 macro_rules! matvec {
     ($name:ident, $size:expr, $unpack:expr) => {
-        /// Weight rows against one Q8_0 activation row.
+        matvec!($name, $size, $unpack, rows_loop, "Q8_0");
+    };
+    ($name:ident, $size:expr, $unpack:expr, $rows:ident, $act:literal) => {
+        #[doc = concat!("Weight rows against one ", $act, " activation row.")]
         ///
         /// # Safety
         /// The [`MatvecFn`] contract.
@@ -246,7 +249,7 @@ macro_rules! matvec {
         ) {
             let unpack = $unpack;
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
-            unsafe { rows_loop(n, x, nb01, nrows, y, aux, out, $size, unpack) }
+            unsafe { $rows(n, x, nb01, nrows, y, aux, out, $size, unpack) }
         }
     };
 }
@@ -381,34 +384,23 @@ unsafe fn rows_loop_q8_1(
     }
 }
 
-macro_rules! matvec_q8_1 {
-    ($name:ident, $size:expr, $unpack:expr) => {
-        /// Weight rows against one Q8_1 activation row.
-        ///
-        /// # Safety
-        /// The [`MatvecFn`] contract (a Q8_1 activation row).
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        unsafe fn $name(
-            n: usize,
-            x: *const u8,
-            nb01: usize,
-            nrows: usize,
-            y: *const u8,
-            aux: *const BlockAux,
-            out: *mut f32,
-        ) {
-            let unpack = $unpack;
-            // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
-            unsafe { rows_loop_q8_1(n, x, nb01, nrows, y, aux, out, $size, unpack) }
-        }
-    };
-}
-
-matvec_q8_1!(q4_1_mv, 20, |b: *const u8| {
-    // SAFETY: a whole Q4_1 block (20 bytes: d, m, qs[16]).
-    unsafe { nibbles_at(b.add(4)) }
-});
-matvec_q8_1!(q5_1_mv, 24, |b: *const u8| {
-    // SAFETY: a whole Q5_1 block (24 bytes: d, m, qh[4], qs[16]).
-    unsafe { five_bits(b.add(4), b.add(8)) }
-});
+matvec!(
+    q4_1_mv,
+    20,
+    |b: *const u8| {
+        // SAFETY: a whole Q4_1 block (20 bytes: d, m, qs[16]).
+        unsafe { nibbles_at(b.add(4)) }
+    },
+    rows_loop_q8_1,
+    "Q8_1"
+);
+matvec!(
+    q5_1_mv,
+    24,
+    |b: *const u8| {
+        // SAFETY: a whole Q5_1 block (24 bytes: d, m, qh[4], qs[16]).
+        unsafe { five_bits(b.add(4), b.add(8)) }
+    },
+    rows_loop_q8_1,
+    "Q8_1"
+);
