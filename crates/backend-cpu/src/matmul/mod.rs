@@ -9,9 +9,11 @@
 //!
 //! Kernels: every weight type ggml has a dot product for that the models use (F32, F16, BF16,
 //! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4) has a scalar kernel
-//! ([`scalar`]) and AVX2 kernels ([`avx2`], [`avx2_k`]); F32, F16, BF16, Q4_0 and Q8_0 also have
-//! AVX-512 kernels ([`avx512`], with VNNI where the CPU has it; the other types run their AVX2
-//! kernels at that level). Any other type with a reference dequantizer (the i-quants, TQ1_0,
+//! ([`scalar`]) and AVX2 kernels ([`avx2`], [`avx2_k`]); F32, F16 and BF16 also have AVX-512
+//! kernels ([`avx512`]). With AVX-512 VNNI, batches of the Q8_0 family take register tiles
+//! ([`vnni_tile`]), batches of the K-quants llama.cpp's tiled path ([`kquant_tiled`]), and
+//! matrix-vector products of the Q8_0 and Q4_1 families [`vnni_matvec`]; all of them give the
+//! one-row kernels' bits. Any other type with a reference dequantizer (the i-quants, TQ1_0,
 //! TQ2_0, ...) is computed by dequantizing tiles of src0 rows to f32 and taking f32 dots with
 //! unconverted activations: correct, slower.
 //!
@@ -150,14 +152,14 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
             dot4 = avx2::vec_dot4(src0).or_else(|| avx2_k::vec_dot4(src0));
             tile = avx2::tile(src0).map(|f| Tile { cols: 4, f });
         }
-        // Q4_0 and Q8_0 stay on the AVX2 kernels: llama.cpp multiplies them with llamafile's
-        // tinyBLAS, one 8-lane accumulator per output with blocks in order, which the AVX2
-        // kernels reproduce bit for bit and the 16-lane ones do not.
-        if simd >= SimdLevel::Avx512 && matches!(src0, DType::F32 | DType::F16 | DType::BF16) {
+        // The block types stay on the AVX2 kernels: llama.cpp multiplies them one 8-lane
+        // accumulator per output with blocks in order (tinyBLAS, ggml's dots), which those
+        // reproduce bit for bit.
+        if simd >= SimdLevel::Avx512 {
             // One- and four-row kernels always come from the same module, so every result is
             // the same whichever of the two computed it.
-            if let Some(d) = avx512::vec_dot(src0, cpu_vnni()) {
-                (dot, dot4, tile) = (d, avx512::vec_dot4(src0, cpu_vnni()), None);
+            if let Some(d) = avx512::vec_dot(src0) {
+                (dot, dot4, tile) = (d, avx512::vec_dot4(src0), None);
             }
         }
         // The Q8_0 family's 4x8 tiles need AVX-512 VNNI; they give the AVX2 kernels' bits

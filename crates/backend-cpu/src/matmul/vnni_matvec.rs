@@ -86,7 +86,8 @@ impl Matvec {
             DType::Q4_0 => (8, q4_0_mv),
             DType::Q5_0 => (16, q5_0_mv),
             DType::IQ4_NL => (128, iq4_nl_mv),
-            DType::Q8_0 => (128, q8_0_mv),
+            // The sign trick: unbiased, no start vector.
+            DType::Q8_0 => (0, q8_0_mv),
             DType::Q4_1 => (0, q4_1_mv),
             DType::Q5_1 => (0, q5_1_mv),
             _ => return None,
