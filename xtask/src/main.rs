@@ -1,7 +1,11 @@
 //! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
 //!
-//! - `cargo xtask ci`: what CI runs: format check, clippy with warnings denied, the real models
-//!   fetched and verified, the whole test suite, then the kernel test matrix.
+//! - `cargo xtask ci`: what CI runs, set-up included: the test data checked against its sums,
+//!   a Python environment of its own (target/pyenv, pinned by tools/requirements-ci.txt),
+//!   format check, clippy with warnings denied, the real models fetched and verified, the whole
+//!   test suite, then the kernel test matrix. A fresh clone needs only Rust and python3.
+//! - `cargo xtask testdata [check | sums | import DIR]`: the fixtures under testdata/
+//!   (testdata/README.md says where each came from).
 //! - `cargo xtask models [NAME...]`: fetch, assemble and checksum the real models into the cache
 //!   (`TESSERA_MODELS`, default under the user's cache directory) and print their paths.
 //! - `cargo xtask synth-models DIR`: writes the random-weight qwen3 and gpt2 models the tests
@@ -11,9 +15,18 @@
 //!   SIMD level, against the float64 reference; prints the table, fails on any failure. Built in
 //!   release (the matrix runs kernels, not the harness, and must stay fast on CI's 2 cores).
 
+mod pyenv;
+mod testdata;
+
 use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+
+/// The repository root (xtask lives one level below it).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask has a parent").to_path_buf()
+}
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -22,10 +35,12 @@ fn main() -> Result<()> {
         Some("models") => models(&args[1..]),
         Some("test-matrix") => test_matrix(&args[1..]),
         Some("synth-models") => synth_models(&args[1..]),
+        Some("testdata") => testdata::command(&root(), &args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]... | test-matrix \
-                 [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512]>"
+                 [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512] | synth-models \
+                 [DIR] | testdata [check|sums|import DIR]>"
             );
             std::process::exit(2)
         }
@@ -46,6 +61,13 @@ fn cargo(args: &[&str]) -> Result<()> {
 
 fn ci() -> Result<()> {
     let start = Instant::now();
+    let root = root();
+    std::env::set_current_dir(&root)?;
+    testdata::check(&root.join("testdata"))?;
+    // Every child (cargo, the tests, pip for the models) sees this environment's python.
+    let python = pyenv::ensure(&root)?;
+    std::env::set_var("PATH", pyenv::path_with(&python)?);
+    std::env::set_var("PYTHON", &python);
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     models(&[])?;
@@ -73,9 +95,9 @@ fn test_matrix(args: &[String]) -> Result<()> {
 }
 
 fn synth_models(args: &[String]) -> Result<()> {
-    let dir = std::path::PathBuf::from(args.first().map_or("target/synth", String::as_str));
+    let dir = PathBuf::from(args.first().map_or("target/synth", String::as_str));
     std::fs::create_dir_all(&dir)?;
-    let vocab_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vocab");
+    let vocab_dir = root().join("testdata/vocab");
     for (stem, spec, vocab) in tessera_llama::synth::test_models() {
         let v = tessera_gguf::GgufFile::open(vocab_dir.join(vocab))
             .with_context(|| format!("opening the vocabulary {vocab}"))?;

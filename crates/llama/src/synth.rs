@@ -160,7 +160,7 @@ enum Kind {
 }
 
 /// The synthetic models the tests compare with llama.cpp: (file stem, spec, the vocabulary
-/// fixture in `shared/vocab` whose tokenizer they carry).
+/// fixture in `testdata/vocab` whose tokenizer they carry).
 pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
     vec![
         (

@@ -13,7 +13,7 @@ fn every_tensor_matches_llama_cpps_quantizer() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quantize/llama_cpp.json");
     let want: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures).unwrap()).unwrap();
-    let vocab_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vocab");
+    let vocab_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vocab");
     let dir = tempfile::tempdir().unwrap();
     let mut checked = 0;
     for (stem, spec, vocab) in tessera_llama::synth::test_models() {

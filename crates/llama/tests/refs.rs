@@ -1,4 +1,4 @@
-//! The real models against llama.cpp's own outputs (../shared/refs, made with llama.cpp b11312
+//! The real models against llama.cpp's own outputs (testdata/refs, made with llama.cpp b11312
 //! through llama-cpp-python), with the three checks its README defines (tests/common), in both
 //! attention modes.
 
@@ -10,7 +10,7 @@ use tessera_llama::Model;
 ///
 /// Tessera reproduces llama.cpp b11312 *as it runs on this machine* bit for bit (the logits
 /// and every intermediate tensor, checked with llama.cpp's eval callback). The stored Qwen2.5
-/// and Gemma-3 references in shared/refs, though, are not exactly what that llama.cpp computes
+/// and Gemma-3 references in testdata/refs, though, are not exactly what that llama.cpp computes
 /// here: it is NMSE 1.2e-4 to 1.8e-3 from them (SmolLM2's it reproduces exactly). Those
 /// distances are in tests/fixtures/reproduction_real.json (tools/llama_cpp_self_agreement.py
 /// --reproduction), and the logits check allows them, as it allows llama.cpp's other path.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How well llama.cpp agrees with itself on the checks of shared/refs/README.md.
+"""How well llama.cpp agrees with itself on the checks of testdata/refs/README.md.
 
 For every model and prompt of a refs directory and each attention mode M, llama.cpp's *other*
 path (fa-on for M = fa-off and the reverse) is fed the prompt in one batch, then M's greedy

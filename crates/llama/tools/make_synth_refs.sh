@@ -12,7 +12,7 @@ cargo xtask synth-models target/synth
 mkdir -p "$out"
 for fa in 1 0; do
   mode=$([ $fa = 1 ] && echo fa-on || echo fa-off)
-  python3 ../shared/tools/make_refs.py "$out/$mode" ../shared/refs/prompts.json target/synth/*.gguf --n 32 --fa $fa
+  python3 tools/make_refs.py "$out/$mode" testdata/refs/prompts.json target/synth/*.gguf --n 32 --fa $fa
 done
 ( cd target/synth && sha256sum *.gguf ) > "$out/SHA256SUMS"
 echo "references in $root/$out"

@@ -1,5 +1,5 @@
 //! llama.cpp's tokenizer test suite (`tests/test-tokenizer-0.cpp`) on the vocabulary-only GGUF
-//! files in `shared/vocab`: every test string must give exactly llama.cpp's ids
+//! files in `testdata/vocab`: every test string must give exactly llama.cpp's ids
 //! (add_special = false, parse_special = false), and detokenizing them must give the string
 //! back wherever the tokenizer is lossless.
 
@@ -11,10 +11,10 @@ use tessera_vocab::{Vocab, VocabType};
 const KNOWN_FAILURES: &[(&str, usize)] = &[];
 
 fn vocab_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vocab");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vocab");
     assert!(
         dir.is_dir(),
-        "tokenizer fixtures not found at {}: the tests need the repository's sibling shared/vocab directory",
+        "tokenizer fixtures not found at {}: the repository ships them in testdata/vocab",
         dir.display()
     );
     dir

@@ -1,4 +1,4 @@
-//! The real models' tokenizers against llama.cpp's prompt tokens (`shared/refs`): each prompt
+//! The real models' tokenizers against llama.cpp's prompt tokens (`testdata/refs`): each prompt
 //! of `prompts.json`, tokenized with add_special = true and parse_special = true, must give the
 //! `prompt_tokens` llama.cpp recorded.
 
@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use tessera_vocab::Vocab;
 
 fn refs_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/refs");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/refs");
     assert!(dir.is_dir(), "reference outputs not found at {}", dir.display());
     dir
 }

@@ -1,5 +1,5 @@
 //! What the model-versus-llama.cpp tests share: loading references made by
-//! shared/tools/make_refs.py and the three checks of shared/refs/README.md.
+//! tools/make_refs.py and the three checks of testdata/refs/README.md.
 
 #![allow(dead_code)]
 
@@ -10,8 +10,8 @@ use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
 const MARGIN: f64 = 0.1;
 
 pub fn refs_dir() -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/refs");
-    assert!(d.is_dir(), "{} is missing: the reference outputs live in shared/refs", d.display());
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/refs");
+    assert!(d.is_dir(), "{} is missing: the reference outputs live in testdata/refs", d.display());
     d
 }
 

@@ -1,0 +1,123 @@
+//! `testdata/`: the fixtures the tests read (README there). `SHA256SUMS` lists every file;
+//! `check` compares, `sums` rewrites it after a deliberate change, and `import DIR` copies the
+//! tokenizer fixtures and llama.cpp references from a folder laid out as testdata is
+//! (`vocab/`, `refs/`) and rewrites the sums.
+
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const SUMS: &str = "SHA256SUMS";
+
+/// Every file under `dir` (relative, `/`-separated, sorted), but the sums file itself.
+fn files(dir: &Path) -> Result<Vec<String>> {
+    fn walk(base: &Path, d: &Path, out: &mut Vec<String>) -> Result<()> {
+        for e in std::fs::read_dir(d).with_context(|| format!("reading {}", d.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                walk(base, &p, out)?;
+            } else {
+                let rel = p.strip_prefix(base)?.to_string_lossy().replace('\\', "/");
+                if rel != SUMS {
+                    out.push(rel);
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+fn digest(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn actual(dir: &Path) -> Result<BTreeMap<String, String>> {
+    files(dir)?
+        .into_iter()
+        .map(|f| Ok((digest(&dir.join(&f))?, f)))
+        .map(|r| r.map(|(d, f)| (f, d)))
+        .collect()
+}
+
+/// Rewrites `SHA256SUMS` (`sha256sum` format).
+pub fn write_sums(dir: &Path) -> Result<()> {
+    let text: String = actual(dir)?.iter().map(|(f, d)| format!("{d}  {f}\n")).collect();
+    std::fs::write(dir.join(SUMS), text)?;
+    Ok(())
+}
+
+/// Fails, naming each file, where the tree and `SHA256SUMS` disagree.
+pub fn check(dir: &Path) -> Result<()> {
+    let path = dir.join(SUMS);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut listed = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let (d, f) = line
+            .split_once("  ")
+            .with_context(|| format!("{}:{}: not `DIGEST  FILE`", path.display(), i + 1))?;
+        listed.insert(f.to_string(), d.to_string());
+    }
+    let have = actual(dir)?;
+    let mut bad = Vec::new();
+    for (f, d) in &listed {
+        match have.get(f) {
+            None => bad.push(format!("{f}: listed but missing")),
+            Some(h) if h != d => bad.push(format!("{f}: changed")),
+            Some(_) => {}
+        }
+    }
+    bad.extend(
+        have.keys().filter(|f| !listed.contains_key(*f)).map(|f| format!("{f}: not listed")),
+    );
+    if !bad.is_empty() {
+        bail!(
+            "{} disagrees with the tree (after a deliberate change: cargo xtask testdata sums):\n  {}",
+            path.display(),
+            bad.join("\n  ")
+        );
+    }
+    eprintln!("testdata: {} files match {SUMS}", have.len());
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<usize> {
+    let mut n = 0;
+    for f in files(from)? {
+        let dst: PathBuf = to.join(&f);
+        std::fs::create_dir_all(dst.parent().context("a parent")?)?;
+        std::fs::copy(from.join(&f), &dst).with_context(|| format!("copying {f}"))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// `cargo xtask testdata <check | sums | import DIR>`.
+pub fn command(root: &Path, args: &[String]) -> Result<()> {
+    let dir = root.join("testdata");
+    match args.first().map(String::as_str) {
+        Some("check") | None => check(&dir),
+        Some("sums") => write_sums(&dir),
+        Some("import") => {
+            let src = PathBuf::from(args.get(1).context("testdata import DIR")?);
+            let mut n = 0;
+            for sub in ["vocab", "refs"] {
+                if src.join(sub).is_dir() {
+                    n += copy_tree(&src.join(sub), &dir.join(sub))?;
+                }
+            }
+            if n == 0 {
+                bail!("{}: no vocab/ or refs/ folder to import", src.display());
+            }
+            eprintln!("testdata: {n} files copied from {}", src.display());
+            write_sums(&dir)
+        }
+        Some(other) => bail!("unknown testdata command `{other}`: check, sums or import DIR"),
+    }
+}
