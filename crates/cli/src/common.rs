@@ -1,7 +1,7 @@
 //! What the model commands share: finding the model (the default one is fetched on first use)
 //! and printing pieces as they stream.
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use tessera_llama::Model;
@@ -18,9 +18,55 @@ pub fn resolve_model(path: Option<&Path>) -> Result<PathBuf> {
     }
 }
 
-/// Loads a model, naming the file in any error.
+/// Checks that `path` names a readable file before anything opens it, so the error says what
+/// to do: a missing file, a directory, a file that cannot be read.
+pub fn check_model_path(path: &Path) -> Result<()> {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "{shown}: no such file; give the path of a GGUF model (`tessera run` without -m \
+             fetches a default one)"
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            bail!("{shown}: permission denied; make the file readable (chmod +r)")
+        }
+        Err(e) => bail!("{shown}: {e}"),
+        Ok(m) if m.is_dir() => {
+            bail!("{shown} is a directory; give the path of a GGUF file in it")
+        }
+        Ok(_) => match std::fs::File::open(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                bail!("{shown}: permission denied; make the file readable (chmod +r)")
+            }
+            Err(e) => bail!("{shown}: {e}"),
+            Ok(_) => Ok(()),
+        },
+    }
+}
+
+/// One flat error line from a reader or loader error (which already names the file), with a
+/// hint where one helps.
+pub fn explain(e: impl std::fmt::Display) -> anyhow::Error {
+    let msg = e.to_string();
+    if msg.contains("not a GGUF file") {
+        anyhow::anyhow!(
+            "{msg}; tessera runs GGUF models (convert others with llama.cpp's convert_hf_to_gguf.py)"
+        )
+    } else {
+        anyhow::anyhow!("{msg}")
+    }
+}
+
+/// Loads a model, naming the file once in any error, with a hint where one helps.
 pub fn load(path: &Path) -> Result<Model> {
-    Model::load(path).map_err(|e| anyhow::anyhow!("{e}"))
+    check_model_path(path)?;
+    Model::load(path).map_err(explain)
+}
+
+/// Opens a GGUF file (memory-mapped), with the same checks and messages as [`load`].
+pub fn open_gguf(path: &Path) -> Result<tessera_gguf::GgufFile> {
+    check_model_path(path)?;
+    tessera_gguf::GgufFile::open(path).map_err(explain)
 }
 
 /// Threads to use: `n`, or every core.

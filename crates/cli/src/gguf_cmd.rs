@@ -8,7 +8,7 @@ use std::path::Path;
 use tessera_gguf::{GgufFile, TensorInfo, Value};
 
 pub fn run(path: &Path, as_json: bool, array_items: usize) -> Result<()> {
-    let file = GgufFile::open(path)?;
+    let file = crate::common::open_gguf(path)?;
     let mut out = std::io::stdout().lock();
     let text = if as_json {
         serde_json::to_string_pretty(&to_json(&file))?

@@ -2,10 +2,12 @@
 //!
 //! Subcommands mirror llama.cpp's tools so people can switch: `tessera run` is llama-cli,
 //! `bench` llama-bench, `perplexity` llama-perplexity, `quantize` llama-quantize, `tokenize` llama-tokenize, `gguf`
-//! gguf-dump. Logs go to stderr through `tracing` (`RUST_LOG=info` for more).
+//! gguf-dump. Logs go to stderr through `tracing` (`RUST_LOG=info` for more). llama.cpp's
+//! multi-letter flags (`-cnv`, `-sys`, `-fa`) are accepted as they are.
 
 mod bench_cmd;
 mod common;
+mod conversation;
 mod gguf_cmd;
 mod kld;
 mod perplexity_cmd;
@@ -13,12 +15,12 @@ mod quantize_cmd;
 mod run_cmd;
 mod tokenize_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "tessera", version, about = "Run and inspect GGUF models (a Rust ggml/llama.cpp)")]
+#[command(name = "tessera", about = "Run and inspect GGUF models (a Rust ggml/llama.cpp)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -49,8 +51,48 @@ enum Command {
     },
 }
 
+/// llama.cpp's multi-letter single-dash flags, spelled as clap's long options, so that
+/// commands copied from llama.cpp's documentation work as they are.
+const LLAMA_CPP_FLAGS: &[(&str, &str)] =
+    &[("-cnv", "--conversation"), ("-sys", "--system-prompt"), ("-fa", "--flash-attn")];
+
+/// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`).
+fn normalize_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.into_iter()
+        .map(|a| match LLAMA_CPP_FLAGS.iter().find(|(short, _)| a == *short) {
+            Some((_, long)) => (*long).into(),
+            None => a,
+        })
+        .collect()
+}
+
+/// What `tessera --version` prints: version, git commit, the SIMD level this CPU runs and the
+/// features built in, as `llama-cli --version` prints its build.
+fn version_text() -> String {
+    let level = tessera_backend_cpu::SimdLevel::from_env();
+    let best = tessera_backend_cpu::SimdLevel::detect();
+    let forced =
+        if level == best { String::new() } else { format!(" (TESSERA_SIMD; CPU: {best})") };
+    let vnni = if tessera_backend_cpu::has_vnni() { " +VNNI" } else { "" };
+    let kernels = if cfg!(target_arch = "x86_64") { "scalar, avx2, avx512" } else { "scalar" };
+    format!(
+        "{} (commit {})\nSIMD: {level}{vnni}{forced}; kernels built in: {kernels}\n\
+         backends: CPU\nbuilt for {}-{}, rustc profile {}",
+        env!("CARGO_PKG_VERSION"),
+        env!("TESSERA_GIT_COMMIT"),
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+        if cfg!(debug_assertions) { "debug" } else { "release" },
+    )
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let version = version_text();
+    let matches = Cli::command()
+        .version(env!("CARGO_PKG_VERSION"))
+        .long_version(version)
+        .get_matches_from(normalize_args(std::env::args_os()));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -72,5 +114,25 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_cpp_flags_become_long_options() {
+        let args = ["tessera", "run", "-cnv", "-sys", "be brief", "-c", "512"].map(Into::into);
+        let out = normalize_args(args);
+        let out: Vec<&str> = out.iter().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(
+            out,
+            ["tessera", "run", "--conversation", "--system-prompt", "be brief", "-c", "512"]
+        );
+        let cli = Cli::try_parse_from(normalize_args(
+            ["tessera", "run", "-cnv", "-fa", "off"].map(std::ffi::OsString::from),
+        ));
+        assert!(cli.is_ok());
     }
 }

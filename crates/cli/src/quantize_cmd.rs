@@ -31,6 +31,7 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
             FILE_TYPES.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
         )
     })?;
+    crate::common::check_model_path(&a.input)?;
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} tensors {msg}")
@@ -41,7 +42,7 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
         bar.set_position(i as u64);
         bar.set_message(name.to_string());
     })
-    .map_err(|e| anyhow!("{e}"))?;
+    .map_err(crate::common::explain)?;
     bar.finish_and_clear();
     eprintln!(
         "{}: {} tensors ({} re-encoded), {:.2} MiB -> {:.2} MiB as {}",

@@ -1,7 +1,9 @@
 //! `tessera run`: llama-cli / llama-simple: tokenize a prompt (optionally through the model's
-//! chat template), decode it, sample and stream tokens, then print the speeds.
+//! chat template), decode it, sample and stream tokens, then print the speeds; or, with `-cnv`
+//! (or `--chat` without `-p`), a conversation in the terminal (crate::conversation).
 
 use crate::common::{self, Streamer};
+use crate::conversation;
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -15,12 +17,13 @@ pub struct RunArgs {
     /// Model file (GGUF); default: SmolLM2-135M-Instruct, fetched on first use.
     #[arg(short = 'm', long)]
     model: Option<PathBuf>,
-    /// Prompt.
-    #[arg(short = 'p', long, default_value = "Once upon a time")]
-    prompt: String,
-    /// Tokens to generate (-1: until end of generation or the context is full).
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128, allow_negative_numbers = true)]
-    n_predict: i64,
+    /// Prompt (default "Once upon a time"); with -cnv, the system prompt, as llama-cli.
+    #[arg(short = 'p', long)]
+    prompt: Option<String>,
+    /// Tokens to generate (-1: until end of generation or the context is full); default 128,
+    /// and -1 for each reply in conversation mode.
+    #[arg(short = 'n', long = "n-predict", allow_negative_numbers = true)]
+    n_predict: Option<i64>,
     /// Context size (KV cells).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
     ctx_size: usize,
@@ -57,9 +60,17 @@ pub struct RunArgs {
     /// RNG seed (default: random).
     #[arg(short = 's', long)]
     seed: Option<u32>,
-    /// Wrap the prompt in the model's chat template as a user message.
+    /// Wrap the prompt in the model's chat template as a user message; without -p, start a
+    /// conversation (as -cnv).
     #[arg(long)]
     chat: bool,
+    /// Conversation mode (llama-cli's -cnv): chat turn by turn in the terminal, the history
+    /// kept in the KV cache; Ctrl-C stops a reply, /exit or Ctrl-D ends.
+    #[arg(long = "conversation", visible_alias = "cnv")]
+    conversation: bool,
+    /// System prompt of the conversation (llama-cli's -sys).
+    #[arg(long = "system-prompt", visible_alias = "sys")]
+    system_prompt: Option<String>,
     /// Flash attention on or off (llama.cpp's -fa).
     #[arg(long = "flash-attn", short = 'f', default_value = "on", value_parser = ["on", "off"])]
     flash_attn: String,
@@ -78,28 +89,23 @@ pub fn run(a: RunArgs) -> Result<()> {
         flash_attn: a.flash_attn == "on",
         ..Default::default()
     };
-    let mut ctx = LlamaContext::new(&model, params).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let text = if a.chat {
-        let tpl = model
-            .chat_template
-            .as_deref()
-            .ok_or_else(|| anyhow::anyhow!("{}: the model has no chat template", path.display()))?;
-        tessera_llama::chat::apply(tpl, &[("user", a.prompt.as_str())], true, &model.vocab)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-    } else {
-        a.prompt.clone()
-    };
-    let tokens = model.vocab.tokenize(&text, true, true);
-    let n_ctx = ctx.params().n_ctx;
-    if tokens.is_empty() {
-        bail!("the prompt is empty after tokenization");
+    let ctx = LlamaContext::new(&model, params).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sampler = make_sampler(&a);
+    if a.conversation || (a.chat && a.prompt.is_none()) {
+        let limit = match a.n_predict {
+            Some(n) if n >= 0 => n as usize,
+            _ => usize::MAX,
+        };
+        let system = a.system_prompt.as_deref().or(a.prompt.as_deref());
+        let conv = conversation::Conversation::new(&model, ctx, system, limit)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        return conversation::run(conv, sampler);
     }
-    if tokens.len() >= n_ctx {
-        bail!(
-            "the prompt has {} tokens, more than the context of {n_ctx} can hold (use -c)",
-            tokens.len()
-        );
-    }
+    one_shot(a, &path, &model, ctx, sampler, load_ms)
+}
+
+/// The sampler chain of the options (greedy at temperature 0), seeded as asked or randomly.
+fn make_sampler(a: &RunArgs) -> SamplerChain {
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -117,9 +123,43 @@ pub fn run(a: RunArgs) -> Result<()> {
         presence_penalty: a.presence_penalty,
         seed,
     };
-    let mut sampler =
+    let sampler =
         if a.temp <= 0.0 { SamplerChain::greedy() } else { SamplerChain::from_params(&sp) };
     tracing::info!(sampler = %sampler.describe(), seed, "sampling");
+    sampler
+}
+
+/// One prompt, one streamed continuation, then llama-cli's timing lines.
+fn one_shot(
+    a: RunArgs,
+    path: &std::path::Path,
+    model: &tessera_llama::Model,
+    mut ctx: LlamaContext<'_>,
+    mut sampler: SamplerChain,
+    load_ms: f64,
+) -> Result<()> {
+    let prompt = a.prompt.as_deref().unwrap_or("Once upon a time");
+    let text = if a.chat {
+        let tpl = model
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("{}: the model has no chat template", path.display()))?;
+        tessera_llama::chat::apply(tpl, &[("user", prompt)], true, &model.vocab)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+    } else {
+        prompt.to_string()
+    };
+    let tokens = model.vocab.tokenize(&text, true, true);
+    let n_ctx = ctx.params().n_ctx;
+    if tokens.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+    if tokens.len() >= n_ctx {
+        bail!(
+            "the prompt has {} tokens, more than the context of {n_ctx} can hold (use -c)",
+            tokens.len()
+        );
+    }
     for &t in &tokens {
         sampler.accept(t);
     }
@@ -131,7 +171,8 @@ pub fn run(a: RunArgs) -> Result<()> {
     let pp = t0.elapsed().as_secs_f64();
     let mut last = tokens.len() - 1;
     let mut pos = tokens.len();
-    let limit = if a.n_predict < 0 { usize::MAX } else { a.n_predict as usize };
+    let n_predict = a.n_predict.unwrap_or(128);
+    let limit = if n_predict < 0 { usize::MAX } else { n_predict as usize };
     let t1 = Instant::now();
     let mut n_gen = 0;
     while n_gen < limit && pos < n_ctx {

@@ -28,8 +28,7 @@ pub struct TokenizeArgs {
 /// Runs the command.
 pub fn run(a: TokenizeArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
-    let file = tessera_gguf::GgufFile::open(&path)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let file = common::open_gguf(&path)?;
     let vocab = tessera_llama::Vocab::from_metadata(file.metadata())
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let toks = vocab.tokenize(&a.prompt, !a.no_bos, !a.no_parse_special);

@@ -31,7 +31,7 @@ fn run_greedy_continues_like_llama_cpp() {
         "-t",
         "2",
     ]);
-    // llama.cpp's greedy tokens for this prompt (shared/refs) decode to " Paris.\n\nThe United".
+    // llama.cpp's greedy tokens for this prompt (testdata/refs) decode to " Paris.\n\nThe United".
     assert!(out.starts_with("The capital of France is Paris.\n\nThe United"), "{out:?}");
 }
 
@@ -79,4 +79,23 @@ fn a_quantized_model_runs() {
         "2",
     ]);
     assert!(out.starts_with("The capital of France is Paris"), "{out:?}");
+}
+
+#[test]
+fn version_names_the_commit_simd_level_and_features() {
+    let out = tessera(&["--version"]);
+    assert!(out.starts_with(&format!("tessera {} (commit ", env!("CARGO_PKG_VERSION"))), "{out}");
+    let simd = out.lines().find(|l| l.starts_with("SIMD: ")).expect("a SIMD line");
+    let level = simd["SIMD: ".len()..].split([' ', ';']).next().unwrap();
+    assert!(["scalar", "avx2", "avx512"].contains(&level), "{simd}");
+    assert!(out.contains("kernels built in: "), "{out}");
+    assert!(out.contains("backends: CPU"), "{out}");
+    // TESSERA_SIMD lowers the level and says so.
+    let forced = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("--version")
+        .env("TESSERA_SIMD", "scalar")
+        .output()
+        .unwrap();
+    let forced = String::from_utf8(forced.stdout).unwrap();
+    assert!(forced.contains("SIMD: scalar"), "{forced}");
 }

@@ -72,3 +72,65 @@ fn corrupt_file() {
     let err = fails(&["run", "-m", p.to_str().unwrap(), "-p", "hi", "-n", "1"]);
     assert!(err.contains("cut.gguf"), "{err}");
 }
+
+/// Whether this process can read a file whose mode forbids it (root can).
+fn mode_bits_are_enforced(p: &std::path::Path) -> bool {
+    std::fs::read(p).is_err()
+}
+
+/// A table of the model-path errors of every command that opens a model: one line each,
+/// naming the file once and saying what to do.
+#[test]
+fn model_path_errors_name_the_file_once_and_say_what_to_do() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nonexist.gguf");
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a model\n").unwrap();
+    let locked = dir.path().join("locked.gguf");
+    std::fs::write(&locked, b"GGUF").unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let d = dir.path().to_str().unwrap().to_string();
+    let (m, t, l) = (
+        missing.to_str().unwrap().to_string(),
+        text.to_str().unwrap().to_string(),
+        locked.to_str().unwrap().to_string(),
+    );
+    let out = dir.path().join("out.gguf");
+    let out = out.to_str().unwrap();
+    // (the path given, what the line must say)
+    let cases: Vec<(&str, &str)> = vec![
+        (&m, "no such file; give the path of a GGUF model"),
+        (&d, "is a directory; give the path of a GGUF file"),
+        (&t, "not a GGUF file; tessera runs GGUF models"),
+        (&l, "permission denied; make the file readable"),
+    ];
+    let enforced = mode_bits_are_enforced(&locked);
+    let mut rows = 0;
+    for (path, says) in &cases {
+        if *path == l && !enforced {
+            eprintln!("skipped the unreadable-file row: running as root, mode bits do not apply");
+            continue;
+        }
+        let commands: Vec<Vec<&str>> = vec![
+            vec!["run", "-m", path, "-p", "hi", "-n", "1"],
+            vec!["bench", "-m", path, "-p", "8", "-n", "1", "-r", "1"],
+            vec!["perplexity", "-m", path, "-f", path],
+            vec!["tokenize", "-m", path, "-p", "hi"],
+            vec!["gguf", path],
+            vec!["quantize", path, out, "Q8_0"],
+        ];
+        for args in commands {
+            let err = fails(&args);
+            let line = err.lines().find(|l| l.starts_with("error")).unwrap();
+            assert!(line.contains(says), "tessera {args:?}: {line}");
+            assert_eq!(
+                line.matches(*path).count(),
+                1,
+                "tessera {args:?} names the file once: {line}"
+            );
+            rows += 1;
+        }
+    }
+    assert!(rows >= 18, "{rows} rows checked");
+}

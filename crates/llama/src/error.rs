@@ -7,8 +7,9 @@ use tessera_tensor::DType;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LlamaError {
-    /// The GGUF file could not be read or parsed.
-    #[error("{path}: {source}")]
+    /// The GGUF file could not be read or parsed. The file is named once: the reader's own
+    /// errors already name it where they can.
+    #[error("{}", gguf_message(path, source))]
     Gguf {
         /// The file.
         path: String,
@@ -84,3 +85,13 @@ pub enum LlamaError {
 
 /// Result with [`LlamaError`].
 pub type Result<T, E = LlamaError> = std::result::Result<T, E>;
+
+/// `path: source`, or just `source` where the reader's error names the file itself.
+fn gguf_message(path: &str, source: &tessera_gguf::GgufError) -> String {
+    match source {
+        tessera_gguf::GgufError::Io { .. } | tessera_gguf::GgufError::InFile { .. } => {
+            source.to_string()
+        }
+        _ => format!("{path}: {source}"),
+    }
+}

@@ -1,0 +1,312 @@
+//! `tessera run -cnv`: a conversation in the terminal, as llama-cli's conversation mode.
+//!
+//! Each turn renders the whole conversation through the model's chat template and evaluates
+//! only the text past what the KV cache already holds: the cache keeps the history, so a turn
+//! costs its own tokens (plus the end-of-turn marker of the previous reply), not the whole
+//! chat again. What the cache holds is tracked as text (`in_cache`), a prefix of every later
+//! rendering; where a template rewrites earlier turns (some trim replies), the turn falls back
+//! to tokenizing the whole rendering and keeping the longest common run of cached tokens
+//! (llama-server's prompt cache), dropping the cells after it.
+//!
+//! Ctrl-C while a reply streams stops that reply and keeps the session (the partial reply stays
+//! in the history, as llama-cli keeps it); Ctrl-C at the prompt, Ctrl-D or `/exit` ends it.
+
+use crate::common::Streamer;
+use anyhow::{anyhow, Result};
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use tessera_llama::sampling::SamplerChain;
+use tessera_llama::{Batch, LlamaContext, Model};
+
+/// Set while a reply is being generated: Ctrl-C then only stops the reply.
+static GENERATING: AtomicBool = AtomicBool::new(false);
+/// Set by Ctrl-C during a reply; the generation loop checks it every token.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Installs the Ctrl-C handler: during a reply it stops the reply, otherwise it ends the
+/// program (as at llama-cli's prompt).
+fn install_interrupt_handler() -> Result<()> {
+    ctrlc::set_handler(|| {
+        if GENERATING.load(Ordering::SeqCst) {
+            INTERRUPTED.store(true, Ordering::SeqCst);
+        } else {
+            eprintln!();
+            std::process::exit(130);
+        }
+    })
+    .map_err(|e| anyhow!("installing the Ctrl-C handler: {e}"))
+}
+
+/// The state of one conversation.
+pub struct Conversation<'m> {
+    model: &'m Model,
+    ctx: LlamaContext<'m>,
+    template: String,
+    messages: Vec<(String, String)>,
+    /// The rendered conversation text the KV cache holds (a prefix of the next rendering).
+    in_cache: String,
+    /// Tokens in the KV cache (positions 0..n_past).
+    n_past: usize,
+    /// Those tokens.
+    cached: Vec<u32>,
+    /// Tokens a reply may have at most (-1 in llama-cli: until end of generation).
+    n_predict: usize,
+}
+
+/// What one turn did, for the line printed after the reply.
+pub struct TurnStats {
+    /// Prompt tokens evaluated for this turn (only the new ones).
+    pub n_eval: usize,
+    /// Tokens generated.
+    pub n_gen: usize,
+    /// Generation speed.
+    pub tokens_per_s: f64,
+    /// Whether Ctrl-C cut the reply.
+    pub interrupted: bool,
+    /// Whether the context filled up during the reply.
+    pub context_full: bool,
+}
+
+impl<'m> Conversation<'m> {
+    /// A new conversation on `ctx` (empty KV cache); `system` becomes the first message.
+    pub fn new(
+        model: &'m Model,
+        ctx: LlamaContext<'m>,
+        system: Option<&str>,
+        n_predict: usize,
+    ) -> Result<Self> {
+        let template = model
+            .chat_template
+            .clone()
+            .ok_or_else(|| anyhow!("the model has no chat template (tokenizer.chat_template)"))?;
+        let messages =
+            system.map(|s| vec![("system".to_string(), s.to_string())]).unwrap_or_default();
+        Ok(Conversation {
+            model,
+            ctx,
+            template,
+            messages,
+            in_cache: String::new(),
+            n_past: 0,
+            cached: Vec::new(),
+            n_predict,
+        })
+    }
+
+    fn render(&self, add_generation_prompt: bool) -> Result<String> {
+        let msgs: Vec<(&str, &str)> =
+            self.messages.iter().map(|(r, c)| (r.as_str(), c.as_str())).collect();
+        tessera_llama::chat::apply(&self.template, &msgs, add_generation_prompt, &self.model.vocab)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Tokens of the KV cache in use.
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    /// Context size.
+    pub fn n_ctx(&self) -> usize {
+        self.ctx.params().n_ctx
+    }
+
+    /// One turn: the user's `text`, the reply streamed to `out` token by token.
+    pub fn turn(
+        &mut self,
+        text: &str,
+        sampler: &mut SamplerChain,
+        out: &mut Streamer,
+    ) -> Result<TurnStats> {
+        self.messages.push(("user".into(), text.into()));
+        // From here on Ctrl-C stops this turn (during the prompt too), not the program.
+        INTERRUPTED.store(false, Ordering::SeqCst);
+        GENERATING.store(true, Ordering::SeqCst);
+        let result = self.turn_inner(sampler, out);
+        GENERATING.store(false, Ordering::SeqCst);
+        result
+    }
+
+    fn turn_inner(&mut self, sampler: &mut SamplerChain, out: &mut Streamer) -> Result<TurnStats> {
+        let full = match self.render(true) {
+            Ok(f) => f,
+            Err(e) => {
+                self.messages.pop();
+                return Err(e);
+            }
+        };
+        let tokens = if full.starts_with(&self.in_cache) {
+            let delta = &full[self.in_cache.len()..];
+            self.model.vocab.tokenize(delta, self.n_past == 0, true)
+        } else {
+            // The template renders the history differently from what the cache holds (some
+            // trim replies): keep the longest common run of tokens, drop the cells after it.
+            let all = self.model.vocab.tokenize(&full, true, true);
+            let mut keep = all.iter().zip(&self.cached).take_while(|(a, b)| a == b).count();
+            keep = keep.min(all.len().saturating_sub(1));
+            self.ctx.kv_cache_mut().seq_rm(Some(0), keep as i32, -1);
+            self.cached.truncate(keep);
+            self.n_past = keep;
+            all[keep..].to_vec()
+        };
+        let n_ctx = self.n_ctx();
+        if self.n_past + tokens.len() >= n_ctx {
+            self.messages.pop();
+            return Err(anyhow!(
+                "the context is full: this turn needs {} tokens and {} of {n_ctx} are used; \
+                 /exit and start again with a larger context (-c)",
+                tokens.len(),
+                self.n_past
+            ));
+        }
+        if tokens.is_empty() {
+            self.messages.pop();
+            return Err(anyhow!("nothing to evaluate: the template rendered no new text"));
+        }
+        for &t in &tokens {
+            sampler.accept(t);
+        }
+        self.ctx
+            .decode(&Batch::from_tokens(&tokens, self.n_past as i32, 0))
+            .map_err(|e| anyhow!("{e}"))?;
+        self.n_past += tokens.len();
+        self.cached.extend_from_slice(&tokens);
+        self.in_cache = full;
+
+        let t0 = Instant::now();
+        let mut last = tokens.len() - 1;
+        let mut reply: Vec<u8> = Vec::new();
+        let mut n_gen = 0;
+        let mut context_full = false;
+        let mut interrupted = false;
+        let result = loop {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                interrupted = true;
+                break Ok(());
+            }
+            if n_gen >= self.n_predict {
+                break Ok(());
+            }
+            if self.n_past >= n_ctx {
+                context_full = true;
+                break Ok(());
+            }
+            let logits = self.ctx.logits_ith(last).expect("the last token asked for logits");
+            let tok = sampler.sample(logits);
+            sampler.accept(tok);
+            if self.model.vocab.is_eog(tok) {
+                break Ok(());
+            }
+            let piece = self.model.vocab.token_to_piece(tok, false);
+            out.push(&piece);
+            reply.extend_from_slice(&piece);
+            n_gen += 1;
+            if let Err(e) = self.ctx.decode(&Batch::from_tokens(&[tok], self.n_past as i32, 0)) {
+                break Err(anyhow!("{e}"));
+            }
+            self.n_past += 1;
+            self.cached.push(tok);
+            last = 0;
+        };
+        out.finish();
+        let elapsed = t0.elapsed().as_secs_f64();
+        result?;
+
+        // The reply joins the history; the cache holds its text up to where generation stopped
+        // (the end-of-turn marker is evaluated with the next turn).
+        let reply = String::from_utf8_lossy(&reply).into_owned();
+        self.in_cache.push_str(&reply);
+        self.messages.push(("assistant".into(), reply));
+        Ok(TurnStats {
+            n_eval: tokens.len(),
+            n_gen,
+            tokens_per_s: if elapsed > 0.0 { n_gen as f64 / elapsed } else { 0.0 },
+            interrupted,
+            context_full,
+        })
+    }
+}
+
+/// Reads one user message: a line, or several joined where a line ends with `\`. `None` at
+/// end of input (Ctrl-D).
+fn read_message(input: &mut impl BufRead) -> Result<Option<String>> {
+    let mut text = String::new();
+    loop {
+        let mut line = String::new();
+        if input.read_line(&mut line)? == 0 {
+            return Ok(if text.is_empty() { None } else { Some(text) });
+        }
+        let line = line.trim_end_matches(['\n', '\r']);
+        if let Some(cont) = line.strip_suffix('\\') {
+            text.push_str(cont);
+            text.push('\n');
+        } else {
+            text.push_str(line);
+            return Ok(Some(text));
+        }
+    }
+}
+
+/// Runs the conversation loop on stdin/stdout until `/exit`, Ctrl-D or Ctrl-C at the prompt.
+pub fn run(mut conv: Conversation<'_>, mut sampler: SamplerChain) -> Result<()> {
+    install_interrupt_handler()?;
+    eprintln!(
+        "== conversation mode: type a message and press Enter; Ctrl-C stops a reply, \
+         /exit or Ctrl-D ends (end a line with \\ to continue it) =="
+    );
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut turn = 0;
+    loop {
+        print!("\n> ");
+        std::io::stdout().flush()?;
+        let Some(msg) = read_message(&mut input)? else {
+            println!();
+            break;
+        };
+        let trimmed = msg.trim();
+        if trimmed == "/exit" || trimmed == "/quit" {
+            break;
+        }
+        if trimmed.is_empty() {
+            continue;
+        }
+        turn += 1;
+        let mut out = Streamer::default();
+        match conv.turn(&msg, &mut sampler, &mut out) {
+            Ok(s) => {
+                let why = if s.interrupted {
+                    ", stopped by Ctrl-C"
+                } else if s.context_full {
+                    ", the context is full: /exit and start again with a larger -c"
+                } else {
+                    ""
+                };
+                eprintln!(
+                    "[turn {turn}: {} new prompt tokens evaluated, {} generated ({:.1} t/s), \
+                     {}/{} context used{why}]",
+                    s.n_eval,
+                    s.n_gen,
+                    s.tokens_per_s,
+                    conv.n_past(),
+                    conv.n_ctx()
+                );
+            }
+            Err(e) => eprintln!("error: {e:#}"),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_continue_over_lines_ending_in_a_backslash() {
+        let mut r = std::io::Cursor::new("one\\\ntwo\nthree\n");
+        assert_eq!(read_message(&mut r).unwrap().as_deref(), Some("one\ntwo"));
+        assert_eq!(read_message(&mut r).unwrap().as_deref(), Some("three"));
+        assert_eq!(read_message(&mut r).unwrap(), None);
+    }
+}
