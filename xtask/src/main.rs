@@ -72,9 +72,28 @@ fn ci() -> Result<()> {
     cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     models(&[])?;
     cargo(&["test", "--workspace", "--no-fail-fast"])?;
+    avx2_model_tests()?;
     test_matrix(&[])?;
     eprintln!("xtask ci: all green in {:.0}s", start.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// On a CPU above AVX2, the model tests again at the AVX2 level (`TESSERA_SIMD=avx2`), against
+/// llama.cpp's AVX2 references, so the path most users' CPUs take cannot rot unseen on an
+/// AVX-512 CI machine. (The kernel unit tests and the test matrix cover every level anyway.)
+fn avx2_model_tests() -> Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    let above_avx2 = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let above_avx2 = false;
+    if !above_avx2 {
+        return Ok(());
+    }
+    eprintln!("==> the model tests again at TESSERA_SIMD=avx2");
+    std::env::set_var("TESSERA_SIMD", "avx2");
+    let r = cargo(&["test", "-p", "tessera-llama", "--test", "refs", "--test", "synth"]);
+    std::env::remove_var("TESSERA_SIMD");
+    r
 }
 
 /// Runs the `test-matrix` binary of tessera-testmatrix (feature `cpu`) in release, passing `args`.

@@ -27,7 +27,9 @@ fn check_synth(stem: &str, flash_attn: bool) {
     let got = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
     assert_eq!(got, want, "{stem}: the writer no longer reproduces the file the references used");
     let model = Model::load(&path).unwrap();
-    common::check(&model, stem, &fixtures, &fixtures.join("self_agreement.json"), flash_attn, &[]);
+    let spreads = [fixtures.join("reproduction.json")];
+    let agreement = fixtures.join("self_agreement.json");
+    common::check(&model, stem, &fixtures, &agreement, &spreads, flash_attn, &[]);
 }
 
 #[test]

@@ -7,7 +7,7 @@
 #   crates/llama/tools/bit_exact_sweep.sh [REFS_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-refs=${1:-testdata/refs}
+refs=${1:-testdata/refs/avx512}
 models=${TESSERA_MODELS:-$HOME/.cache/tessera/models}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -23,7 +23,8 @@ fn check_model(model: &tessera_models::Model) {
     let mut checked = 0;
     for (name, prompt) in prompts.as_object().expect("prompts object") {
         let prompt = prompt.as_str().expect("prompt string");
-        let file = refs.join("fa-on").join(stem).join(format!("{name}.json"));
+        // Prompt tokens are the same in every set (tokenizing does not depend on the CPU).
+        let file = refs.join("avx512/fa-on").join(stem).join(format!("{name}.json"));
         let Ok(text) = std::fs::read_to_string(&file) else { continue };
         let reference: serde_json::Value = serde_json::from_str(&text).expect("reference JSON");
         let expected: Vec<u32> = reference["prompt_tokens"]

@@ -1,5 +1,5 @@
 //! Batched K-quant products the way llama.cpp's tiled matmul computes them (Q2_K..Q6_K
-//! weights, 8+ activation rows, AVX-512 VNNI).
+//! weights, 8+ activation rows; AVX-512 VNNI and AVX2 kernels).
 //!
 //! llama.cpp b11312 multiplies K-quant weights by 8 or more activation rows with its "tiled"
 //! kernels instead of the per-row dot products, and their rounding differs, so Tessera follows
@@ -19,6 +19,13 @@
 //! corrections with `vpdpwssd` over pairs of 16-value block sums.
 //!
 //! Weight rows are unpacked to codes once per chunk and reused for every band of it.
+//!
+//! llama.cpp takes this path on every x86 build with AVX2 (its AVX2 microkernel: `maddubs`
+//! products, `madd` with the scales, the same f32 epilogue with FMA), and its integers are exact
+//! there too, so the AVX2 level gives the same bits as the VNNI one. [`kernel_avx2`] reads the
+//! same band in two halves of eight rows: `maddubs` of the broadcast codes (unsigned, at most
+//! 63) with the activation bytes cannot saturate, and `madd` with ones finishes the four-byte
+//! sums that `vpdpbusd` makes in one step.
 
 // The AVX-512 intrinsics are stable since Rust 1.89; see the note in `avx512.rs`.
 #![allow(clippy::incompatible_msrv)]
@@ -43,9 +50,15 @@ const Q8K_SIZE: usize = 292;
 
 /// Whether llama.cpp would take its tiled path for these operands (a K-quant weight type and
 /// `src1.ne[1] >= 8`), and this kernel can reproduce it (one weight matrix, AVX-512 VNNI).
-pub(super) fn applies(src0: &TensorRef, src1: &TensorRef, vnni: bool) -> bool {
-    vnni && layout(src0.dtype).is_some() && src1.ne[1] >= 8 && src0.ne[2] == 1 && src0.ne[3] == 1
+pub(super) fn applies(src0: &TensorRef, src1: &TensorRef) -> bool {
+    layout(src0.dtype).is_some() && src1.ne[1] >= 8 && src0.ne[2] == 1 && src0.ne[3] == 1
 }
+
+/// A tile kernel: four unpacked weight rows against one band, `out[row][band row]`.
+///
+/// # Safety
+/// The CPU must have the kernel's instruction set; `u` and `band` must hold `nb` blocks.
+type KernelFn = unsafe fn(usize, Layout, &[Unpacked], &Band, &mut [[f32; BAND]; ROWS]);
 
 /// How a K-quant type splits a block: scales per block (8 of 32 values or 16 of 16) and
 /// whether it has mins.
@@ -254,8 +267,17 @@ thread_local! {
 
 /// This thread's share of `dst = src0 · src1ᵀ` by the tiled path, after the activations were
 /// converted to Q8_K (`act`) and the chunk counter set to `p.nth` (as [`super::mul_mat`] does).
-pub(super) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Activations) {
+/// `vnni` picks the AVX-512 VNNI kernel (the CPU must have it), else the AVX2 one (the CPU must
+/// have AVX2 and FMA: the caller's SIMD level says so).
+pub(super) fn mul_mat(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    vnni: bool,
+) {
     let lay = layout(src0.dtype).expect("checked by applies");
+    let kern: KernelFn = if vnni { kernel } else { kernel_avx2 };
     let (nr0, nr1) = (src0.ne[1], act.src1.n_rows());
     let nb = src0.ne[0] / QK;
     let nchunk1 = nr1.div_ceil(CHUNK1);
@@ -271,7 +293,7 @@ pub(super) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act:
             let (c0, c1) = (current % nchunk0, current / nchunk0);
             let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
             let rows1 = (CHUNK1 * c1)..(CHUNK1 * (c1 + 1)).min(nr1);
-            chunk(dst, src0, act, lay, nb, rows0, rows1, units, bands);
+            chunk(dst, src0, act, (lay, kern), nb, rows0, rows1, units, bands);
             if p.nth >= total {
                 break;
             }
@@ -286,7 +308,7 @@ fn chunk(
     dst: &TensorRef,
     src0: &TensorRef,
     act: &Activations,
-    lay: Layout,
+    (lay, kern): (Layout, KernelFn),
     nb: usize,
     rows0: std::ops::Range<usize>,
     rows1: std::ops::Range<usize>,
@@ -318,8 +340,9 @@ fn chunk(
         }
         for (band, &s) in bands.iter().zip(&starts) {
             let mut out = [[0f32; BAND]; ROWS];
-            // SAFETY: `applies` checked AVX-512 VNNI; the buffers hold `nb` blocks each.
-            unsafe { kernel(nb, lay, units, band, &mut out) };
+            // SAFETY: the caller's level has the kernel's instructions (`mul_mat`); the buffers
+            // hold `nb` blocks each.
+            unsafe { kern(nb, lay, units, band, &mut out) };
             for (c, r1) in (s..(s + BAND).min(rows1.end)).enumerate() {
                 let (i1, i2, i3) = act.src1.row_coords(r1);
                 // SAFETY: dst row (i1, i2, i3) exists (shape checked by mul_mat).
@@ -403,6 +426,89 @@ unsafe fn kernel(
     }
 }
 
+/// [`kernel`] with AVX2: the band in two halves of eight rows, `vpdpbusd` as `maddubs` + `madd`
+/// (exact: see the module notes), `vpdpwssd` as `madd` + add; the same f32 epilogue.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `u` and `band` must hold `nb` blocks.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_avx2(
+    nb: usize,
+    lay: Layout,
+    u: &[Unpacked],
+    band: &Band,
+    out: &mut [[f32; BAND]; ROWS],
+) {
+    assert!(u.len() >= ROWS && band.q.len() >= nb * QK * BAND && band.d.len() >= nb * BAND);
+    assert!(band.bsums.len() >= nb * 8 * BAND);
+    for w in &u[..ROWS] {
+        assert!(
+            w.codes.len() >= nb * QK && w.scales.len() >= nb * lay.nsub && w.corr.len() >= nb * 8
+        );
+        assert!(w.d.len() >= nb && w.dmin.len() >= nb);
+    }
+    let zero = _mm256_setzero_si256();
+    let ones = _mm256_set1_epi16(1);
+    let groups = 64 / lay.nsub;
+    for half in 0..2 {
+        let lane = half * (BAND / 2);
+        let mut acc = [_mm256_setzero_ps(); ROWS];
+        for b in 0..nb {
+            let mut s1 = [zero; ROWS];
+            for sub in 0..lay.nsub {
+                let mut raw = [zero; ROWS];
+                for g in 0..groups {
+                    let gi = b * 64 + sub * groups + g;
+                    // SAFETY: group gi < nb·64 of the band (asserted above): 64 bytes, this
+                    // half's 32 at 4·lane.
+                    let a = unsafe {
+                        _mm256_loadu_si256(band.q.as_ptr().add(gi * 64 + 4 * lane).cast())
+                    };
+                    for (r, w) in raw.iter_mut().zip(u) {
+                        // SAFETY: codes gi·4..gi·4+4 < nb·256 (asserted above).
+                        let c =
+                            unsafe { w.codes.as_ptr().add(gi * 4).cast::<i32>().read_unaligned() };
+                        let prod = _mm256_maddubs_epi16(_mm256_set1_epi32(c), a);
+                        *r = _mm256_add_epi32(*r, _mm256_madd_epi16(prod, ones));
+                    }
+                }
+                for ((s, r), w) in s1.iter_mut().zip(raw).zip(u) {
+                    let sc = _mm256_set1_epi32(w.scales[b * lay.nsub + sub]);
+                    *s = _mm256_add_epi32(*s, _mm256_mullo_epi32(r, sc));
+                }
+            }
+            let mut corr = [zero; ROWS];
+            for tp in 0..8 {
+                // SAFETY: pair tp of block b: 16 i32, this half's 8 at `lane` (asserted above).
+                let bs = unsafe {
+                    _mm256_loadu_si256(band.bsums.as_ptr().add((b * 8 + tp) * BAND + lane).cast())
+                };
+                for (c, w) in corr.iter_mut().zip(u) {
+                    let m = _mm256_madd_epi16(_mm256_set1_epi32(w.corr[b * 8 + tp]), bs);
+                    *c = _mm256_add_epi32(*c, m);
+                }
+            }
+            // SAFETY: 8 f32 of block b at `lane` (asserted above).
+            let dy = unsafe { _mm256_loadu_ps(band.d.as_ptr().add(b * BAND + lane)) };
+            for (((a, s), c), w) in acc.iter_mut().zip(s1).zip(corr).zip(u) {
+                let mut r;
+                if lay.mins {
+                    r = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(w.d[b]));
+                    r = _mm256_fnmadd_ps(_mm256_set1_ps(w.dmin[b]), _mm256_cvtepi32_ps(c), r);
+                } else {
+                    let s = _mm256_add_epi32(s, c);
+                    r = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(w.d[b]));
+                }
+                *a = _mm256_fmadd_ps(r, dy, *a);
+            }
+        }
+        for (o, a) in out.iter_mut().zip(acc) {
+            // SAFETY: 8 f32 at `lane` of a 16-float row.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(lane), a) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -482,13 +588,27 @@ mod tests {
         }
     }
 
-    /// The kernel against the tiled arithmetic written out in scalar code, bit for bit.
+    /// Both kernels against the tiled arithmetic written out in scalar code, bit for bit.
     #[test]
-    fn kernel_matches_the_scalar_tiled_arithmetic() {
-        if !(crate::SimdLevel::detect() >= crate::SimdLevel::Avx512 && crate::has_vnni()) {
-            eprintln!("skipped: no AVX-512 VNNI");
+    fn kernels_match_the_scalar_tiled_arithmetic() {
+        let level = crate::SimdLevel::detect();
+        let mut kernels: Vec<(&str, KernelFn)> = Vec::new();
+        if level >= crate::SimdLevel::Avx2 {
+            kernels.push(("avx2", kernel_avx2));
+        }
+        if level >= crate::SimdLevel::Avx512 && crate::has_vnni() {
+            kernels.push(("vnni", kernel));
+        }
+        if kernels.is_empty() {
+            eprintln!("skipped: no AVX2");
             return;
         }
+        for (name, kern) in kernels {
+            check_kernel(name, kern);
+        }
+    }
+
+    fn check_kernel(name: &str, kern: KernelFn) {
         let mut rng = Rng(11);
         let nb = 3;
         let rows: Vec<Vec<u8>> =
@@ -508,8 +628,9 @@ mod tests {
                 }
             }
             let mut out = [[f32::NAN; BAND]; ROWS];
-            // SAFETY: AVX-512 VNNI checked above; buffers of nb blocks.
-            unsafe { kernel(nb, lay, &units, &band, &mut out) };
+            // SAFETY: the CPU has the kernel's level (checked by the caller); buffers of nb
+            // blocks.
+            unsafe { kern(nb, lay, &units, &band, &mut out) };
             for (r, u) in units.iter().enumerate() {
                 for (c, row) in rows.iter().enumerate() {
                     let mut acc = 0f32;
@@ -546,10 +667,10 @@ mod tests {
                         };
                         acc = r.mul_add(dy, acc);
                     }
-                    assert_eq!(out[r][c].to_bits(), acc.to_bits(), "{dtype} [{r}][{c}]");
+                    assert_eq!(out[r][c].to_bits(), acc.to_bits(), "{name} {dtype} [{r}][{c}]");
                 }
                 for (c, &v) in out[r].iter().enumerate().skip(rows.len()) {
-                    assert_eq!(v, 0.0, "{dtype}: padding row {c}");
+                    assert_eq!(v, 0.0, "{name} {dtype}: padding row {c}");
                 }
             }
         }

@@ -10,9 +10,10 @@
 //! Kernels: every weight type ggml has a dot product for that the models use (F32, F16, BF16,
 //! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4) has a scalar kernel
 //! ([`scalar`]) and AVX2 kernels ([`avx2`], [`avx2_k`]); F32, F16 and BF16 also have AVX-512
-//! kernels ([`avx512`]). With AVX-512 VNNI, batches of the Q8_0 family take register tiles
-//! ([`vnni_tile`]), batches of the K-quants llama.cpp's tiled path ([`kquant_tiled`]), and
-//! matrix-vector products of the Q8_0 and Q4_1 families [`vnni_matvec`]; all of them give the
+//! kernels ([`avx512`]). Batches of 8+ rows of the K-quants take llama.cpp's tiled path
+//! ([`kquant_tiled`]: its own rounding, as llama.cpp's, at AVX2 and AVX-512 VNNI alike). With
+//! AVX-512 VNNI, batches of the Q8_0 family take register tiles ([`vnni_tile`]) and
+//! matrix-vector products of the Q8_0 and Q4_1 families [`vnni_matvec`]; those give the
 //! one-row kernels' bits. Any other type with a reference dequantizer (the i-quants, TQ1_0,
 //! TQ2_0, ...) is computed by dequantizing tiles of src0 rows to f32 and taking f32 dots with
 //! unconverted activations: correct, slower.
@@ -253,8 +254,9 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         row_size,
     };
     #[cfg(target_arch = "x86_64")]
-    if simd >= SimdLevel::Avx512 && kquant_tiled::applies(src0, src1, cpu_vnni()) {
-        return kquant_tiled::mul_mat(p, dst, src0, &act);
+    if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1) {
+        let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
+        return kquant_tiled::mul_mat(p, dst, src0, &act, vnni);
     }
     #[cfg(target_arch = "x86_64")]
     if simd >= SimdLevel::Avx512 && cpu_vnni() && src1.n_rows() == 1 {
