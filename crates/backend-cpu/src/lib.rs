@@ -19,5 +19,5 @@ mod tensor_ref;
 pub use backend::{CpuBackend, CpuDevice};
 pub use params::{ComputeParams, ThreadSync};
 pub use pool::ThreadPool;
-pub use simd::{has_vnni, SimdLevel};
+pub use simd::{has_vnni, kernel_family, SimdLevel};
 pub use tensor_ref::TensorRef;

@@ -73,6 +73,19 @@ impl SimdLevel {
     }
 }
 
+/// The kernel family a SIMD level runs, in words (what `tessera bench` and `tessera run
+/// --verbose` print, as llama-bench prints its CPU features). `vnni`: the CPU has AVX-512 VNNI.
+pub fn kernel_family(level: SimdLevel, vnni: bool) -> &'static str {
+    match level {
+        SimdLevel::Scalar => "scalar (ggml's reference arithmetic)",
+        SimdLevel::Avx2 => "AVX2 (ggml's AVX2 orders; tiled K-quant batches with maddubs)",
+        SimdLevel::Avx512 if vnni => {
+            "AVX-512 VNNI (tiled K-quant batches, 4x8 VNNI tiles, VNNI matrix-vector)"
+        }
+        SimdLevel::Avx512 => "AVX-512 (F16/F32 dots; AVX2 int8 kernels, no VNNI)",
+    }
+}
+
 /// Whether the CPU has fused multiply-add. ggml's SIMD builds contract `a*b + c` into one
 /// FMA, so kernels that reproduce its bits use `mul_add` where this holds.
 pub(crate) fn has_fma() -> bool {

@@ -135,6 +135,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     "model_size": model.weights.n_bytes(),
                     "model_n_params": model.n_params(),
                     "backends": "CPU",
+                    "cpu_info": common::cpu_name(),
+                    "simd": common::simd_level(),
+                    "build_commit": env!("TESSERA_GIT_COMMIT"),
                     "n_threads": r.threads,
                     "flash_attn": a.flash_attn != 0,
                     "n_prompt": r.n_prompt,
@@ -169,6 +172,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
             format!("{:.2} ± {:.2}", r.mean(), r.stdev())
         );
     }
+    println!();
+    println!("build: {} | {}", env!("TESSERA_GIT_COMMIT"), common::system_info());
     Ok(())
 }
 

@@ -115,3 +115,35 @@ pub fn human_bytes(n: usize) -> String {
         format!("{:.2} MiB", n / (1024.0 * 1024.0))
     }
 }
+
+/// The CPU's model name (`/proc/cpuinfo` on Linux), or `unknown`.
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The SIMD level the kernels run at (`TESSERA_SIMD` lowers it), with VNNI where it is used.
+pub fn simd_level() -> String {
+    let level = tessera_backend_cpu::SimdLevel::from_env();
+    let vnni = level == tessera_backend_cpu::SimdLevel::Avx512 && tessera_backend_cpu::has_vnni();
+    format!("{level}{}", if vnni { "+vnni" } else { "" })
+}
+
+/// One line on what runs: CPU, SIMD level and kernel family (llama-bench's system info).
+pub fn system_info() -> String {
+    let level = tessera_backend_cpu::SimdLevel::from_env();
+    let vnni = tessera_backend_cpu::has_vnni();
+    format!(
+        "CPU: {} | SIMD: {} | kernels: {}",
+        cpu_name(),
+        simd_level(),
+        tessera_backend_cpu::kernel_family(level, vnni)
+    )
+}

@@ -71,6 +71,9 @@ pub struct RunArgs {
     /// System prompt of the conversation (llama-cli's -sys).
     #[arg(long = "system-prompt", visible_alias = "sys")]
     system_prompt: Option<String>,
+    /// Print what runs (CPU, SIMD level, kernel family, threads) and the sampler chain.
+    #[arg(short = 'v', long)]
+    verbose: bool,
     /// Flash attention on or off (llama.cpp's -fa).
     #[arg(long = "flash-attn", short = 'f', default_value = "on", value_parser = ["on", "off"])]
     flash_attn: String,
@@ -83,6 +86,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     let model = common::load(&path)?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let threads = common::threads(a.threads);
+    if a.verbose {
+        eprintln!("system: {} | threads: {threads}", common::system_info());
+    }
     let params = ContextParams {
         n_ctx: a.ctx_size,
         n_threads: threads,
@@ -126,6 +132,9 @@ fn make_sampler(a: &RunArgs) -> SamplerChain {
     let sampler =
         if a.temp <= 0.0 { SamplerChain::greedy() } else { SamplerChain::from_params(&sp) };
     tracing::info!(sampler = %sampler.describe(), seed, "sampling");
+    if a.verbose {
+        eprintln!("sampler: {} (seed {seed})", sampler.describe());
+    }
     sampler
 }
 

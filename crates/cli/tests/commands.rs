@@ -53,6 +53,9 @@ fn bench_writes_llama_bench_json() {
     for r in rows {
         assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
         assert_eq!(r["n_threads"], 2);
+        let simd = r["simd"].as_str().expect("the SIMD level");
+        assert!(["scalar", "avx2", "avx512"].iter().any(|l| simd.starts_with(l)), "{r}");
+        assert!(r["cpu_info"].as_str().is_some_and(|c| !c.is_empty()), "{r}");
     }
     assert_eq!(rows[0]["n_prompt"], 32);
     assert_eq!(rows[1]["n_gen"], 4);
@@ -98,4 +101,17 @@ fn version_names_the_commit_simd_level_and_features() {
         .unwrap();
     let forced = String::from_utf8(forced.stdout).unwrap();
     assert!(forced.contains("SIMD: scalar"), "{forced}");
+}
+
+#[test]
+fn run_verbose_says_which_simd_level_and_kernels_ran() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["run", "-m", &model(), "-p", "Hi", "-n", "1", "--temp", "0", "-t", "2", "-v"])
+        .env("TESSERA_SIMD", "avx2")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("system: ")).expect("a system line");
+    assert!(line.contains("SIMD: avx2 |") && line.contains("kernels: AVX2"), "{line}");
 }
