@@ -264,6 +264,12 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
             return matvec(p, dst, src0, &act, mv);
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if simd >= SimdLevel::Avx2 && src1.n_rows() == 1 && src0.ne[2] == 1 && src0.ne[3] == 1 {
+        if let Kernel::Dot { dot, .. } = kernel {
+            return matvec_rows(p, dst, src0, &act, dot);
+        }
+    }
     for_each_chunk(p, src0.ne[1], src1.n_rows(), |rows0, rows1| match kernel {
         Kernel::Dot { dot, dot4, tile, .. } => {
             dot_chunk(dst, src0, &act, (dot, dot4, tile), rows0, rows1)
@@ -341,6 +347,43 @@ fn matvec(
         // the row `aux` was prepared from, and a CPU with AVX-512 VNNI.
         unsafe { mv.run(k, x, nb01, y, &aux, out) };
     });
+}
+
+/// A matrix-vector product (one activation row, a 2-D weight) with a one-row kernel: each
+/// thread takes one contiguous range of rows (as [`matvec`]) and, before each row, prefetches
+/// the weight bytes [`vnni_matvec::PREFETCH`] ahead of it, so the memory stream the product
+/// waits on stays ahead of the arithmetic. Every output is `dot`'s, so the bits are the
+/// chunked loop's.
+#[cfg(target_arch = "x86_64")]
+fn matvec_rows(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    dot: VecDot,
+) {
+    let (k, nb01, row) = (src0.ne[0], src0.nb[1], src0.row_size());
+    let nr0 = src0.ne[1];
+    let share = |i: usize| nr0 * i / p.nth;
+    let rows0 = share(p.ith)..share(p.ith + 1);
+    let y = act.row(0);
+    let out = dst.data.cast::<f32>();
+    for r in rows0 {
+        let x = src0.data.cast_const().wrapping_add(r * nb01);
+        let ahead = x.wrapping_add(vnni_matvec::PREFETCH);
+        for off in (0..row).step_by(64) {
+            // SAFETY: a prefetch is a hint: it never faults, whatever the address.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    ahead.wrapping_add(off).cast(),
+                )
+            };
+        }
+        // SAFETY: row r of the 2-D src0 (k values, packed: `check_shapes`), the converted
+        // activation row, and a level the CPU runs (`effective`); dst row 0 has ne0 = nr0
+        // values and this thread owns row r.
+        unsafe { out.add(r).write(dot(k, x, y)) };
+    }
 }
 
 /// Asserts the shape and layout rules of [`mul_mat`].

@@ -594,3 +594,33 @@ fn vnni_matvec_matches_one_row_dots() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A matrix-vector product (one activation row: the row-range loop with prefetching, or the
+/// VNNI kernels) gives the bits the chunked loop gives that row inside a batch, at every level
+/// and thread count. F16 is the exception, as in llama.cpp: one column takes
+/// `ggml_vec_dot_f16`, two or more tinyBLAS's order.
+#[test]
+fn matrix_vector_products_give_the_batched_bits() {
+    let mut rng = Rng(0x5eed);
+    let mut failures = Vec::new();
+    for dtype in weight_types().into_iter().filter(|&d| d != DType::F16) {
+        let (k, m) = (512, 37);
+        let wbytes = weights(dtype, k * m, &mut rng, false);
+        let src0 = Host::packed(dtype, [k, m, 1, 1], &wbytes);
+        let x = rng.f32s(k);
+        let one = Host::packed(DType::F32, [k, 1, 1, 1], &f32_bytes(&x));
+        // The same row twice: the chunked loop (one-row dots, or tiles with their bits).
+        let twice: Vec<f32> = x.iter().chain(&x).copied().collect();
+        let two = Host::packed(DType::F32, [k, 2, 1, 1], &f32_bytes(&twice));
+        for simd in SimdLevel::available() {
+            let want = run(&src0, &two, 1, simd);
+            for nth in [1, 2, 3] {
+                let got = run(&src0, &one, nth, simd);
+                if got.iter().zip(&want[..m]).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                    failures.push(format!("{dtype} {simd} {nth} threads"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
