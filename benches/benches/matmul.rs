@@ -158,7 +158,7 @@ fn aligned(bytes: usize) -> Vec<[u8; 64]> {
 fn tensor(buf: &mut [[u8; 64]], dtype: DType, ne: [usize; 4]) -> TensorRef {
     let row = dtype.type_size() * ne[0] / dtype.block_size();
     let nb = [dtype.type_size(), row, row * ne[1], row * ne[1] * ne[2]];
-    TensorRef { data: buf.as_mut_ptr().cast(), dtype, ne, nb }
+    TensorRef::new(buf.as_mut_ptr().cast(), dtype, ne, nb)
 }
 
 /// One `mul_mat` on the pool.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tessera_backend::{
     Backend, BackendError, Bindings, Buffer, BufferType, Device, DeviceKind, HostBufferType, Result,
 };
-use tessera_tensor::graph::{Context, Graph, TensorId, MAX_SRC};
+use tessera_tensor::graph::{Context, Flags, Graph, TensorId, MAX_SRC};
 
 /// A 64-byte aligned chunk of the work buffer.
 #[derive(Clone, Copy)]
@@ -127,6 +127,7 @@ fn resolve(ctx: &Context, bindings: &Bindings, id: TensorId) -> Result<TensorRef
         dtype: desc.dtype,
         ne: desc.ne,
         nb: desc.nb,
+        repacked: desc.flags.contains(Flags::REPACKED),
     })
 }
 
@@ -134,7 +135,7 @@ fn resolve(ctx: &Context, bindings: &Bindings, id: TensorId) -> Result<TensorRef
 fn describe(ctx: &Context, id: TensorId) -> Node {
     let as_ref = |id: TensorId| {
         let d = ctx.get(id);
-        TensorRef { data: std::ptr::null_mut(), dtype: d.dtype, ne: d.ne, nb: d.nb }
+        TensorRef::new(std::ptr::null_mut(), d.dtype, d.ne, d.nb)
     };
     let desc = ctx.get(id);
     let mut src = [None; MAX_SRC];

@@ -21,3 +21,20 @@ pub use params::{ComputeParams, ThreadSync};
 pub use pool::ThreadPool;
 pub use simd::{has_vnni, kernel_family, SimdLevel};
 pub use tensor_ref::TensorRef;
+
+/// Whether llama.cpp's CPU backend, built for `level`, would repack a 2-D weight of type
+/// `dtype` with `rows` rows into its CPU_REPACK buffer (its default on x86; `--no-repack`
+/// turns it off). A model loader marks such weights
+/// [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED) so their products follow the
+/// repacked kernels' arithmetic. False off x86.
+pub fn repack_applies(dtype: tessera_tensor::DType, rows: usize, level: SimdLevel) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        matmul::repack::applies(dtype, rows, level)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, rows, level);
+        false
+    }
+}

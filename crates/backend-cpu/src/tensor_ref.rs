@@ -16,6 +16,9 @@ pub struct TensorRef {
     pub ne: [usize; 4],
     /// Byte strides.
     pub nb: [usize; 4],
+    /// A weight marked [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED): matrix
+    /// products with it take the repacked kernels' arithmetic (`matmul::repack`).
+    pub repacked: bool,
 }
 
 // SAFETY: a TensorRef is an address plus metadata; the graph executor guarantees that threads
@@ -25,6 +28,11 @@ unsafe impl Send for TensorRef {}
 unsafe impl Sync for TensorRef {}
 
 impl TensorRef {
+    /// A plain (not repacked) tensor at `data`.
+    pub fn new(data: *mut u8, dtype: DType, ne: [usize; 4], nb: [usize; 4]) -> TensorRef {
+        TensorRef { data, dtype, ne, nb, repacked: false }
+    }
+
     /// Number of rows (`ne[1] * ne[2] * ne[3]`).
     pub fn n_rows(&self) -> usize {
         self.ne[1] * self.ne[2] * self.ne[3]

@@ -31,6 +31,11 @@ pub struct BenchArgs {
     /// Flash attention (0 or 1).
     #[arg(long = "flash-attn", short = 'f', default_value_t = 1)]
     flash_attn: u8,
+    /// Keep the weights llama.cpp would repack (Q4_0, Q4_K, IQ4_NL on AVX2) on the plain
+    /// kernels, as llama.cpp's `--no-repack` (`-nr`); by default their products follow
+    /// llama.cpp's repacked kernels' arithmetic, as llama.cpp does by default.
+    #[arg(long = "no-repack")]
+    no_repack: bool,
     /// Output format.
     #[arg(short = 'o', long, default_value = "md", value_parser = ["md", "json"])]
     output: String,
@@ -108,7 +113,7 @@ fn run_test(
 /// Runs the command.
 pub fn run(a: BenchArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
-    let model = common::load(&path)?;
+    let model = common::load(&path, a.no_repack)?;
     let threads =
         if a.threads.is_empty() { vec![common::threads(None)] } else { a.threads.clone() };
     let mut rows = Vec::new();

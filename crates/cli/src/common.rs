@@ -58,9 +58,11 @@ pub fn explain(e: impl std::fmt::Display) -> anyhow::Error {
 }
 
 /// Loads a model, naming the file once in any error, with a hint where one helps.
-pub fn load(path: &Path) -> Result<Model> {
+/// `no_repack` is llama.cpp's `--no-repack`: weights it would repack keep the plain kernels.
+pub fn load(path: &Path, no_repack: bool) -> Result<Model> {
     check_model_path(path)?;
-    Model::load(path).map_err(explain)
+    let params = tessera_llama::LoadParams { repack: !no_repack };
+    Model::load_with(path, &params).map_err(explain)
 }
 
 /// Opens a GGUF file (memory-mapped), with the same checks and messages as [`load`].

@@ -3,7 +3,7 @@
 //! Subcommands mirror llama.cpp's tools so people can switch: `tessera run` is llama-cli,
 //! `bench` llama-bench, `perplexity` llama-perplexity, `quantize` llama-quantize, `tokenize` llama-tokenize, `gguf`
 //! gguf-dump. Logs go to stderr through `tracing` (`RUST_LOG=info` for more). llama.cpp's
-//! multi-letter flags (`-cnv`, `-sys`, `-fa`) are accepted as they are.
+//! multi-letter flags (`-cnv`, `-sys`, `-fa`, `-nr`) are accepted as they are.
 
 mod bench_cmd;
 mod common;
@@ -53,8 +53,12 @@ enum Command {
 
 /// llama.cpp's multi-letter single-dash flags, spelled as clap's long options, so that
 /// commands copied from llama.cpp's documentation work as they are.
-const LLAMA_CPP_FLAGS: &[(&str, &str)] =
-    &[("-cnv", "--conversation"), ("-sys", "--system-prompt"), ("-fa", "--flash-attn")];
+const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
+    ("-cnv", "--conversation"),
+    ("-sys", "--system-prompt"),
+    ("-fa", "--flash-attn"),
+    ("-nr", "--no-repack"),
+];
 
 /// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`).
 fn normalize_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {

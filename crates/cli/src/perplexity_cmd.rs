@@ -42,6 +42,11 @@ pub struct PerplexityArgs {
     /// Flash attention on or off.
     #[arg(long = "flash-attn", short = 'F', default_value = "on", value_parser = ["on", "off"])]
     flash_attn: String,
+    /// Keep the weights llama.cpp would repack (Q4_0, Q4_K, IQ4_NL on AVX2) on the plain
+    /// kernels, as llama.cpp's `--no-repack` (`-nr`); by default their products follow
+    /// llama.cpp's repacked kernels' arithmetic, as llama.cpp does by default.
+    #[arg(long = "no-repack")]
+    no_repack: bool,
 }
 
 /// `-log softmax(logits)[target]` in f64.
@@ -70,7 +75,7 @@ fn chunk_context<'m>(
 /// Runs the command.
 pub fn run(a: PerplexityArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
-    let model = common::load(&path)?;
+    let model = common::load(&path, a.no_repack)?;
     if a.kl_divergence {
         return kl_divergence(&a, &model);
     }

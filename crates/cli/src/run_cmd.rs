@@ -71,6 +71,11 @@ pub struct RunArgs {
     /// System prompt of the conversation (llama-cli's -sys).
     #[arg(long = "system-prompt", visible_alias = "sys")]
     system_prompt: Option<String>,
+    /// Keep the weights llama.cpp would repack (Q4_0, Q4_K, IQ4_NL on AVX2) on the plain
+    /// kernels, as llama.cpp's `--no-repack` (`-nr`); by default their products follow
+    /// llama.cpp's repacked kernels' arithmetic, as llama.cpp does by default.
+    #[arg(long = "no-repack")]
+    no_repack: bool,
     /// Print what runs (CPU, SIMD level, kernel family, threads) and the sampler chain.
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -83,11 +88,15 @@ pub struct RunArgs {
 pub fn run(a: RunArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
     let t_load = Instant::now();
-    let model = common::load(&path)?;
+    let model = common::load(&path, a.no_repack)?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let threads = common::threads(a.threads);
     if a.verbose {
-        eprintln!("system: {} | threads: {threads}", common::system_info());
+        eprintln!(
+            "system: {} | threads: {threads} | repacked weights: {}",
+            common::system_info(),
+            model.n_repacked
+        );
     }
     let params = ContextParams {
         n_ctx: a.ctx_size,

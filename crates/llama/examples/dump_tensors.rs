@@ -40,7 +40,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [model, tokens, fa, first, out] = args.as_slice() else {
         return Err("usage: dump_tensors MODEL TOKENS_JSON FLASH_ATTN N_FIRST OUT_DIR".into());
     };
-    let model = Model::load(model)?;
+    // REPACK=1: the weights llama.cpp would repack take its repacked arithmetic (its default);
+    // otherwise plain, as the references made with use_extra_bufts = False.
+    let repack = std::env::var("REPACK").is_ok_and(|v| v == "1");
+    let model = Model::load_with(model, &tessera_llama::LoadParams { repack })?;
     let tokens: Vec<u32> = serde_json::from_str(tokens)?;
     let first: usize = first.parse::<usize>()?.min(tokens.len());
     let params = ContextParams {

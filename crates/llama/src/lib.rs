@@ -42,5 +42,5 @@ pub use context::{ContextParams, LlamaContext};
 pub use error::{LlamaError, Result};
 pub use hparams::HParams;
 pub use kv_cache::{Cell, KvCache, MAX_SEQ};
-pub use model::{Model, Weights};
+pub use model::{LoadParams, Model, Weights};
 pub use tessera_vocab::Vocab;

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tessera_backend::{Bindings, MappedBuffer};
 use tessera_gguf::GgufFile;
-use tessera_tensor::graph::{Context, TensorId};
+use tessera_tensor::graph::{Context, Flags, TensorId};
 use tessera_vocab::Vocab;
 
 /// The file's bytes as a buffer source (the mapping lives as long as any buffer over it).
@@ -67,6 +67,22 @@ impl Weights {
     }
 }
 
+/// How a model is loaded.
+#[derive(Debug, Clone)]
+pub struct LoadParams {
+    /// Mark the weights llama.cpp would move into its repack buffer (its default on x86 with
+    /// AVX2: Q4_0, Q4_K and IQ4_NL with rows in multiples of 8, decided at the SIMD level in
+    /// force at load), so their products follow ggml's repacked kernels' arithmetic. `false`
+    /// is llama.cpp's `--no-repack` (`use_extra_bufts = false`).
+    pub repack: bool,
+}
+
+impl Default for LoadParams {
+    fn default() -> Self {
+        LoadParams { repack: true }
+    }
+}
+
 /// A model ready to run: hyperparameters, vocabulary, weights and its architecture's graph.
 pub struct Model {
     /// Hyperparameters.
@@ -83,6 +99,8 @@ pub struct Model {
     pub file_size: usize,
     /// Chat template (`tokenizer.chat_template`), if any.
     pub chat_template: Option<String>,
+    /// How many weights are marked repacked ([`LoadParams::repack`]).
+    pub n_repacked: usize,
     file: Arc<MappedFile>,
 }
 
@@ -95,15 +113,26 @@ impl std::fmt::Debug for Model {
 impl Model {
     /// Loads a GGUF model: maps the file, reads hyperparameters and vocabulary, binds every
     /// tensor in place and lets the registered architecture pick and check its weights.
+    /// Weights are marked repacked as llama.cpp's default does ([`LoadParams`]).
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+        Self::load_with(path, &LoadParams::default())
+    }
+
+    /// [`Model::load`] with explicit [`LoadParams`].
+    pub fn load_with(path: impl AsRef<Path>, params: &LoadParams) -> Result<Model> {
         let path = path.as_ref();
         let gguf = GgufFile::open(path)
             .map_err(|source| LlamaError::Gguf { path: path.display().to_string(), source })?;
-        Self::from_gguf(gguf)
+        Self::from_gguf_with(gguf, params)
     }
 
     /// [`Model::load`] from an opened file.
     pub fn from_gguf(gguf: GgufFile) -> Result<Model> {
+        Self::from_gguf_with(gguf, &LoadParams::default())
+    }
+
+    /// [`Model::load_with`] from an opened file.
+    pub fn from_gguf_with(gguf: GgufFile, params: &LoadParams) -> Result<Model> {
         let file = Arc::new(MappedFile(gguf));
         let g = &file.0;
         let md = g.metadata();
@@ -113,12 +142,29 @@ impl Model {
         let mut ctx = Context::new();
         let mut bindings = Bindings::new();
         let mut by_name = HashMap::new();
+        let level = tessera_backend_cpu::SimdLevel::from_env();
+        let mut n_repacked = 0;
         for info in g.tensors() {
             let ne: Vec<usize> = info.ne.iter().map(|&d| d as usize).collect();
             let id = ctx.new_tensor(info.dtype, &ne)?;
             ctx.set_name(id, &info.name);
             bindings.bind(&ctx, id, buffer.clone(), info.data_offset as usize)?;
             by_name.insert(info.name.clone(), id);
+            // llama.cpp repacks the 2-D weights its matrix products read; marking one that
+            // only GET_ROWS reads (an untied token_embd) changes nothing, and a token_embd
+            // tied as the output is repacked by llama.cpp too (its duplicate for the output).
+            let d = ctx.get(id);
+            let two_d = d.ne[2] == 1 && d.ne[3] == 1 && d.ne[1] > 1;
+            if params.repack
+                && two_d
+                && tessera_backend_cpu::repack_applies(d.dtype, d.ne[1], level)
+            {
+                ctx.set_flags(id, Flags::REPACKED);
+                n_repacked += 1;
+            }
+        }
+        if n_repacked > 0 {
+            tracing::info!(n_repacked, "weights repacked (llama.cpp's CPU_REPACK arithmetic)");
         }
         let weights = Weights { ctx, bindings, by_name };
         let n_vocab_hint =
@@ -138,6 +184,7 @@ impl Model {
             name,
             file_size: g.bytes().len(),
             chat_template,
+            n_repacked,
             file,
         })
     }

@@ -3,7 +3,9 @@
 # the three real models, both attention paths, and three batch shapes: one batch of prompt + 64
 # reference tokens (llama.cpp's tiled kernels), one token after the rest (decode), and 64
 # tokens after the prompt (tiled kernels over a filled cache). Needs llama-cpp-python 0.3.36
-# (llama.cpp b11312) and the models (`cargo xtask models`); not part of CI.
+# (llama.cpp b11312) and the models (`cargo xtask models`); not part of CI. REPACK=1 compares
+# with llama.cpp's default repacked weights on both sides (not on an AMX CPU: llama.cpp's
+# extra buffers crash there).
 #   crates/llama/tools/bit_exact_sweep.sh [REFS_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."

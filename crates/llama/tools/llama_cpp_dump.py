@@ -7,7 +7,7 @@ The first N_FIRST tokens are decoded as one batch (not recorded), the rest as a 
 saved under its name (repeats get #1, #2, ...). Pair with the dump_tensors example of
 tessera-llama and compare_dumps.py. Needs llama-cpp-python 0.3.36 (llama.cpp b11312); weights
 are kept out of the AMX/repack buffers (../shared/reference.md)."""
-import ctypes, json, sys
+import ctypes, json, os, sys
 import numpy as np
 import llama_cpp
 import llama_cpp.llama as _L
@@ -15,7 +15,8 @@ from llama_cpp import Llama
 
 _orig = llama_cpp.llama_model_default_params
 def _params():
-    p = _orig(); p.use_extra_bufts = False; return p
+    # REPACK=1: llama.cpp's default repacked weights (never on an AMX CPU: it crashes there).
+    p = _orig(); p.use_extra_bufts = os.environ.get("REPACK") == "1"; return p
 llama_cpp.llama_model_default_params = _params
 _L.llama_cpp.llama_model_default_params = _params
 

@@ -36,6 +36,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod repack;
+#[cfg(target_arch = "x86_64")]
 mod vnni_matvec;
 #[cfg(target_arch = "x86_64")]
 mod vnni_tile;
@@ -232,6 +234,14 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
             (*dot4, *tile) = (None, None);
         }
     }
+    // Weights llama.cpp would have repacked take its repacked kernels' arithmetic, every
+    // shape through one kernel (no tiles, no tiled K-quants, no VNNI matvec).
+    #[cfg(target_arch = "x86_64")]
+    let repacked = if src0.repacked && simd >= SimdLevel::Avx2 && src0.ne[2] * src0.ne[3] == 1 {
+        repack::dots(src0.dtype)
+    } else {
+        None
+    };
     let vdt = match kernel {
         Kernel::Dot { vdt, .. } => vdt,
         Kernel::Dequant => DType::F32,
@@ -253,6 +263,19 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         converted: convert,
         row_size,
     };
+    #[cfg(target_arch = "x86_64")]
+    #[cfg(target_arch = "x86_64")]
+    if let Some((gemv, gemm)) = repacked {
+        if src1.n_rows() == 1 {
+            return matvec_rows(p, dst, src0, &act, gemv);
+        }
+        // llama.cpp's GEMM takes the rows 0..ne11 - ne11 % 4 of each plane, its GEMV the rest.
+        let ne11 = src1.ne[1];
+        let full = ne11 - ne11 % 4;
+        return for_each_chunk(p, src0.ne[1], src1.n_rows(), |rows0, rows1| {
+            repacked_chunk(dst, src0, &act, (gemv, gemm, full), rows0, rows1)
+        });
+    }
     #[cfg(target_arch = "x86_64")]
     if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1) {
         let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
@@ -383,6 +406,32 @@ fn matvec_rows(
         // activation row, and a level the CPU runs (`effective`); dst row 0 has ne0 = nr0
         // values and this thread owns row r.
         unsafe { out.add(r).write(dot(k, x, y)) };
+    }
+}
+
+/// One chunk of a product with repacked weights: activation rows before `full` (in their
+/// plane) take the GEMM chain, the others the GEMV chain ([`repack`]).
+#[cfg(target_arch = "x86_64")]
+fn repacked_chunk(
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    (gemv, gemm, full): (VecDot, VecDot, usize),
+    rows0: std::ops::Range<usize>,
+    rows1: std::ops::Range<usize>,
+) {
+    let (k, nb01) = (src0.ne[0], src0.nb[1]);
+    for r1 in rows1 {
+        let (i1, _, _) = act.src1.row_coords(r1);
+        let dot = if i1 < full { gemm } else { gemv };
+        let (w, out) = row_targets(dst, src0, &act.src1, r1);
+        let y = act.row(r1);
+        for r0 in rows0.clone() {
+            // SAFETY: row r0 of this src1 row's src0 matrix (k values, packed), the converted
+            // row r1, a level with AVX2 (checked by the caller); dst row r1 has ne0 values and
+            // this thread owns (r0, r1).
+            unsafe { out.add(r0).write(dot(k, w.wrapping_add(r0 * nb01), y)) };
+        }
     }
 }
 

@@ -104,12 +104,7 @@ impl Host {
     }
 
     fn tref(&self) -> TensorRef {
-        TensorRef {
-            data: self.buf.as_ptr().cast_mut().cast(),
-            dtype: self.dtype,
-            ne: self.ne,
-            nb: self.nb,
-        }
+        TensorRef::new(self.buf.as_ptr().cast_mut().cast(), self.dtype, self.ne, self.nb)
     }
 }
 
@@ -139,7 +134,7 @@ fn run(src0: &Host, src1: &Host, nth: usize, simd: SimdLevel) -> Vec<f32> {
     let n: usize = ne.iter().product();
     let mut out = vec![f32::from_bits(SENTINEL); n + 2 * PAD];
     let nb = [4, 4 * ne[0], 4 * ne[0] * ne[1], 4 * ne[0] * ne[1] * ne[2]];
-    let d = TensorRef { data: out[PAD..].as_mut_ptr().cast(), dtype: DType::F32, ne, nb };
+    let d = TensorRef::new(out[PAD..].as_mut_ptr().cast(), DType::F32, ne, nb);
     let wsize = work_size(&a, &b);
     let mut work = vec![0u64; wsize.div_ceil(8)];
     let wdata = work.as_mut_ptr() as usize;
