@@ -2,7 +2,11 @@
 # Makes one set of llama.cpp references (testdata/refs/LEVEL) from a llama.cpp build for that
 # SIMD level, and the spread files that say how far that build is from the other sets.
 #
-#   tools/make_ref_set.sh LEVEL VENV     LEVEL: avx2 | avx512
+#   tools/make_ref_set.sh LEVEL VENV [repack]     LEVEL: avx2 | avx512
+#
+# With `repack`, llama.cpp keeps its default repacked weights (Q4_0/Q4_K/IQ4_NL interleaved at
+# load) and the set goes to testdata/refs/LEVEL-repack (never on a CPU with AMX: llama.cpp's
+# AMX path crashes there).
 #
 # Each level is a separate build of llama-cpp-python 0.3.36 (llama.cpp b11312) from source,
 # with explicit flags and no -march=native, so that the set is what llama.cpp computes on every
@@ -20,8 +24,8 @@
 #       llama-cpp-python==0.3.36 --no-binary llama-cpp-python
 #   VENV/bin/pip install WHEELS/llama_cpp_python-0.3.36-*.whl
 #
-# Weights stay in plain buffers (use_extra_bufts = False, as llama-bench --repack 0): the sets
-# describe llama.cpp without its repacked weights. Needs the models (`cargo xtask models`).
+# Without `repack`, weights stay in plain buffers (use_extra_bufts = False, as llama-bench
+# --repack 0). Needs the models (`cargo xtask models`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 level=${1:?usage: tools/make_ref_set.sh avx2|avx512 VENV}
@@ -35,18 +39,24 @@ models=(
 )
 "$py" -c 'import llama_cpp; print(llama_cpp.llama_print_system_info().decode())'
 out=testdata/refs/$level
+if [ "${3:-}" = repack ]; then
+  export REPACK=1
+  out=testdata/refs/$level-repack
+fi
 mkdir -p "$out"
 # 1. The references, both attention paths.
 "$py" tools/make_refs.py "$out/fa-on" testdata/refs/prompts.json "${models[@]}" --fa 1
 "$py" tools/make_refs.py "$out/fa-off" testdata/refs/prompts.json "${models[@]}" --fa 0
 # 2. llama.cpp's other attention path against them (the teacher-forced allowance).
 "$py" crates/llama/tools/llama_cpp_self_agreement.py "$out" "$out/self_agreement.json" "${models[@]}"
-# 3. This build against every other set: its spread file there.
+# 3. This build against every other set: its spread file there (plain builds only).
+[ "${REPACK:-0}" = 1 ] && { echo "write $out/build.json, then: cargo xtask testdata sums"; exit 0; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for other in testdata/refs/*/build.json; do
   dir=$(dirname "$other")
   [ "$dir" = "$out" ] && continue
+  grep -q '"repack": true' "$other" && continue
   mkdir -p "$dir/spread"
   "$py" crates/llama/tools/llama_cpp_self_agreement.py "$dir" "$tmp/other.json" \
     --reproduction "$dir/spread/$level-explicit.json" "${models[@]}"

@@ -143,6 +143,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     "cpu_info": common::cpu_name(),
                     "simd": common::simd_level(),
                     "build_commit": env!("TESSERA_GIT_COMMIT"),
+                    "repack": !a.no_repack,
+                    "n_repacked": model.n_repacked,
                     "n_threads": r.threads,
                     "flash_attn": a.flash_attn != 0,
                     "n_prompt": r.n_prompt,
@@ -178,7 +180,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
         );
     }
     println!();
-    println!("build: {} | {}", env!("TESSERA_GIT_COMMIT"), common::system_info());
+    println!(
+        "build: {} | {} | repacked weights: {}",
+        env!("TESSERA_GIT_COMMIT"),
+        common::system_info(),
+        model.n_repacked
+    );
     Ok(())
 }
 

@@ -4,56 +4,84 @@
 
 mod common;
 
-use tessera_llama::Model;
+use tessera_llama::{LoadParams, Model};
 
 /// Known differences from the stored references, each explained in the issue notes: none.
 ///
-/// llama.cpp's bits depend on the SIMD level it was built for, so testdata/refs holds one set
-/// of references per level (`avx2/`, `avx512/`, each with the build that made it) and the test
-/// takes the set of the level Tessera runs at (`TESSERA_SIMD` lowers it). Within a level,
-/// llama.cpp builds for other CPUs of that level differ a little too (the AVX-512 set was made
-/// on a Sapphire Rapids; llama.cpp built natively on a Zen 4 is NMSE 1.2e-4 to 1.8e-3 from it
-/// on Qwen2.5 and Gemma-3): those distances are in `<set>/spread/` and the logits check allows
-/// them, as it allows llama.cpp's other attention path. At a level with no set (scalar), the
+/// llama.cpp's bits depend on the SIMD level it was built for and on whether it repacks
+/// weights (its default), so testdata/refs holds one set of references per level and layout
+/// (`avx2/`, `avx2-repack/`, `avx512/`, `avx512-repack/`, each with the build that made it) and
+/// the test takes the set of the level Tessera runs at (`TESSERA_SIMD` lowers it), plain and
+/// repacked (SmolLM2, Q4_1, has no weight llama.cpp repacks). The sets come from
+/// explicit-flags builds, which compute the same on every CPU of their level; a native build
+/// for another CPU of a level may differ a little (a Sapphire Rapids native build was NMSE
+/// 1.2e-4 to 1.8e-3 from a Zen 4 one on Qwen2.5 and Gemma-3): such distances go in
+/// `<set>/spread/` and the logits check allows them, as it allows llama.cpp's other attention
+/// path. At a level with no set (scalar), the
 /// AVX-512 set is used with the spread of every build llama.cpp was measured with.
 const KNOWN_GAPS: &[&str] = &[];
 
-fn check_model(id: tessera_models::Model, flash_attn: bool) {
+fn check_model(id: tessera_models::Model, flash_attn: bool, repack: bool) {
     let path = tessera_models::ensure(&id).expect("fetching the model");
-    let model = Model::load(&path).expect("loading");
-    let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+    let model = Model::load_with(&path, &LoadParams { repack }).expect("loading");
     let level = tessera_backend_cpu::SimdLevel::from_env();
-    let set = common::ref_set(level.name());
+    if repack && level >= tessera_backend_cpu::SimdLevel::Avx2 {
+        assert!(model.n_repacked > 0, "{}: no weight llama.cpp would repack", id.id);
+    }
+    let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+    // Nothing is repacked below AVX2 (as in a llama.cpp built without it).
+    let repack = repack && model.n_repacked > 0;
+    let set = common::ref_set(level.name(), repack);
     let agreement = set.dir.join("self_agreement.json");
     common::check(&model, &name, &set.dir, &agreement, &set.spreads, flash_attn, KNOWN_GAPS);
 }
 
 #[test]
 fn smollm2_matches_llama_cpp_flash() {
-    check_model(tessera_models::SMOLLM2, true);
+    check_model(tessera_models::SMOLLM2, true, false);
 }
 
 #[test]
 fn smollm2_matches_llama_cpp_softmax() {
-    check_model(tessera_models::SMOLLM2, false);
+    check_model(tessera_models::SMOLLM2, false, false);
 }
 
 #[test]
 fn qwen25_coder_matches_llama_cpp_flash() {
-    check_model(tessera_models::QWEN25_CODER, true);
+    check_model(tessera_models::QWEN25_CODER, true, false);
+}
+
+#[test]
+fn qwen25_coder_repacked_matches_llama_cpp_flash() {
+    check_model(tessera_models::QWEN25_CODER, true, true);
 }
 
 #[test]
 fn qwen25_coder_matches_llama_cpp_softmax() {
-    check_model(tessera_models::QWEN25_CODER, false);
+    check_model(tessera_models::QWEN25_CODER, false, false);
+}
+
+#[test]
+fn qwen25_coder_repacked_matches_llama_cpp_softmax() {
+    check_model(tessera_models::QWEN25_CODER, false, true);
 }
 
 #[test]
 fn gemma3_matches_llama_cpp_flash() {
-    check_model(tessera_models::GEMMA3, true);
+    check_model(tessera_models::GEMMA3, true, false);
+}
+
+#[test]
+fn gemma3_repacked_matches_llama_cpp_flash() {
+    check_model(tessera_models::GEMMA3, true, true);
 }
 
 #[test]
 fn gemma3_matches_llama_cpp_softmax() {
-    check_model(tessera_models::GEMMA3, false);
+    check_model(tessera_models::GEMMA3, false, false);
+}
+
+#[test]
+fn gemma3_repacked_matches_llama_cpp_softmax() {
+    check_model(tessera_models::GEMMA3, false, true);
 }

@@ -23,7 +23,7 @@ from llama_cpp import Llama
 
 _orig = llama_cpp.llama_model_default_params
 def _params():
-    p = _orig(); p.use_extra_bufts = False; return p
+    p = _orig(); p.use_extra_bufts = os.environ.get("REPACK") == "1"; return p
 llama_cpp.llama_model_default_params = _params
 _L.llama_cpp.llama_model_default_params = _params
 

@@ -269,6 +269,11 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         if src1.n_rows() == 1 {
             return matvec_rows(p, dst, src0, &act, gemv);
         }
+        if kquant_tiled::applies(src0, src1) {
+            // Q4_K batches: the tiled kernels with the repacked chains' epilogue.
+            let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
+            return kquant_tiled::mul_mat(p, dst, src0, &act, vnni, Some(gemv));
+        }
         // llama.cpp's GEMM takes the rows 0..ne11 - ne11 % 4 of each plane, its GEMV the rest.
         let ne11 = src1.ne[1];
         let full = ne11 - ne11 % 4;
@@ -279,7 +284,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     #[cfg(target_arch = "x86_64")]
     if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1) {
         let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
-        return kquant_tiled::mul_mat(p, dst, src0, &act, vnni);
+        return kquant_tiled::mul_mat(p, dst, src0, &act, vnni, None);
     }
     #[cfg(target_arch = "x86_64")]
     if simd >= SimdLevel::Avx512 && cpu_vnni() && src1.n_rows() == 1 {

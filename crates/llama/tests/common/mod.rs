@@ -27,11 +27,12 @@ pub struct RefSet {
     pub spreads: Vec<PathBuf>,
 }
 
-/// The reference set for Tessera running at SIMD `level`: the set made by a llama.cpp build of
-/// that level, allowing for the spread of llama.cpp's other builds of that level only; where no
-/// set matches (the scalar level), the AVX-512 set, allowing for the spread of every other
+/// The reference set for Tessera running at SIMD `level` with weights repacked or not: the
+/// set made by a llama.cpp build of that level in that weight layout, allowing for the spread
+/// of llama.cpp's other builds of that level only; where no set matches (the scalar level,
+/// where nothing is repacked), the plain AVX-512 set, allowing for the spread of every other
 /// build llama.cpp was measured with (its own cross-level differences).
-pub fn ref_set(level: &str) -> RefSet {
+pub fn ref_set(level: &str, repack: bool) -> RefSet {
     let root = refs_dir();
     let mut sets = Vec::new();
     for e in std::fs::read_dir(&root).expect("testdata/refs") {
@@ -43,14 +44,15 @@ pub fn ref_set(level: &str) -> RefSet {
         let b: Value = serde_json::from_str(&std::fs::read_to_string(&build).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", build.display()));
         let set_level = b["simd_level"].as_str().expect("build.json: simd_level").to_string();
-        sets.push((dir, set_level));
+        let set_repack = b["repack"].as_bool().expect("build.json: repack");
+        sets.push((dir, set_level, set_repack));
     }
     sets.sort();
-    let exact = sets.iter().find(|(_, l)| l == level).cloned();
+    let exact = sets.iter().find(|(_, l, r)| l == level && *r == repack).cloned();
     let matched = exact.is_some();
-    let (dir, set_level) = exact
-        .or_else(|| sets.iter().find(|(_, l)| l == "avx512").cloned())
-        .expect("an avx512 reference set");
+    let (dir, set_level, set_repack) = exact
+        .or_else(|| sets.iter().find(|(_, l, r)| l == "avx512" && !r).cloned())
+        .expect("a plain avx512 reference set");
     let mut spreads: Vec<PathBuf> = std::fs::read_dir(dir.join("spread"))
         .map(|d| d.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();
@@ -60,9 +62,10 @@ pub fn ref_set(level: &str) -> RefSet {
     });
     spreads.sort();
     eprintln!(
-        "Tessera at {level}: references {} (llama.cpp {set_level}{}), allowing for {:?}",
+        "Tessera at {level}, repack {repack}: references {} (llama.cpp {set_level}, repack \
+         {set_repack}{}), allowing for {:?}",
         dir.display(),
-        if matched { "" } else { ", no set of this level" },
+        if matched { "" } else { "; no set of this level and layout" },
         spreads.iter().map(|p| p.file_name().unwrap()).collect::<Vec<_>>()
     );
     RefSet { dir, level: set_level, spreads }
