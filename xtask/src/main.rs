@@ -4,6 +4,10 @@
 //!   a Python environment of its own (target/pyenv, pinned by tools/requirements-ci.txt),
 //!   format check, clippy with warnings denied, the real models fetched and verified, the whole
 //!   test suite, then the kernel test matrix. A fresh clone needs only Rust and python3.
+//! - `cargo xtask bench-model SHAPE TYPE OUT`: a random-weight model of a benchmark shape
+//!   (`llama-3.2-1b`, `llama-3.1-8b`; llama 3's vocabulary) with 2-D weights of TYPE (`f16`,
+//!   `q4_0`, `q8_0`, ...), written by the project's writer; `tessera quantize` makes the mixes
+//!   (Q4_K_M) from an f16 one.
 //! - `cargo xtask testdata [check | sums | import DIR]`: the fixtures under testdata/
 //!   (testdata/README.md says where each came from).
 //! - `cargo xtask models [NAME...]`: fetch, assemble and checksum the real models into the cache
@@ -36,6 +40,7 @@ fn main() -> Result<()> {
         Some("test-matrix") => test_matrix(&args[1..]),
         Some("synth-models") => synth_models(&args[1..]),
         Some("testdata") => testdata::command(&root(), &args[1..]),
+        Some("bench-model") => bench_model(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]... | test-matrix \
@@ -124,6 +129,24 @@ fn synth_models(args: &[String]) -> Result<()> {
         tessera_llama::synth::write_random_model(&spec, v.metadata(), &path)?;
         println!("{}", path.display());
     }
+    Ok(())
+}
+
+fn bench_model(args: &[String]) -> Result<()> {
+    let [shape, dtype, out] = args else {
+        bail!("usage: cargo xtask bench-model llama-3.2-1b|llama-3.1-8b TYPE OUT.gguf");
+    };
+    let dt = tessera_tensor::DType::ALL
+        .into_iter()
+        .find(|t| t.to_string().eq_ignore_ascii_case(dtype))
+        .with_context(|| format!("unknown type '{dtype}'"))?;
+    let spec = tessera_llama::synth::bench_shape(shape, dt)
+        .with_context(|| format!("unknown shape '{shape}' (llama-3.2-1b, llama-3.1-8b)"))?;
+    let vocab = root().join("testdata/vocab/ggml-vocab-llama-bpe.gguf");
+    let v = tessera_gguf::GgufFile::open(&vocab)?;
+    let start = Instant::now();
+    let n_vocab = tessera_llama::synth::write_random_model(&spec, v.metadata(), out.as_ref())?;
+    eprintln!("{out}: {shape}, {dtype}, vocab {n_vocab}, {:.0}s", start.elapsed().as_secs_f64());
     Ok(())
 }
 
