@@ -9,8 +9,10 @@ written in the file's 16-bit form. Then
   tessera perplexity -m MODEL.gguf -c N_CTX -fa on|off --kl-divergence-base OUT.kld --kl-divergence
 prints Tessera's KL-divergence from llama.cpp, as llama-perplexity would (no llama-perplexity
 binary is needed). Needs llama-cpp-python 0.3.36 (llama.cpp b11312); weights are kept out of
-the AMX/repack buffers (../shared/reference.md). Also prints llama.cpp's perplexity."""
-import math, struct, sys
+the AMX/repack buffers unless REPACK=1 (llama.cpp's default; compare with Tessera's default
+then, `--no-repack` otherwise; never on a CPU with AMX: testdata/refs/README.md). Also prints
+llama.cpp's perplexity."""
+import math, os, struct, sys
 import numpy as np
 import llama_cpp
 import llama_cpp.llama as _L
@@ -18,7 +20,7 @@ from llama_cpp import Llama
 
 _orig = llama_cpp.llama_model_default_params
 def _params():
-    p = _orig(); p.use_extra_bufts = False; return p
+    p = _orig(); p.use_extra_bufts = os.environ.get("REPACK") == "1"; return p
 llama_cpp.llama_model_default_params = _params
 _L.llama_cpp.llama_model_default_params = _params
 

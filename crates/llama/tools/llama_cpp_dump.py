@@ -6,7 +6,8 @@ The first N_FIRST tokens are decoded as one batch (not recorded), the rest as a 
 (N_FIRST = the number of tokens: one batch, recorded); every F32 tensor the graph computes is
 saved under its name (repeats get #1, #2, ...). Pair with the dump_tensors example of
 tessera-llama and compare_dumps.py. Needs llama-cpp-python 0.3.36 (llama.cpp b11312); weights
-are kept out of the AMX/repack buffers (../shared/reference.md)."""
+are kept out of the AMX/repack buffers unless REPACK=1 (llama.cpp's default repacked weights;
+never on a CPU with AMX, whose path crashes: testdata/refs/README.md)."""
 import ctypes, json, os, sys
 import numpy as np
 import llama_cpp
