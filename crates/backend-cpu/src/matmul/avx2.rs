@@ -302,6 +302,48 @@ unsafe fn q8_0_rows<const C: usize>(
     acc.map(|a| hsum_ps(a))
 }
 
+/// [`q8_0_rows`] for the types with an f16 weight scale (Q4_0, Q5_0, Q8_0, IQ4_NL): the `C`
+/// (at most four) activation scales of a block converted in one F16C instruction and
+/// multiplied by the weight scale in one `mulps`, each product rounded once, as
+/// [`fp16_mul`]'s: the same bits, fewer instructions per product.
+///
+/// # Safety
+/// As [`q8_0_rows`], with `C <= 4`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_rows_f16<const C: usize>(
+    n: usize,
+    x: *const u8,
+    xsize: usize,
+    y: [*const u8; C],
+    unpack: impl Fn(*const u8) -> (u16, __m256i),
+) -> [f32; C] {
+    assert!(C <= 4);
+    let nb = n / 32;
+    let mut acc = [_mm256_setzero_ps(); C];
+    for i in 0..nb {
+        let (dx, qx) = unpack(x.wrapping_add(i * xsize));
+        let ax = _mm256_sign_epi8(qx, qx);
+        let mut halves = 0u64;
+        for (k, y) in y.iter().enumerate() {
+            // SAFETY: the f16 scale of block i of activation row k.
+            halves |= u64::from(unsafe { rd::<u16>(y.wrapping_add(34 * i)) }) << (16 * k);
+        }
+        let dys = _mm_cvtph_ps(_mm_cvtsi64_si128(halves as i64));
+        let dxs = _mm_cvtph_ps(_mm_set1_epi16(dx as i16));
+        let mut scales = [0f32; 4];
+        // SAFETY: four f32 into a four-f32 array.
+        unsafe { _mm_storeu_ps(scales.as_mut_ptr(), _mm_mul_ps(dxs, dys)) };
+        for ((a, y), &sc) in acc.iter_mut().zip(y).zip(&scales) {
+            // SAFETY: block i of this activation row (32 bytes after its scale).
+            let qy = unsafe { ld256(y.wrapping_add(34 * i + 2)) };
+            let p = _mm256_cvtepi32_ps(dot_u8_i8(ax, _mm256_sign_epi8(qy, qx)));
+            *a = _mm256_fmadd_ps(_mm256_set1_ps(sc), p, *a);
+        }
+    }
+    acc.map(|a| hsum_ps(a))
+}
+
 /// Four weight rows against four Q8_1 activation rows (a 4x4 tile): each block of every
 /// weight row is unpacked once and each activation block loaded once for the sixteen
 /// products; every output still accumulates its blocks in order (same bits as
@@ -397,7 +439,7 @@ unsafe fn q4_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
         (d, _mm256_sub_epi8(nibbles(qs), _mm256_set1_epi8(8)))
     };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows(n, x, 18, y, unpack, |a, b| fp16_mul(a, b)) }
+    unsafe { q8_0_rows_f16(n, x, 18, y, unpack) }
 }
 
 /// Q4_0 · Q8_0.
@@ -422,7 +464,7 @@ unsafe fn q8_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
         (d, qs)
     };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows(n, x, 34, y, unpack, |a, b| fp16_mul(a, b)) }
+    unsafe { q8_0_rows_f16(n, x, 34, y, unpack) }
 }
 
 /// Q8_0 · Q8_0.
@@ -449,7 +491,7 @@ unsafe fn q5_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
         (d, _mm256_or_si256(nibbles(qs), high))
     };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows(n, x, 22, y, unpack, |a, b| fp16_mul(a, b)) }
+    unsafe { q8_0_rows_f16(n, x, 22, y, unpack) }
 }
 
 /// Q5_0 · Q8_0.
@@ -478,7 +520,7 @@ unsafe fn iq4_nl_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C
         (d, _mm256_shuffle_epi8(table, nibbles(qs)))
     };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows(n, x, 18, y, unpack, |a, b| fp16_mul(a, b)) }
+    unsafe { q8_0_rows_f16(n, x, 18, y, unpack) }
 }
 
 /// IQ4_NL · Q8_0.
