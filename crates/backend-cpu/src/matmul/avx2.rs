@@ -268,50 +268,20 @@ unsafe fn bf16_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
 // 32-value blocks against Q8_0 / Q8_1 (block sizes: Q8_0 34 bytes, d at 0, qs at 2; Q8_1 36,
 // d at 0, s at 2, qs at 4).
 
-/// Generic block loop against `C` Q8_0 rows, one accumulator per row, blocks in order: the
-/// order of ggml's `ggml_vec_dot_*_q8_0` and of llamafile's tinyBLAS (which llama.cpp uses for
-/// these types), so results are the same bits. `unpack(block)` gives the block's raw scale and
-/// 32 signed weight bytes; `scale(raw, dy)` the product of the weight scale and the f16
-/// activation scale `dy`.
+/// Generic block loop against `C` (at most four) Q8_0 rows, one accumulator per row, blocks
+/// in order: the order of ggml's `ggml_vec_dot_*_q8_0` and of llamafile's tinyBLAS (which
+/// llama.cpp uses for these types), so results are the same bits. `unpack(block)` gives the
+/// block's raw scale and 32 signed weight bytes. The scale of each product is the weight scale
+/// times the f16 activation scale, rounded once: with an f16 weight scale (`MX = false`: Q4_0,
+/// Q5_0, Q8_0, IQ4_NL) the block's `C` activation scales are converted in one F16C
+/// instruction and multiplied in one `mulps` (as [`fp16_mul`]'s bits); MXFP4's (`MX`) is half
+/// its E8M0 exponent.
 ///
 /// # Safety
 /// The [`VecDot4`] contract for each row, `xsize` bytes per weight block, and AVX2/FMA/F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_rows<const C: usize>(
-    n: usize,
-    x: *const u8,
-    xsize: usize,
-    y: [*const u8; C],
-    unpack: impl Fn(*const u8) -> (u16, __m256i),
-    scale: impl Fn(u16, u16) -> f32,
-) -> [f32; C] {
-    let nb = n / 32;
-    let mut acc = [_mm256_setzero_ps(); C];
-    for i in 0..nb {
-        let (dx, qx) = unpack(x.wrapping_add(i * xsize));
-        let ax = _mm256_sign_epi8(qx, qx);
-        for (a, y) in acc.iter_mut().zip(y) {
-            let yb = y.wrapping_add(34 * i);
-            // SAFETY: block i of this activation row.
-            let (dy, qy) = unsafe { (rd::<u16>(yb), ld256(yb.add(2))) };
-            let p = _mm256_cvtepi32_ps(dot_u8_i8(ax, _mm256_sign_epi8(qy, qx)));
-            *a = _mm256_fmadd_ps(_mm256_set1_ps(scale(dx, dy)), p, *a);
-        }
-    }
-    acc.map(|a| hsum_ps(a))
-}
-
-/// [`q8_0_rows`] for the types with an f16 weight scale (Q4_0, Q5_0, Q8_0, IQ4_NL): the `C`
-/// (at most four) activation scales of a block converted in one F16C instruction and
-/// multiplied by the weight scale in one `mulps`, each product rounded once, as
-/// [`fp16_mul`]'s: the same bits, fewer instructions per product.
-///
-/// # Safety
-/// As [`q8_0_rows`], with `C <= 4`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_rows_f16<const C: usize>(
+unsafe fn q8_0_rows<const C: usize, const MX: bool>(
     n: usize,
     x: *const u8,
     xsize: usize,
@@ -330,7 +300,11 @@ unsafe fn q8_0_rows_f16<const C: usize>(
             halves |= u64::from(unsafe { rd::<u16>(y.wrapping_add(34 * i)) }) << (16 * k);
         }
         let dys = _mm_cvtph_ps(_mm_cvtsi64_si128(halves as i64));
-        let dxs = _mm_cvtph_ps(_mm_set1_epi16(dx as i16));
+        let dxs = if MX {
+            _mm_set1_ps(super::scalar::e8m0_half(dx as u8))
+        } else {
+            _mm_cvtph_ps(_mm_set1_epi16(dx as i16))
+        };
         let mut scales = [0f32; 4];
         // SAFETY: four f32 into a four-f32 array.
         unsafe { _mm_storeu_ps(scales.as_mut_ptr(), _mm_mul_ps(dxs, dys)) };
@@ -342,6 +316,40 @@ unsafe fn q8_0_rows_f16<const C: usize>(
         }
     }
     acc.map(|a| hsum_ps(a))
+}
+
+/// A Q4_0 block's f16 scale and its 32 values (nibble − 8) as signed bytes.
+///
+/// # Safety
+/// `b` must be a whole readable Q4_0 block (18 bytes: d, qs[16]); AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q4_0_block(b: *const u8) -> (u16, __m256i) {
+    // SAFETY: by the caller's contract.
+    let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
+    (d, _mm256_sub_epi8(nibbles(qs), _mm256_set1_epi8(8)))
+}
+
+/// `kvalues_iq4nl` in both 128-bit lanes, for [`iq4_nl_block`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn iq4_nl_table() -> __m256i {
+    // SAFETY: the table is 16 bytes.
+    _mm256_broadcastsi128_si256(unsafe {
+        ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast())
+    })
+}
+
+/// An IQ4_NL block's f16 scale and its 32 values (table entries) as signed bytes.
+///
+/// # Safety
+/// `b` must be a whole readable IQ4_NL block (18 bytes: d, qs[16]); AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn iq4_nl_block(table: __m256i, b: *const u8) -> (u16, __m256i) {
+    // SAFETY: by the caller's contract.
+    let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
+    (d, _mm256_shuffle_epi8(table, nibbles(qs)))
 }
 
 /// Four weight rows against four Q8_1 activation rows (a 4x4 tile): each block of every
@@ -433,13 +441,10 @@ pub(super) fn tile(dtype: DType) -> Option<super::TileFn> {
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
-    let unpack = |b: *const u8| {
-        // SAFETY: `b` is a whole Q4_0 block of the row (18 bytes: d, qs[16]).
-        let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
-        (d, _mm256_sub_epi8(nibbles(qs), _mm256_set1_epi8(8)))
-    };
+    // SAFETY: `b` is a whole Q4_0 block of the row.
+    let unpack = |b: *const u8| unsafe { q4_0_block(b) };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows_f16(n, x, 18, y, unpack) }
+    unsafe { q8_0_rows::<C, false>(n, x, 18, y, unpack) }
 }
 
 /// Q4_0 · Q8_0.
@@ -464,7 +469,7 @@ unsafe fn q8_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
         (d, qs)
     };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows_f16(n, x, 34, y, unpack) }
+    unsafe { q8_0_rows::<C, false>(n, x, 34, y, unpack) }
 }
 
 /// Q8_0 · Q8_0.
@@ -491,7 +496,7 @@ unsafe fn q5_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
         (d, _mm256_or_si256(nibbles(qs), high))
     };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows_f16(n, x, 22, y, unpack) }
+    unsafe { q8_0_rows::<C, false>(n, x, 22, y, unpack) }
 }
 
 /// Q5_0 · Q8_0.
@@ -510,17 +515,11 @@ unsafe fn q5_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn iq4_nl_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
-    // SAFETY: the table is 16 bytes.
-    let table = _mm256_broadcastsi128_si256(unsafe {
-        ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast())
-    });
-    let unpack = |b: *const u8| {
-        // SAFETY: `b` is a whole IQ4_NL block (18 bytes: d, qs[16]).
-        let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
-        (d, _mm256_shuffle_epi8(table, nibbles(qs)))
-    };
+    let table = iq4_nl_table();
+    // SAFETY: `b` is a whole IQ4_NL block of the row.
+    let unpack = |b: *const u8| unsafe { iq4_nl_block(table, b) };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows_f16(n, x, 18, y, unpack) }
+    unsafe { q8_0_rows::<C, false>(n, x, 18, y, unpack) }
 }
 
 /// IQ4_NL · Q8_0.
@@ -548,9 +547,8 @@ unsafe fn mxfp4_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
         let (e, qs) = unsafe { (*b, ld128(b.add(1))) };
         (u16::from(e), _mm256_shuffle_epi8(table, nibbles(qs)))
     };
-    let mx_scale = |e: u16, dy: u16| super::scalar::e8m0_half(e as u8) * fp16(dy);
     // SAFETY: forwarded.
-    unsafe { q8_0_rows::<1>(n, x, 17, [y], unpack, mx_scale)[0] }
+    unsafe { q8_0_rows::<1, true>(n, x, 17, [y], unpack)[0] }
 }
 
 /// Generic block loop of the `d·q + m` types against Q8_1: `Σ (dx·dy)·Σq·y + m·s`.

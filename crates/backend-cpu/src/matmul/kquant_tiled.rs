@@ -49,7 +49,8 @@ const ROWS: usize = 4;
 const Q8K_SIZE: usize = 292;
 
 /// Whether llama.cpp would take its tiled path for these operands (a K-quant weight type and
-/// `src1.ne[1] >= 8`), and this kernel can reproduce it (one weight matrix, AVX-512 VNNI).
+/// `src1.ne[1] >= 8`), and these kernels can reproduce it (one weight matrix; the caller
+/// checks the SIMD level: AVX2 or AVX-512 VNNI).
 pub(super) fn applies(src0: &TensorRef, src1: &TensorRef) -> bool {
     layout(src0.dtype).is_some() && src1.ne[1] >= 8 && src0.ne[2] == 1 && src0.ne[3] == 1
 }
@@ -127,7 +128,8 @@ fn pair(lo: i32, hi: i32) -> i32 {
 }
 
 /// `get_scale_min_k4`: scale and min of 32-value sub-block `j` of a Q4_K/Q5_K block.
-fn scale_min_k4(j: usize, q: &[u8]) -> (i32, i32) {
+#[inline]
+pub(super) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (i32, i32) {
     let (s, m) = if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -157,6 +159,7 @@ fn unpack_block(dtype: DType, blk: &[u8], u: &mut Unpacked, b: usize) {
                     codes[64 * j + 32 + l] = (q >> 4) | hi1;
                 }
             }
+            let scales: &[u8; 12] = scales.try_into().expect("12 scale bytes");
             for s in 0..8 {
                 let (sc, m) = scale_min_k4(s, scales);
                 u.scales[b * 8 + s] = sc;
@@ -344,6 +347,9 @@ fn chunk(
         band.fill(nb, &rows);
     }
     let src0_row = src0.row_size();
+    // llama.cpp's repacked GEMM rows of each plane: 0..full (the rest take its GEMV).
+    let ne11 = act.src1.ne[1];
+    let full = ne11 - ne11 % 4;
     for r0 in rows0.clone().step_by(ROWS) {
         let n0 = ROWS.min(rows0.end - r0);
         for (i, u) in units.iter_mut().enumerate() {
@@ -362,8 +368,6 @@ fn chunk(
             // SAFETY: the caller's level has the kernel's instructions (`mul_mat`); the buffers
             // hold `nb` blocks each.
             unsafe { kern(nb, lay, units, band, &mut out) };
-            let ne11 = act.src1.ne[1];
-            let full = ne11 - ne11 % 4;
             for (c, r1) in (s..(s + BAND).min(rows1.end)).enumerate() {
                 let (i1, i2, i3) = act.src1.row_coords(r1);
                 // SAFETY: dst row (i1, i2, i3) exists (shape checked by mul_mat).
@@ -773,12 +777,6 @@ mod tests {
             }
         }
     }
-}
-
-#[cfg(test)]
-mod repack_tests {
-    use super::*;
-    use tessera_tensor::quant;
 
     /// The repacked epilogues of both kernels give the one-row repacked chains' bits
     /// (`super::super::repack`), GEMM and GEMV.
@@ -790,26 +788,16 @@ mod repack_tests {
             return;
         }
         let vnni = level >= crate::SimdLevel::Avx512 && crate::has_vnni();
-        let mut seed = 5u64;
-        let mut f32s = |n: usize| -> Vec<f32> {
-            (0..n)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    (seed % 2001) as f32 / 1000.0 - 1.0
-                })
-                .collect()
-        };
+        let mut rng = Rng(5);
         let nb = 3;
         let rows: Vec<Vec<u8>> =
-            (0..13).map(|_| quant::quantize(DType::Q8_K, &f32s(nb * QK)).unwrap()).collect();
+            (0..13).map(|_| quant::quantize(DType::Q8_K, &rng.f32s(nb * QK)).unwrap()).collect();
         let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
         let mut band = Band::default();
         band.fill(nb, &refs);
         let lay = layout(DType::Q4_K).unwrap();
         let weights: Vec<Vec<u8>> =
-            (0..ROWS).map(|_| quant::quantize(DType::Q4_K, &f32s(nb * QK)).unwrap()).collect();
+            (0..ROWS).map(|_| quant::quantize(DType::Q4_K, &rng.f32s(nb * QK)).unwrap()).collect();
         let units: Vec<Unpacked> = weights
             .iter()
             .map(|w| {

@@ -234,8 +234,9 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
             (*dot4, *tile) = (None, None);
         }
     }
-    // Weights llama.cpp would have repacked take its repacked kernels' arithmetic, every
-    // shape through one kernel (no tiles, no tiled K-quants, no VNNI matvec).
+    // Weights llama.cpp would have repacked take its repacked kernels' arithmetic (`repack`):
+    // no register tiles or VNNI matvec; Q4_K batches take the tiled kernels with the
+    // repacked epilogue.
     #[cfg(target_arch = "x86_64")]
     let repacked = if src0.repacked && simd >= SimdLevel::Avx2 && src0.ne[2] * src0.ne[3] == 1 {
         repack::dots(src0.dtype)
@@ -263,7 +264,6 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         converted: convert,
         row_size,
     };
-    #[cfg(target_arch = "x86_64")]
     #[cfg(target_arch = "x86_64")]
     if let Some((gemv, gemm)) = repacked {
         if src1.n_rows() == 1 {

@@ -13,7 +13,7 @@ use std::sync::Barrier;
 const MAX_NMSE: f64 = 5e-4;
 
 /// xorshift64*, deterministic.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -26,7 +26,7 @@ impl Rng {
     fn f32(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
-    fn f32s(&mut self, n: usize) -> Vec<f32> {
+    pub(super) fn f32s(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.f32()).collect()
     }
     fn bytes(&mut self, n: usize) -> Vec<u8> {
