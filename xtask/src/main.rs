@@ -45,7 +45,7 @@ fn main() -> Result<()> {
             eprintln!(
                 "usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]... | test-matrix \
                  [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512] | synth-models \
-                 [DIR] | testdata [check|sums|import DIR]>"
+                 [DIR] | bench-model SHAPE TYPE OUT | testdata [check|sums|import DIR]>"
             );
             std::process::exit(2)
         }
@@ -87,11 +87,8 @@ fn ci() -> Result<()> {
 /// llama.cpp's AVX2 references, so the path most users' CPUs take cannot rot unseen on an
 /// AVX-512 CI machine. (The kernel unit tests and the test matrix cover every level anyway.)
 fn avx2_model_tests() -> Result<()> {
-    #[cfg(target_arch = "x86_64")]
-    let above_avx2 = std::arch::is_x86_feature_detected!("avx512f");
-    #[cfg(not(target_arch = "x86_64"))]
-    let above_avx2 = false;
-    if !above_avx2 {
+    use tessera_backend_cpu::SimdLevel;
+    if SimdLevel::detect() <= SimdLevel::Avx2 {
         return Ok(());
     }
     eprintln!("==> the model tests again at TESSERA_SIMD=avx2");

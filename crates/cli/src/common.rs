@@ -131,17 +131,22 @@ pub fn cpu_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// The SIMD level the kernels run at (`TESSERA_SIMD` lowers it), with VNNI where it is used.
-pub fn simd_level() -> String {
+/// The SIMD level the kernels run at (`TESSERA_SIMD` lowers it) and whether they use VNNI
+/// (the AVX-512 level on a CPU with it).
+pub fn simd() -> (tessera_backend_cpu::SimdLevel, bool) {
     let level = tessera_backend_cpu::SimdLevel::from_env();
-    let vnni = level == tessera_backend_cpu::SimdLevel::Avx512 && tessera_backend_cpu::has_vnni();
+    (level, level == tessera_backend_cpu::SimdLevel::Avx512 && tessera_backend_cpu::has_vnni())
+}
+
+/// [`simd`] as one word: `avx2`, `avx512+vnni`, ...
+pub fn simd_level() -> String {
+    let (level, vnni) = simd();
     format!("{level}{}", if vnni { "+vnni" } else { "" })
 }
 
 /// One line on what runs: CPU, SIMD level and kernel family (llama-bench's system info).
 pub fn system_info() -> String {
-    let level = tessera_backend_cpu::SimdLevel::from_env();
-    let vnni = tessera_backend_cpu::has_vnni();
+    let (level, vnni) = simd();
     format!(
         "CPU: {} | SIMD: {} | kernels: {}",
         cpu_name(),

@@ -73,11 +73,11 @@ fn normalize_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std
 /// What `tessera --version` prints: version, git commit, the SIMD level this CPU runs and the
 /// features built in, as `llama-cli --version` prints its build.
 fn version_text() -> String {
-    let level = tessera_backend_cpu::SimdLevel::from_env();
+    let (level, vnni) = common::simd();
     let best = tessera_backend_cpu::SimdLevel::detect();
     let forced =
         if level == best { String::new() } else { format!(" (TESSERA_SIMD; CPU: {best})") };
-    let vnni = if tessera_backend_cpu::has_vnni() { " +VNNI" } else { "" };
+    let vnni = if vnni { " +VNNI" } else { "" };
     let kernels = if cfg!(target_arch = "x86_64") { "scalar, avx2, avx512" } else { "scalar" };
     format!(
         "{} (commit {})\nSIMD: {level}{vnni}{forced}; kernels built in: {kernels}\n\

@@ -21,8 +21,6 @@ pub fn refs_dir() -> PathBuf {
 pub struct RefSet {
     /// The set's folder (holds `fa-on/`, `fa-off/`, `self_agreement.json`).
     pub dir: PathBuf,
-    /// The SIMD level of the llama.cpp build that made it (`avx2`, `avx512`).
-    pub level: String,
     /// The spread files the checks allow for.
     pub spreads: Vec<PathBuf>,
 }
@@ -68,7 +66,7 @@ pub fn ref_set(level: &str, repack: bool) -> RefSet {
         if matched { "" } else { "; no set of this level and layout" },
         spreads.iter().map(|p| p.file_name().unwrap()).collect::<Vec<_>>()
     );
-    RefSet { dir, level: set_level, spreads }
+    RefSet { dir, spreads }
 }
 
 pub fn prompts() -> Vec<String> {
