@@ -38,6 +38,8 @@ mod kquant_tiled;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack;
 #[cfg(target_arch = "x86_64")]
+mod repack_gemv;
+#[cfg(target_arch = "x86_64")]
 mod vnni_matvec;
 #[cfg(target_arch = "x86_64")]
 mod vnni_tile;
@@ -266,8 +268,9 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     };
     #[cfg(target_arch = "x86_64")]
     if let Some((gemv, gemm)) = repacked {
+        let gemv8 = repack_gemv::gemv8(src0.dtype).expect("a repacked type has an 8-row GEMV");
         if src1.n_rows() == 1 {
-            return matvec_rows(p, dst, src0, &act, gemv);
+            return matvec_rows8(p, dst, src0, &act, gemv8);
         }
         if kquant_tiled::applies(src0, src1) {
             // Q4_K batches: the tiled kernels with the repacked chains' epilogue.
@@ -278,7 +281,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         let ne11 = src1.ne[1];
         let full = ne11 - ne11 % 4;
         return for_each_chunk(p, src0.ne[1], src1.n_rows(), |rows0, rows1| {
-            repacked_chunk(dst, src0, &act, (gemv, gemm, full), rows0, rows1)
+            repacked_chunk(dst, src0, &act, (gemv, gemv8, gemm, full), rows0, rows1)
         });
     }
     #[cfg(target_arch = "x86_64")]
@@ -414,24 +417,68 @@ fn matvec_rows(
     }
 }
 
+/// A matrix-vector product with repacked weights (one activation row, a 2-D weight whose
+/// row count is a multiple of 8): each thread takes one contiguous range of eight-row groups
+/// through the eight-row GEMV kernel, which prefetches its rows itself.
+#[cfg(target_arch = "x86_64")]
+fn matvec_rows8(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    gemv8: repack_gemv::Gemv8,
+) {
+    let (k, nb01) = (src0.ne[0], src0.nb[1]);
+    let groups = src0.ne[1] / 8;
+    let share = |i: usize| 8 * (groups * i / p.nth);
+    let y = act.row(0);
+    let out = dst.data.cast::<f32>();
+    for r in (share(p.ith)..share(p.ith + 1)).step_by(8) {
+        // SAFETY: rows r..r + 8 of the 2-D src0 (k values each, packed: `check_shapes`; the
+        // row count is a multiple of 8, `repack::applies`), the converted activation row, a
+        // CPU with AVX2 (checked by the caller); dst row 0 has ne0 = nr0 values and this
+        // thread owns r..r + 8.
+        unsafe { gemv8(k, src0.data.cast_const().wrapping_add(r * nb01), nb01, y, out.add(r)) };
+    }
+}
+
 /// One chunk of a product with repacked weights: activation rows before `full` (in their
-/// plane) take the GEMM chain, the others the GEMV chain ([`repack`]).
+/// plane) take the GEMM chain, the others the GEMV chain ([`repack`]), eight weight rows at a
+/// time where the chunk holds whole aligned groups of them.
 #[cfg(target_arch = "x86_64")]
 fn repacked_chunk(
     dst: &TensorRef,
     src0: &TensorRef,
     act: &Activations,
-    (gemv, gemm, full): (VecDot, VecDot, usize),
+    (gemv, gemv8, gemm, full): (VecDot, repack_gemv::Gemv8, VecDot, usize),
     rows0: std::ops::Range<usize>,
     rows1: std::ops::Range<usize>,
 ) {
     let (k, nb01) = (src0.ne[0], src0.nb[1]);
     for r1 in rows1 {
         let (i1, _, _) = act.src1.row_coords(r1);
+        // For Q4_0 and IQ4_NL the two chains are one: the eight-row kernel serves both.
+        let one_chain = src0.dtype != DType::Q4_K;
         let dot = if i1 < full { gemm } else { gemv };
         let (w, out) = row_targets(dst, src0, &act.src1, r1);
         let y = act.row(r1);
-        for r0 in rows0.clone() {
+        let mut rows = rows0.clone();
+        if one_chain || i1 >= full {
+            let start = rows0.start.next_multiple_of(8).min(rows0.end);
+            let end = start + (rows0.end - start) / 8 * 8;
+            for r0 in (start..end).step_by(8) {
+                // SAFETY: rows r0..r0 + 8 of this src1 row's src0 matrix (k values each,
+                // packed), the converted row r1, AVX2 (checked by the caller); dst row r1 has
+                // ne0 values and this thread owns (r0..r0 + 8, r1).
+                unsafe { gemv8(k, w.wrapping_add(r0 * nb01), nb01, y, out.add(r0)) };
+            }
+            for r0 in (rows0.start..start).chain(end..rows0.end) {
+                // SAFETY: as below.
+                unsafe { out.add(r0).write(dot(k, w.wrapping_add(r0 * nb01), y)) };
+            }
+            rows = 0..0;
+        }
+        for r0 in rows {
             // SAFETY: row r0 of this src1 row's src0 matrix (k values, packed), the converted
             // row r1, a level with AVX2 (checked by the caller); dst row r1 has ne0 values and
             // this thread owns (r0, r1).

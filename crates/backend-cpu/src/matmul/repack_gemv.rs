@@ -1,0 +1,262 @@
+//! The repacked GEMV chains ([`super::repack`]) eight weight rows at a time.
+//!
+//! ggml's repacked GEMV kernels (`ggml_gemv_q4_0_8x8_q8_0`, `ggml_gemv_q4_K_8x8_q8_K`, …) keep
+//! eight outputs in the eight lanes of one register: per block, each lane gets the exact
+//! integer dot product of its row, converted, and one FMA with its own `d·dy`. Lane `r`'s chain
+//! is exactly the one-row chain of row `r`, so the kernels here give the one-row kernels'
+//! bits, while the eight chains hide each other's FMA latency, the activation block is loaded
+//! once for eight rows, and the horizontal sums are one `hadd` tree per eight rows instead of
+//! one reduction per row.
+//!
+//! The weights stay in the file's layout (llama.cpp interleaves the eight rows' bytes at load;
+//! the arithmetic does not depend on it): eight memory streams, one per row, each prefetched
+//! [`AHEAD`] bytes in front of the block being read.
+
+use super::avx2::{dot_u8_i8, iq4_nl_block, iq4_nl_table, ld128, ld256, q4_0_block, rd};
+use std::arch::x86_64::*;
+use tessera_tensor::DType;
+
+/// Eight weight rows (at `x`, `x + stride`, … `x + 7·stride`, `n` values each) against one
+/// activation row `y` of the dot type: `out[r]` = row `r`'s repacked GEMV chain.
+///
+/// # Safety
+/// The eight rows and `y` must be readable whole rows of `n` values, `out` writable for 8
+/// f32, and the CPU must have AVX2, FMA and F16C.
+pub(super) type Gemv8 =
+    unsafe fn(n: usize, x: *const u8, stride: usize, y: *const u8, out: *mut f32);
+
+/// Bytes each weight row is prefetched ahead of the block the kernels read from it.
+const AHEAD: usize = 768;
+
+/// The eight-row GEMV kernel of a type ggml repacks.
+pub(super) fn gemv8(dtype: DType) -> Option<Gemv8> {
+    Some(match dtype {
+        DType::Q4_0 => q4_0_gemv8,
+        DType::IQ4_NL => iq4_nl_gemv8,
+        DType::Q4_K => q4_k_gemv8,
+        _ => return None,
+    })
+}
+
+/// Lane `r` = the sum of the eight i32 lanes of `v[r]` (exact: integer adds).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum8_epi32(v: &[__m256i; 8]) -> __m256i {
+    let a01 = _mm256_hadd_epi32(v[0], v[1]);
+    let a23 = _mm256_hadd_epi32(v[2], v[3]);
+    let a45 = _mm256_hadd_epi32(v[4], v[5]);
+    let a67 = _mm256_hadd_epi32(v[6], v[7]);
+    // Per 128-bit half: [Σv0, Σv1, Σv2, Σv3] over that half's four lanes.
+    let b0 = _mm256_hadd_epi32(a01, a23);
+    let b1 = _mm256_hadd_epi32(a45, a67);
+    let lo = _mm256_permute2x128_si256::<0x20>(b0, b1);
+    let hi = _mm256_permute2x128_si256::<0x31>(b0, b1);
+    _mm256_add_epi32(lo, hi)
+}
+
+/// Lane `r` = the sum of the four i32 lanes of `v[r]` (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum8_epi32x4(v: &[__m128i; 8]) -> __m256i {
+    let lo = _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+    let hi = _mm_hadd_epi32(_mm_hadd_epi32(v[4], v[5]), _mm_hadd_epi32(v[6], v[7]));
+    _mm256_set_m128i(hi, lo)
+}
+
+/// Eight f16 values as f32 (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16x8(h: &[u16; 8]) -> __m256 {
+    // SAFETY: `h` is 16 readable bytes.
+    _mm256_cvtph_ps(unsafe { ld128(h.as_ptr().cast()) })
+}
+
+/// Prefetches row `r`'s bytes [`AHEAD`] past `p`.
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    // SAFETY: a prefetch is a hint: it never faults, whatever the address.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(AHEAD).cast()) };
+}
+
+/// The Q8_0-family chain of eight rows: `unpack(block)` gives the f16 scale and the 32
+/// signed weight values as bytes.
+///
+/// # Safety
+/// The [`Gemv8`] contract, with `xsize` bytes per weight block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_chain8(
+    n: usize,
+    x: *const u8,
+    stride: usize,
+    xsize: usize,
+    y: *const u8,
+    out: *mut f32,
+    unpack: impl Fn(*const u8) -> (u16, __m256i),
+) {
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / 32 {
+        let yb = y.wrapping_add(34 * i);
+        // SAFETY: block i of the activation row (f16 d, 32 bytes).
+        let (dy, qy) = unsafe { (rd::<u16>(yb), ld256(yb.add(2))) };
+        let mut p = [_mm256_setzero_si256(); 8];
+        let mut d = [0u16; 8];
+        for r in 0..8 {
+            let xb = x.wrapping_add(r * stride + i * xsize);
+            if i % 2 == 0 {
+                prefetch(xb);
+            }
+            let (dx, qx) = unpack(xb);
+            d[r] = dx;
+            // The sign trick: |x| (unsigned) times y with x's signs; pair sums fit in i16.
+            p[r] = dot_u8_i8(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+        }
+        let sums = _mm256_cvtepi32_ps(hsum8_epi32(&p));
+        let scale = _mm256_mul_ps(f16x8(&d), _mm256_cvtph_ps(_mm_set1_epi16(dy as i16)));
+        acc = _mm256_fmadd_ps(sums, scale, acc);
+    }
+    // SAFETY: `out` holds eight f32 (the contract).
+    unsafe { _mm256_storeu_ps(out, acc) };
+}
+
+/// Repacked Q4_0 · Q8_0, eight rows.
+///
+/// # Safety
+/// The [`Gemv8`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *mut f32) {
+    // SAFETY: `b` is a whole Q4_0 block of one of the rows; forwarded.
+    unsafe { q8_0_chain8(n, x, stride, 18, y, out, |b| q4_0_block(b)) }
+}
+
+/// Repacked IQ4_NL · Q8_0, eight rows.
+///
+/// # Safety
+/// The [`Gemv8`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *mut f32) {
+    let table = iq4_nl_table();
+    // SAFETY: `b` is a whole IQ4_NL block of one of the rows; forwarded.
+    unsafe { q8_0_chain8(n, x, stride, 18, y, out, |b| iq4_nl_block(table, b)) }
+}
+
+/// Bytes of a Q4_K block and of a Q8_K block.
+const Q4K: usize = 144;
+const Q8K: usize = 292;
+
+/// A Q4_K block's twelve packed scale bytes as sixteen i16: the eight 6-bit scales, then the
+/// eight 6-bit mins (ggml's `utmp` shuffle).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scales_mins(u: [u32; 3]) -> __m256i {
+    const K1: u32 = 0x3f3f_3f3f;
+    const K2: u32 = 0x0f0f_0f0f;
+    const K3: u32 = 0x0303_0303;
+    let [u0, u1, u2] = u;
+    let scales_hi = (u2 & K2) | (((u0 >> 6) & K3) << 4);
+    let mins_hi = ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4);
+    let v = _mm_setr_epi32((u0 & K1) as i32, scales_hi as i32, (u1 & K1) as i32, mins_hi as i32);
+    _mm256_cvtepu8_epi16(v)
+}
+
+/// The byte shuffle that broadcasts i16 lane `k` of each 128-bit half.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lane16(k: i32) -> __m256i {
+    _mm256_set1_epi16((((2 * k + 1) << 8) | (2 * k)) as i16)
+}
+
+/// Repacked Q4_K · Q8_K, eight rows: the GEMV chain (one pair of FMAs per block).
+///
+/// # Safety
+/// The [`Gemv8`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *mut f32) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let shuf: [__m256i; 8] = std::array::from_fn(|k| lane16(k as i32));
+    let (mut acc, mut accm) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for b in 0..n / 256 {
+        let yb = y.wrapping_add(b * Q8K);
+        // SAFETY: a whole Q8_K block (d, qs[256], bsums[16]).
+        let (dy, bs) = unsafe { (rd::<f32>(yb), ld256(yb.add(260))) };
+        // The eight sub-block sums of the activations (pairs of 16-value sums; exact in i16).
+        let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256::<1>(bs));
+        let mut s1 = [_mm256_setzero_si256(); 8];
+        let mut s2 = [_mm_setzero_si128(); 8];
+        let (mut d, mut dmin) = ([0u16; 8], [0u16; 8]);
+        for r in 0..8 {
+            let xb = x.wrapping_add(r * stride + b * Q4K);
+            prefetch(xb);
+            prefetch(xb.wrapping_add(64));
+            prefetch(xb.wrapping_add(128));
+            // SAFETY: a whole Q4_K block (d, dmin, scales[12], qs[128]).
+            let (dx, dm, packed) =
+                unsafe { (rd::<u16>(xb), rd::<u16>(xb.add(2)), rd::<[u32; 3]>(xb.add(4))) };
+            (d[r], dmin[r]) = (dx, dm);
+            let sm = scales_mins(packed);
+            s2[r] = _mm_madd_epi16(_mm256_extracti128_si256::<1>(sm), pairs);
+            let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+            let mut s = _mm256_setzero_si256();
+            for j in 0..4 {
+                // SAFETY: 32 code bytes of the weight block, 64 activation bytes of its block.
+                let (q, y0, y1) = unsafe {
+                    (ld256(xb.add(16 + 32 * j)), ld256(yb.add(4 + 64 * j)), ld256(yb.add(36 + 64 * j)))
+                };
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                // maddubs pair sums (at most 2·15·128) times the sub-block's scale, summed in
+                // pairs by one madd: exact.
+                let sl = _mm256_shuffle_epi8(scales, shuf[2 * j]);
+                let sh = _mm256_shuffle_epi8(scales, shuf[2 * j + 1]);
+                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), sl);
+                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), sh);
+                s = _mm256_add_epi32(s, _mm256_add_epi32(p0, p1));
+            }
+            s1[r] = s;
+        }
+        let dy = _mm256_set1_ps(dy);
+        let s1 = _mm256_cvtepi32_ps(hsum8_epi32(&s1));
+        let s2 = _mm256_cvtepi32_ps(hsum8_epi32x4(&s2));
+        acc = _mm256_fmadd_ps(s1, _mm256_mul_ps(f16x8(&d), dy), acc);
+        accm = _mm256_fmadd_ps(s2, _mm256_mul_ps(f16x8(&dmin), dy), accm);
+    }
+    // SAFETY: `out` holds eight f32 (the contract).
+    unsafe { _mm256_storeu_ps(out, _mm256_sub_ps(acc, accm)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::repack::dots;
+    use super::super::tests::Rng;
+    use super::*;
+    use crate::SimdLevel;
+    use tessera_tensor::quant;
+
+    /// Each lane is the one-row GEMV chain of its row, bit for bit.
+    #[test]
+    fn eight_rows_match_the_one_row_chains() {
+        if SimdLevel::detect() < SimdLevel::Avx2 {
+            eprintln!("skipped: no AVX2");
+            return;
+        }
+        let mut rng = Rng(7);
+        for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K] {
+            let k = dtype.block_size() * 7;
+            let vdt = if dtype == DType::Q4_K { DType::Q8_K } else { DType::Q8_0 };
+            for _ in 0..10 {
+                let x = quant::quantize(dtype, &rng.f32s(8 * k)).unwrap();
+                let y = quant::quantize(vdt, &rng.f32s(k)).unwrap();
+                let stride = x.len() / 8;
+                let mut got = [0f32; 8];
+                // SAFETY: eight rows of k values, one activation row; AVX2 checked above.
+                unsafe { gemv8(dtype).unwrap()(k, x.as_ptr(), stride, y.as_ptr(), got.as_mut_ptr()) };
+                let (gemv, _) = dots(dtype).unwrap();
+                for (r, g) in got.iter().enumerate() {
+                    // SAFETY: as above, one row.
+                    let want = unsafe { gemv(k, x[r * stride..].as_ptr(), y.as_ptr()) };
+                    assert_eq!(g.to_bits(), want.to_bits(), "{dtype} row {r}");
+                }
+            }
+        }
+    }
+}
