@@ -9,10 +9,14 @@
 //! one reduction per row.
 //!
 //! The weights stay in the file's layout (llama.cpp interleaves the eight rows' bytes at load;
-//! the arithmetic does not depend on it): eight memory streams, one per row, each prefetched
-//! [`AHEAD`] bytes in front of the block being read.
+//! the arithmetic does not depend on it): eight memory streams, one per row. Each row is
+//! prefetched at the same place in the next group of eight rows (`8·stride` ahead), so every
+//! stream runs one group ahead of the arithmetic. On an AVX2-only AMD EPYC (Zen 3 class, 2
+//! threads) this took a random Llama-3.2-1B-shaped Q4_0 file's decode from 10.5 t/s (no
+//! software prefetch) and 11.2 (768 bytes ahead, which falls into the neighbouring row of the
+//! same group) to 18-20 t/s; two groups ahead measured no better.
 
-use super::avx2::{dot_u8_i8, iq4_nl_block, iq4_nl_table, ld128, ld256, q4_0_block, rd};
+use super::avx2::{dot_u8_i8, hsum_epi32, iq4_nl_block, iq4_nl_table, ld128, ld256, nibbles, rd};
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
@@ -24,9 +28,6 @@ use tessera_tensor::DType;
 /// f32, and the CPU must have AVX2, FMA and F16C.
 pub(super) type Gemv8 =
     unsafe fn(n: usize, x: *const u8, stride: usize, y: *const u8, out: *mut f32);
-
-/// Bytes each weight row is prefetched ahead of the block the kernels read from it.
-const AHEAD: usize = 768;
 
 /// The eight-row GEMV kernel of a type ggml repacks.
 pub(super) fn gemv8(dtype: DType) -> Option<Gemv8> {
@@ -71,21 +72,24 @@ fn f16x8(h: &[u16; 8]) -> __m256 {
     _mm256_cvtph_ps(unsafe { ld128(h.as_ptr().cast()) })
 }
 
-/// Prefetches row `r`'s bytes [`AHEAD`] past `p`.
+/// Prefetches the bytes `ahead` past `p`.
 #[inline(always)]
-fn prefetch(p: *const u8) {
+fn prefetch(p: *const u8, ahead: usize) {
     // SAFETY: a prefetch is a hint: it never faults, whatever the address.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(AHEAD).cast()) };
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead).cast()) };
 }
 
 /// The Q8_0-family chain of eight rows: `unpack(block)` gives the f16 scale and the 32
-/// signed weight values as bytes.
+/// weight values as bytes: signed, or with `OFFSET` > 0 unsigned codes whose value is
+/// `code − OFFSET` (Q4_0's nibbles, multiplied as they are, with `OFFSET·Σy` taken off the
+/// eight exact sums once per block: two instructions fewer per row and block than the sign
+/// trick).
 ///
 /// # Safety
 /// The [`Gemv8`] contract, with `xsize` bytes per weight block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_chain8(
+unsafe fn q8_0_chain8<const OFFSET: i8>(
     n: usize,
     x: *const u8,
     stride: usize,
@@ -95,6 +99,7 @@ unsafe fn q8_0_chain8(
     unpack: impl Fn(*const u8) -> (u16, __m256i),
 ) {
     let mut acc = _mm256_setzero_ps();
+    let ahead = 8 * stride;
     for i in 0..n / 32 {
         let yb = y.wrapping_add(34 * i);
         // SAFETY: block i of the activation row (f16 d, 32 bytes).
@@ -104,14 +109,24 @@ unsafe fn q8_0_chain8(
         for r in 0..8 {
             let xb = x.wrapping_add(r * stride + i * xsize);
             if i % 2 == 0 {
-                prefetch(xb);
+                prefetch(xb, ahead);
             }
             let (dx, qx) = unpack(xb);
             d[r] = dx;
-            // The sign trick: |x| (unsigned) times y with x's signs; pair sums fit in i16.
-            p[r] = dot_u8_i8(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+            p[r] = if OFFSET > 0 {
+                // Codes below 16 times y: pair sums fit in i16.
+                dot_u8_i8(qx, qy)
+            } else {
+                // The sign trick: |x| (unsigned) times y with x's signs; pair sums fit in i16.
+                dot_u8_i8(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx))
+            };
         }
-        let sums = _mm256_cvtepi32_ps(hsum8_epi32(&p));
+        let mut sums = hsum8_epi32(&p);
+        if OFFSET > 0 {
+            let sy = hsum_epi32(dot_u8_i8(_mm256_set1_epi8(OFFSET), qy));
+            sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(sy));
+        }
+        let sums = _mm256_cvtepi32_ps(sums);
         let scale = _mm256_mul_ps(f16x8(&d), _mm256_cvtph_ps(_mm_set1_epi16(dy as i16)));
         acc = _mm256_fmadd_ps(sums, scale, acc);
     }
@@ -125,8 +140,13 @@ unsafe fn q8_0_chain8(
 /// The [`Gemv8`] contract.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *mut f32) {
-    // SAFETY: `b` is a whole Q4_0 block of one of the rows; forwarded.
-    unsafe { q8_0_chain8(n, x, stride, 18, y, out, |b| q4_0_block(b)) }
+    let unpack = |b: *const u8| {
+        // SAFETY: `b` is a whole Q4_0 block of one of the rows (d, qs[16]).
+        let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
+        (d, nibbles(qs))
+    };
+    // SAFETY: forwarded.
+    unsafe { q8_0_chain8::<8>(n, x, stride, 18, y, out, unpack) }
 }
 
 /// Repacked IQ4_NL · Q8_0, eight rows.
@@ -137,7 +157,7 @@ unsafe fn q4_0_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *
 unsafe fn iq4_nl_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *mut f32) {
     let table = iq4_nl_table();
     // SAFETY: `b` is a whole IQ4_NL block of one of the rows; forwarded.
-    unsafe { q8_0_chain8(n, x, stride, 18, y, out, |b| iq4_nl_block(table, b)) }
+    unsafe { q8_0_chain8::<0>(n, x, stride, 18, y, out, |b| iq4_nl_block(table, b)) }
 }
 
 /// Bytes of a Q4_K block and of a Q8_K block.
@@ -175,6 +195,7 @@ unsafe fn q4_k_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *
     let m4 = _mm256_set1_epi8(0x0F);
     let shuf: [__m256i; 8] = std::array::from_fn(|k| lane16(k as i32));
     let (mut acc, mut accm) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let ahead = 8 * stride;
     for b in 0..n / 256 {
         let yb = y.wrapping_add(b * Q8K);
         // SAFETY: a whole Q8_K block (d, qs[256], bsums[16]).
@@ -186,9 +207,9 @@ unsafe fn q4_k_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *
         let (mut d, mut dmin) = ([0u16; 8], [0u16; 8]);
         for r in 0..8 {
             let xb = x.wrapping_add(r * stride + b * Q4K);
-            prefetch(xb);
-            prefetch(xb.wrapping_add(64));
-            prefetch(xb.wrapping_add(128));
+            prefetch(xb, ahead);
+            prefetch(xb.wrapping_add(64), ahead);
+            prefetch(xb.wrapping_add(128), ahead);
             // SAFETY: a whole Q4_K block (d, dmin, scales[12], qs[128]).
             let (dx, dm, packed) =
                 unsafe { (rd::<u16>(xb), rd::<u16>(xb.add(2)), rd::<[u32; 3]>(xb.add(4))) };
@@ -200,7 +221,11 @@ unsafe fn q4_k_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *
             for j in 0..4 {
                 // SAFETY: 32 code bytes of the weight block, 64 activation bytes of its block.
                 let (q, y0, y1) = unsafe {
-                    (ld256(xb.add(16 + 32 * j)), ld256(yb.add(4 + 64 * j)), ld256(yb.add(36 + 64 * j)))
+                    (
+                        ld256(xb.add(16 + 32 * j)),
+                        ld256(yb.add(4 + 64 * j)),
+                        ld256(yb.add(36 + 64 * j)),
+                    )
                 };
                 let lo = _mm256_and_si256(q, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
@@ -249,7 +274,9 @@ mod tests {
                 let stride = x.len() / 8;
                 let mut got = [0f32; 8];
                 // SAFETY: eight rows of k values, one activation row; AVX2 checked above.
-                unsafe { gemv8(dtype).unwrap()(k, x.as_ptr(), stride, y.as_ptr(), got.as_mut_ptr()) };
+                unsafe {
+                    gemv8(dtype).unwrap()(k, x.as_ptr(), stride, y.as_ptr(), got.as_mut_ptr())
+                };
                 let (gemv, _) = dots(dtype).unwrap();
                 for (r, g) in got.iter().enumerate() {
                     // SAFETY: as above, one row.
