@@ -330,6 +330,31 @@ pub(super) unsafe fn q4_0_block(b: *const u8) -> (u16, __m256i) {
     (d, _mm256_sub_epi8(nibbles(qs), _mm256_set1_epi8(8)))
 }
 
+/// A Q8_0 block's f16 scale and its 32 signed bytes.
+///
+/// # Safety
+/// `b` must be a whole readable Q8_0 block (34 bytes: d, qs[32]); AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q8_0_block(b: *const u8) -> (u16, __m256i) {
+    // SAFETY: by the caller's contract.
+    unsafe { (rd::<u16>(b), ld256(b.add(2))) }
+}
+
+/// A Q5_0 block's f16 scale and its 32 values as signed bytes: the fifth bit, when clear,
+/// turns the nibble into `nibble − 16`.
+///
+/// # Safety
+/// `b` must be a whole readable Q5_0 block (22 bytes: d, qh[4], qs[16]); AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q5_0_block(b: *const u8) -> (u16, __m256i) {
+    // SAFETY: by the caller's contract.
+    let (d, qh, qs) = unsafe { (rd::<u16>(b), rd::<u32>(b.add(2)), ld128(b.add(6))) };
+    let high = _mm256_andnot_si256(bytes_from_bits(qh), _mm256_set1_epi8(0xF0u8 as i8));
+    (d, _mm256_or_si256(nibbles(qs), high))
+}
+
 /// `kvalues_iq4nl` in both 128-bit lanes, for [`iq4_nl_block`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -463,11 +488,8 @@ unsafe fn q4_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
-    let unpack = |b: *const u8| {
-        // SAFETY: `b` is a whole Q8_0 block of the row (34 bytes: d, qs[32]).
-        let (d, qs) = unsafe { (rd::<u16>(b), ld256(b.add(2))) };
-        (d, qs)
-    };
+    // SAFETY: `b` is a whole Q8_0 block of the row.
+    let unpack = |b: *const u8| unsafe { q8_0_block(b) };
     // SAFETY: forwarded.
     unsafe { q8_0_rows::<C, false>(n, x, 34, y, unpack) }
 }
@@ -489,12 +511,8 @@ unsafe fn q8_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
-    let unpack = |b: *const u8| {
-        // SAFETY: `b` is a whole Q5_0 block (22 bytes: d, qh[4], qs[16]).
-        let (d, qh, qs) = unsafe { (rd::<u16>(b), rd::<u32>(b.add(2)), ld128(b.add(6))) };
-        let high = _mm256_andnot_si256(bytes_from_bits(qh), _mm256_set1_epi8(0xF0u8 as i8));
-        (d, _mm256_or_si256(nibbles(qs), high))
-    };
+    // SAFETY: `b` is a whole Q5_0 block of the row.
+    let unpack = |b: *const u8| unsafe { q5_0_block(b) };
     // SAFETY: forwarded.
     unsafe { q8_0_rows::<C, false>(n, x, 22, y, unpack) }
 }
