@@ -380,8 +380,8 @@ pub(super) unsafe fn iq4_nl_block(table: __m256i, b: *const u8) -> (u16, __m256i
 /// Four weight rows against four Q8_1 activation rows (a 4x4 tile): each block of every
 /// weight row is unpacked once and each activation block loaded once for the sixteen
 /// products; every output still accumulates its blocks in order (same bits as
-/// [`q8_1_rows`]). Only the Q8_1 family gains from it; for the Q8_0 family (whose sign trick
-/// needs more registers) it measured slower and is not used.
+/// [`q8_1_rows`]). For the Q8_0 family (whose sign trick needs more registers) a 4x4 tile
+/// measured slower: it takes two 2x4 passes ([`q8_0_tile`]).
 ///
 /// # Safety
 /// The [`TileFn`](super::TileFn) contract (4 columns), `xsize` bytes per weight block,
@@ -420,8 +420,83 @@ unsafe fn q8_1_tile(
     std::array::from_fn(|r| std::array::from_fn(|c| hsum_ps(acc[r][c]) + summs[r][c]))
 }
 
+/// Two weight rows against four Q8_0 activation rows (a 2x4 tile; eight accumulators, which
+/// leaves registers for the sign trick): each weight block is unpacked once for four products
+/// and each activation block and scale loaded once for two weight rows. Every output
+/// accumulates its blocks in order with the scale `dx·dy` rounded once, exactly as
+/// [`q8_0_rows`], so the bits are the one-row kernel's.
+///
+/// # Safety
+/// The [`VecDot4`](super::VecDot4) contract for each weight row, `xsize` bytes per weight
+/// block, AVX2/FMA/F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_tile24(
+    n: usize,
+    x: [*const u8; 2],
+    xsize: usize,
+    y: [*const u8; 4],
+    unpack: impl Fn(*const u8) -> (u16, __m256i),
+) -> [[f32; 4]; 2] {
+    let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+    for i in 0..n / 32 {
+        let mut halves = 0u64;
+        for (c, y) in y.iter().enumerate() {
+            // SAFETY: the f16 scale of block i of activation row c.
+            halves |= u64::from(unsafe { rd::<u16>(y.wrapping_add(34 * i)) }) << (16 * c);
+        }
+        let dys = _mm_cvtph_ps(_mm_cvtsi64_si128(halves as i64));
+        // Both weight blocks first, then one activation block at a time against both: the
+        // live registers are the eight accumulators, two weight blocks (values and their
+        // magnitudes) and one activation block.
+        let mut sc = [[0f32; 4]; 2];
+        let mut qx = [_mm256_setzero_si256(); 2];
+        for r in 0..2 {
+            let (dx, q) = unpack(x[r].wrapping_add(i * xsize));
+            let scales = _mm_mul_ps(_mm_cvtph_ps(_mm_set1_epi16(dx as i16)), dys);
+            // SAFETY: four f32 into a four-f32 array.
+            unsafe { _mm_storeu_ps(sc[r].as_mut_ptr(), scales) };
+            qx[r] = q;
+        }
+        let ax = [_mm256_sign_epi8(qx[0], qx[0]), _mm256_sign_epi8(qx[1], qx[1])];
+        for c in 0..4 {
+            // SAFETY: the 32 quants of block i of activation row c.
+            let qy = unsafe { ld256(y[c].wrapping_add(34 * i + 2)) };
+            for r in 0..2 {
+                let p = _mm256_cvtepi32_ps(dot_u8_i8(ax[r], _mm256_sign_epi8(qy, qx[r])));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(sc[r][c]), p, acc[r][c]);
+            }
+        }
+    }
+    std::array::from_fn(|r| std::array::from_fn(|c| hsum_ps(acc[r][c])))
+}
+
+/// Four weight rows against four Q8_0 activation rows as two [`q8_0_tile24`] passes (rows
+/// 0-1, then 2-3; the second reads the activation blocks again from cache).
+///
+/// # Safety
+/// As [`q8_0_tile24`], for four weight rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_tile(
+    n: usize,
+    x: [*const u8; 4],
+    xsize: usize,
+    y: [*const u8; 4],
+    unpack: impl Fn(*const u8) -> (u16, __m256i),
+) -> [[f32; 4]; 4] {
+    // SAFETY: forwarded, two weight rows at a time.
+    let (a, b) = unsafe {
+        (
+            q8_0_tile24(n, [x[0], x[1]], xsize, y, &unpack),
+            q8_0_tile24(n, [x[2], x[3]], xsize, y, &unpack),
+        )
+    };
+    [a[0], a[1], b[0], b[1]]
+}
+
 macro_rules! tile_kernel {
-    ($name:ident, $size:expr, $tile:ident, $unpack:expr) => {
+    ($name:ident, $size:expr, $tile:path, $unpack:expr) => {
         /// A 4x4 tile: four weight rows against `y[..4]`.
         ///
         /// # Safety
@@ -451,9 +526,21 @@ tile_kernel!(q5_1_t44, 24, q8_1_tile, |b: *const u8| {
     (dm, _mm256_or_si256(nibbles(qs), high))
 });
 
-/// The 4x4 tile kernel for `dtype` (batched products), where one exists (Q4_1, Q5_1).
+tile_kernel!(q4_0_t44, 18, q8_0_tile, |b: *const u8| q4_0_block(b));
+tile_kernel!(q5_0_t44, 22, q8_0_tile, |b: *const u8| q5_0_block(b));
+tile_kernel!(q8_0_t44, 34, q8_0_tile, |b: *const u8| q8_0_block(b));
+tile_kernel!(iq4_nl_t44, 18, q8_0_tile, {
+    let table = iq4_nl_table();
+    move |b: *const u8| iq4_nl_block(table, b)
+});
+
+/// The 4x4 tile kernel for `dtype` (batched products), where one exists.
 pub(super) fn tile(dtype: DType) -> Option<super::TileFn> {
     Some(match dtype {
+        DType::Q4_0 => q4_0_t44,
+        DType::Q5_0 => q5_0_t44,
+        DType::Q8_0 => q8_0_t44,
+        DType::IQ4_NL => iq4_nl_t44,
         DType::Q4_1 => q4_1_t44,
         DType::Q5_1 => q5_1_t44,
         _ => return None,
