@@ -65,10 +65,8 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
     let g = |e: tessera_gguf::GgufError| LlamaError::Metadata(e);
     w.add("general.architecture", a).map_err(g)?;
     w.add("general.name", format!("tessera synthetic {a}").as_str()).map_err(g)?;
-    // llama.cpp's file type of a file whose weights are all `spec.dtype` (tools such as
-    // `tessera bench` name the file by it).
-    let file_type = crate::quantize::FILE_TYPES.iter().find(|f| f.base == spec.dtype);
-    w.add("general.file_type", Value::U32(file_type.map_or(1, |f| f.id))).map_err(g)?;
+    w.add("general.file_type", Value::U32(if spec.dtype == DType::F32 { 0 } else { 1 }))
+        .map_err(g)?;
     let k = |s: &str| format!("{a}.{s}");
     w.add(&k("block_count"), Value::U32(spec.n_layer as u32)).map_err(g)?;
     w.add(&k("context_length"), Value::U32(spec.n_ctx as u32)).map_err(g)?;
