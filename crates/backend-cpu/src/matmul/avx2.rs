@@ -268,6 +268,22 @@ unsafe fn bf16_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
 // 32-value blocks against Q8_0 / Q8_1 (block sizes: Q8_0 34 bytes, d at 0, qs at 2; Q8_1 36,
 // d at 0, s at 2, qs at 4).
 
+/// The f16 scales of block `i` of up to four Q8_0 rows, converted in one F16C instruction
+/// (lane `c` is row `c`'s; lanes past `y.len()` are zero).
+///
+/// # Safety
+/// Block `i` of every row in `y` must be readable; `y.len() <= 4`; F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_scales(y: &[*const u8], i: usize) -> __m128 {
+    let mut halves = 0u64;
+    for (c, y) in y.iter().enumerate() {
+        // SAFETY: the f16 scale of block i of activation row c (the caller's contract).
+        halves |= u64::from(unsafe { rd::<u16>(y.wrapping_add(34 * i)) }) << (16 * c);
+    }
+    _mm_cvtph_ps(_mm_cvtsi64_si128(halves as i64))
+}
+
 /// Generic block loop against `C` (at most four) Q8_0 rows, one accumulator per row, blocks
 /// in order: the order of ggml's `ggml_vec_dot_*_q8_0` and of llamafile's tinyBLAS (which
 /// llama.cpp uses for these types), so results are the same bits. `unpack(block)` gives the
@@ -294,12 +310,8 @@ unsafe fn q8_0_rows<const C: usize, const MX: bool>(
     for i in 0..nb {
         let (dx, qx) = unpack(x.wrapping_add(i * xsize));
         let ax = _mm256_sign_epi8(qx, qx);
-        let mut halves = 0u64;
-        for (k, y) in y.iter().enumerate() {
-            // SAFETY: the f16 scale of block i of activation row k.
-            halves |= u64::from(unsafe { rd::<u16>(y.wrapping_add(34 * i)) }) << (16 * k);
-        }
-        let dys = _mm_cvtph_ps(_mm_cvtsi64_si128(halves as i64));
+        // SAFETY: block i of every activation row (the caller's contract).
+        let dys = unsafe { q8_0_scales(&y, i) };
         let dxs = if MX {
             _mm_set1_ps(super::scalar::e8m0_half(dx as u8))
         } else {
@@ -440,12 +452,8 @@ unsafe fn q8_0_tile24(
 ) -> [[f32; 4]; 2] {
     let mut acc = [[_mm256_setzero_ps(); 4]; 2];
     for i in 0..n / 32 {
-        let mut halves = 0u64;
-        for (c, y) in y.iter().enumerate() {
-            // SAFETY: the f16 scale of block i of activation row c.
-            halves |= u64::from(unsafe { rd::<u16>(y.wrapping_add(34 * i)) }) << (16 * c);
-        }
-        let dys = _mm_cvtph_ps(_mm_cvtsi64_si128(halves as i64));
+        // SAFETY: block i of every activation row (the caller's contract).
+        let dys = unsafe { q8_0_scales(&y, i) };
         // Both weight blocks first, then one activation block at a time against both: the
         // live registers are the eight accumulators, two weight blocks (values and their
         // magnitudes) and one activation block.

@@ -455,30 +455,24 @@ fn repacked_chunk(
     rows1: std::ops::Range<usize>,
 ) {
     let (k, nb01) = (src0.ne[0], src0.nb[1]);
+    // For Q4_0 and IQ4_NL the two chains are one: the eight-row (GEMV) kernel serves both.
+    let one_chain = src0.dtype != DType::Q4_K;
+    // The whole aligned groups of eight rows in this chunk.
+    let start = rows0.start.next_multiple_of(8).min(rows0.end);
+    let end = start + (rows0.end - start) / 8 * 8;
     for r1 in rows1 {
         let (i1, _, _) = act.src1.row_coords(r1);
-        // For Q4_0 and IQ4_NL the two chains are one: the eight-row kernel serves both.
-        let one_chain = src0.dtype != DType::Q4_K;
         let dot = if i1 < full { gemm } else { gemv };
         let (w, out) = row_targets(dst, src0, &act.src1, r1);
         let y = act.row(r1);
-        let mut rows = rows0.clone();
-        if one_chain || i1 >= full {
-            let start = rows0.start.next_multiple_of(8).min(rows0.end);
-            let end = start + (rows0.end - start) / 8 * 8;
-            for r0 in (start..end).step_by(8) {
-                // SAFETY: rows r0..r0 + 8 of this src1 row's src0 matrix (k values each,
-                // packed), the converted row r1, AVX2 (checked by the caller); dst row r1 has
-                // ne0 values and this thread owns (r0..r0 + 8, r1).
-                unsafe { gemv8(k, w.wrapping_add(r0 * nb01), nb01, y, out.add(r0)) };
-            }
-            for r0 in (rows0.start..start).chain(end..rows0.end) {
-                // SAFETY: as below.
-                unsafe { out.add(r0).write(dot(k, w.wrapping_add(r0 * nb01), y)) };
-            }
-            rows = 0..0;
+        let groups = if one_chain || i1 >= full { start..end } else { start..start };
+        for r0 in groups.clone().step_by(8) {
+            // SAFETY: rows r0..r0 + 8 of this src1 row's src0 matrix (k values each, packed),
+            // the converted row r1, AVX2 (checked by the caller); dst row r1 has ne0 values
+            // and this thread owns (r0..r0 + 8, r1).
+            unsafe { gemv8(k, w.wrapping_add(r0 * nb01), nb01, y, out.add(r0)) };
         }
-        for r0 in rows {
+        for r0 in (rows0.start..groups.start).chain(groups.end..rows0.end) {
             // SAFETY: row r0 of this src1 row's src0 matrix (k values, packed), the converted
             // row r1, a level with AVX2 (checked by the caller); dst row r1 has ne0 values and
             // this thread owns (r0, r1).

@@ -17,6 +17,7 @@
 //! same group) to 18-20 t/s; two groups ahead measured no better.
 
 use super::avx2::{dot_u8_i8, hsum_epi32, iq4_nl_block, iq4_nl_table, ld128, ld256, nibbles, rd};
+use super::scalar::k4_scales;
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
@@ -164,21 +165,6 @@ unsafe fn iq4_nl_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out:
 const Q4K: usize = 144;
 const Q8K: usize = 292;
 
-/// A Q4_K block's twelve packed scale bytes as sixteen i16: the eight 6-bit scales, then the
-/// eight 6-bit mins (ggml's `utmp` shuffle).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn scales_mins(u: [u32; 3]) -> __m256i {
-    const K1: u32 = 0x3f3f_3f3f;
-    const K2: u32 = 0x0f0f_0f0f;
-    const K3: u32 = 0x0303_0303;
-    let [u0, u1, u2] = u;
-    let scales_hi = (u2 & K2) | (((u0 >> 6) & K3) << 4);
-    let mins_hi = ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4);
-    let v = _mm_setr_epi32((u0 & K1) as i32, scales_hi as i32, (u1 & K1) as i32, mins_hi as i32);
-    _mm256_cvtepu8_epi16(v)
-}
-
 /// The byte shuffle that broadcasts i16 lane `k` of each 128-bit half.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -212,9 +198,12 @@ unsafe fn q4_k_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *
             prefetch(xb.wrapping_add(128), ahead);
             // SAFETY: a whole Q4_K block (d, dmin, scales[12], qs[128]).
             let (dx, dm, packed) =
-                unsafe { (rd::<u16>(xb), rd::<u16>(xb.add(2)), rd::<[u32; 3]>(xb.add(4))) };
+                unsafe { (rd::<u16>(xb), rd::<u16>(xb.add(2)), rd::<[u8; 12]>(xb.add(4))) };
             (d[r], dmin[r]) = (dx, dm);
-            let sm = scales_mins(packed);
+            // The eight scales, then the eight mins, as i16.
+            let sm = k4_scales(&packed);
+            // SAFETY: 16 bytes.
+            let sm = _mm256_cvtepu8_epi16(unsafe { ld128(sm.as_ptr()) });
             s2[r] = _mm_madd_epi16(_mm256_extracti128_si256::<1>(sm), pairs);
             let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
             let mut s = _mm256_setzero_si256();
