@@ -78,6 +78,8 @@ struct Host {
     dtype: DType,
     ne: [usize; 4],
     nb: [usize; 4],
+    /// Marked as a weight llama.cpp would repack (`TensorRef::repacked`).
+    repacked: bool,
 }
 
 impl Host {
@@ -100,11 +102,12 @@ impl Host {
         let mut buf = vec![0u64; size.div_ceil(8)];
         // SAFETY: u64 storage viewed as its bytes (no padding, any bit pattern valid).
         fill(unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), 8 * buf.len()) });
-        Host { buf, dtype, ne, nb }
+        Host { buf, dtype, ne, nb, repacked: false }
     }
 
     fn tref(&self) -> TensorRef {
-        TensorRef::new(self.buf.as_ptr().cast_mut().cast(), self.dtype, self.ne, self.nb)
+        let t = TensorRef::new(self.buf.as_ptr().cast_mut().cast(), self.dtype, self.ne, self.nb);
+        TensorRef { repacked: self.repacked, ..t }
     }
 }
 
@@ -613,6 +616,50 @@ fn matrix_vector_products_give_the_batched_bits() {
                 let got = run(&src0, &one, nth, simd);
                 if got.iter().zip(&want[..m]).any(|(a, b)| a.to_bits() != b.to_bits()) {
                     failures.push(format!("{dtype} {simd} {nth} threads"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Products with repacked weights give ggml's repacked chains on every output, whichever
+/// kernel computes it (eight-row GEMV, tiled K-quant epilogue, one-row chains beside the
+/// aligned groups of a chunk): the GEMM chain for activation rows `0..ne11 - ne11 % 4`, the
+/// GEMV chain for the rest, at every thread count (three threads cut the rows off the groups
+/// of eight).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn repacked_products_follow_the_repacked_chains() {
+    let mut rng = Rng(0x8e9a);
+    let mut failures = Vec::new();
+    for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K] {
+        let (k, m) = (512, 40);
+        let mut src0 = Host::packed(dtype, [k, m, 1, 1], &weights(dtype, k * m, &mut rng, false));
+        src0.repacked = true;
+        let row = src0.nb[1];
+        let (gemv, gemm) = repack::dots(dtype).expect("a repacked type");
+        for n in [1, 5, 7] {
+            let x = rng.f32s(k * n);
+            let src1 = Host::packed(DType::F32, [k, n, 1, 1], &f32_bytes(&x));
+            for simd in SimdLevel::available().into_iter().filter(|&l| l >= SimdLevel::Avx2) {
+                let full = n - n % 4;
+                let want: Vec<f32> = (0..n * m)
+                    .map(|i| {
+                        let (i1, i0) = (i / m, i % m);
+                        let y = convert_row(vec_dot_type(dtype), simd, &x[k * i1..k * (i1 + 1)]);
+                        let chain = if i1 < full { gemm } else { gemv };
+                        let w = src0.buf.as_ptr().cast::<u8>().wrapping_add(i0 * row);
+                        // SAFETY: weight row i0 and one converted activation row of k values;
+                        // AVX2 (the level is one this CPU has).
+                        unsafe { chain(k, w, y.as_ptr()) }
+                    })
+                    .collect();
+                for nth in [1, 2, 3] {
+                    let got = run(&src0, &src1, nth, simd);
+                    if got.iter().zip(&want).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                        failures.push(format!("{dtype} n={n} {simd} {nth} threads"));
+                    }
                 }
             }
         }
