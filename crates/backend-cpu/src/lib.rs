@@ -13,12 +13,14 @@ mod matmul;
 mod ops;
 mod params;
 pub mod pool;
+pub mod sim;
 mod simd;
 mod tensor_ref;
 
 pub use backend::{CpuBackend, CpuDevice};
 pub use params::{ComputeParams, ThreadSync};
 pub use pool::ThreadPool;
+pub use sim::{SimBackend, SimDevice};
 pub use simd::{has_vnni, kernel_family, SimdLevel};
 pub use tensor_ref::TensorRef;
 

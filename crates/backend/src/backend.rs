@@ -24,6 +24,12 @@ pub trait Backend: Send {
         buffer.is_host()
     }
 
+    /// Whether the backend can read tensors in buffers of type `buft` (`supports_buft`): what
+    /// a scheduler asks of tensors it has not allocated yet.
+    fn supports_buffer_type(&self, buft: &dyn BufferType) -> bool {
+        buft.is_host()
+    }
+
     /// Whether running `node` here is worth copying its host-resident weights (GPU backends say
     /// yes for large batches).
     fn offload_op(&self, _ctx: &Context, _node: TensorId) -> bool {
@@ -72,6 +78,9 @@ pub enum DeviceKind {
     Cpu,
     /// A discrete or integrated GPU.
     Gpu,
+    /// A simulated accelerator: memory of its own, computed by host code (for tests and for
+    /// checking multi-device runs without the hardware).
+    Simulated,
 }
 
 /// A physical device: its memory, its buffer types, and a way to start backends on it.

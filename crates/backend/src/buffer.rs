@@ -62,6 +62,12 @@ pub trait Buffer: Send + Sync + Debug {
     fn host_ptr(&self) -> Option<NonNull<u8>> {
         None
     }
+    /// Start of the memory in its device's own address space, for that device's backend (a
+    /// CUDA device pointer; for the CPU-backed simulated device, RAM the host must not treat
+    /// as its own). `None` for host buffers, whose memory is [`Buffer::host_ptr`].
+    fn device_ptr(&self) -> Option<NonNull<u8>> {
+        None
+    }
     /// Copies `data` to `offset`.
     fn write(&self, offset: usize, data: &[u8]) -> Result<()>;
     /// Copies `out.len()` bytes from `offset` into `out`.
@@ -72,6 +78,10 @@ pub trait Buffer: Send + Sync + Debug {
     fn usage(&self) -> BufferUsage {
         BufferUsage::Any
     }
+    /// Says what the buffer holds (`ggml_backend_buffer_set_usage`): a loader marks the device
+    /// buffers it fills with weights, so schedulers run weight ops beside them. Buffers whose
+    /// usage is fixed ignore it.
+    fn set_usage(&self, _usage: BufferUsage) {}
 }
 
 /// Checks that `[offset, offset + len)` lies in a buffer of `size` bytes.

@@ -5,6 +5,7 @@ use crate::buffer::{check_range, Buffer, BufferType, BufferUsage};
 use crate::{BackendError, Result};
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// Alignment of host buffers and of tensors in them (a cache line; enough for AVX-512).
@@ -39,7 +40,7 @@ pub struct HostBuffer {
     _mem: UnsafeCell<Vec<Line>>,
     ptr: NonNull<u8>,
     size: usize,
-    usage: BufferUsage,
+    usage: AtomicU8,
 }
 
 // SAFETY: the buffer is plain memory. Concurrent access to disjoint ranges is the contract of the
@@ -51,7 +52,10 @@ unsafe impl Sync for HostBuffer {}
 
 impl std::fmt::Debug for HostBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostBuffer").field("size", &self.size).field("usage", &self.usage).finish()
+        f.debug_struct("HostBuffer")
+            .field("size", &self.size)
+            .field("usage", &self.usage())
+            .finish()
     }
 }
 
@@ -70,7 +74,7 @@ impl HostBuffer {
         // SAFETY: we hold the only reference to the vector; the pointer stays valid while `_mem`
         // lives (the vector is never resized again).
         let ptr = unsafe { NonNull::new_unchecked((*mem.get()).as_mut_ptr().cast::<u8>()) };
-        Ok(HostBuffer { _mem: mem, ptr, size, usage })
+        Ok(HostBuffer { _mem: mem, ptr, size, usage: AtomicU8::new(usage_code(usage)) })
     }
 }
 
@@ -103,7 +107,22 @@ impl Buffer for HostBuffer {
         Ok(())
     }
     fn usage(&self) -> BufferUsage {
-        self.usage
+        match self.usage.load(Ordering::Relaxed) {
+            1 => BufferUsage::Weights,
+            2 => BufferUsage::Compute,
+            _ => BufferUsage::Any,
+        }
+    }
+    fn set_usage(&self, usage: BufferUsage) {
+        self.usage.store(usage_code(usage), Ordering::Relaxed);
+    }
+}
+
+fn usage_code(usage: BufferUsage) -> u8 {
+    match usage {
+        BufferUsage::Any => 0,
+        BufferUsage::Weights => 1,
+        BufferUsage::Compute => 2,
     }
 }
 

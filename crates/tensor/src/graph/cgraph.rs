@@ -68,6 +68,35 @@ impl Graph {
         }
     }
 
+    /// A graph whose nodes are exactly `nodes`, in that order (a scheduler's split, or its
+    /// flattened graph with input copies); every source of a node that is not itself one of
+    /// `nodes` becomes a leaf, in the order first met. The caller vouches for the order: each
+    /// node after the nodes it reads.
+    pub fn from_nodes(ctx: &Context, nodes: &[TensorId]) -> Graph {
+        let mut g = Graph {
+            nodes: nodes.to_vec(),
+            leafs: Vec::new(),
+            use_counts: vec![0; ctx.len()],
+            visited: vec![false; ctx.len()],
+        };
+        for &id in nodes {
+            g.visited[id.index()] = true;
+        }
+        for &id in nodes {
+            let desc = ctx.get(id);
+            for s in desc.sources().chain(desc.view_src) {
+                if !g.visited[s.index()] {
+                    g.visited[s.index()] = true;
+                    g.leafs.push(s);
+                }
+            }
+            for s in desc.sources() {
+                g.use_counts[s.index()] += 1;
+            }
+        }
+        g
+    }
+
     /// Nodes in execution order.
     pub fn nodes(&self) -> &[TensorId] {
         &self.nodes
@@ -91,6 +120,17 @@ impl Graph {
     /// The graph in Graphviz DOT (`ggml_graph_dump_dot`): nodes as records with op, type and
     /// shape; leafs as ellipses; edges from sources to consumers.
     pub fn to_dot(&self, ctx: &Context) -> String {
+        self.to_dot_colored(ctx, &|_| None)
+    }
+
+    /// [`to_dot`](Graph::to_dot) with each node filled with the colour `color` gives it (a
+    /// Graphviz colour name; `None`: light blue for outputs, white for the rest), e.g. by the
+    /// backend a scheduler placed it on.
+    pub fn to_dot_colored(
+        &self,
+        ctx: &Context,
+        color: &dyn Fn(TensorId) -> Option<String>,
+    ) -> String {
         let mut s = String::from("digraph G {\n  newrank = true;\n  rankdir = TB;\n");
         let label = |id: TensorId| {
             let t = ctx.get(id);
@@ -105,8 +145,10 @@ impl Graph {
             let _ = writeln!(s, "  t{} [shape=ellipse, label=\"{}\"];", id.index(), label(id));
         }
         for &id in &self.nodes {
-            let color =
-                if ctx.get(id).flags.contains(Flags::OUTPUT) { "lightblue" } else { "white" };
+            let color = color(id).unwrap_or_else(|| {
+                if ctx.get(id).flags.contains(Flags::OUTPUT) { "lightblue" } else { "white" }
+                    .to_string()
+            });
             let _ = writeln!(
                 s,
                 "  t{} [shape=record, style=filled, fillcolor={color}, label=\"{}\"];",

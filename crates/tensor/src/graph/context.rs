@@ -118,6 +118,46 @@ impl Context {
         self.tensors[id.index()].src[slot] = src;
     }
 
+    /// A copy of `a` with `a`'s type, shape and byte strides (`ggml_dup_tensor_layout`), as a
+    /// [`Op::Dup`] node reading `a`: what a scheduler creates when a node on one backend reads
+    /// `a` from memory that backend cannot reach. Its `n_bytes` equal `a`'s, so the copy is a
+    /// plain byte copy of `a`'s span, gaps of a strided view included.
+    pub fn dup_layout(&mut self, a: TensorId) -> TensorId {
+        let (dtype, ne, nb) = {
+            let t = self.get(a);
+            (t.dtype, t.ne, t.nb)
+        };
+        let id = self.new_op(Op::Dup, dtype, ne, &[a]);
+        self.tensors[id.index()].nb = nb;
+        id
+    }
+
+    /// Makes source slot `slot` of `id` read `to` instead (a scheduler rewiring a node to the
+    /// copy of a source). `to` must have the type, shape and strides of the source it replaces.
+    pub fn redirect_src(&mut self, id: TensorId, slot: usize, to: TensorId) -> Result<()> {
+        let Some(Some(from)) = self.get(id).src.get(slot).copied() else {
+            return Err(shape_err(
+                "REDIRECT",
+                format!("source slot {slot} of tensor {} is empty", id.index()),
+            ));
+        };
+        let (a, b) = (self.get(from), self.get(to));
+        if a.dtype != b.dtype || a.ne != b.ne || a.nb != b.nb {
+            return Err(shape_err(
+                "REDIRECT",
+                format!(
+                    "{} {} cannot stand in for {} {}",
+                    b.dtype,
+                    b.shape_str(),
+                    a.dtype,
+                    a.shape_str()
+                ),
+            ));
+        }
+        self.set_src(id, slot, Some(to));
+        Ok(())
+    }
+
     /// A new leaf tensor (weights, inputs, constants) of `dtype` and shape `ne` (1 to 4 dims).
     pub fn new_tensor(&mut self, dtype: DType, ne: &[usize]) -> Result<TensorId> {
         let ne = ne4("NONE", ne)?;
