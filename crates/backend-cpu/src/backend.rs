@@ -162,6 +162,10 @@ impl Backend for CpuBackend {
         buffer.is_host()
     }
 
+    fn set_n_threads(&mut self, n: usize) -> Result<()> {
+        CpuBackend::set_n_threads(self, n)
+    }
+
     fn graph_compute(&mut self, ctx: &Context, graph: &Graph, bindings: &Bindings) -> Result<()> {
         let mut nodes = Vec::with_capacity(graph.nodes().len());
         let mut wsize = 0usize;

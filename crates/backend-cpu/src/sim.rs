@@ -237,6 +237,10 @@ impl Backend for SimBackend {
         !buft.is_host() && buft.name() == self.name
     }
 
+    fn set_n_threads(&mut self, n: usize) -> Result<()> {
+        self.cpu.set_n_threads(n)
+    }
+
     fn offload_op(&self, ctx: &Context, node: TensorId) -> bool {
         self.offload_min_batch.is_some_and(|min| op_batch_size(ctx.get(node)) >= min)
     }

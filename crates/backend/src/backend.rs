@@ -39,6 +39,12 @@ pub trait Backend: Send {
     /// Computes every node of `graph` in order; every tensor of the graph must be bound.
     fn graph_compute(&mut self, ctx: &Context, graph: &Graph, bindings: &Bindings) -> Result<()>;
 
+    /// Sets how many CPU threads the backend computes with, where it uses any (a no-op
+    /// otherwise).
+    fn set_n_threads(&mut self, _n: usize) -> Result<()> {
+        Ok(())
+    }
+
     /// Waits for queued work (a no-op for synchronous backends).
     fn synchronize(&mut self) -> Result<()> {
         Ok(())

@@ -36,6 +36,9 @@ pub struct BenchArgs {
     /// llama.cpp's repacked kernels' arithmetic, as llama.cpp does by default.
     #[arg(long = "no-repack")]
     no_repack: bool,
+    /// Device placement (`-ngl`, `--device`, `-ts`, `-ot`).
+    #[command(flatten)]
+    offload: common::OffloadArgs,
     /// Output format.
     #[arg(short = 'o', long, default_value = "md", value_parser = ["md", "json"])]
     output: String,
@@ -113,7 +116,7 @@ fn run_test(
 /// Runs the command.
 pub fn run(a: BenchArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
-    let model = common::load(&path, a.no_repack)?;
+    let model = common::load(&path, a.no_repack, &a.offload)?;
     let threads =
         if a.threads.is_empty() { vec![common::threads(None)] } else { a.threads.clone() };
     let mut rows = Vec::new();
@@ -139,7 +142,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     "model_type": desc,
                     "model_size": model.weights.n_bytes(),
                     "model_n_params": model.n_params(),
-                    "backends": "CPU",
+                    "backends": common::backends(&model),
+                    "n_gpu_layers": common::ngl(&model),
                     "cpu_info": common::cpu_name(),
                     "simd": common::simd_level(),
                     "build_commit": env!("TESSERA_GIT_COMMIT"),
@@ -159,20 +163,23 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>2} | {:>15} | {:>20} |",
-        "model", "size", "params", "backend", "threads", "fa", "test", "t/s"
+        "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} | {:>2} | {:>15} | {:>20} |",
+        "model", "size", "params", "backend", "ngl", "threads", "fa", "test", "t/s"
     );
     println!(
-        "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: | {:->1}: | {:->14}: | {:->19}: |",
-        "", "", "", "", "", "", "", ""
+        "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->2}: | {:->6}: | {:->1}: | {:->14}: | {:->19}: |",
+        "", "", "", "", "", "", "", "", ""
     );
+    let backend = common::backends(&model);
+    let ngl = common::ngl(&model);
     for r in &rows {
         println!(
-            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>2} | {:>15} | {:>20} |",
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} | {:>2} | {:>15} | {:>20} |",
             desc,
             size,
             params,
-            "CPU",
+            backend,
+            ngl,
             r.threads,
             a.flash_attn,
             r.test,

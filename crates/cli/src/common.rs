@@ -57,12 +57,71 @@ pub fn explain(e: impl std::fmt::Display) -> anyhow::Error {
     }
 }
 
+/// Where the model goes: llama.cpp's device flags.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OffloadArgs {
+    /// Layers to put on the accelerators, counted from the output end (the output layer
+    /// counts as one; default: all). A no-op, with a note, when only the CPU is present.
+    #[arg(long = "n-gpu-layers", visible_alias = "gpu-layers")]
+    pub n_gpu_layers: Option<usize>,
+    /// Devices to offload to, comma-separated (`none`: CPU only; default: every accelerator
+    /// present). `TESSERA_SIM_DEVICES=N` makes N simulated ones (SIM0..) present.
+    #[arg(long = "device", value_delimiter = ',')]
+    pub device: Vec<String>,
+    /// Share of the offloaded layers per device, e.g. `3,1` (default: equal).
+    #[arg(long = "tensor-split", value_delimiter = ',')]
+    pub tensor_split: Vec<f32>,
+    /// `REGEX=BUFFER_TYPE`: tensors whose name matches go to that buffer type (`CPU` or a
+    /// device name), before the layer rule; repeatable.
+    #[arg(long = "override-tensor")]
+    pub override_tensor: Vec<String>,
+}
+
+impl OffloadArgs {
+    /// The [`tessera_llama::Offload`] these flags ask for.
+    pub fn offload(&self) -> Result<tessera_llama::Offload> {
+        let registry = tessera_llama::placement::registry();
+        let devices =
+            tessera_llama::placement::select_devices(&registry, &self.device).map_err(explain)?;
+        if devices.is_empty() && self.n_gpu_layers.is_some_and(|n| n > 0) {
+            eprintln!(
+                "note: -ngl {} has no effect: no accelerator is present (CPU only)",
+                self.n_gpu_layers.unwrap_or(0)
+            );
+        }
+        let overrides = self
+            .override_tensor
+            .iter()
+            .map(|s| tessera_llama::TensorOverride::parse(s).map_err(explain))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(tessera_llama::Offload {
+            devices,
+            n_gpu_layers: self.n_gpu_layers.unwrap_or(usize::MAX / 2),
+            tensor_split: self.tensor_split.clone(),
+            overrides,
+        })
+    }
+}
+
 /// Loads a model, naming the file once in any error, with a hint where one helps.
 /// `no_repack` is llama.cpp's `--no-repack`: weights it would repack keep the plain kernels.
-pub fn load(path: &Path, no_repack: bool) -> Result<Model> {
+pub fn load(path: &Path, no_repack: bool, offload: &OffloadArgs) -> Result<Model> {
     check_model_path(path)?;
-    let params = tessera_llama::LoadParams { repack: !no_repack };
+    let params = tessera_llama::LoadParams { offload: offload.offload()?, repack: !no_repack };
     Model::load_with(path, &params).map_err(explain)
+}
+
+/// The backends a model runs on, llama-bench's column: `SIM0,CPU`, or `CPU`.
+pub fn backends(model: &Model) -> String {
+    let mut names: Vec<&str> = model.devices.iter().map(|d| d.name()).collect();
+    names.push("CPU");
+    names.join(",")
+}
+
+/// `-ngl` as llama-bench prints it: the layers on accelerators (0 on the CPU alone).
+pub fn ngl(model: &Model) -> usize {
+    let p = &model.layer_plan;
+    p.layers.iter().filter(|l| l.is_some()).count() + usize::from(p.output.is_some())
 }
 
 /// Opens a GGUF file (memory-mapped), with the same checks and messages as [`load`].

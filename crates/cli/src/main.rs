@@ -58,6 +58,10 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-sys", "--system-prompt"),
     ("-fa", "--flash-attn"),
     ("-nr", "--no-repack"),
+    ("-ngl", "--n-gpu-layers"),
+    ("-dev", "--device"),
+    ("-ts", "--tensor-split"),
+    ("-ot", "--override-tensor"),
 ];
 
 /// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`).

@@ -47,6 +47,9 @@ pub struct PerplexityArgs {
     /// llama.cpp's repacked kernels' arithmetic, as llama.cpp does by default.
     #[arg(long = "no-repack")]
     no_repack: bool,
+    /// Device placement (`-ngl`, `--device`, `-ts`, `-ot`).
+    #[command(flatten)]
+    offload: common::OffloadArgs,
 }
 
 /// `-log softmax(logits)[target]` in f64.
@@ -75,7 +78,7 @@ fn chunk_context<'m>(
 /// Runs the command.
 pub fn run(a: PerplexityArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
-    let model = common::load(&path, a.no_repack)?;
+    let model = common::load(&path, a.no_repack, &a.offload)?;
     if a.kl_divergence {
         return kl_divergence(&a, &model);
     }

@@ -76,6 +76,9 @@ pub struct RunArgs {
     /// llama.cpp's repacked kernels' arithmetic, as llama.cpp does by default.
     #[arg(long = "no-repack")]
     no_repack: bool,
+    /// Device placement (`-ngl`, `--device`, `-ts`, `-ot`).
+    #[command(flatten)]
+    offload: common::OffloadArgs,
     /// Print what runs (CPU, SIMD level, kernel family, threads) and the sampler chain.
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -88,7 +91,7 @@ pub struct RunArgs {
 pub fn run(a: RunArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
     let t_load = Instant::now();
-    let model = common::load(&path, a.no_repack)?;
+    let model = common::load(&path, a.no_repack, &a.offload)?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let threads = common::threads(a.threads);
     if a.verbose {
@@ -96,6 +99,24 @@ pub fn run(a: RunArgs) -> Result<()> {
             "system: {} | threads: {threads} | repacked weights: {}",
             common::system_info(),
             model.n_repacked
+        );
+        let ngl = common::ngl(&model);
+        let on_devices: Vec<String> = model
+            .devices
+            .iter()
+            .zip(&model.device_bytes)
+            .filter(|(_, &b)| b > 0)
+            .map(|(d, &b)| format!("{} {}", d.name(), common::human_bytes(b)))
+            .collect();
+        eprintln!(
+            "backends: {} | layers offloaded: {ngl}/{}{}",
+            common::backends(&model),
+            model.hparams.n_layer + 1,
+            if on_devices.is_empty() {
+                String::new()
+            } else {
+                format!(" | weights on {}", on_devices.join(", "))
+            }
         );
     }
     let params = ContextParams {
@@ -226,6 +247,10 @@ fn one_shot(
             tg * 1e3 / n_gen as f64,
             n_gen as f64 / tg
         );
+    }
+    if a.verbose {
+        let (splits, copies) = ctx.last_splits();
+        eprintln!("graph splits     = {splits} (last step; {copies} cross-backend copies)");
     }
     Ok(())
 }

@@ -115,3 +115,46 @@ fn run_verbose_says_which_simd_level_and_kernels_ran() {
     let line = err.lines().find(|l| l.starts_with("system: ")).expect("a system line");
     assert!(line.contains("SIMD: avx2 |") && line.contains("kernels: AVX2"), "{line}");
 }
+
+/// `tessera` with extra environment variables; (stdout, stderr).
+fn tessera_env(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .env_remove("TESSERA_SIM_DEVICES")
+        .envs(env.iter().copied())
+        .output()
+        .expect("running tessera");
+    assert!(out.status.success(), "tessera {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn ngl_offloads_to_a_present_device_and_is_a_noted_no_op_without_one() {
+    let m = model();
+    // SmolLM2 has 30 layers: -ngl 31 puts them and the output layer on SIM0.
+    let args = ["bench", "-m", &m, "-p", "0", "-n", "2", "-r", "1", "-t", "2", "-ngl", "31"];
+    let (out, _) =
+        tessera_env(&[&args[..], &["-o", "json"]].concat(), &[("TESSERA_SIM_DEVICES", "1")]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v[0]["backends"], "SIM0,CPU", "{v}");
+    assert_eq!(v[0]["n_gpu_layers"], 31, "{v}");
+    let (table, _) = tessera_env(&args, &[("TESSERA_SIM_DEVICES", "1")]);
+    let header = table.lines().next().unwrap();
+    assert!(header.contains("| backend    | ngl |"), "{table}");
+    assert!(table.contains("| SIM0,CPU   |  31 |"), "{table}");
+    // No device present: a note, and the CPU runs everything.
+    let (out, err) = tessera_env(&[&args[..], &["-o", "json"]].concat(), &[]);
+    assert!(err.contains("-ngl 31 has no effect"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v[0]["backends"], "CPU");
+    assert_eq!(v[0]["n_gpu_layers"], 0);
+    // A device that is not there is a clear error.
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["run", "-m", &m, "-n", "1", "--device", "CUDA3"])
+        .env_remove("TESSERA_SIM_DEVICES")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no device 'CUDA3'"), "{err}");
+}

@@ -43,7 +43,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // REPACK=1: the weights llama.cpp would repack take its repacked arithmetic (its default);
     // otherwise plain, as the references made with use_extra_bufts = False.
     let repack = std::env::var("REPACK").is_ok_and(|v| v == "1");
-    let model = Model::load_with(model, &tessera_llama::LoadParams { repack })?;
+    let model =
+        Model::load_with(model, &tessera_llama::LoadParams { repack, ..Default::default() })?;
     let tokens: Vec<u32> = serde_json::from_str(tokens)?;
     let first: usize = first.parse::<usize>()?.min(tokens.len());
     let params = ContextParams {

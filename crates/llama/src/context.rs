@@ -9,9 +9,9 @@ use crate::model::Model;
 use crate::{LlamaError, Result};
 use half::f16;
 use std::sync::Arc;
-use tessera_alloc::GraphAllocator;
 use tessera_backend::{Backend, Bindings, BufferType, HostBufferType};
 use tessera_backend_cpu::CpuBackend;
+use tessera_sched::{SchedParams, Scheduler};
 use tessera_tensor::graph::{Context, Graph, TensorId};
 use tessera_tensor::DType;
 
@@ -52,8 +52,8 @@ pub struct LlamaContext<'m> {
     base_ctx: Context,
     base_bindings: Bindings,
     kv: KvCache,
-    backend: CpuBackend,
-    galloc: GraphAllocator,
+    sched: Scheduler,
+    last_splits: (usize, usize),
     logits: Vec<f32>,
     output_of: Vec<Option<usize>>,
     observe: Vec<String>,
@@ -89,16 +89,29 @@ impl<'m> LlamaContext<'m> {
         }
         let mut base_ctx = model.weights.ctx.clone();
         let mut base_bindings = model.weights.bindings.clone();
-        let kv = KvCache::new(
+        let host: Arc<dyn BufferType> = Arc::new(HostBufferType);
+        let layer_buft = |il: usize| match model.layer_plan.layers.get(il).copied().flatten() {
+            Some(d) => model.devices[d].buffer_type(),
+            None => host.clone(),
+        };
+        let kv = KvCache::new_placed(
             &mut base_ctx,
             &mut base_bindings,
             hp,
             params.n_ctx,
             (params.type_k, params.type_v),
             !params.flash_attn,
+            &layer_buft,
         )?;
-        let backend = CpuBackend::with_options(params.n_threads, false)?;
-        let buft: Arc<dyn BufferType> = Arc::new(HostBufferType);
+        // The model's devices in priority order, the CPU last (ggml's scheduler rule).
+        let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+        for dev in &model.devices {
+            let mut b = dev.init_backend()?;
+            b.set_n_threads(params.n_threads)?;
+            backends.push(b);
+        }
+        backends.push(Box::new(CpuBackend::with_options(params.n_threads, false)?));
+        let sched = Scheduler::new(backends, SchedParams::default())?;
         tracing::info!(
             n_ctx = params.n_ctx,
             flash_attn = params.flash_attn,
@@ -111,8 +124,8 @@ impl<'m> LlamaContext<'m> {
             base_ctx,
             base_bindings,
             kv,
-            backend,
-            galloc: GraphAllocator::new(buft),
+            sched,
+            last_splits: (0, 0),
             logits: Vec::new(),
             output_of: Vec::new(),
             observe: Vec::new(),
@@ -143,7 +156,21 @@ impl<'m> LlamaContext<'m> {
     /// Changes the number of CPU threads.
     pub fn set_n_threads(&mut self, n: usize) -> Result<()> {
         self.params.n_threads = n.max(1);
-        Ok(self.backend.set_n_threads(n)?)
+        for i in 0..self.sched.n_backends() {
+            self.sched.backend_mut(i).set_n_threads(n)?;
+        }
+        Ok(())
+    }
+
+    /// The scheduler running the graphs (its backends: the model's devices, then the CPU).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    /// Splits and cross-backend copies of the last micro-batch's graph (1 and 0 on the CPU
+    /// alone).
+    pub fn last_splits(&self) -> (usize, usize) {
+        self.last_splits
     }
 
     /// Keeps the values of the graph tensors with these names (`"l_out-3"`, `"ffn_inp-0"`, ...,
@@ -273,7 +300,8 @@ impl<'m> LlamaContext<'m> {
         }
         let graph = Graph::build(&ctx, &outputs);
         let mut bindings = self.base_bindings.clone();
-        self.galloc.alloc_graph(&ctx, &graph, &mut bindings)?;
+        let schedule = self.sched.alloc_graph(&mut ctx, &graph, &mut bindings)?;
+        self.last_splits = (schedule.n_splits(), schedule.n_copies());
 
         // Inputs.
         let toks: Vec<i32> = batch.tokens[range.clone()].iter().map(|&t| t as i32).collect();
@@ -306,7 +334,7 @@ impl<'m> LlamaContext<'m> {
             bindings.set(&ctx, inp.v_idxs, &i64_bytes(&mut it))?;
         }
 
-        self.backend.graph_compute(&ctx, &graph, &bindings)?;
+        self.sched.compute(&ctx, &schedule, &bindings)?;
         if keep {
             self.logits.extend(bindings.get_f32(&ctx, logits)?);
         }

@@ -75,6 +75,9 @@ pub enum LlamaError {
     /// Allocating the graph failed.
     #[error("allocation: {0}")]
     Alloc(#[from] tessera_alloc::AllocError),
+    /// Scheduling a graph across the backends failed.
+    #[error("scheduler: {0}")]
+    Sched(#[from] tessera_sched::SchedError),
     /// The backend failed.
     #[error("backend: {0}")]
     Backend(#[from] tessera_backend::BackendError),

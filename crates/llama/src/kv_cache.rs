@@ -13,7 +13,7 @@ use crate::{LlamaError, Result};
 use std::sync::Arc;
 use tessera_alloc::alloc_tensors;
 use tessera_backend::{Bindings, Buffer, BufferType, HostBufferType};
-use tessera_tensor::graph::Context;
+use tessera_tensor::graph::{Context, TensorId};
 use tessera_tensor::DType;
 
 /// Largest number of sequences (cells record sequences as bits of a `u64`).
@@ -65,8 +65,24 @@ impl KvCache {
         bindings: &mut Bindings,
         hp: &HParams,
         size: usize,
+        types: (DType, DType),
+        v_trans: bool,
+    ) -> Result<KvCache> {
+        let host: Arc<dyn BufferType> = Arc::new(HostBufferType);
+        Self::new_placed(ctx, bindings, hp, size, types, v_trans, &|_| host.clone())
+    }
+
+    /// [`new`](Self::new) with each layer's K and V in memory of the buffer type `layer_buft`
+    /// gives for it (llama.cpp keeps an offloaded layer's cache on its device); layers sharing
+    /// a buffer type (by name) share buffers.
+    pub fn new_placed(
+        ctx: &mut Context,
+        bindings: &mut Bindings,
+        hp: &HParams,
+        size: usize,
         (type_k, type_v): (DType, DType),
         v_trans: bool,
+        layer_buft: &dyn Fn(usize) -> Arc<dyn BufferType>,
     ) -> Result<KvCache> {
         let mut layers = Vec::with_capacity(hp.n_layer);
         for il in 0..hp.n_layer {
@@ -88,9 +104,18 @@ impl KvCache {
             ctx.set_name(v, &format!("cache_v_l{il}"));
             layers.push(LayerCache { k, v });
         }
-        let buft: Arc<dyn BufferType> = Arc::new(HostBufferType);
-        let ids = layers.iter().flat_map(|l| [l.k, l.v]).collect::<Vec<_>>();
-        let buffers = alloc_tensors(&buft, ctx, ids, bindings)?;
+        let mut groups: Vec<(Arc<dyn BufferType>, Vec<TensorId>)> = Vec::new();
+        for (il, l) in layers.iter().enumerate() {
+            let buft = layer_buft(il);
+            match groups.iter_mut().find(|(b, _)| b.name() == buft.name()) {
+                Some((_, ids)) => ids.extend([l.k, l.v]),
+                None => groups.push((buft, vec![l.k, l.v])),
+            }
+        }
+        let mut buffers = Vec::new();
+        for (buft, ids) in &groups {
+            buffers.extend(alloc_tensors(buft, ctx, ids.iter().copied(), bindings)?);
+        }
         Ok(KvCache { cells: vec![Cell::EMPTY; size], head: 0, layers, v_trans, _buffers: buffers })
     }
 

@@ -3,11 +3,13 @@
 
 use crate::arch::{self, ModelGraph};
 use crate::hparams::HParams;
+use crate::placement::{self, LayerPlan, Offload};
 use crate::{LlamaError, Result};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use tessera_backend::{Bindings, MappedBuffer};
+use tessera_alloc::alloc_tensors;
+use tessera_backend::{Bindings, BufferUsage, Device, MappedBuffer};
 use tessera_gguf::GgufFile;
 use tessera_tensor::graph::{Context, Flags, TensorId};
 use tessera_vocab::Vocab;
@@ -70,6 +72,9 @@ impl Weights {
 /// How a model is loaded.
 #[derive(Debug, Clone)]
 pub struct LoadParams {
+    /// Which weights go to which device (`-ngl`, `-ts`, `--device`, `-ot`); CPU only by
+    /// default.
+    pub offload: Offload,
     /// Mark the weights llama.cpp would move into its repack buffer (its default on x86 with
     /// AVX2: Q4_0, Q4_K and IQ4_NL with rows in multiples of 8, decided at the SIMD level in
     /// force at load), so their products follow ggml's repacked kernels' arithmetic. `false`
@@ -79,7 +84,7 @@ pub struct LoadParams {
 
 impl Default for LoadParams {
     fn default() -> Self {
-        LoadParams { repack: true }
+        LoadParams { offload: Offload::default(), repack: true }
     }
 }
 
@@ -101,6 +106,12 @@ pub struct Model {
     pub chat_template: Option<String>,
     /// How many weights are marked repacked ([`LoadParams::repack`]).
     pub n_repacked: usize,
+    /// The devices weights were offloaded to (priority order; the CPU is implied, last).
+    pub devices: Vec<Arc<dyn Device>>,
+    /// Which device holds each layer (weights and KV cache); `None` is the CPU.
+    pub layer_plan: LayerPlan,
+    /// Bytes of weights on each device of [`devices`](Model::devices).
+    pub device_bytes: Vec<usize>,
     file: Arc<MappedFile>,
 }
 
@@ -139,16 +150,26 @@ impl Model {
         let arch_name = md.get_str("general.architecture")?.to_string();
         let builder = arch::lookup(&arch_name)?;
         let buffer: Arc<dyn tessera_backend::Buffer> = Arc::new(MappedBuffer::new(file.clone()));
+        let n_vocab_hint =
+            g.tensors().iter().find(|t| t.name == "token_embd.weight").map(|t| t.ne[1] as usize);
+        let hparams = HParams::from_metadata(md, n_vocab_hint)?;
+        let offload = &params.offload;
+        let layer_plan = LayerPlan::new(hparams.n_layer, offload);
         let mut ctx = Context::new();
         let mut bindings = Bindings::new();
         let mut by_name = HashMap::new();
         let level = tessera_backend_cpu::SimdLevel::from_env();
         let mut n_repacked = 0;
+        // Tensors bound for each device, with the file offset of their bytes.
+        let mut on_device: Vec<Vec<(TensorId, usize)>> = vec![Vec::new(); offload.devices.len()];
         for info in g.tensors() {
             let ne: Vec<usize> = info.ne.iter().map(|&d| d as usize).collect();
             let id = ctx.new_tensor(info.dtype, &ne)?;
             ctx.set_name(id, &info.name);
-            bindings.bind(&ctx, id, buffer.clone(), info.data_offset as usize)?;
+            match placement::tensor_device(&info.name, &layer_plan, offload)? {
+                None => bindings.bind(&ctx, id, buffer.clone(), info.data_offset as usize)?,
+                Some(d) => on_device[d].push((id, info.data_offset as usize)),
+            }
             by_name.insert(info.name.clone(), id);
             // llama.cpp repacks the 2-D weights its matrix products read; marking one that
             // only GET_ROWS reads (an untied token_embd) changes nothing, and a token_embd
@@ -166,10 +187,44 @@ impl Model {
         if n_repacked > 0 {
             tracing::info!(n_repacked, "weights repacked (llama.cpp's CPU_REPACK arithmetic)");
         }
+        // Tied embeddings with the output layer offloaded: the head gets a copy of token_embd
+        // on its device, as llama.cpp duplicates it (TENSOR_DUPLICATED).
+        if let (Some(d), false) = (layer_plan.output, by_name.contains_key("output.weight")) {
+            if let Some(&emb) = by_name.get("token_embd.weight") {
+                let src = ctx.get(emb).clone();
+                let id = ctx.new_tensor(src.dtype, &src.ne)?;
+                ctx.set_name(id, "output.weight");
+                ctx.set_flags(id, src.flags);
+                let off = g.tensor("token_embd.weight")?.data_offset as usize;
+                on_device[d].push((id, off));
+                by_name.insert("output.weight".into(), id);
+            }
+        }
+        let mut device_bytes = vec![0; offload.devices.len()];
+        for (d, list) in on_device.iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let dev = &offload.devices[d];
+            let buft = dev.buffer_type();
+            let ids: Vec<TensorId> = list.iter().map(|&(id, _)| id).collect();
+            for b in alloc_tensors(&buft, &ctx, ids, &mut bindings)? {
+                b.set_usage(BufferUsage::Weights);
+                device_bytes[d] += b.size();
+            }
+            let bytes = g.bytes();
+            for &(id, off) in list {
+                let n = ctx.get(id).n_bytes();
+                bindings.set(&ctx, id, &bytes[off..off + n])?;
+            }
+            tracing::info!(
+                device = dev.name(),
+                tensors = list.len(),
+                mib = device_bytes[d] as f64 / (1 << 20) as f64,
+                "weights offloaded"
+            );
+        }
         let weights = Weights { ctx, bindings, by_name };
-        let n_vocab_hint =
-            weights.by_name.get("token_embd.weight").map(|&id| weights.ctx.get(id).ne[1]);
-        let hparams = HParams::from_metadata(md, n_vocab_hint)?;
         let vocab = Vocab::from_metadata(md)?;
         let graph = builder.load(&weights, &hparams)?;
         let name = md.get("general.name").and_then(|v| v.as_str()).unwrap_or("").to_string();
@@ -185,6 +240,9 @@ impl Model {
             file_size: g.bytes().len(),
             chat_template,
             n_repacked,
+            devices: offload.devices.clone(),
+            layer_plan,
+            device_bytes,
             file,
         })
     }

@@ -1,0 +1,110 @@
+//! The three real models through the scheduler with layers on a second device (the simulated
+//! one: CPU kernels, memory of its own): with `-ngl` 0, half and all, with a device that
+//! refuses ops, and with `-ot`, the logits of a prompt batch and of every greedy decoding step
+//! equal those of the CPU alone bit for bit, and so does the greedy text.
+
+use std::sync::Arc;
+use tessera_backend::Device;
+use tessera_backend_cpu::SimDevice;
+use tessera_llama::{
+    Batch, ContextParams, LlamaContext, LoadParams, Model, Offload, TensorOverride,
+};
+
+/// A prompt of 40+ tokens, so the prompt batch is large enough for `offload_op` (32 rows).
+const PROMPT: &str = "The history of the printing press begins in the fifteenth century, when \
+     Johannes Gutenberg combined movable metal type, oil-based ink and a wooden press adapted \
+     from wine making. Within fifty years";
+
+/// (last-prompt logits, logits of each greedy step, tokens, splits of the last step).
+type Run = (Vec<u32>, Vec<Vec<u32>>, Vec<u32>, usize);
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn run(path: &std::path::Path, offload: Offload, flash_attn: bool) -> Run {
+    let model = Model::load_with(path, &LoadParams { offload, repack: true }).unwrap();
+    let params = ContextParams { n_ctx: 256, n_threads: 2, flash_attn, ..ContextParams::default() };
+    let mut ctx = LlamaContext::new(&model, params).unwrap();
+    let toks = model.vocab.tokenize(PROMPT, true, false);
+    assert!(toks.len() >= 32, "{} prompt tokens", toks.len());
+    ctx.decode(&Batch::from_tokens(&toks, 0, 0)).unwrap();
+    let first = bits(ctx.logits_ith(toks.len() - 1).unwrap());
+    let mut steps = Vec::new();
+    let mut out = Vec::new();
+    let mut last = first.clone();
+    for i in 0..6 {
+        let tok = last
+            .iter()
+            .map(|&b| f32::from_bits(b))
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap()
+            .0 as u32;
+        out.push(tok);
+        ctx.decode(&Batch::from_tokens(&[tok], (toks.len() + i) as i32, 0)).unwrap();
+        last = bits(ctx.logits_ith(0).unwrap());
+        steps.push(last.clone());
+    }
+    (first, steps, out, ctx.last_splits().0)
+}
+
+fn sim(n_gpu_layers: usize, device: SimDevice) -> Offload {
+    Offload {
+        devices: vec![Arc::new(device) as Arc<dyn Device>],
+        n_gpu_layers,
+        ..Offload::default()
+    }
+}
+
+fn check(model: tessera_models::Model, flash_attn: bool) {
+    let path = tessera_models::ensure(&model).unwrap();
+    let base = run(&path, Offload::default(), flash_attn);
+    assert_eq!(base.3, 1, "the CPU alone runs one split");
+    let n_layer = Model::load(&path).unwrap().hparams.n_layer;
+    let cases: Vec<(String, Offload)> = vec![
+        ("-ngl 0".into(), sim(0, SimDevice::new(0, 2))),
+        ("-ngl half".into(), sim(n_layer / 2, SimDevice::new(0, 2))),
+        ("-ngl all".into(), sim(99, SimDevice::new(0, 2))),
+        (
+            "-ngl all, device refuses ROPE and GET_ROWS".into(),
+            sim(99, SimDevice::new(0, 2).refusing_ops(&["ROPE", "GET_ROWS"])),
+        ),
+        ("-ngl all -ot ffn_down=CPU".into(), {
+            let mut o = sim(99, SimDevice::new(0, 2));
+            o.overrides.push(TensorOverride::parse("ffn_down=CPU").unwrap());
+            o
+        }),
+    ];
+    for (what, offload) in cases {
+        let got = run(&path, offload, flash_attn);
+        assert_eq!(got.2, base.2, "{}: {what}: greedy tokens", model.file);
+        assert!(got.0 == base.0, "{}: {what}: last-prompt logits differ", model.file);
+        for (i, (a, b)) in got.1.iter().zip(&base.1).enumerate() {
+            assert!(a == b, "{}: {what}: logits of step {i} differ", model.file);
+        }
+        if what != "-ngl 0" {
+            assert!(got.3 > 1, "{}: {what}: {} split(s)", model.file, got.3);
+        }
+    }
+}
+
+#[test]
+fn smollm2_offloaded_equals_cpu() {
+    check(tessera_models::SMOLLM2, true);
+}
+
+#[test]
+fn qwen25_offloaded_equals_cpu() {
+    check(tessera_models::QWEN25_CODER, true);
+}
+
+#[test]
+fn qwen25_offloaded_equals_cpu_softmax_path() {
+    check(tessera_models::QWEN25_CODER, false);
+}
+
+#[test]
+fn gemma3_offloaded_equals_cpu() {
+    check(tessera_models::GEMMA3, true);
+}
