@@ -11,7 +11,7 @@ use half::f16;
 use std::sync::Arc;
 use tessera_backend::{Backend, Bindings, BufferType, HostBufferType};
 use tessera_backend_cpu::CpuBackend;
-use tessera_sched::{SchedParams, Scheduler};
+use tessera_sched::{SchedParams, Schedule, Scheduler};
 use tessera_tensor::graph::{Context, Graph, TensorId};
 use tessera_tensor::DType;
 
@@ -30,6 +30,10 @@ pub struct ContextParams {
     pub type_k: DType,
     /// V cache type (a quantized V needs flash attention, which is then forced on).
     pub type_v: DType,
+    /// Reuse the previous micro-batch's graph, schedule and memory when the next has the same
+    /// shape (llama.cpp's graph reuse; `TESSERA_GRAPH_REUSE_DISABLE=1` turns it off, as
+    /// `LLAMA_GRAPH_REUSE_DISABLE` does llama.cpp's).
+    pub graph_reuse: bool,
 }
 
 impl Default for ContextParams {
@@ -41,6 +45,7 @@ impl Default for ContextParams {
             flash_attn: true,
             type_k: DType::F16,
             type_v: DType::F16,
+            graph_reuse: std::env::var_os("TESSERA_GRAPH_REUSE_DISABLE").is_none(),
         }
     }
 }
@@ -54,6 +59,8 @@ pub struct LlamaContext<'m> {
     kv: KvCache,
     sched: Scheduler,
     last_splits: (usize, usize),
+    prev: Option<Prepared>,
+    n_reused: usize,
     logits: Vec<f32>,
     output_of: Vec<Option<usize>>,
     observe: Vec<String>,
@@ -61,6 +68,7 @@ pub struct LlamaContext<'m> {
 }
 
 /// The input tensors of one micro-batch's graph.
+#[derive(Clone, Copy)]
 struct Inputs {
     tokens: TensorId,
     pos: TensorId,
@@ -69,6 +77,19 @@ struct Inputs {
     mask_swa: Option<TensorId>,
     k_idxs: TensorId,
     v_idxs: TensorId,
+}
+
+/// A micro-batch's graph, scheduled and allocated: kept for the next micro-batch of the same
+/// shape (llama.cpp's graph reuse), which only writes new input values.
+struct Prepared {
+    /// (tokens, outputs, cells read, observing): what fixes the graph's structure.
+    key: (usize, usize, usize, bool),
+    ctx: Context,
+    schedule: Schedule,
+    bindings: Bindings,
+    inp: Inputs,
+    logits: TensorId,
+    outputs: Vec<TensorId>,
 }
 
 impl<'m> LlamaContext<'m> {
@@ -126,6 +147,8 @@ impl<'m> LlamaContext<'m> {
             kv,
             sched,
             last_splits: (0, 0),
+            prev: None,
+            n_reused: 0,
             logits: Vec::new(),
             output_of: Vec::new(),
             observe: Vec::new(),
@@ -167,6 +190,11 @@ impl<'m> LlamaContext<'m> {
         &self.sched
     }
 
+    /// How many micro-batches ran on the previous one's graph (graph reuse).
+    pub fn n_graph_reused(&self) -> usize {
+        self.n_reused
+    }
+
     /// Splits and cross-backend copies of the last micro-batch's graph (1 and 0 on the CPU
     /// alone).
     pub fn last_splits(&self) -> (usize, usize) {
@@ -178,6 +206,7 @@ impl<'m> LlamaContext<'m> {
     /// role of llama.cpp's eval callback when comparing intermediate results.
     pub fn observe(&mut self, names: Vec<String>) {
         self.observe = names;
+        self.prev = None;
     }
 
     /// The values of the observed tensors of the last micro-batch.
@@ -233,8 +262,6 @@ impl<'m> LlamaContext<'m> {
         range: std::ops::Range<usize>,
         slots: &[usize],
     ) -> Result<()> {
-        let model = self.model;
-        let hp = &model.hparams;
         let n_tok = range.len();
         let mut out_idx: Vec<i32> =
             range.clone().filter(|&i| batch.logits[i]).map(|i| (i - range.start) as i32).collect();
@@ -244,6 +271,24 @@ impl<'m> LlamaContext<'m> {
             out_idx.push(n_tok as i32 - 1);
         }
         let n_kv = self.kv.n_kv();
+        let key = (n_tok, out_idx.len(), n_kv, !self.observe.is_empty());
+        let prepared = match self.prev.take() {
+            Some(p) if self.params.graph_reuse && p.key == key => {
+                self.n_reused += 1;
+                p
+            }
+            _ => self.build_graph(key)?,
+        };
+        let result = self.run_prepared(&prepared, batch, range, slots, &out_idx, keep);
+        self.prev = Some(prepared);
+        result
+    }
+
+    /// Builds, schedules and allocates the graph of a micro-batch of shape `key`.
+    fn build_graph(&mut self, key: (usize, usize, usize, bool)) -> Result<Prepared> {
+        let (n_tok, n_out, n_kv, _) = key;
+        let model = self.model;
+        let hp = &model.hparams;
         let kv_size = self.kv.size();
         let fa = self.params.flash_attn;
         let mut ctx = self.base_ctx.clone();
@@ -258,7 +303,7 @@ impl<'m> LlamaContext<'m> {
         let inp = Inputs {
             tokens: input(&mut ctx, DType::I32, &[n_tok], "inp_tokens")?,
             pos: input(&mut ctx, DType::I32, &[n_tok], "inp_pos")?,
-            out_ids: input(&mut ctx, DType::I32, &[out_idx.len()], "inp_out_ids")?,
+            out_ids: input(&mut ctx, DType::I32, &[n_out], "inp_out_ids")?,
             mask: input(&mut ctx, mask_type, &[n_kv, n_tok], "kq_mask")?,
             mask_swa: if hp.n_swa > 0 {
                 Some(input(&mut ctx, mask_type, &[n_kv, n_tok], "kq_mask_swa")?)
@@ -272,7 +317,7 @@ impl<'m> LlamaContext<'m> {
             ctx,
             hp,
             n_tokens: n_tok,
-            n_outputs: out_idx.len(),
+            n_outputs: n_out,
             inp_tokens: inp.tokens,
             inp_pos: inp.pos,
             inp_out_ids: inp.out_ids,
@@ -301,23 +346,43 @@ impl<'m> LlamaContext<'m> {
         let graph = Graph::build(&ctx, &outputs);
         let mut bindings = self.base_bindings.clone();
         let schedule = self.sched.alloc_graph(&mut ctx, &graph, &mut bindings)?;
-        self.last_splits = (schedule.n_splits(), schedule.n_copies());
 
+        Ok(Prepared { key, ctx, schedule, bindings, inp, logits, outputs })
+    }
+
+    /// Writes a micro-batch's inputs into its prepared graph, computes it and keeps the
+    /// logits and observed tensors.
+    fn run_prepared(
+        &mut self,
+        p: &Prepared,
+        batch: &Batch,
+        range: std::ops::Range<usize>,
+        slots: &[usize],
+        out_idx: &[i32],
+        keep: bool,
+    ) -> Result<()> {
+        let hp = &self.model.hparams;
+        let (ctx, bindings, inp) = (&p.ctx, &p.bindings, p.inp);
+        let n_kv = p.key.2;
+        let kv_size = self.kv.size();
+        let fa = self.params.flash_attn;
+        let ev = hp.n_embd_v_gqa(0);
+        self.last_splits = (p.schedule.n_splits(), p.schedule.n_copies());
         // Inputs.
         let toks: Vec<i32> = batch.tokens[range.clone()].iter().map(|&t| t as i32).collect();
-        bindings.set_i32(&ctx, inp.tokens, &toks)?;
+        bindings.set_i32(ctx, inp.tokens, &toks)?;
         let pos = &batch.pos[range.clone()];
-        bindings.set_i32(&ctx, inp.pos, pos)?;
-        bindings.set_i32(&ctx, inp.out_ids, &out_idx)?;
+        bindings.set_i32(ctx, inp.pos, pos)?;
+        bindings.set_i32(ctx, inp.out_ids, out_idx)?;
         let seqs = &batch.seq_id[range.clone()];
         let set_mask = |id: TensorId, n_swa: usize| -> Result<()> {
             let m = self.kv.mask(n_kv, pos, seqs, n_swa);
             if fa {
                 let bytes: Vec<u8> =
                     m.iter().flat_map(|&x| f16::from_f32(x).to_le_bytes()).collect();
-                Ok(bindings.set(&ctx, id, &bytes)?)
+                Ok(bindings.set(ctx, id, &bytes)?)
             } else {
-                Ok(bindings.set_f32(&ctx, id, &m)?)
+                Ok(bindings.set_f32(ctx, id, &m)?)
             }
         };
         set_mask(inp.mask, 0)?;
@@ -326,23 +391,23 @@ impl<'m> LlamaContext<'m> {
         }
         let i64_bytes =
             |v: &mut dyn Iterator<Item = i64>| v.flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        bindings.set(&ctx, inp.k_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
+        bindings.set(ctx, inp.k_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
         if fa {
-            bindings.set(&ctx, inp.v_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
+            bindings.set(ctx, inp.v_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
         } else {
             let mut it = slots.iter().flat_map(|&s| (0..ev).map(move |c| (c * kv_size + s) as i64));
-            bindings.set(&ctx, inp.v_idxs, &i64_bytes(&mut it))?;
+            bindings.set(ctx, inp.v_idxs, &i64_bytes(&mut it))?;
         }
 
-        self.sched.compute(&ctx, &schedule, &bindings)?;
+        self.sched.compute(ctx, &p.schedule, bindings)?;
         if keep {
-            self.logits.extend(bindings.get_f32(&ctx, logits)?);
+            self.logits.extend(bindings.get_f32(ctx, p.logits)?);
         }
         self.observed.clear();
-        for &id in &outputs[1..] {
+        for &id in &p.outputs[1..] {
             let d = ctx.get(id);
             if d.dtype == DType::F32 && d.is_contiguous() {
-                self.observed.insert(d.name.clone(), bindings.get_f32(&ctx, id)?);
+                self.observed.insert(d.name.clone(), bindings.get_f32(ctx, id)?);
             }
         }
         Ok(())

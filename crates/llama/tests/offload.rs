@@ -1,7 +1,9 @@
 //! The three real models through the scheduler with layers on a second device (the simulated
 //! one: CPU kernels, memory of its own): with `-ngl` 0, half and all, with a device that
 //! refuses ops, and with `-ot`, the logits of a prompt batch and of every greedy decoding step
-//! equal those of the CPU alone bit for bit, and so does the greedy text.
+//! equal those of the CPU alone bit for bit, and so does the greedy text. The reference builds
+//! every graph afresh; the offloaded runs reuse the decode steps' graphs (llama.cpp's graph
+//! reuse), so the equality covers reuse too.
 
 use std::sync::Arc;
 use tessera_backend::Device;
@@ -22,9 +24,15 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-fn run(path: &std::path::Path, offload: Offload, flash_attn: bool) -> Run {
+fn run(path: &std::path::Path, offload: Offload, flash_attn: bool, graph_reuse: bool) -> Run {
     let model = Model::load_with(path, &LoadParams { offload, repack: true }).unwrap();
-    let params = ContextParams { n_ctx: 256, n_threads: 2, flash_attn, ..ContextParams::default() };
+    let params = ContextParams {
+        n_ctx: 256,
+        n_threads: 2,
+        flash_attn,
+        graph_reuse,
+        ..ContextParams::default()
+    };
     let mut ctx = LlamaContext::new(&model, params).unwrap();
     let toks = model.vocab.tokenize(PROMPT, true, false);
     assert!(toks.len() >= 32, "{} prompt tokens", toks.len());
@@ -46,6 +54,8 @@ fn run(path: &std::path::Path, offload: Offload, flash_attn: bool) -> Run {
         last = bits(ctx.logits_ith(0).unwrap());
         steps.push(last.clone());
     }
+    // Decode steps 2..6 have the shape of step 1: their graphs are reused (or never).
+    assert_eq!(ctx.n_graph_reused(), if graph_reuse { 5 } else { 0 });
     (first, steps, out, ctx.last_splits().0)
 }
 
@@ -59,7 +69,8 @@ fn sim(n_gpu_layers: usize, device: SimDevice) -> Offload {
 
 fn check(model: tessera_models::Model, flash_attn: bool) {
     let path = tessera_models::ensure(&model).unwrap();
-    let base = run(&path, Offload::default(), flash_attn);
+    // The reference: the CPU alone, every graph built afresh.
+    let base = run(&path, Offload::default(), flash_attn, false);
     assert_eq!(base.3, 1, "the CPU alone runs one split");
     let n_layer = Model::load(&path).unwrap().hparams.n_layer;
     let cases: Vec<(String, Offload)> = vec![
@@ -77,7 +88,7 @@ fn check(model: tessera_models::Model, flash_attn: bool) {
         }),
     ];
     for (what, offload) in cases {
-        let got = run(&path, offload, flash_attn);
+        let got = run(&path, offload, flash_attn, true);
         assert_eq!(got.2, base.2, "{}: {what}: greedy tokens", model.file);
         assert!(got.0 == base.0, "{}: {what}: last-prompt logits differ", model.file);
         for (i, (a, b)) in got.1.iter().zip(&base.1).enumerate() {
