@@ -79,9 +79,14 @@ pub struct RunArgs {
     /// Device placement (`-ngl`, `--device`, `-ts`, `-ot`).
     #[command(flatten)]
     offload: common::OffloadArgs,
-    /// Print what runs (CPU, SIMD level, kernel family, threads) and the sampler chain.
+    /// Print what runs (CPU, SIMD level, kernel family, threads, backends and graph splits)
+    /// and the sampler chain.
     #[arg(short = 'v', long)]
     verbose: bool,
+    /// Write the prompt's graph as Graphviz DOT, nodes coloured by the backend the scheduler
+    /// put them on.
+    #[arg(long = "sched-dot", value_name = "FILE")]
+    sched_dot: Option<std::path::PathBuf>,
     /// Flash attention on or off (llama.cpp's -fa).
     #[arg(long = "flash-attn", short = 'f', default_value = "on", value_parser = ["on", "off"])]
     flash_attn: String,
@@ -208,6 +213,26 @@ fn one_shot(
     let t0 = Instant::now();
     ctx.decode(&Batch::from_tokens(&tokens, 0, 0)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let pp = t0.elapsed().as_secs_f64();
+    if let Some((gctx, schedule)) = ctx.last_schedule() {
+        if a.verbose {
+            let per: Vec<String> = schedule
+                .nodes_per_backend(gctx)
+                .iter()
+                .enumerate()
+                .map(|(b, n)| format!("{} {n} nodes", schedule.backend_name(b)))
+                .collect();
+            eprintln!(
+                "\nprompt graph: {} split(s), {} cross-backend copies; {}",
+                schedule.n_splits(),
+                schedule.n_copies(),
+                per.join(", ")
+            );
+        }
+        if let Some(file) = &a.sched_dot {
+            std::fs::write(file, schedule.to_dot(gctx))
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        }
+    }
     let mut last = tokens.len() - 1;
     let mut pos = tokens.len();
     let n_predict = a.n_predict.unwrap_or(128);

@@ -10,7 +10,6 @@ use crate::{LlamaError, Result};
 use half::f16;
 use std::sync::Arc;
 use tessera_backend::{Backend, Bindings, BufferType, HostBufferType};
-use tessera_backend_cpu::CpuBackend;
 use tessera_sched::{SchedParams, Schedule, Scheduler};
 use tessera_tensor::graph::{Context, Graph, TensorId};
 use tessera_tensor::DType;
@@ -131,7 +130,9 @@ impl<'m> LlamaContext<'m> {
             b.set_n_threads(params.n_threads)?;
             backends.push(b);
         }
-        backends.push(Box::new(CpuBackend::with_options(params.n_threads, false)?));
+        let mut cpu = crate::placement::host_device().init_backend()?;
+        cpu.set_n_threads(params.n_threads)?;
+        backends.push(cpu);
         let sched = Scheduler::new(backends, SchedParams::default())?;
         tracing::info!(
             n_ctx = params.n_ctx,
@@ -188,6 +189,20 @@ impl<'m> LlamaContext<'m> {
     /// The scheduler running the graphs (its backends: the model's devices, then the CPU).
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
+    }
+
+    /// Installs llama.cpp's eval callback (`cb_eval`) on the scheduler: asked about every node
+    /// before it is computed, shown each node it asked for once computed (on whatever device,
+    /// read through the bindings); returning `false` then stops the micro-batch. `None`
+    /// removes it.
+    pub fn set_eval_callback(&mut self, cb: Option<tessera_sched::EvalCallback>) {
+        self.sched.set_eval_callback(cb);
+    }
+
+    /// The last micro-batch's graph context and schedule (where each node ran, the splits),
+    /// e.g. to print or export it.
+    pub fn last_schedule(&self) -> Option<(&Context, &Schedule)> {
+        self.prev.as_ref().map(|p| (&p.ctx, &p.schedule))
     }
 
     /// How many micro-batches ran on the previous one's graph (graph reuse).

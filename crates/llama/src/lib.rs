@@ -1,21 +1,24 @@
 //! # tessera-llama
 //!
-//! llama.cpp's model layer in Rust: load a GGUF model zero-copy, run it on the CPU backend
-//! with a KV cache, and sample from its logits.
+//! llama.cpp's model layer in Rust: load a GGUF model zero-copy, run it through the backend
+//! scheduler (tessera-sched: the CPU, and any devices layers were offloaded to) with a KV
+//! cache, and sample from its logits.
 //!
 //! - [`Model::load`]: hyperparameters from the `{arch}.*` keys ([`HParams`]), the tokenizer
 //!   (tessera-vocab) from `tokenizer.ggml.*`, every tensor bound in place to the file's mapping,
 //!   and the architecture's graph builder, found by name in a registry ([`arch`]) that
 //!   downstream crates can extend with [`arch::register`].
 //! - [`LlamaContext`]: the KV cache (F16 by default, Q8_0 possible), micro-batching, masks,
-//!   and [`LlamaContext::decode`], which builds each micro-batch's graph afresh, places its
-//!   intermediates with the graph allocator (buffers reused between graphs) and computes it.
+//!   and [`LlamaContext::decode`], which builds each micro-batch's graph (or reuses the
+//!   previous one's when the shape is the same), has the scheduler place, allocate and run it.
+//! - [`placement`]: llama.cpp's `-ngl`/`-ts`/`-ot`/`--device` rules and the device registry.
 //! - [`sampling`]: llama.cpp's sampler chain, with its mt19937 so a seed gives its tokens.
 //!
 //! Design decisions:
-//! - **Graphs are rebuilt per micro-batch** from a base context holding the weights and cache
-//!   tensors (cloning descriptors is cheap); nothing is cached between graphs but the
-//!   allocator's buffers, so a change of batch shape needs no special path.
+//! - **Graphs are rebuilt when the micro-batch's shape changes** from a base context holding
+//!   the weights and cache tensors (cloning descriptors is cheap); a decode step of the same
+//!   shape reuses the last graph (every changing value is an input), so a change of batch
+//!   shape needs no special path and steady decoding skips the rebuild.
 //! - **Cache writes are nodes on the path to the logits**: the attention reads the cache
 //!   through the SET_ROWS results, so building the graph from the logits alone schedules the
 //!   writes before the reads.

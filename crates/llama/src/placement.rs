@@ -143,6 +143,11 @@ pub fn tensor_device(name: &str, plan: &LayerPlan, offload: &Offload) -> Result<
     Ok(plan.tensor_device(name))
 }
 
+/// The host CPU as a device: the backend every graph ends on (the scheduler's last).
+pub fn host_device() -> Arc<dyn Device> {
+    Arc::new(CpuDevice)
+}
+
 /// The devices this program can use, in priority order with the CPU last: `TESSERA_SIM_DEVICES=N`
 /// adds N simulated accelerators (`SIM0`..) before the CPU. (The CUDA backend adds its devices
 /// here when built in.)
@@ -154,7 +159,7 @@ pub fn registry() -> Registry {
     for i in 0..n_sim {
         r.add(Arc::new(SimDevice::new(i, threads)));
     }
-    r.add(Arc::new(CpuDevice));
+    r.add(host_device());
     r
 }
 

@@ -228,3 +228,37 @@ fn bad_setups_are_typed_errors() {
     assert!(matches!(e, SchedError::Stranded { .. }), "{e}");
     assert!(e.to_string().contains("weight_2"), "{e}");
 }
+
+#[test]
+fn copy_slots_rotate_and_keep_the_bits() {
+    use tessera_backend::Backend;
+    let backends: Vec<Box<dyn Backend>> = vec![
+        Box::new(SimDevice::new(0, 1).backend().unwrap()),
+        Box::new(tessera_backend_cpu::CpuBackend::new(1)),
+    ];
+    let params = tessera_sched::SchedParams { n_copies: 2, op_offload: true };
+    let mut sched = Scheduler::new(backends, params).unwrap();
+    let want = run(&mut cpu_only(), 4, [Place::Host; 4]).0;
+    let mut slots = Vec::new();
+    for _ in 0..3 {
+        let mut g = two_layer(4);
+        let mut b = Bindings::new();
+        for (i, (&w, place)) in g.w.iter().zip(SEED_002).enumerate() {
+            let n = g.ctx.get(w).n_elements();
+            bind_weight(&g.ctx, &mut b, w, place, &values(n, i as u64 + 1));
+        }
+        let graph = Graph::build(&g.ctx, &[g.out]);
+        let s = sched.alloc_graph(&mut g.ctx, &graph, &mut b).unwrap();
+        slots.push(s.copy_slot());
+        // Two copies of add_1 exist (one per slot); the graph reads the slot in use.
+        let input = &s.splits()[1].inputs[0];
+        assert_eq!(input.copies.len(), 2);
+        assert_eq!(g.ctx.get(g.mm2).src[1], Some(input.copies[s.copy_slot()]));
+        b.set_f32(&g.ctx, g.inp, &values(32, 99)).unwrap();
+        sched.compute(&g.ctx, &s, &b).unwrap();
+        assert_eq!(bits(&b.get_f32(&g.ctx, g.out).unwrap()), bits(&want));
+    }
+    assert_eq!(slots, [0, 1, 0]);
+    let bad = tessera_sched::SchedParams { n_copies: 5, op_offload: true };
+    assert!(Scheduler::new(vec![Box::new(tessera_backend_cpu::CpuBackend::new(1))], bad).is_err());
+}
