@@ -13,6 +13,7 @@ mod kld;
 mod perplexity_cmd;
 mod quantize_cmd;
 mod run_cmd;
+mod serve_cmd;
 mod tokenize_cmd;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -30,6 +31,9 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (like llama-cli / llama-simple).
     Run(run_cmd::RunArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API with continuous batching (like
+    /// llama-server).
+    Serve(serve_cmd::ServeArgs),
     /// Measure prompt processing and generation speed (like llama-bench).
     Bench(bench_cmd::BenchArgs),
     /// Measure perplexity on a text file (like llama-perplexity).
@@ -62,6 +66,7 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-dev", "--device"),
     ("-ts", "--tensor-split"),
     ("-ot", "--override-tensor"),
+    ("-np", "--parallel"),
 ];
 
 /// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`).
@@ -111,6 +116,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(a) => run_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
+        Command::Serve(a) => serve_cmd::run(a),
         Command::Perplexity(a) => perplexity_cmd::run(a),
         Command::Tokenize(a) => tokenize_cmd::run(a),
         Command::Quantize(a) => quantize_cmd::run(a),

@@ -260,7 +260,7 @@ impl<'m> LlamaContext<'m> {
         let mut start = 0;
         while start < n {
             let end = (start + self.params.n_ubatch).min(n);
-            let slots = self.kv.find_slot(end - start)?;
+            let slots = self.kv.find_slot_for(&batch.seq_id[start..end])?;
             self.kv.apply(&slots, &batch.pos[start..end], &batch.seq_id[start..end]);
             if let Err(e) = self.decode_ubatch(batch, start..end, &slots) {
                 self.kv.release(&slots);

@@ -136,18 +136,43 @@ impl KvCache {
 
     /// Finds `n` free cells starting at the ring head (they need not be contiguous).
     pub fn find_slot(&self, n: usize) -> Result<Vec<usize>> {
+        self.find_slot_for(&vec![0; n])
+    }
+
+    /// Finds a free cell for each token of sequences `seqs`, each after every cell its
+    /// sequence already holds where the cache has room there: a sequence's cells then stay in
+    /// position order, so attention sums its cells in the same order whatever other
+    /// sequences share the cache (a request gets the bits it would get alone). Where no cell
+    /// is free past them, the first free cell from the ring head.
+    pub fn find_slot_for(&self, seqs: &[u32]) -> Result<Vec<usize>> {
+        let n = seqs.len();
         let size = self.cells.len();
         let free = size - self.used();
         if n > free {
             return Err(LlamaError::ContextFull { needed: n, free, size });
         }
+        let mut taken = vec![false; size];
+        // The cell after the last one each sequence holds (or was given in this call).
+        let mut after: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
         let mut out = Vec::with_capacity(n);
-        let mut i = self.head;
-        while out.len() < n {
-            if self.cells[i].is_empty() {
-                out.push(i);
-            }
-            i = (i + 1) % size;
+        for &s in seqs {
+            let start = *after.entry(s).or_insert_with(|| {
+                self.cells
+                    .iter()
+                    .rposition(|c| c.seqs & (1u64 << s) != 0)
+                    .map_or(self.head, |i| i + 1)
+            });
+            let ordered = (start..size).find(|&i| self.cells[i].is_empty() && !taken[i]);
+            let cell = match ordered {
+                Some(c) => c,
+                None => (0..size)
+                    .map(|k| (self.head + k) % size)
+                    .find(|&i| self.cells[i].is_empty() && !taken[i])
+                    .expect("counted free cells"),
+            };
+            taken[cell] = true;
+            after.insert(s, cell + 1);
+            out.push(cell);
         }
         Ok(out)
     }

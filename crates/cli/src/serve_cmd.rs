@@ -1,0 +1,87 @@
+//! `tessera serve`: the OpenAI-compatible server (llama-server), flags as llama-server's.
+
+use crate::common;
+use anyhow::{Context as _, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Options of `tessera serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Model file (GGUF); default: SmolLM2-135M-Instruct.
+    #[arg(short = 'm', long)]
+    model: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// KV cache cells in all, shared by the slots (each gets ctx-size / parallel).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    ctx_size: usize,
+    /// Slots: requests decoded together (continuous batching).
+    #[arg(long = "parallel", default_value_t = 4)]
+    parallel: usize,
+    /// Threads (default: every core).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Most tokens decoded per step (generating slots' next tokens plus prompt chunks). Under
+    /// 64, a request's answer does not depend on what shares its steps (no step is large
+    /// enough for the tiled flash attention), except on K-quant models.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    batch_size: usize,
+    /// Requests that may wait for a free slot before new ones get 503.
+    #[arg(long = "queue", default_value_t = 64)]
+    queue: usize,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health.
+    #[arg(long = "api-key")]
+    api_key: Option<String>,
+    /// A Jinja chat template to use instead of the model's.
+    #[arg(long = "chat-template-file")]
+    chat_template_file: Option<PathBuf>,
+    /// Flash attention: on or off.
+    #[arg(long = "flash-attn", short = 'f', default_value = "on", value_parser = ["on", "off"])]
+    flash_attn: String,
+    /// Keep weights llama.cpp would repack on the plain kernels (llama.cpp's --no-repack).
+    #[arg(long = "no-repack")]
+    no_repack: bool,
+    /// Device placement (`-ngl`, `--device`, `-ts`, `-ot`).
+    #[command(flatten)]
+    offload: common::OffloadArgs,
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub fn run(a: ServeArgs) -> Result<()> {
+    let path = common::resolve_model(a.model.as_deref())?;
+    let model = Arc::new(common::load(&path, a.no_repack, &a.offload)?);
+    let chat_template = match &a.chat_template_file {
+        Some(f) => {
+            Some(std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+        }
+        None => None,
+    };
+    let name = path.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
+    let cfg = tessera_server::ServerConfig {
+        host: a.host.clone(),
+        port: a.port,
+        n_ctx: a.ctx_size,
+        n_parallel: a.parallel,
+        n_threads: common::threads(a.threads),
+        flash_attn: a.flash_attn == "on",
+        queue: a.queue,
+        n_batch: a.batch_size,
+        api_key: a.api_key.clone(),
+        chat_template,
+        model_name: name,
+    };
+    let server = tessera_server::start(model, cfg, true).map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!(
+        "tessera serve: listening on http://{} ({} slots; chat page at /, OpenAI API at /v1)",
+        server.addr, a.parallel
+    );
+    server.wait();
+    eprintln!("tessera serve: stopped");
+    Ok(())
+}

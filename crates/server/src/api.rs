@@ -1,0 +1,433 @@
+//! The OpenAI request bodies, read field by field from JSON so every error names its field,
+//! and the error body every failure answers with (`{"error": {"message", "type", "code",
+//! "param"}}`).
+
+use serde_json::{json, Map, Value};
+
+/// An error answered to the client: HTTP status and OpenAI's error object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// What went wrong, naming the field.
+    pub message: String,
+    /// OpenAI's `type` (`invalid_request_error`, `authentication_error`, `server_error`, ...).
+    pub kind: &'static str,
+    /// OpenAI's `code`, where one fits (`context_length_exceeded`, `invalid_api_key`, ...).
+    pub code: Option<&'static str>,
+    /// The offending field, if one.
+    pub param: Option<String>,
+}
+
+impl ApiError {
+    /// A 400 about field `param`.
+    pub fn field(param: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status: 400,
+            message: format!("{param}: {}", message.into()),
+            kind: "invalid_request_error",
+            code: None,
+            param: Some(param.to_string()),
+        }
+    }
+
+    /// An error with a status and type, no field.
+    pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, message: message.into(), kind, code: None, param: None }
+    }
+
+    /// Sets the code.
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "code": self.code.map_or(Value::from(self.status), Value::from),
+            "param": self.param,
+        }})
+    }
+}
+
+/// Sampling settings of one request (OpenAI's and llama-server's fields).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    /// 0 is greedy.
+    pub temperature: f32,
+    /// Nucleus sampling.
+    pub top_p: f32,
+    /// llama-server's `top_k` (0: off).
+    pub top_k: usize,
+    /// llama-server's `min_p`.
+    pub min_p: f32,
+    /// Random seed (random when absent).
+    pub seed: Option<u32>,
+    /// OpenAI's presence penalty.
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty.
+    pub frequency_penalty: f32,
+    /// llama-server's repeat penalty (1: off).
+    pub repeat_penalty: f32,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        // llama-server's defaults.
+        Sampling {
+            temperature: 0.8,
+            top_p: 0.95,
+            top_k: 40,
+            min_p: 0.05,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repeat_penalty: 1.0,
+        }
+    }
+}
+
+/// What to generate from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// Chat messages (role, text), rendered through the chat template.
+    Chat(Vec<(String, String)>),
+    /// Raw text (`/v1/completions`).
+    Text(String),
+}
+
+/// A validated generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenRequest {
+    /// The prompt.
+    pub prompt: Prompt,
+    /// Stream server-sent events.
+    pub stream: bool,
+    /// Send a last chunk with `usage` (`stream_options.include_usage`).
+    pub include_usage: bool,
+    /// Most tokens to generate (`None`: until the slot's context is full).
+    pub max_tokens: Option<usize>,
+    /// Sampling settings.
+    pub sampling: Sampling,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Log-probabilities: `None` off, `Some(n)`: the chosen token's and the `n` most likely.
+    pub logprobs: Option<usize>,
+    /// The `model` field as sent (echoed back).
+    pub model: Option<String>,
+}
+
+fn opt_num(o: &Map<String, Value>, key: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            if !(min..=max).contains(&x) {
+                return Err(ApiError::field(key, format!("{x} is out of range [{min}, {max}]")));
+            }
+            Ok(Some(x))
+        }
+        Some(other) => {
+            Err(ApiError::field(key, format!("expected a number, got {}", type_name(other))))
+        }
+    }
+}
+
+fn opt_int(o: &Map<String, Value>, key: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(x) if (min..=max).contains(&x) => Ok(Some(x)),
+            Some(x) => Err(ApiError::field(key, format!("{x} is out of range [{min}, {max}]"))),
+            None => Err(ApiError::field(key, format!("expected an integer, got {n}"))),
+        },
+        Some(other) => {
+            Err(ApiError::field(key, format!("expected an integer, got {}", type_name(other))))
+        }
+    }
+}
+
+fn opt_bool(o: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => {
+            Err(ApiError::field(key, format!("expected a boolean, got {}", type_name(other))))
+        }
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Parses a request body into a JSON object.
+pub fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(400, "invalid_request_error", format!("invalid JSON body: {e}"))
+    })?;
+    match v {
+        Value::Object(o) => Ok(o),
+        other => Err(ApiError::new(
+            400,
+            "invalid_request_error",
+            format!("the body must be a JSON object, not {}", type_name(&other)),
+        )),
+    }
+}
+
+/// The fields both endpoints share.
+fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenRequest, ApiError> {
+    if let Some(n) = opt_int(o, "n", 1, i64::MAX)? {
+        if n != 1 {
+            return Err(ApiError::field("n", "only 1 choice per request is supported"));
+        }
+    }
+    for key in ["response_format", "grammar", "json_schema"] {
+        match o.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(rf))
+                if key == "response_format" && rf.get("type") == Some(&json!("text")) => {}
+            Some(_) => {
+                return Err(ApiError::field(
+                    key,
+                    "constrained output is not supported by this server yet",
+                ))
+            }
+        }
+    }
+    let stream = opt_bool(o, "stream")?.unwrap_or(false);
+    let include_usage = match o.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(so)) => opt_bool(so, "include_usage")
+            .map_err(|e| ApiError::field("stream_options.include_usage", e.message))?
+            .unwrap_or(false),
+        Some(other) => {
+            return Err(ApiError::field(
+                "stream_options",
+                format!("expected an object, got {}", type_name(other)),
+            ))
+        }
+    };
+    let max_a = opt_int(o, "max_tokens", 1, 1 << 30)?;
+    let max_b = opt_int(o, "max_completion_tokens", 1, 1 << 30)?;
+    let max_c = opt_int(o, "n_predict", -1, 1 << 30)?.filter(|&n| n > 0);
+    let max_tokens = max_b.or(max_a).or(max_c).map(|n| n as usize);
+    let d = Sampling::default();
+    let sampling = Sampling {
+        temperature: opt_num(o, "temperature", 0.0, 2.0)?.map_or(d.temperature, |x| x as f32),
+        top_p: opt_num(o, "top_p", 0.0, 1.0)?.map_or(d.top_p, |x| x as f32),
+        top_k: opt_int(o, "top_k", 0, 1 << 20)?.map_or(d.top_k, |x| x as usize),
+        min_p: opt_num(o, "min_p", 0.0, 1.0)?.map_or(d.min_p, |x| x as f32),
+        seed: opt_int(o, "seed", i64::MIN, i64::MAX)?.map(|s| s as u32),
+        presence_penalty: opt_num(o, "presence_penalty", -2.0, 2.0)?.map_or(0.0, |x| x as f32),
+        frequency_penalty: opt_num(o, "frequency_penalty", -2.0, 2.0)?.map_or(0.0, |x| x as f32),
+        repeat_penalty: opt_num(o, "repeat_penalty", 0.0, 10.0)?.map_or(1.0, |x| x as f32),
+    };
+    let stop = match o.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, s)| match s {
+                Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                Value::String(_) => {
+                    Err(ApiError::field(&format!("stop[{i}]"), "empty stop string"))
+                }
+                other => Err(ApiError::field(
+                    &format!("stop[{i}]"),
+                    format!("expected a string, got {}", type_name(other)),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(ApiError::field(
+                "stop",
+                format!("expected a string or an array of strings, got {}", type_name(other)),
+            ))
+        }
+    };
+    let logprobs = if chat {
+        let on = opt_bool(o, "logprobs")?.unwrap_or(false);
+        let top = opt_int(o, "top_logprobs", 0, 20)?;
+        if top.is_some() && !on {
+            return Err(ApiError::field("top_logprobs", "needs \"logprobs\": true"));
+        }
+        on.then(|| top.unwrap_or(0) as usize)
+    } else {
+        opt_int(o, "logprobs", 0, 20)?.map(|n| n as usize)
+    };
+    let logprobs =
+        logprobs.or(opt_int(o, "n_probs", 0, 20)?.filter(|&n| n > 0).map(|n| n as usize));
+    let model = match o.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            return Err(ApiError::field(
+                "model",
+                format!("expected a string, got {}", type_name(other)),
+            ))
+        }
+    };
+    Ok(GenRequest { prompt, stream, include_usage, max_tokens, sampling, stop, logprobs, model })
+}
+
+/// Roles a chat message may have (`developer` is OpenAI's newer name for `system`).
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+/// `POST /v1/chat/completions`.
+pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+    let msgs = match o.get("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) => return Err(ApiError::field("messages", "must not be empty")),
+        None | Some(Value::Null) => return Err(ApiError::field("messages", "is required")),
+        Some(other) => {
+            return Err(ApiError::field(
+                "messages",
+                format!("expected an array, got {}", type_name(other)),
+            ))
+        }
+    };
+    let mut out = Vec::with_capacity(msgs.len());
+    for (i, m) in msgs.iter().enumerate() {
+        let p = |f: &str| format!("messages[{i}].{f}");
+        let Value::Object(m) = m else {
+            return Err(ApiError::field(
+                &format!("messages[{i}]"),
+                format!("expected an object, got {}", type_name(m)),
+            ));
+        };
+        let role = match m.get("role") {
+            Some(Value::String(r)) if ROLES.contains(&r.as_str()) => {
+                if r == "developer" {
+                    "system".to_string()
+                } else {
+                    r.clone()
+                }
+            }
+            Some(Value::String(r)) => {
+                return Err(ApiError::field(
+                    &p("role"),
+                    format!("unknown role '{r}' (one of {})", ROLES.join(", ")),
+                ))
+            }
+            None => return Err(ApiError::field(&p("role"), "is required")),
+            Some(other) => {
+                return Err(ApiError::field(
+                    &p("role"),
+                    format!("expected a string, got {}", type_name(other)),
+                ))
+            }
+        };
+        let content = match m.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => String::new(),
+            Some(Value::Array(parts)) => {
+                let mut s = String::new();
+                for (j, part) in parts.iter().enumerate() {
+                    let pj = format!("messages[{i}].content[{j}]");
+                    match (
+                        part.get("type").and_then(Value::as_str),
+                        part.get("text").and_then(Value::as_str),
+                    ) {
+                        (Some("text"), Some(t)) => s.push_str(t),
+                        (Some(t), _) if t != "text" => {
+                            return Err(ApiError::field(
+                                &pj,
+                                format!(
+                                    "content parts of type '{t}' are not supported (text only)"
+                                ),
+                            ))
+                        }
+                        _ => {
+                            return Err(ApiError::field(
+                                &pj,
+                                "expected {\"type\": \"text\", \"text\": ...}",
+                            ))
+                        }
+                    }
+                }
+                s
+            }
+            Some(other) => {
+                return Err(ApiError::field(
+                    &p("content"),
+                    format!("expected a string or an array of parts, got {}", type_name(other)),
+                ))
+            }
+        };
+        out.push((role, content));
+    }
+    common(o, Prompt::Chat(out), true)
+}
+
+/// `POST /v1/completions`.
+pub fn parse_completion(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+    let prompt = match o.get("prompt") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
+            a[0].as_str().unwrap_or_default().to_string()
+        }
+        Some(Value::Array(_)) => {
+            return Err(ApiError::field(
+                "prompt",
+                "only one prompt string per request is supported",
+            ))
+        }
+        None | Some(Value::Null) => return Err(ApiError::field("prompt", "is required")),
+        Some(other) => {
+            return Err(ApiError::field(
+                "prompt",
+                format!("expected a string, got {}", type_name(other)),
+            ))
+        }
+    };
+    common(o, Prompt::Text(prompt), false)
+}
+
+/// llama-server's `POST /tokenize` body: `content`, `add_special`, `with_pieces`.
+pub fn parse_tokenize(o: &Map<String, Value>) -> Result<(String, bool, bool), ApiError> {
+    let content = match o.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        None => return Err(ApiError::field("content", "is required")),
+        Some(other) => {
+            return Err(ApiError::field(
+                "content",
+                format!("expected a string, got {}", type_name(other)),
+            ))
+        }
+    };
+    Ok((
+        content,
+        opt_bool(o, "add_special")?.unwrap_or(false),
+        opt_bool(o, "with_pieces")?.unwrap_or(false),
+    ))
+}
+
+/// llama-server's `POST /detokenize` body: `tokens`, checked against the vocabulary size.
+pub fn parse_detokenize(o: &Map<String, Value>, n_vocab: usize) -> Result<Vec<u32>, ApiError> {
+    let Some(Value::Array(a)) = o.get("tokens") else {
+        return Err(ApiError::field("tokens", "is required: an array of token ids"));
+    };
+    a.iter()
+        .enumerate()
+        .map(|(i, t)| match t.as_u64() {
+            Some(id) if (id as usize) < n_vocab => Ok(id as u32),
+            _ => Err(ApiError::field(
+                &format!("tokens[{i}]"),
+                format!("{t} is not a token id below {n_vocab}"),
+            )),
+        })
+        .collect()
+}

@@ -1,0 +1,525 @@
+//! The batching engine: one thread owns the model's context; `-np` slots share its KV cache
+//! (slot `i` is sequence `i`). Every step decodes one batch holding the next token of every
+//! generating slot and prompt chunks of slots still reading their prompt (llama-server's
+//! continuous batching), then samples each slot that produced logits and streams the text.
+//!
+//! A slot keeps its cells after a request: the next request routed to it (the idle slot whose
+//! cached tokens share the longest prefix with the new prompt) evaluates only what differs
+//! (the prompt cache). A request whose client went away is dropped at the next step.
+
+use crate::api::{ApiError, Sampling};
+use crate::metrics::Metrics;
+use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender, TrySendError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_llama::sampling::{SamplerChain, SamplingParams};
+use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// How the engine runs.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// KV cells in all (shared by the slots; each slot may use `n_ctx / n_parallel`).
+    pub n_ctx: usize,
+    /// Slots (`-np`).
+    pub n_parallel: usize,
+    /// CPU threads.
+    pub n_threads: usize,
+    /// Flash attention.
+    pub flash_attn: bool,
+    /// Most tokens per decode step (prompt chunks fill what generating slots leave).
+    pub n_batch: usize,
+    /// Requests waiting for a slot before new ones get 503.
+    pub queue: usize,
+}
+
+/// One token's log-probability and the most likely alternatives.
+#[derive(Debug, Clone)]
+pub struct Logprob {
+    /// The token's text.
+    pub token: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Natural log of its probability under the model.
+    pub logprob: f32,
+    /// The `n` most likely tokens: (text, bytes, logprob).
+    pub top: Vec<(String, Vec<u8>, f32)>,
+}
+
+/// What a request hears back.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A token was generated; `text` is what may be shown now (held back while it could be
+    /// the start of a stop string, or an incomplete character).
+    Token {
+        /// Text to append.
+        text: String,
+        /// Log-probabilities, when asked for.
+        logprob: Option<Logprob>,
+    },
+    /// Finished.
+    Done {
+        /// `stop` or `length`.
+        finish_reason: &'static str,
+        /// Tokens in the prompt.
+        prompt_tokens: usize,
+        /// Of those, how many came from the slot's cache.
+        cached_tokens: usize,
+        /// Tokens generated.
+        completion_tokens: usize,
+    },
+    /// Failed.
+    Failed(ApiError),
+}
+
+/// A request for the engine.
+#[derive(Debug)]
+pub struct Job {
+    /// Prompt tokens (at least one, fewer than a slot's context).
+    pub prompt: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_tokens: Option<usize>,
+    /// Sampling.
+    pub sampling: Sampling,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Log-probabilities (top `n`).
+    pub logprobs: Option<usize>,
+    /// Where events go; dropped receiver = client gone.
+    pub events: UnboundedSender<Event>,
+}
+
+/// A handle on the engine thread.
+pub struct Engine {
+    tx: Sender<Job>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Tokens a slot's context holds.
+    pub n_ctx_slot: usize,
+}
+
+impl Engine {
+    /// Starts the engine thread over `model`; fails if the context cannot be made.
+    pub fn start(
+        model: Arc<Model>,
+        cfg: EngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Engine, String> {
+        let n_parallel = cfg.n_parallel.clamp(1, tessera_llama::MAX_SEQ);
+        let (tx, rx) = channel::bounded::<Job>(cfg.queue.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("tessera-engine".into())
+            .spawn(move || {
+                let params = ContextParams {
+                    n_ctx: cfg.n_ctx,
+                    n_threads: cfg.n_threads,
+                    flash_attn: cfg.flash_attn,
+                    n_ubatch: cfg.n_batch.min(512),
+                    ..ContextParams::default()
+                };
+                let ctx = match LlamaContext::new(&model, params) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let n_ctx_slot = ctx.params().n_ctx / n_parallel;
+                let _ = ready_tx.send(Ok(n_ctx_slot));
+                let mut w = Worker {
+                    model: &model,
+                    ctx,
+                    slots: (0..n_parallel).map(|i| Slot::new(i as u32)).collect(),
+                    n_ctx_slot,
+                    n_batch: cfg.n_batch.max(1),
+                    metrics,
+                    clock: 0,
+                };
+                w.run(&rx, &stop2);
+            })
+            .map_err(|e| e.to_string())?;
+        let n_ctx_slot = ready_rx.recv().map_err(|e| e.to_string())??;
+        Ok(Engine { tx, stop, thread: Some(thread), n_ctx_slot })
+    }
+
+    /// Queues a job; 503 when the queue is full.
+    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+        self.tx.try_send(job).map_err(|e| match e {
+            TrySendError::Full(_) => ApiError::new(
+                503,
+                "server_error",
+                "the server is busy: too many requests are waiting; retry later",
+            )
+            .with_code("server_busy"),
+            TrySendError::Disconnected(_) => {
+                ApiError::new(503, "server_error", "the server is shutting down")
+            }
+        })
+    }
+
+    /// Requests waiting for a slot.
+    pub fn queued(&self) -> usize {
+        self.tx.len()
+    }
+
+    /// Lets running requests finish, then stops the thread.
+    pub fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+struct Active {
+    job: Job,
+    /// Prompt tokens already in the cache.
+    n_past: usize,
+    n_cached: usize,
+    sampler: SamplerChain,
+    /// The token sampled last, to decode next.
+    next: Option<u32>,
+    n_gen: usize,
+    pending: Vec<u8>,
+    text: String,
+    sent: usize,
+}
+
+struct Slot {
+    seq: u32,
+    /// Tokens whose K/V the cache holds for this slot's sequence, in position order.
+    cache: Vec<u32>,
+    active: Option<Active>,
+    last_used: u64,
+}
+
+impl Slot {
+    fn new(seq: u32) -> Self {
+        Slot { seq, cache: Vec::new(), active: None, last_used: 0 }
+    }
+}
+
+struct Worker<'m> {
+    model: &'m Model,
+    ctx: LlamaContext<'m>,
+    slots: Vec<Slot>,
+    n_ctx_slot: usize,
+    n_batch: usize,
+    metrics: Arc<Metrics>,
+    clock: u64,
+}
+
+/// Bytes at the end of `text` that could begin one of `stops`.
+fn holdback(text: &str, stops: &[String]) -> usize {
+    let mut keep = 0;
+    for s in stops {
+        for k in (1..s.len().min(text.len() + 1)).rev() {
+            if text.as_bytes().ends_with(&s.as_bytes()[..k]) {
+                keep = keep.max(k);
+                break;
+            }
+        }
+    }
+    keep
+}
+
+fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
+    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = m + logits.iter().map(|&l| ((l - m) as f64).exp()).sum::<f64>().ln() as f32;
+    let mut top: Vec<(u32, f32)> = Vec::new();
+    if n > 0 {
+        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+        let k = n.min(idx.len());
+        idx.select_nth_unstable_by(k - 1, |&a, &b| {
+            logits[b as usize].total_cmp(&logits[a as usize])
+        });
+        idx.truncate(k);
+        idx.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        top = idx.into_iter().map(|i| (i, logits[i as usize] - lse)).collect();
+    }
+    (logits[tok as usize] - lse, top)
+}
+
+impl Worker<'_> {
+    fn run(&mut self, rx: &Receiver<Job>, stop: &AtomicBool) {
+        loop {
+            let busy = self.slots.iter().any(|s| s.active.is_some());
+            // Take new jobs while slots are free.
+            while self.slots.iter().any(|s| s.active.is_none()) {
+                let job = if busy || self.slots.iter().any(|s| s.active.is_some()) {
+                    match rx.try_recv() {
+                        Ok(j) => j,
+                        Err(_) => break,
+                    }
+                } else {
+                    match rx.recv_timeout(Duration::from_millis(50)) {
+                        Ok(j) => j,
+                        Err(RecvTimeoutError::Timeout) => {
+                            if stop.load(Ordering::SeqCst) {
+                                return;
+                            }
+                            break;
+                        }
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                };
+                self.assign(job);
+            }
+            self.metrics.set_queue(rx.len());
+            if self.slots.iter().any(|s| s.active.is_some()) {
+                self.step();
+            }
+        }
+    }
+
+    /// Puts a job on the idle slot sharing the longest prefix with its prompt (the least
+    /// recently used among equals) and drops the cached tokens past that prefix.
+    fn assign(&mut self, job: Job) {
+        let common = |s: &Slot| s.cache.iter().zip(&job.prompt).take_while(|(a, b)| a == b).count();
+        let Some(i) = (0..self.slots.len())
+            .filter(|&i| self.slots[i].active.is_none())
+            .max_by_key(|&i| (common(&self.slots[i]), u64::MAX - self.slots[i].last_used))
+        else {
+            return;
+        };
+        // At least the last prompt token is evaluated, for its logits.
+        let keep = common(&self.slots[i]).min(job.prompt.len() - 1);
+        let slot = &mut self.slots[i];
+        self.ctx.kv_cache_mut().seq_rm(Some(slot.seq), keep as i32, i32::MAX);
+        slot.cache.truncate(keep);
+        self.clock += 1;
+        slot.last_used = self.clock;
+        let sp = &job.sampling;
+        let sampler = if sp.temperature <= 0.0 {
+            SamplerChain::greedy()
+        } else {
+            SamplerChain::from_params(&SamplingParams {
+                temp: sp.temperature,
+                top_k: sp.top_k,
+                top_p: sp.top_p,
+                min_p: sp.min_p,
+                typical_p: 1.0,
+                repeat_penalty: sp.repeat_penalty,
+                repeat_last_n: 64,
+                frequency_penalty: sp.frequency_penalty,
+                presence_penalty: sp.presence_penalty,
+                seed: sp.seed.unwrap_or_else(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_nanos())
+                }),
+            })
+        };
+        tracing::debug!(slot = i, prompt = job.prompt.len(), cached = keep, "request assigned");
+        slot.active = Some(Active {
+            job,
+            n_past: keep,
+            n_cached: keep,
+            sampler,
+            next: None,
+            n_gen: 0,
+            pending: Vec::new(),
+            text: String::new(),
+            sent: 0,
+        });
+        self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
+    }
+
+    fn finish(&mut self, i: usize, reason: &'static str) {
+        let slot = &mut self.slots[i];
+        let Some(mut a) = slot.active.take() else { return };
+        // Whatever was held back for a possible stop string is text after all.
+        let rest = a.text[a.sent..].to_string();
+        a.sent = a.text.len();
+        if !rest.is_empty() {
+            let _ = a.job.events.send(Event::Token { text: rest, logprob: None });
+        }
+        let _ = a.job.events.send(Event::Done {
+            finish_reason: reason,
+            prompt_tokens: a.job.prompt.len(),
+            cached_tokens: a.n_cached,
+            completion_tokens: a.n_gen,
+        });
+        self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
+    }
+
+    fn fail_all(&mut self, e: ApiError) {
+        for s in &mut self.slots {
+            if let Some(a) = s.active.take() {
+                let _ = a.job.events.send(Event::Failed(e.clone()));
+                self.ctx.kv_cache_mut().seq_rm(Some(s.seq), 0, i32::MAX);
+                s.cache.clear();
+            }
+        }
+        self.metrics.set_busy(0);
+    }
+
+    fn step(&mut self) {
+        // Clients that went away free their slots now.
+        for s in &mut self.slots {
+            if s.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
+                tracing::debug!(slot = s.seq, "client gone; slot freed");
+                s.active = None;
+            }
+        }
+        self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
+        let mut batch = Batch::new();
+        // (slot, tokens added, batch index of its logits)
+        let mut plan: Vec<(usize, Vec<u32>, Option<usize>)> = Vec::new();
+        let mut budget = self.n_batch;
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(a) = &s.active else { continue };
+            if let Some(t) = a.next {
+                batch.add(t, s.cache.len() as i32, s.seq, true);
+                plan.push((i, vec![t], Some(batch.len() - 1)));
+                budget = budget.saturating_sub(1);
+            }
+        }
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(a) = &s.active else { continue };
+            if a.next.is_some() || budget == 0 {
+                continue;
+            }
+            let end = (a.n_past + budget).min(a.job.prompt.len());
+            let chunk = a.job.prompt[a.n_past..end].to_vec();
+            let last = end == a.job.prompt.len();
+            for (k, &t) in chunk.iter().enumerate() {
+                let is_last = last && k + 1 == chunk.len();
+                batch.add(t, (s.cache.len() + k) as i32, s.seq, is_last);
+            }
+            budget -= chunk.len();
+            plan.push((i, chunk, last.then(|| batch.len() - 1)));
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let t0 = Instant::now();
+        if let Err(e) = self.ctx.decode(&batch) {
+            tracing::error!(error = %e, "decode failed");
+            self.fail_all(ApiError::new(500, "server_error", format!("decoding failed: {e}")));
+            return;
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        let n_prompt: usize = plan
+            .iter()
+            .filter(|p| self.slots[p.0].active.as_ref().is_some_and(|a| a.next.is_none()))
+            .map(|p| p.1.len())
+            .sum();
+        self.metrics.add_step(n_prompt, batch.len() - n_prompt, dt);
+        for (i, added, out) in plan {
+            if let Some(reason) = self.advance(i, &added, out) {
+                self.finish(i, reason);
+            }
+        }
+        self.metrics.set_kv_used(self.ctx.kv_cache().used(), self.ctx.kv_cache().size());
+        self.metrics.set_kv_in_slots(self.slots.iter().map(|s| s.cache.len()).sum());
+    }
+
+    /// After a step: records the tokens slot `i` added to the cache and, if it produced
+    /// logits, samples its next token and streams the text; a finish reason when it is done.
+    fn advance(&mut self, i: usize, added: &[u32], out: Option<usize>) -> Option<&'static str> {
+        let vocab = &self.model.vocab;
+        let slot = &mut self.slots[i];
+        slot.cache.extend_from_slice(added);
+        let a = slot.active.as_mut()?;
+        if a.next.is_none() {
+            a.n_past += added.len();
+        }
+        let logits = self.ctx.logits_ith(out?).expect("asked for");
+        if a.next.is_none() {
+            for &t in &a.job.prompt {
+                a.sampler.accept(t);
+            }
+        }
+        let tok = a.sampler.sample(logits);
+        a.sampler.accept(tok);
+        let logprob = a.job.logprobs.map(|n| {
+            let (lp, top) = log_softmax_top(logits, tok, n);
+            let piece = |t: u32| {
+                let b = vocab.token_to_piece(t, false);
+                (String::from_utf8_lossy(&b).into_owned(), b)
+            };
+            let (token, bytes) = piece(tok);
+            let top = top
+                .into_iter()
+                .map(|(t, l)| {
+                    let (s, b) = piece(t);
+                    (s, b, l)
+                })
+                .collect();
+            Logprob { token, bytes, logprob: lp, top }
+        });
+        if vocab.is_eog(tok) {
+            return Some("stop");
+        }
+        a.n_gen += 1;
+        a.next = Some(tok);
+        a.pending.extend_from_slice(&vocab.token_to_piece(tok, false));
+        let valid = match std::str::from_utf8(&a.pending) {
+            Ok(s) => s.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => a.pending.len(),
+        };
+        let done: Vec<u8> = a.pending.drain(..valid).collect();
+        a.text.push_str(&String::from_utf8_lossy(&done));
+        // A stop string ends the reply before it (searched from a little before the new text,
+        // where a stop string split across tokens may start).
+        let from = a.sent;
+        let hit = a
+            .job
+            .stop
+            .iter()
+            .filter_map(|s| a.text[from..].find(s.as_str()).map(|p| p + from))
+            .min();
+        if let Some(p) = hit {
+            a.text.truncate(p);
+            let text = a.text[a.sent..].to_string();
+            a.sent = a.text.len();
+            let _ = a.job.events.send(Event::Token { text, logprob });
+            return Some("stop");
+        }
+        let mut end = a.text.len() - holdback(&a.text, &a.job.stop);
+        while !a.text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let end = end.max(a.sent);
+        let text = a.text[a.sent..end].to_string();
+        a.sent = end;
+        let _ = a.job.events.send(Event::Token { text, logprob });
+        let full = slot.cache.len() + 1 >= self.n_ctx_slot;
+        (a.job.max_tokens.is_some_and(|m| a.n_gen >= m) || full).then_some("length")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holdback_keeps_possible_stop_prefixes() {
+        let stops = vec!["</s>".to_string(), "\n\n".to_string()];
+        assert_eq!(holdback("hello <", &stops), 1);
+        assert_eq!(holdback("hello </", &stops), 2);
+        assert_eq!(holdback("hello\n", &stops), 1);
+        assert_eq!(holdback("hello", &stops), 0);
+    }
+
+    #[test]
+    fn log_softmax_is_normalized() {
+        let logits = [1.0f32, 2.0, 3.0, 0.5];
+        let (lp, top) = log_softmax_top(&logits, 2, 2);
+        let total: f64 = logits.iter().map(|&l| ((l - 3.0) as f64).exp()).sum();
+        assert!((lp as f64 - (-(total.ln()))).abs() < 1e-5);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![2, 1]);
+    }
+}

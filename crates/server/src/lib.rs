@@ -1,0 +1,178 @@
+//! # tessera-server
+//!
+//! `tessera serve`: llama-server's role. An HTTP server (tokio + axum) that OpenAI client
+//! libraries, editor plugins and chat front ends can talk to, over a tessera-llama model.
+//!
+//! - OpenAI endpoints: `POST /v1/chat/completions` (the GGUF's chat template; streaming as
+//!   server-sent events ending `data: [DONE]`), `POST /v1/completions`, `GET /v1/models`;
+//!   llama-server's `GET /health`, `POST /tokenize`, `POST /detokenize`, `GET /metrics`
+//!   (Prometheus text) and its sampling fields (`top_k`, `min_p`, `repeat_penalty`,
+//!   `n_probs`); a chat page at `/`.
+//! - **Continuous batching** ([`engine`]): `-np` slots share one KV cache as sequences; every
+//!   step decodes one token of each generating slot together with prompt chunks of newly
+//!   arrived requests. A bounded queue answers 503 when full. A slot keeps its cells after a
+//!   request, so the next request with the same beginning (a multi-turn chat) evaluates only
+//!   the new part.
+//! - **Bad input** gets a 4xx with OpenAI's error object naming the field ([`api`]), never a
+//!   panic; bodies over 1 MiB get 413; with `--api-key` every endpoint but `/health` needs
+//!   the bearer key; a client that disconnects frees its slot at the next step; SIGINT or
+//!   SIGTERM stops accepting connections, lets running replies finish, and exits cleanly.
+//!
+//! Design decisions: one engine thread owns the model's context (the model runs many threads
+//! of its own; HTTP handlers never block on it), and talks to handlers through a bounded
+//! crossbeam queue (jobs in) and per-request tokio channels (events out). Request bodies are
+//! read as JSON values and checked field by field, so every error names its field.
+
+#![deny(missing_docs)]
+
+pub mod api;
+pub mod engine;
+pub mod http;
+pub mod metrics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tessera_llama::Model;
+
+/// How the server runs (`tessera serve`'s flags, as llama-server's).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to listen on (127.0.0.1 unless told otherwise).
+    pub host: String,
+    /// Port (0: any free one).
+    pub port: u16,
+    /// KV cells in all, shared by the slots.
+    pub n_ctx: usize,
+    /// Slots (`-np`).
+    pub n_parallel: usize,
+    /// CPU threads.
+    pub n_threads: usize,
+    /// Flash attention.
+    pub flash_attn: bool,
+    /// Requests that may wait for a slot.
+    pub queue: usize,
+    /// Most tokens decoded per step (`-b`): prompt chunks fill what generating slots leave.
+    /// Below 64, no step reaches the row count from which ggml's CPU flash attention takes
+    /// its tiled (f32) algorithm, so a request's tokens get the same bits whatever shares its
+    /// step (on models whose matrix kernels are row-invariant: every type but the K-quants).
+    pub n_batch: usize,
+    /// `--api-key`.
+    pub api_key: Option<String>,
+    /// A chat template replacing the GGUF's (`--chat-template-file`).
+    pub chat_template: Option<String>,
+    /// The model's name in responses.
+    pub model_name: String,
+}
+
+/// A started server: its address, and a way to stop it.
+pub struct Server {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Stops accepting connections, lets running requests finish, and waits for the end.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Blocks until the server stops (SIGINT/SIGTERM, or [`stop`](Server::stop) elsewhere).
+    pub fn wait(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// Starts the engine and the HTTP server on their own threads; returns once it listens.
+/// With `handle_signals`, SIGINT and SIGTERM stop it gracefully.
+pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Result<Server, String> {
+    let metrics = Arc::new(metrics::Metrics::default());
+    let engine = engine::Engine::start(
+        model.clone(),
+        engine::EngineConfig {
+            n_ctx: cfg.n_ctx,
+            n_parallel: cfg.n_parallel,
+            n_threads: cfg.n_threads,
+            flash_attn: cfg.flash_attn,
+            n_batch: cfg.n_batch,
+            queue: cfg.queue,
+        },
+        metrics.clone(),
+    )?;
+    let template = cfg.chat_template.clone().or_else(|| model.chat_template.clone());
+    let state = Arc::new(http::AppState {
+        model,
+        model_name: cfg.model_name.clone(),
+        template,
+        engine,
+        metrics,
+        api_key: cfg.api_key.clone(),
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port)))
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", cfg.host, cfg.port))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let app = http::router(state.clone());
+    let thread = std::thread::Builder::new()
+        .name("tessera-http".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let stop = async move {
+                    let signals = async {
+                        if !handle_signals {
+                            return std::future::pending::<()>().await;
+                        }
+                        #[cfg(unix)]
+                        {
+                            use tokio::signal::unix::{signal, SignalKind};
+                            let mut term =
+                                signal(SignalKind::terminate()).expect("SIGTERM handler");
+                            tokio::select! {
+                                _ = tokio::signal::ctrl_c() => {}
+                                _ = term.recv() => {}
+                            }
+                        }
+                        #[cfg(not(unix))]
+                        let _ = tokio::signal::ctrl_c().await;
+                    };
+                    tokio::select! {
+                        _ = rx => {}
+                        _ = signals => {}
+                    }
+                    tracing::info!("shutting down: finishing running requests");
+                };
+                if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+                    tracing::error!(error = %e, "server error");
+                }
+            });
+            // Requests are done; stop the engine (it lets running slots finish first).
+            drop(state);
+        })
+        .map_err(|e| e.to_string())?;
+    tracing::info!(%addr, "listening");
+    Ok(Server { addr, shutdown: Some(tx), thread: Some(thread) })
+}

@@ -1,0 +1,128 @@
+//! Counters and gauges for `GET /metrics` (Prometheus text, llama-server's metric names with a
+//! `tessera:` prefix).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// The server's counters, updated by the engine and the handlers.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    prompt_tokens: AtomicU64,
+    predicted_tokens: AtomicU64,
+    requests: AtomicU64,
+    busy: AtomicUsize,
+    queue: AtomicUsize,
+    kv_used: AtomicUsize,
+    kv_size: AtomicUsize,
+    kv_in_slots: AtomicUsize,
+    /// Seconds spent in steps, split by the share of prompt and generated tokens.
+    seconds: Mutex<(f64, f64)>,
+}
+
+impl Metrics {
+    /// A request was accepted.
+    pub fn add_request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One decode step: prompt and generated tokens in it, and its time.
+    pub fn add_step(&self, prompt: usize, generated: usize, secs: f64) {
+        self.prompt_tokens.fetch_add(prompt as u64, Ordering::Relaxed);
+        self.predicted_tokens.fetch_add(generated as u64, Ordering::Relaxed);
+        let total = (prompt + generated).max(1) as f64;
+        let mut s = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        s.0 += secs * prompt as f64 / total;
+        s.1 += secs * generated as f64 / total;
+    }
+
+    /// Slots serving a request.
+    pub fn set_busy(&self, n: usize) {
+        self.busy.store(n, Ordering::Relaxed);
+    }
+
+    /// Slots serving a request now.
+    pub fn busy(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    /// Requests waiting for a slot.
+    pub fn set_queue(&self, n: usize) {
+        self.queue.store(n, Ordering::Relaxed);
+    }
+
+    /// KV cells in use, of the cache's size.
+    pub fn set_kv_used(&self, used: usize, size: usize) {
+        self.kv_used.store(used, Ordering::Relaxed);
+        self.kv_size.store(size, Ordering::Relaxed);
+    }
+
+    /// Cells the slots account for (their cached tokens); equal to the cells in use unless
+    /// a cell leaked.
+    pub fn set_kv_in_slots(&self, n: usize) {
+        self.kv_in_slots.store(n, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let (ps, gs) = *self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let pt = self.prompt_tokens.load(Ordering::Relaxed) as f64;
+        let gt = self.predicted_tokens.load(Ordering::Relaxed) as f64;
+        let rate = |t: f64, s: f64| if s > 0.0 { t / s } else { 0.0 };
+        let used = self.kv_used.load(Ordering::Relaxed);
+        let size = self.kv_size.load(Ordering::Relaxed).max(1);
+        let rows: [(&str, &str, &str, f64); 10] = [
+            ("prompt_tokens_total", "counter", "Prompt tokens processed.", pt),
+            ("tokens_predicted_total", "counter", "Tokens generated.", gt),
+            (
+                "requests_total",
+                "counter",
+                "Generation requests accepted.",
+                self.requests.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "prompt_tokens_seconds",
+                "gauge",
+                "Average prompt throughput in tokens/s.",
+                rate(pt, ps),
+            ),
+            (
+                "predicted_tokens_seconds",
+                "gauge",
+                "Average generation throughput in tokens/s.",
+                rate(gt, gs),
+            ),
+            ("kv_cache_tokens", "gauge", "KV cache cells in use.", used as f64),
+            (
+                "kv_cache_tokens_in_slots",
+                "gauge",
+                "KV cache cells the slots' cached prompts account for.",
+                self.kv_in_slots.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "kv_cache_usage_ratio",
+                "gauge",
+                "KV cache usage (1 = full).",
+                used as f64 / size as f64,
+            ),
+            (
+                "requests_processing",
+                "gauge",
+                "Requests being processed (busy slots).",
+                self.busy() as f64,
+            ),
+            (
+                "requests_deferred",
+                "gauge",
+                "Requests waiting for a slot.",
+                self.queue.load(Ordering::Relaxed) as f64,
+            ),
+        ];
+        let mut s = String::new();
+        for (name, kind, help, v) in rows {
+            s.push_str(&format!(
+                "# HELP tessera:{name} {help}\n# TYPE tessera:{name} {kind}\ntessera:{name} {v}\n"
+            ));
+        }
+        s
+    }
+}
