@@ -2,6 +2,7 @@
 //! and the error body every failure answers with (`{"error": {"message", "type", "code",
 //! "param"}}`).
 
+use crate::constrain::Constraint;
 use serde_json::{json, Map, Value};
 
 /// An error answered to the client: HTTP status and OpenAI's error object.
@@ -118,6 +119,92 @@ pub struct GenRequest {
     pub logprobs: Option<usize>,
     /// The `model` field as sent (echoed back).
     pub model: Option<String>,
+    /// Structured output: the constraint and the field that asked for it.
+    pub constraint: Option<(Constraint, &'static str)>,
+}
+
+/// `response_format` (OpenAI's `json_object` / `json_schema`, llama-server's
+/// `{"type": "json_object", "schema": ...}`), llama-server's `json_schema`, or its `grammar`
+/// (GBNF).
+fn constraint(o: &Map<String, Value>) -> Result<Option<(Constraint, &'static str)>, ApiError> {
+    let mut found: Vec<(Constraint, &'static str)> = Vec::new();
+    match o.get("response_format") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(rf)) => match rf.get("type").and_then(Value::as_str) {
+            Some("text") => {}
+            Some("json_object") => {
+                let schema = rf.get("schema").cloned().unwrap_or_else(|| json!({"type": "object"}));
+                found.push((Constraint::JsonSchema(schema), "response_format"));
+            }
+            Some("json_schema") => {
+                let schema = rf
+                    .get("json_schema")
+                    .and_then(|j| j.get("schema"))
+                    .or_else(|| rf.get("schema"))
+                    .cloned()
+                    .ok_or_else(|| {
+                        ApiError::field("response_format.json_schema.schema", "is required")
+                    })?;
+                if !schema.is_object() && !schema.is_boolean() {
+                    return Err(ApiError::field(
+                        "response_format.json_schema.schema",
+                        "must be a JSON schema object",
+                    ));
+                }
+                found.push((Constraint::JsonSchema(schema), "response_format"));
+            }
+            Some(t) => {
+                return Err(ApiError::field(
+                    "response_format.type",
+                    format!("'{t}' is not one of text, json_object, json_schema"),
+                ))
+            }
+            None => return Err(ApiError::field("response_format.type", "is required")),
+        },
+        Some(other) => {
+            return Err(ApiError::field(
+                "response_format",
+                format!("expected an object, got {}", type_name(other)),
+            ))
+        }
+    }
+    match o.get("json_schema") {
+        None | Some(Value::Null) => {}
+        Some(s @ (Value::Object(_) | Value::Bool(_))) => {
+            found.push((Constraint::JsonSchema(s.clone()), "json_schema"))
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "json_schema",
+                format!("expected a schema object, got {}", type_name(other)),
+            ))
+        }
+    }
+    match o.get("grammar") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(g)) if g.trim().is_empty() => {}
+        Some(Value::String(g)) => {
+            let lark = crate::gbnf::to_lark(g)
+                .map_err(|e| ApiError::field("grammar", format!("not a GBNF grammar: {e}")))?;
+            found.push((Constraint::Lark(lark), "grammar"));
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "grammar",
+                format!("expected a GBNF string, got {}", type_name(other)),
+            ))
+        }
+    }
+    if found.len() > 1 {
+        return Err(ApiError::field(
+            found[1].1,
+            format!(
+                "only one of response_format, json_schema and grammar may be given ({} is too)",
+                found[0].1
+            ),
+        ));
+    }
+    Ok(found.pop())
 }
 
 fn opt_num(o: &Map<String, Value>, key: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
@@ -193,19 +280,7 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
             return Err(ApiError::field("n", "only 1 choice per request is supported"));
         }
     }
-    for key in ["response_format", "grammar", "json_schema"] {
-        match o.get(key) {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(rf))
-                if key == "response_format" && rf.get("type") == Some(&json!("text")) => {}
-            Some(_) => {
-                return Err(ApiError::field(
-                    key,
-                    "constrained output is not supported by this server yet",
-                ))
-            }
-        }
-    }
+    let constraint = constraint(o)?;
     let stream = opt_bool(o, "stream")?.unwrap_or(false);
     let include_usage = match o.get("stream_options") {
         None | Some(Value::Null) => false,
@@ -280,7 +355,17 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
             ))
         }
     };
-    Ok(GenRequest { prompt, stream, include_usage, max_tokens, sampling, stop, logprobs, model })
+    Ok(GenRequest {
+        prompt,
+        stream,
+        include_usage,
+        max_tokens,
+        sampling,
+        stop,
+        logprobs,
+        model,
+        constraint,
+    })
 }
 
 /// Roles a chat message may have (`developer` is OpenAI's newer name for `system`).

@@ -74,7 +74,6 @@ pub enum Event {
 }
 
 /// A request for the engine.
-#[derive(Debug)]
 pub struct Job {
     /// Prompt tokens (at least one, fewer than a slot's context).
     pub prompt: Vec<u32>,
@@ -88,6 +87,8 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// Where events go; dropped receiver = client gone.
     pub events: UnboundedSender<Event>,
+    /// Structured output: tokens the grammar forbids are masked before sampling.
+    pub matcher: Option<llguidance::Matcher>,
 }
 
 /// A handle on the engine thread.
@@ -435,14 +436,41 @@ impl Worker<'_> {
         if a.next.is_none() {
             a.n_past += added.len();
         }
-        let logits = self.ctx.logits_ith(out?).expect("asked for");
+        let raw = self.ctx.logits_ith(out?).expect("asked for");
         if a.next.is_none() {
             for &t in &a.job.prompt {
                 a.sampler.accept(t);
             }
         }
+        let masked;
+        let logits = match a.job.matcher.as_mut() {
+            None => raw,
+            Some(m) => {
+                let mut l = raw.to_vec();
+                if let Err(e) = crate::constrain::mask_logits(m, &mut l) {
+                    let msg = format!("constrained decoding failed: {e}");
+                    let _ =
+                        a.job.events.send(Event::Failed(ApiError::new(500, "server_error", msg)));
+                    slot.active = None;
+                    return None;
+                }
+                masked = l;
+                &masked[..]
+            }
+        };
         let tok = a.sampler.sample(logits);
         a.sampler.accept(tok);
+        if let Some(m) = a.job.matcher.as_mut() {
+            if !vocab.is_eog(tok) {
+                if let Err(e) = m.consume_token(tok) {
+                    let msg = format!("constrained decoding failed: {e}");
+                    let _ =
+                        a.job.events.send(Event::Failed(ApiError::new(500, "server_error", msg)));
+                    slot.active = None;
+                    return None;
+                }
+            }
+        }
         let logprob = a.job.logprobs.map(|n| {
             let (lp, top) = log_softmax_top(logits, tok, n);
             let piece = |t: u32| {

@@ -30,6 +30,8 @@ pub struct AppState {
     pub model_name: String,
     /// The chat template in force.
     pub template: Option<String>,
+    /// Compiles structured-output constraints.
+    pub constrainer: crate::constrain::Constrainer,
     /// The engine.
     pub engine: Engine,
     /// Counters.
@@ -228,6 +230,10 @@ fn start(
         e.code = Some("context_length_exceeded");
         return Err(e);
     }
+    let matcher = match &req.constraint {
+        Some((c, param)) => Some(st.constrainer.matcher(c, param)?),
+        None => None,
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let n_prompt = tokens.len();
     st.engine.submit(Job {
@@ -237,6 +243,7 @@ fn start(
         stop: req.stop.clone(),
         logprobs: req.logprobs,
         events: tx,
+        matcher,
     })?;
     st.metrics.add_request();
     Ok((rx, n_prompt))

@@ -26,7 +26,9 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod constrain;
 pub mod engine;
+pub mod gbnf;
 pub mod http;
 pub mod metrics;
 
@@ -118,10 +120,12 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         metrics.clone(),
     )?;
     let template = cfg.chat_template.clone().or_else(|| model.chat_template.clone());
+    let constrainer = constrain::Constrainer::new(model.clone())?;
     let state = Arc::new(http::AppState {
         model,
         model_name: cfg.model_name.clone(),
         template,
+        constrainer,
         engine,
         metrics,
         api_key: cfg.api_key.clone(),

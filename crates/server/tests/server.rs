@@ -374,3 +374,128 @@ fn stopping_lets_a_running_stream_finish() {
     let (text, _) = streamed_text(&r);
     assert!(!text.is_empty());
 }
+
+#[test]
+fn structured_output_always_parses_and_validates() {
+    let srv = server(2, 8, None);
+    let a = srv.addr;
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 20},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3}
+        },
+        "required": ["name", "age", "tags"],
+        "additionalProperties": false
+    });
+    for (seed, temp) in [(1, 0.0), (2, 0.9), (3, 1.2)] {
+        let body = json!({
+            "messages": [{"role": "user", "content": "Invent a person and describe them."}],
+            "max_tokens": 120,
+            "temperature": temp,
+            "seed": seed,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
+        });
+        let r = post(a, "/v1/chat/completions", &body);
+        let text = content(&r);
+        assert_eq!(r.json()["choices"][0]["finish_reason"], "stop", "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        let o = v.as_object().unwrap();
+        assert_eq!(o.len(), 3, "{text}");
+        assert!(o["name"].as_str().is_some_and(|s| s.chars().count() <= 20), "{text}");
+        assert!(o["age"].as_u64().is_some_and(|n| n <= 150), "{text}");
+        assert!(o["tags"].as_array().is_some_and(|t| t.len() <= 3), "{text}");
+    }
+    // llama-server's json_object with a schema, streamed.
+    let mut body = chat_body("Give me a JSON object about cats.", 80, true);
+    body["response_format"] = json!({"type": "json_object", "schema": {
+        "type": "object",
+        "properties": {"color": {"enum": ["black", "white", "orange"]}, "lives": {"type": "integer", "maximum": 9}},
+        "required": ["color", "lives"], "additionalProperties": false
+    }});
+    let (text, chunks) = streamed_text(&post(a, "/v1/chat/completions", &body));
+    let fin = chunks.iter().find_map(|c| c["choices"][0]["finish_reason"].as_str()).unwrap();
+    assert_eq!(fin, "stop", "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(["black", "white", "orange"].contains(&v["color"].as_str().unwrap()), "{text}");
+    // Plain json_object: an object whenever the reply ends by itself.
+    let mut body = chat_body("Give me a small JSON object about dogs.", 200, false);
+    body["response_format"] = json!({"type": "json_object"});
+    let r = post(a, "/v1/chat/completions", &body);
+    let text = content(&r);
+    assert!(text.trim_start().starts_with('{'), "{text}");
+    if r.json()["choices"][0]["finish_reason"] == "stop" {
+        assert!(serde_json::from_str::<Value>(&text).is_ok_and(|v| v.is_object()), "{text}");
+    }
+    // A GBNF grammar (llama-server's `grammar`).
+    let body = json!({
+        "prompt": "Is the sky blue? Answer:",
+        "max_tokens": 10,
+        "temperature": 1.0,
+        "seed": 5,
+        "grammar": "root ::= \" \" answer \".\"\nanswer ::= (\"yes\" | \"no\") (\", \" [a-z]{1,8})?",
+    });
+    let c = post(a, "/v1/completions", &body).json();
+    let t = c["choices"][0]["text"].as_str().unwrap();
+    let re_ok = t.starts_with(" yes") || t.starts_with(" no");
+    assert!(re_ok && t.ends_with('.'), "{t:?}");
+    // Bad constraints are 400s naming the field.
+    for (body, param) in [
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}}),
+            "response_format.json_schema.schema",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}),
+            "response_format.type",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}}),
+            "response_format",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "grammar": "root ::= \"unterminated"}),
+            "grammar",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "grammar": "start ::= \"x\""}),
+            "grammar",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "grammar": "root ::= \"a\"", "json_schema": {}}),
+            "grammar",
+        ),
+    ] {
+        let r = post(a, "/v1/chat/completions", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.body);
+        assert_eq!(r.json()["error"]["param"], param, "{}", r.body);
+    }
+    wait_idle(a, 30);
+    srv.stop();
+}
+
+/// The official `openai` Python client (pinned in tools/requirements-ci.txt; `cargo xtask ci`
+/// installs it and sets PYTHON) against the server: models, chat, streaming, completions,
+/// JSON-schema output validated with `jsonschema`.
+#[test]
+fn the_openai_python_client_works() {
+    let srv = server(2, 8, Some("sk-tessera-test"));
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/openai_client.py");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{}", srv.addr))
+        .arg("sk-tessera-test")
+        .arg("json")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "{} failed (needs `pip install -r tools/requirements-ci.txt`, which cargo xtask ci does):\n{}{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    srv.stop();
+}
