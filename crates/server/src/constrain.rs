@@ -4,6 +4,7 @@
 //! not continue with.
 
 use crate::api::ApiError;
+use crate::ServerError;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
@@ -47,7 +48,7 @@ pub struct Constrainer {
 
 impl Constrainer {
     /// Builds the trie of `model`'s vocabulary.
-    pub fn new(model: Arc<Model>) -> Result<Self, String> {
+    pub fn new(model: Arc<Model>) -> crate::Result<Self> {
         let v = &model.vocab;
         let n = v.n_tokens();
         let words: Vec<Vec<u8>> = (0..n as u32)
@@ -62,13 +63,16 @@ impl Constrainer {
                 }
             })
             .collect();
-        let eos = v.eot().or(v.eos()).ok_or("the vocabulary has no end-of-text token")?;
+        let eos = v.eot().or(v.eos()).ok_or_else(|| {
+            ServerError::Constraint("the vocabulary has no end-of-text token".into())
+        })?;
         let mut info = TokRxInfo::new(n as u32, eos);
         info.tok_bos = v.bos();
         info.tok_end_of_turn = v.eot();
         let trie = TokTrie::from(&info, &words);
         let env: llguidance::toktrie::TokEnv = Arc::new(VocabEnv { trie, model });
-        let factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+        let factory =
+            ParserFactory::new_simple(&env).map_err(|e| ServerError::Constraint(e.to_string()))?;
         Ok(Constrainer { factory, eos })
     }
 
@@ -91,8 +95,8 @@ impl Constrainer {
 }
 
 /// Sets the logits of every token `m` does not allow to -inf; an error if the matcher failed.
-pub fn mask_logits(m: &mut Matcher, logits: &mut [f32]) -> Result<(), String> {
-    let mask = m.compute_mask_or_eos().map_err(|e| e.to_string())?;
+pub fn mask_logits(m: &mut Matcher, logits: &mut [f32]) -> crate::Result<()> {
+    let mask = m.compute_mask_or_eos().map_err(|e| ServerError::Decoding(e.to_string()))?;
     for (t, l) in logits.iter_mut().enumerate() {
         if !mask.is_allowed(t as TokenId) {
             *l = f32::NEG_INFINITY;

@@ -9,6 +9,7 @@
 
 use crate::api::{ApiError, Sampling};
 use crate::metrics::Metrics;
+use crate::ServerError;
 use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender, TrySendError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -106,15 +107,14 @@ impl Engine {
         model: Arc<Model>,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
-    ) -> Result<Engine, String> {
+    ) -> crate::Result<Engine> {
         let n_parallel = cfg.n_parallel.clamp(1, tessera_llama::MAX_SEQ);
         let (tx, rx) = channel::bounded::<Job>(cfg.queue.max(1));
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
         let stop2 = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("tessera-engine".into())
-            .spawn(move || {
+        let thread =
+            std::thread::Builder::new().name("tessera-engine".into()).spawn(move || {
                 let params = ContextParams {
                     n_ctx: cfg.n_ctx,
                     n_threads: cfg.n_threads,
@@ -141,9 +141,11 @@ impl Engine {
                     clock: 0,
                 };
                 w.run(&rx, &stop2);
-            })
-            .map_err(|e| e.to_string())?;
-        let n_ctx_slot = ready_rx.recv().map_err(|e| e.to_string())??;
+            })?;
+        let n_ctx_slot = ready_rx
+            .recv()
+            .map_err(|_| ServerError::Context("the engine thread ended at start".into()))?
+            .map_err(ServerError::Context)?;
         Ok(Engine { tx, stop, thread: Some(thread), n_ctx_slot })
     }
 

@@ -124,7 +124,11 @@ fn rule_name(n: &str) -> String {
 }
 
 /// The Lark form of a GBNF grammar (its `root` rule is the start).
-pub fn to_lark(gbnf: &str) -> Result<String, String> {
+pub fn to_lark(gbnf: &str) -> crate::Result<String> {
+    to_lark_inner(gbnf).map_err(crate::ServerError::Grammar)
+}
+
+fn to_lark_inner(gbnf: &str) -> Result<String, String> {
     let toks = lex(gbnf)?;
     let mut out = String::from("start: r_root\n");
     let mut i = 0;
@@ -191,7 +195,7 @@ mod tests {
             "start: r_root\nr_root: r_answer \" \" r_num\nr_answer: ( \"yes\" | \"no\" )\n\
              r_num: /[0-9]/{1,3} \"\\n\"? /(?s:.)/*\n"
         );
-        assert!(to_lark("a ::= \"x\"").unwrap_err().contains("root"));
+        assert!(to_lark("a ::= \"x\"").unwrap_err().to_string().contains("root"));
         assert!(to_lark("root ::= \"x").is_err());
         assert!(to_lark("root = \"x\"").is_err());
     }

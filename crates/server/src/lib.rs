@@ -28,9 +28,12 @@
 pub mod api;
 pub mod constrain;
 pub mod engine;
+mod error;
 pub mod gbnf;
 pub mod http;
 pub mod metrics;
+
+pub use error::{Result, ServerError};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -105,7 +108,7 @@ impl Drop for Server {
 
 /// Starts the engine and the HTTP server on their own threads; returns once it listens.
 /// With `handle_signals`, SIGINT and SIGTERM stop it gracefully.
-pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Result<Server, String> {
+pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Result<Server> {
     let metrics = Arc::new(metrics::Metrics::default());
     let engine = engine::Engine::start(
         model.clone(),
@@ -130,53 +133,46 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         metrics,
         api_key: cfg.api_key.clone(),
     });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port)))
-        .map_err(|e| format!("cannot listen on {}:{}: {e}", cfg.host, cfg.port))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let listener =
+        rt.block_on(tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))).map_err(
+            |source| ServerError::Bind { addr: format!("{}:{}", cfg.host, cfg.port), source },
+        )?;
+    let addr = listener.local_addr()?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let app = http::router(state.clone());
-    let thread = std::thread::Builder::new()
-        .name("tessera-http".into())
-        .spawn(move || {
-            rt.block_on(async move {
-                let stop = async move {
-                    let signals = async {
-                        if !handle_signals {
-                            return std::future::pending::<()>().await;
-                        }
-                        #[cfg(unix)]
-                        {
-                            use tokio::signal::unix::{signal, SignalKind};
-                            let mut term =
-                                signal(SignalKind::terminate()).expect("SIGTERM handler");
-                            tokio::select! {
-                                _ = tokio::signal::ctrl_c() => {}
-                                _ = term.recv() => {}
-                            }
-                        }
-                        #[cfg(not(unix))]
-                        let _ = tokio::signal::ctrl_c().await;
-                    };
-                    tokio::select! {
-                        _ = rx => {}
-                        _ = signals => {}
+    let thread = std::thread::Builder::new().name("tessera-http".into()).spawn(move || {
+        rt.block_on(async move {
+            let stop = async move {
+                let signals = async {
+                    if !handle_signals {
+                        return std::future::pending::<()>().await;
                     }
-                    tracing::info!("shutting down: finishing running requests");
+                    #[cfg(unix)]
+                    {
+                        use tokio::signal::unix::{signal, SignalKind};
+                        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+                        tokio::select! {
+                            _ = tokio::signal::ctrl_c() => {}
+                            _ = term.recv() => {}
+                        }
+                    }
+                    #[cfg(not(unix))]
+                    let _ = tokio::signal::ctrl_c().await;
                 };
-                if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
-                    tracing::error!(error = %e, "server error");
+                tokio::select! {
+                    _ = rx => {}
+                    _ = signals => {}
                 }
-            });
-            // Requests are done; stop the engine (it lets running slots finish first).
-            drop(state);
-        })
-        .map_err(|e| e.to_string())?;
+                tracing::info!("shutting down: finishing running requests");
+            };
+            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+                tracing::error!(error = %e, "server error");
+            }
+        });
+        // Requests are done; stop the engine (it lets running slots finish first).
+        drop(state);
+    })?;
     tracing::info!(%addr, "listening");
     Ok(Server { addr, shutdown: Some(tx), thread: Some(thread) })
 }

@@ -499,3 +499,38 @@ fn the_openai_python_client_works() {
     );
     srv.stop();
 }
+
+/// The chat page in headless Chromium (Debian's chromium and chromium-driver, which .ci/run
+/// installs; Selenium from tools/requirements-ci.txt): a typed message gets a streamed reply,
+/// the conversation is kept, Stop cuts a reply. `TESSERA_SKIP_BROWSER=1` skips it where no
+/// browser can be installed (said on stderr).
+#[test]
+fn the_chat_page_streams_a_reply_in_a_browser() {
+    if std::env::var_os("TESSERA_SKIP_BROWSER").is_some() {
+        eprintln!("TESSERA_SKIP_BROWSER set: the browser test is skipped");
+        return;
+    }
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists()
+            && std::path::Path::new("/usr/bin/chromedriver").exists(),
+        "the browser test needs Debian's chromium and chromium-driver (apt-get install chromium \
+         chromium-driver; .ci/run installs them), or TESSERA_SKIP_BROWSER=1"
+    );
+    let srv = server(2, 8, None);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/browser_chat.py");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{}", srv.addr))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "{} failed:\n{}{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_idle(srv.addr, 30);
+    srv.stop();
+}
