@@ -158,3 +158,37 @@ fn ngl_offloads_to_a_present_device_and_is_a_noted_no_op_without_one() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no device 'CUDA3'"), "{err}");
 }
+
+#[test]
+fn serve_answers_and_exits_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let m = model();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["serve", "-m", &m, "--port", &port.to_string(), "-np", "1", "-c", "512", "-t", "2"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for "listening".
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "serve ended before listening");
+    }
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200") && resp.contains("\"ok\""), "{resp}");
+    let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("stopped"), "{rest}");
+}

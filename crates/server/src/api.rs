@@ -121,6 +121,8 @@ pub struct GenRequest {
     pub model: Option<String>,
     /// Structured output: the constraint and the field that asked for it.
     pub constraint: Option<(Constraint, &'static str)>,
+    /// llama-server's `ignore_eos`: end-of-generation tokens are never sampled.
+    pub ignore_eos: bool,
 }
 
 /// `response_format` (OpenAI's `json_object` / `json_schema`, llama-server's
@@ -365,6 +367,7 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
         logprobs,
         model,
         constraint,
+        ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
     })
 }
 

@@ -90,6 +90,8 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
     /// Structured output: tokens the grammar forbids are masked before sampling.
     pub matcher: Option<llguidance::Matcher>,
+    /// Never sample end-of-generation tokens (llama-server's `ignore_eos`).
+    pub ignore_eos: bool,
 }
 
 /// A handle on the engine thread.
@@ -446,7 +448,17 @@ impl Worker<'_> {
         }
         let masked;
         let logits = match a.job.matcher.as_mut() {
-            None => raw,
+            None if !a.job.ignore_eos => raw,
+            None => {
+                let mut l = raw.to_vec();
+                for (t, v) in l.iter_mut().enumerate() {
+                    if vocab.is_eog(t as u32) {
+                        *v = f32::NEG_INFINITY;
+                    }
+                }
+                masked = l;
+                &masked[..]
+            }
             Some(m) => {
                 let mut l = raw.to_vec();
                 if let Err(e) = crate::constrain::mask_logits(m, &mut l) {

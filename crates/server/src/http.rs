@@ -244,6 +244,7 @@ fn start(
         logprobs: req.logprobs,
         events: tx,
         matcher,
+        ignore_eos: req.ignore_eos,
     })?;
     st.metrics.add_request();
     Ok((rx, n_prompt))

@@ -272,6 +272,13 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         if src1.n_rows() == 1 {
             return matvec_rows8(p, dst, src0, &act, gemv8);
         }
+        // A few activation rows that all take the GEMV chain (Q4_0/IQ4_NL always; Q4_K below
+        // 4 rows, where llama.cpp's GEMM takes none): each group of eight weight rows is read
+        // from memory once and multiplied by every activation row while it is in cache.
+        let few = src1.n_rows() < 8 && src1.ne[2] * src1.ne[3] == 1;
+        if few && (src0.dtype != DType::Q4_K || src1.ne[1] < 4) {
+            return matvec_rows8_few(p, dst, src0, &act, gemv8);
+        }
         if kquant_tiled::applies(src0, src1) {
             // Q4_K batches: the tiled kernels with the repacked chains' epilogue.
             let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
@@ -293,6 +300,27 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     if simd >= SimdLevel::Avx512 && cpu_vnni() && src1.n_rows() == 1 {
         if let Some(mv) = vnni_matvec::Matvec::new(src0.dtype) {
             return matvec(p, dst, src0, &act, mv);
+        }
+    }
+    // A few activation rows against a 2-D weight (several sequences decoding together): the
+    // matrix-vector kernels over blocks of weight rows, each block multiplied by every
+    // activation row while it is in cache. Their bits are the chunked loop's (tests), which
+    // the wider tiles take over from 8 rows on.
+    #[cfg(target_arch = "x86_64")]
+    if simd >= SimdLevel::Avx2
+        && (2..8).contains(&src1.n_rows())
+        && src1.ne[2] * src1.ne[3] == 1
+        && src0.ne[2] * src0.ne[3] == 1
+        && !kquant_tiled::applies(src0, src1)
+        && src0.dtype != DType::F16
+    {
+        if simd >= SimdLevel::Avx512 && cpu_vnni() {
+            if let Some(mv) = vnni_matvec::Matvec::new(src0.dtype) {
+                return few_rows(p, dst, src0, &act, FewRows::Vnni(mv));
+            }
+        }
+        if let Kernel::Dot { dot, .. } = kernel {
+            return few_rows(p, dst, src0, &act, FewRows::Dot(dot));
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -380,6 +408,95 @@ fn matvec(
     });
 }
 
+/// The kernel [`few_rows`] runs per activation row.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+enum FewRows {
+    Vnni(vnni_matvec::Matvec),
+    Dot(VecDot),
+}
+
+/// Weight rows per block in [`few_rows`]: small enough to stay in L2 while every activation
+/// row passes over them.
+#[cfg(target_arch = "x86_64")]
+const FEW_ROWS_BLOCK: usize = 32;
+
+/// A product of a 2-D weight with 2-7 activation rows: one contiguous range of weight rows per
+/// thread (as [`matvec`]), in blocks of [`FEW_ROWS_BLOCK`] rows, each block multiplied by
+/// every activation row with the one-row kernel (VNNI matvec or the prefetching dot of
+/// [`matvec_rows`]) while it is in cache: the weights are read from memory once.
+#[cfg(target_arch = "x86_64")]
+fn few_rows(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    kind: FewRows,
+) {
+    thread_local! {
+        /// Per-thread activation block data for [`vnni_matvec`], one per activation row.
+        static AUXES: RefCell<Vec<Vec<vnni_matvec::BlockAux>>> = const { RefCell::new(Vec::new()) };
+    }
+    let (k, nb01, row) = (src0.ne[0], src0.nb[1], src0.row_size());
+    let nr0 = src0.ne[1];
+    let n1 = act.src1.ne[1];
+    let share = |i: usize| nr0 * i / p.nth;
+    let rows0 = share(p.ith)..share(p.ith + 1);
+    AUXES.with(|cell| {
+        let mut auxes = cell.borrow_mut();
+        if let FewRows::Vnni(mv) = kind {
+            auxes.resize_with(n1, Vec::new);
+            for (r1, aux) in auxes.iter_mut().enumerate().take(n1) {
+                // SAFETY: activation row r1 is the converted row (the kernel's Q8_0 or Q8_1)
+                // of k values; the caller checked the CPU.
+                unsafe { mv.prepare(k, act.row(r1), aux) };
+            }
+        }
+        for start in rows0.clone().step_by(FEW_ROWS_BLOCK) {
+            let end = (start + FEW_ROWS_BLOCK).min(rows0.end);
+            let x = src0.data.cast_const().wrapping_add(start * nb01);
+            for r1 in 0..n1 {
+                let y = act.row(r1);
+                let out = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>();
+                match kind {
+                    FewRows::Vnni(mv) => {
+                        // SAFETY: dst row r1 holds ne0 = nr0 values; this thread owns rows
+                        // start..end of every row.
+                        let out =
+                            unsafe { std::slice::from_raw_parts_mut(out.add(start), end - start) };
+                        // SAFETY: src0 rows start..end (packed, k values each:
+                        // `check_shapes`), the row `auxes[r1]` was prepared from, and a CPU
+                        // with AVX-512 VNNI.
+                        unsafe { mv.run(k, x, nb01, y, &auxes[r1], out) };
+                    }
+                    FewRows::Dot(dot) => {
+                        for r in start..end {
+                            let xr = src0.data.cast_const().wrapping_add(r * nb01);
+                            if r1 == 0 {
+                                let ahead = xr.wrapping_add(vnni_matvec::PREFETCH);
+                                for off in (0..row).step_by(64) {
+                                    // SAFETY: a prefetch is a hint: it never faults.
+                                    unsafe {
+                                        std::arch::x86_64::_mm_prefetch::<
+                                            { std::arch::x86_64::_MM_HINT_T0 },
+                                        >(
+                                            ahead.wrapping_add(off).cast()
+                                        )
+                                    };
+                                }
+                            }
+                            // SAFETY: row r of the 2-D src0 (k values, packed), converted
+                            // activation row r1, a level the CPU runs; dst row r1 has ne0
+                            // values and this thread owns row r of it.
+                            unsafe { out.add(r).write(dot(k, xr, y)) };
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// A matrix-vector product (one activation row, a 2-D weight) with a one-row kernel: each
 /// thread takes one contiguous range of rows (as [`matvec`]) and, before each row, prefetches
 /// the weight bytes [`vnni_matvec::PREFETCH`] ahead of it, so the memory stream the product
@@ -439,6 +556,34 @@ fn matvec_rows8(
         // CPU with AVX2 (checked by the caller); dst row 0 has ne0 = nr0 values and this
         // thread owns r..r + 8.
         unsafe { gemv8(k, src0.data.cast_const().wrapping_add(r * nb01), nb01, y, out.add(r)) };
+    }
+}
+
+/// [`matvec_rows8`] for a few activation rows (2-D operands): one contiguous range of
+/// eight-row groups per thread; each group, once loaded, is multiplied by every activation
+/// row (the GEMV chain's bits for each).
+#[cfg(target_arch = "x86_64")]
+fn matvec_rows8_few(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    gemv8: repack_gemv::Gemv8,
+) {
+    let (k, nb01) = (src0.ne[0], src0.nb[1]);
+    let groups = src0.ne[1] / 8;
+    let share = |i: usize| 8 * (groups * i / p.nth);
+    let n1 = act.src1.ne[1];
+    for r in (share(p.ith)..share(p.ith + 1)).step_by(8) {
+        for r1 in 0..n1 {
+            let y = act.row(r1);
+            let out = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>();
+            // SAFETY: rows r..r + 8 of the 2-D src0 (k values each, packed: `check_shapes`;
+            // the row count is a multiple of 8, `repack::applies`), converted activation row
+            // r1, a CPU with AVX2 (checked by the caller); dst row r1 has ne0 values and this
+            // thread owns r..r + 8 of every row.
+            unsafe { gemv8(k, src0.data.cast_const().wrapping_add(r * nb01), nb01, y, out.add(r)) };
+        }
     }
 }
 

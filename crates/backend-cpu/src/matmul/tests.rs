@@ -599,6 +599,7 @@ fn vnni_matvec_matches_one_row_dots() {
 /// `ggml_vec_dot_f16`, two or more tinyBLAS's order.
 #[test]
 fn matrix_vector_products_give_the_batched_bits() {
+    // (Also products with 2-7 activation rows.)
     let mut rng = Rng(0x5eed);
     let mut failures = Vec::new();
     for dtype in weight_types().into_iter().filter(|&d| d != DType::F16) {
@@ -606,16 +607,28 @@ fn matrix_vector_products_give_the_batched_bits() {
         let wbytes = weights(dtype, k * m, &mut rng, false);
         let src0 = Host::packed(dtype, [k, m, 1, 1], &wbytes);
         let x = rng.f32s(k);
-        let one = Host::packed(DType::F32, [k, 1, 1, 1], &f32_bytes(&x));
-        // The same row twice: the chunked loop (one-row dots, or tiles with their bits).
-        let twice: Vec<f32> = x.iter().chain(&x).copied().collect();
-        let two = Host::packed(DType::F32, [k, 2, 1, 1], &f32_bytes(&twice));
+        let copies = |n: usize| {
+            let v: Vec<f32> = (0..n).flat_map(|_| x.iter().copied()).collect();
+            Host::packed(DType::F32, [k, n, 1, 1], &f32_bytes(&v))
+        };
+        // The same row eight times: the chunked loop (one-row dots, or tiles with their
+        // bits); one row takes the matrix-vector kernels, 2-7 rows their few-rows loop. The
+        // K-quants take llama.cpp's tiled order from 8 rows on, so theirs is the one-row dot
+        // through the chunked loop (scalar level) or its prefetching loop.
+        let kquant =
+            matches!(dtype, DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K);
+        let reference = if kquant { copies(1) } else { copies(8) };
         for simd in SimdLevel::available() {
-            let want = run(&src0, &two, 1, simd);
-            for nth in [1, 2, 3] {
-                let got = run(&src0, &one, nth, simd);
-                if got.iter().zip(&want[..m]).any(|(a, b)| a.to_bits() != b.to_bits()) {
-                    failures.push(format!("{dtype} {simd} {nth} threads"));
+            let want = run(&src0, &reference, 1, simd);
+            for n in [1, 2, 3, 7] {
+                for nth in [1, 2, 3] {
+                    let got = run(&src0, &copies(n), nth, simd);
+                    let bad = got.chunks(m).any(|row| {
+                        row.iter().zip(&want[..m]).any(|(a, b)| a.to_bits() != b.to_bits())
+                    });
+                    if bad {
+                        failures.push(format!("{dtype} {simd} {n} rows {nth} threads"));
+                    }
                 }
             }
         }
@@ -639,7 +652,7 @@ fn repacked_products_follow_the_repacked_chains() {
         src0.repacked = true;
         let row = src0.nb[1];
         let (gemv, gemm) = repack::dots(dtype).expect("a repacked type");
-        for n in [1, 5, 7] {
+        for n in [1, 2, 3, 5, 7] {
             let x = rng.f32s(k * n);
             let src1 = Host::packed(DType::F32, [k, n, 1, 1], &f32_bytes(&x));
             for simd in SimdLevel::available().into_iter().filter(|&l| l >= SimdLevel::Avx2) {
