@@ -652,7 +652,7 @@ fn repacked_products_follow_the_repacked_chains() {
         src0.repacked = true;
         let row = src0.nb[1];
         let (gemv, gemm) = repack::dots(dtype).expect("a repacked type");
-        for n in [1, 2, 3, 5, 7] {
+        for n in [1, 2, 3, 4, 5, 6, 7, 9] {
             let x = rng.f32s(k * n);
             let src1 = Host::packed(DType::F32, [k, n, 1, 1], &f32_bytes(&x));
             for simd in SimdLevel::available().into_iter().filter(|&l| l >= SimdLevel::Avx2) {
