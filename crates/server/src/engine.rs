@@ -258,10 +258,11 @@ fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>)
 impl Worker<'_> {
     fn run(&mut self, rx: &Receiver<Job>, stop: &AtomicBool) {
         loop {
-            let busy = self.slots.iter().any(|s| s.active.is_some());
-            // Take new jobs while slots are free.
+            // Take new jobs while slots are free: without waiting while others decode, with a
+            // short wait (to notice a stop) when idle.
             while self.slots.iter().any(|s| s.active.is_none()) {
-                let job = if busy || self.slots.iter().any(|s| s.active.is_some()) {
+                let decoding = self.slots.iter().any(|s| s.active.is_some());
+                let job = if decoding {
                     match rx.try_recv() {
                         Ok(j) => j,
                         Err(_) => break,
@@ -269,12 +270,8 @@ impl Worker<'_> {
                 } else {
                     match rx.recv_timeout(Duration::from_millis(50)) {
                         Ok(j) => j,
-                        Err(RecvTimeoutError::Timeout) => {
-                            if stop.load(Ordering::SeqCst) {
-                                return;
-                            }
-                            break;
-                        }
+                        Err(RecvTimeoutError::Timeout) if stop.load(Ordering::SeqCst) => return,
+                        Err(RecvTimeoutError::Timeout) => break,
                         Err(RecvTimeoutError::Disconnected) => return,
                     }
                 };
