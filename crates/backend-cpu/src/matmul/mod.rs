@@ -275,9 +275,20 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         // A few activation rows that all take the GEMV chain (Q4_0/IQ4_NL always; Q4_K below
         // 4 rows, where llama.cpp's GEMM takes none): each group of eight weight rows is read
         // from memory once and multiplied by every activation row while it is in cache.
+        // Q4_K from 4 rows: rows 0..ne11 - ne11 % 4 take the eight-row GEMM chain kernel.
         let few = src1.n_rows() < 8 && src1.ne[2] * src1.ne[3] == 1;
-        if few && (src0.dtype != DType::Q4_K || src1.ne[1] < 4) {
-            return matvec_rows8_few(p, dst, src0, &act, gemv8);
+        if few {
+            let ne11 = src1.ne[1];
+            let gemm8 = (src0.dtype == DType::Q4_K)
+                .then_some(repack_gemv::q4_k_gemm8 as repack_gemv::Gemv8);
+            return matvec_rows8_few(
+                p,
+                dst,
+                src0,
+                &act,
+                gemv8,
+                gemm8.map(|g| (g, ne11 - ne11 % 4)),
+            );
         }
         if kquant_tiled::applies(src0, src1) {
             // Q4_K batches: the tiled kernels with the repacked chains' epilogue.
@@ -561,7 +572,8 @@ fn matvec_rows8(
 
 /// [`matvec_rows8`] for a few activation rows (2-D operands): one contiguous range of
 /// eight-row groups per thread; each group, once loaded, is multiplied by every activation
-/// row (the GEMV chain's bits for each).
+/// row: the GEMV chain's bits, or with `gemm8 = Some((kernel, full))` the GEMM chain's for the
+/// activation rows before `full` (llama.cpp's GEMM rows).
 #[cfg(target_arch = "x86_64")]
 fn matvec_rows8_few(
     p: &ComputeParams,
@@ -569,6 +581,7 @@ fn matvec_rows8_few(
     src0: &TensorRef,
     act: &Activations,
     gemv8: repack_gemv::Gemv8,
+    gemm8: Option<(repack_gemv::Gemv8, usize)>,
 ) {
     let (k, nb01) = (src0.ne[0], src0.nb[1]);
     let groups = src0.ne[1] / 8;
@@ -578,11 +591,15 @@ fn matvec_rows8_few(
         for r1 in 0..n1 {
             let y = act.row(r1);
             let out = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>();
+            let kern = match gemm8 {
+                Some((g, full)) if r1 < full => g,
+                _ => gemv8,
+            };
             // SAFETY: rows r..r + 8 of the 2-D src0 (k values each, packed: `check_shapes`;
             // the row count is a multiple of 8, `repack::applies`), converted activation row
             // r1, a CPU with AVX2 (checked by the caller); dst row r1 has ne0 values and this
             // thread owns r..r + 8 of every row.
-            unsafe { gemv8(k, src0.data.cast_const().wrapping_add(r * nb01), nb01, y, out.add(r)) };
+            unsafe { kern(k, src0.data.cast_const().wrapping_add(r * nb01), nb01, y, out.add(r)) };
         }
     }
 }

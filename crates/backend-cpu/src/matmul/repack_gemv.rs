@@ -238,6 +238,83 @@ unsafe fn q4_k_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *
     unsafe { _mm256_storeu_ps(out, _mm256_sub_ps(acc, accm)) };
 }
 
+/// Repacked Q4_K · Q8_K, eight rows: the GEMM chain (one pair of FMAs per 64 values), which
+/// llama.cpp's 4x8 GEMM kernel runs on the activation rows `0..ne11 − ne11 % 4`. Lane `r` is
+/// row `r`'s one-row GEMM chain bit for bit: the integer sums are exact in any order, and the
+/// f32 steps (`d·dy`, `dmin·dy`, one FMA each per 64 values) are the same.
+///
+/// # Safety
+/// The [`Gemv8`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q4_k_gemm8(
+    n: usize,
+    x: *const u8,
+    stride: usize,
+    y: *const u8,
+    out: *mut f32,
+) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let shuf: [__m256i; 8] = std::array::from_fn(|k| lane16(k as i32));
+    let (mut acc, mut accm) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for b in 0..n / 256 {
+        let yb = y.wrapping_add(b * Q8K);
+        // SAFETY: a whole Q8_K block (d, qs[256], bsums[16]).
+        let (dy, bs) = unsafe { (rd::<f32>(yb), ld256(yb.add(260))) };
+        // The eight sub-block sums of the activations (pairs of 16-value sums; exact in i16).
+        let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256::<1>(bs));
+        // Per 64 values j: each row's integer sum, and its mins term.
+        let mut s1 = [[_mm256_setzero_si256(); 8]; 4];
+        let mut s2 = [[0i32; 8]; 4];
+        let (mut d, mut dmin) = ([0u16; 8], [0u16; 8]);
+        for r in 0..8 {
+            let xb = x.wrapping_add(r * stride + b * Q4K);
+            // SAFETY: a whole Q4_K block (d, dmin, scales[12], qs[128]).
+            let (dx, dm, packed) =
+                unsafe { (rd::<u16>(xb), rd::<u16>(xb.add(2)), rd::<[u8; 12]>(xb.add(4))) };
+            (d[r], dmin[r]) = (dx, dm);
+            let sm = k4_scales(&packed);
+            // SAFETY: 16 bytes.
+            let sm = _mm256_cvtepu8_epi16(unsafe { ld128(sm.as_ptr()) });
+            // Lane j: min(2j)·pair(2j) + min(2j+1)·pair(2j+1), the GEMM chain's mins sum.
+            let m = _mm_madd_epi16(_mm256_extracti128_si256::<1>(sm), pairs);
+            s2[0][r] = _mm_extract_epi32::<0>(m);
+            s2[1][r] = _mm_extract_epi32::<1>(m);
+            s2[2][r] = _mm_extract_epi32::<2>(m);
+            s2[3][r] = _mm_extract_epi32::<3>(m);
+            let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+            for (j, s1j) in s1.iter_mut().enumerate() {
+                // SAFETY: 32 code bytes of the weight block, 64 activation bytes of its block.
+                let (q, y0, y1) = unsafe {
+                    (
+                        ld256(xb.add(16 + 32 * j)),
+                        ld256(yb.add(4 + 64 * j)),
+                        ld256(yb.add(36 + 64 * j)),
+                    )
+                };
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                let sl = _mm256_shuffle_epi8(scales, shuf[2 * j]);
+                let sh = _mm256_shuffle_epi8(scales, shuf[2 * j + 1]);
+                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), sl);
+                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), sh);
+                s1j[r] = _mm256_add_epi32(p0, p1);
+            }
+        }
+        let dy = _mm256_set1_ps(dy);
+        let dd = _mm256_mul_ps(f16x8(&d), dy);
+        let dm = _mm256_mul_ps(f16x8(&dmin), dy);
+        for j in 0..4 {
+            let a = _mm256_cvtepi32_ps(hsum8_epi32(&s1[j]));
+            // SAFETY: 8 i32.
+            let m = _mm256_cvtepi32_ps(unsafe { ld256(s2[j].as_ptr().cast()) });
+            acc = _mm256_fmadd_ps(a, dd, acc);
+            accm = _mm256_fmadd_ps(m, dm, accm);
+        }
+    }
+    // SAFETY: `out` holds eight f32 (the contract).
+    unsafe { _mm256_storeu_ps(out, _mm256_sub_ps(acc, accm)) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::repack::dots;
@@ -266,11 +343,20 @@ mod tests {
                 unsafe {
                     gemv8(dtype).unwrap()(k, x.as_ptr(), stride, y.as_ptr(), got.as_mut_ptr())
                 };
-                let (gemv, _) = dots(dtype).unwrap();
+                let (gemv, gemm) = dots(dtype).unwrap();
                 for (r, g) in got.iter().enumerate() {
                     // SAFETY: as above, one row.
                     let want = unsafe { gemv(k, x[r * stride..].as_ptr(), y.as_ptr()) };
                     assert_eq!(g.to_bits(), want.to_bits(), "{dtype} row {r}");
+                }
+                if dtype == DType::Q4_K {
+                    // SAFETY: as above.
+                    unsafe { q4_k_gemm8(k, x.as_ptr(), stride, y.as_ptr(), got.as_mut_ptr()) };
+                    for (r, g) in got.iter().enumerate() {
+                        // SAFETY: as above, one row.
+                        let want = unsafe { gemm(k, x[r * stride..].as_ptr(), y.as_ptr()) };
+                        assert_eq!(g.to_bits(), want.to_bits(), "GEMM {dtype} row {r}");
+                    }
                 }
             }
         }
