@@ -57,7 +57,6 @@ pub struct LlamaContext<'m> {
     base_bindings: Bindings,
     kv: KvCache,
     sched: Scheduler,
-    last_splits: (usize, usize),
     prev: Option<Prepared>,
     n_reused: usize,
     logits: Vec<f32>,
@@ -147,7 +146,6 @@ impl<'m> LlamaContext<'m> {
             base_bindings,
             kv,
             sched,
-            last_splits: (0, 0),
             prev: None,
             n_reused: 0,
             logits: Vec::new(),
@@ -213,7 +211,7 @@ impl<'m> LlamaContext<'m> {
     /// Splits and cross-backend copies of the last micro-batch's graph (1 and 0 on the CPU
     /// alone).
     pub fn last_splits(&self) -> (usize, usize) {
-        self.last_splits
+        self.prev.as_ref().map_or((0, 0), |p| (p.schedule.n_splits(), p.schedule.n_copies()))
     }
 
     /// Keeps the values of the graph tensors with these names (`"l_out-3"`, `"ffn_inp-0"`, ...,
@@ -382,7 +380,6 @@ impl<'m> LlamaContext<'m> {
         let kv_size = self.kv.size();
         let fa = self.params.flash_attn;
         let ev = hp.n_embd_v_gqa(0);
-        self.last_splits = (p.schedule.n_splits(), p.schedule.n_copies());
         // Inputs.
         let toks: Vec<i32> = batch.tokens[range.clone()].iter().map(|&t| t as i32).collect();
         bindings.set_i32(ctx, inp.tokens, &toks)?;

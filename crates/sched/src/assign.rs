@@ -40,6 +40,23 @@ impl Backends<'_> {
     }
 }
 
+/// Whether backend `b` can read `t`: where it is stored, or where it will be (its assigned
+/// backend's buffer type, or its view source's).
+pub(crate) fn readable(
+    ctx: &Context,
+    bindings: &Bindings,
+    be: &Backends<'_>,
+    a: &Assignment,
+    t: TensorId,
+    b: usize,
+) -> bool {
+    if let Some(s) = bindings.storage(ctx, t) {
+        return be.list[b].supports_buffer(&*s.buffer);
+    }
+    let owner = a.get(t).or_else(|| ctx.get(t).view_src.and_then(|v| a.get(v)));
+    owner.is_some_and(|o| o == b || be.list[b].supports_buffer_type(&*be.bufts[o]))
+}
+
 /// The backend of every tensor of one graph, by tensor index (`None`: not decided).
 pub(crate) struct Assignment {
     pub(crate) of: Vec<Option<usize>>,
@@ -75,15 +92,8 @@ impl Passes<'_> {
         })
     }
 
-    /// Whether backend `b` can read `t`: where it is stored, or where it will be (the buffer
-    /// type of its assigned backend, or of its view source's).
     fn buffer_supported(&self, t: TensorId, b: usize) -> bool {
-        if let Some(s) = self.bindings.storage(self.ctx, t) {
-            return self.be.list[b].supports_buffer(&*s.buffer);
-        }
-        let assigned =
-            self.a.get(t).or_else(|| self.ctx.get(t).view_src.and_then(|v| self.a.get(v)));
-        assigned.is_some_and(|ab| self.be.list[b].supports_buffer_type(&*self.be.bufts[ab]))
+        readable(self.ctx, self.bindings, self.be, &self.a, t, b)
     }
 
     /// Pass 1 for one tensor (`ggml_backend_sched_backend_id_from_cur`).

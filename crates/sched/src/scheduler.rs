@@ -165,10 +165,7 @@ impl Scheduler {
         bindings: &mut Bindings,
     ) -> Result<Schedule> {
         let schedule = self.split(ctx, graph, bindings)?;
-        let of = &schedule.backend_of;
-        let last = self.backends.len() - 1;
-        let assignment = |id: TensorId| of.get(id.index()).copied().flatten().unwrap_or(last);
-        self.galloc.alloc_graph_n(ctx, &schedule.flat, bindings, &assignment)?;
+        self.galloc.alloc_graph_n(ctx, &schedule.flat, bindings, &|id| schedule.buffer_id(id))?;
         tracing::debug!(
             splits = schedule.n_splits(),
             copies = schedule.n_copies(),
@@ -182,10 +179,7 @@ impl Scheduler {
     pub fn reserve(&mut self, ctx: &Context, graph: &Graph, bindings: &Bindings) -> Result<()> {
         let mut ctx = ctx.clone();
         let schedule = self.split(&mut ctx, graph, bindings)?;
-        let of = &schedule.backend_of;
-        let last = self.backends.len() - 1;
-        let assignment = |id: TensorId| of.get(id.index()).copied().flatten().unwrap_or(last);
-        self.galloc.reserve_n(&ctx, &schedule.flat, bindings, &assignment)?;
+        self.galloc.reserve_n(&ctx, &schedule.flat, bindings, &|id| schedule.buffer_id(id))?;
         Ok(())
     }
 

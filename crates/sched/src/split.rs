@@ -10,7 +10,7 @@
 //! once per graph evaluation). With `n_copies` > 1 every input has one copy per slot; each
 //! evaluation uses the slot after the previous one's.
 
-use crate::assign::{Assignment, Backends};
+use crate::assign::{readable, Assignment, Backends};
 use crate::Result;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -72,6 +72,12 @@ impl Schedule {
     /// The backend `id` was placed on (nodes: where it is computed; leafs: where it is stored).
     pub fn backend_of(&self, id: TensorId) -> Option<usize> {
         self.backend_of.get(id.index()).copied().flatten()
+    }
+
+    /// The buffer id (backend) the allocator places `id` in: its backend, or the last
+    /// (the CPU) for a tensor the passes left to nobody.
+    pub(crate) fn buffer_id(&self, id: TensorId) -> usize {
+        self.backend_of(id).unwrap_or(self.backend_names.len() - 1)
     }
 
     /// The name of backend `b`.
@@ -182,13 +188,8 @@ pub(crate) fn split_graph(
     let mut cur = Open { backend: a.get(first).expect("assigned"), inputs: vec![], nodes: vec![] };
     // (source, backend) -> its copies on that backend.
     let mut copies: HashMap<(TensorId, usize), Vec<TensorId>> = HashMap::new();
-    let readable = |ctx: &Context, a: &Assignment, t: TensorId, b: usize| -> bool {
-        if let Some(s) = bindings.storage(ctx, t) {
-            return be.list[b].supports_buffer(&*s.buffer);
-        }
-        let owner = a.get(t).or_else(|| ctx.get(t).view_src.and_then(|v| a.get(v)));
-        owner.is_some_and(|o| o == b || be.list[b].supports_buffer_type(&*be.bufts[o]))
-    };
+    let readable =
+        |ctx: &Context, a: &Assignment, t: TensorId, b: usize| readable(ctx, bindings, be, a, t, b);
     for &node in nodes {
         if ctx.get(node).op.is_view() {
             cur.nodes.push(node);

@@ -484,17 +484,7 @@ fn few_rows(
                         for r in start..end {
                             let xr = src0.data.cast_const().wrapping_add(r * nb01);
                             if r1 == 0 {
-                                let ahead = xr.wrapping_add(vnni_matvec::PREFETCH);
-                                for off in (0..row).step_by(64) {
-                                    // SAFETY: a prefetch is a hint: it never faults.
-                                    unsafe {
-                                        std::arch::x86_64::_mm_prefetch::<
-                                            { std::arch::x86_64::_MM_HINT_T0 },
-                                        >(
-                                            ahead.wrapping_add(off).cast()
-                                        )
-                                    };
-                                }
+                                prefetch_row(xr, row);
                             }
                             // SAFETY: row r of the 2-D src0 (k values, packed), converted
                             // activation row r1, a level the CPU runs; dst row r1 has ne0
@@ -506,6 +496,22 @@ fn few_rows(
             }
         }
     });
+}
+
+/// Prefetches the `row` bytes [`vnni_matvec::PREFETCH`] past the weight row at `x`, a cache
+/// line at a time, so the memory stream keeps ahead of the one-row kernels.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_row(x: *const u8, row: usize) {
+    let ahead = x.wrapping_add(vnni_matvec::PREFETCH);
+    for off in (0..row).step_by(64) {
+        // SAFETY: a prefetch is a hint: it never faults, whatever the address.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                ahead.wrapping_add(off).cast(),
+            )
+        };
+    }
 }
 
 /// A matrix-vector product (one activation row, a 2-D weight) with a one-row kernel: each
@@ -529,15 +535,7 @@ fn matvec_rows(
     let out = dst.data.cast::<f32>();
     for r in rows0 {
         let x = src0.data.cast_const().wrapping_add(r * nb01);
-        let ahead = x.wrapping_add(vnni_matvec::PREFETCH);
-        for off in (0..row).step_by(64) {
-            // SAFETY: a prefetch is a hint: it never faults, whatever the address.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    ahead.wrapping_add(off).cast(),
-                )
-            };
-        }
+        prefetch_row(x, row);
         // SAFETY: row r of the 2-D src0 (k values, packed: `check_shapes`), the converted
         // activation row, and a level the CPU runs (`effective`); dst row 0 has ne0 = nr0
         // values and this thread owns row r.
