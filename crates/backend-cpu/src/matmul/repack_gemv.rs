@@ -172,13 +172,56 @@ fn lane16(k: i32) -> __m256i {
     _mm256_set1_epi16((((2 * k + 1) << 8) | (2 * k)) as i16)
 }
 
+/// One Q4_K weight block against its Q8_K activation block, as both eight-row chains need
+/// it: the block's `d` and `dmin` bits, the exact integer sum of each 64 values (scales
+/// applied) as i32 lanes, and the mins term of each 64 values (lane j of the `__m128i`).
+///
+/// # Safety
+/// `xb` a whole Q4_K block, `yb` a whole Q8_K block; AVX2, FMA, F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_block(
+    xb: *const u8,
+    yb: *const u8,
+    pairs: __m128i,
+    shuf: &[__m256i; 8],
+) -> (u16, u16, [__m256i; 4], __m128i) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    // SAFETY: a whole Q4_K block (d, dmin, scales[12], qs[128]).
+    let (dx, dm, packed) =
+        unsafe { (rd::<u16>(xb), rd::<u16>(xb.add(2)), rd::<[u8; 12]>(xb.add(4))) };
+    // The eight scales, then the eight mins, as i16.
+    let sm = k4_scales(&packed);
+    // SAFETY: 16 bytes.
+    let sm = _mm256_cvtepu8_epi16(unsafe { ld128(sm.as_ptr()) });
+    // Lane j: min(2j)·pair(2j) + min(2j+1)·pair(2j+1).
+    let mins = _mm_madd_epi16(_mm256_extracti128_si256::<1>(sm), pairs);
+    let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+    let mut sums = [_mm256_setzero_si256(); 4];
+    for (j, s) in sums.iter_mut().enumerate() {
+        // SAFETY: 32 code bytes of the weight block, 64 activation bytes of its block.
+        let (q, y0, y1) = unsafe {
+            (ld256(xb.add(16 + 32 * j)), ld256(yb.add(4 + 64 * j)), ld256(yb.add(36 + 64 * j)))
+        };
+        let lo = _mm256_and_si256(q, m4);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+        // maddubs pair sums (at most 2·15·128) times the sub-block's scale, summed in pairs by
+        // one madd: exact.
+        let sl = _mm256_shuffle_epi8(scales, shuf[2 * j]);
+        let sh = _mm256_shuffle_epi8(scales, shuf[2 * j + 1]);
+        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), sl);
+        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), sh);
+        *s = _mm256_add_epi32(p0, p1);
+    }
+    (dx, dm, sums, mins)
+}
+
 /// Repacked Q4_K · Q8_K, eight rows: the GEMV chain (one pair of FMAs per block).
 ///
 /// # Safety
 /// The [`Gemv8`] contract.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_k_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *mut f32) {
-    let m4 = _mm256_set1_epi8(0x0F);
     let shuf: [__m256i; 8] = std::array::from_fn(|k| lane16(k as i32));
     let (mut acc, mut accm) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let ahead = 8 * stride;
@@ -196,37 +239,12 @@ unsafe fn q4_k_gemv8(n: usize, x: *const u8, stride: usize, y: *const u8, out: *
             prefetch(xb, ahead);
             prefetch(xb.wrapping_add(64), ahead);
             prefetch(xb.wrapping_add(128), ahead);
-            // SAFETY: a whole Q4_K block (d, dmin, scales[12], qs[128]).
-            let (dx, dm, packed) =
-                unsafe { (rd::<u16>(xb), rd::<u16>(xb.add(2)), rd::<[u8; 12]>(xb.add(4))) };
+            // SAFETY: whole blocks (the contract); the caller's features.
+            let (dx, dm, sums, mins) = unsafe { q4_k_block(xb, yb, pairs, &shuf) };
             (d[r], dmin[r]) = (dx, dm);
-            // The eight scales, then the eight mins, as i16.
-            let sm = k4_scales(&packed);
-            // SAFETY: 16 bytes.
-            let sm = _mm256_cvtepu8_epi16(unsafe { ld128(sm.as_ptr()) });
-            s2[r] = _mm_madd_epi16(_mm256_extracti128_si256::<1>(sm), pairs);
-            let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
-            let mut s = _mm256_setzero_si256();
-            for j in 0..4 {
-                // SAFETY: 32 code bytes of the weight block, 64 activation bytes of its block.
-                let (q, y0, y1) = unsafe {
-                    (
-                        ld256(xb.add(16 + 32 * j)),
-                        ld256(yb.add(4 + 64 * j)),
-                        ld256(yb.add(36 + 64 * j)),
-                    )
-                };
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                // maddubs pair sums (at most 2·15·128) times the sub-block's scale, summed in
-                // pairs by one madd: exact.
-                let sl = _mm256_shuffle_epi8(scales, shuf[2 * j]);
-                let sh = _mm256_shuffle_epi8(scales, shuf[2 * j + 1]);
-                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), sl);
-                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), sh);
-                s = _mm256_add_epi32(s, _mm256_add_epi32(p0, p1));
-            }
-            s1[r] = s;
+            s2[r] = mins;
+            let s01 = _mm256_add_epi32(sums[0], sums[1]);
+            s1[r] = _mm256_add_epi32(s01, _mm256_add_epi32(sums[2], sums[3]));
         }
         let dy = _mm256_set1_ps(dy);
         let s1 = _mm256_cvtepi32_ps(hsum8_epi32(&s1));
@@ -253,7 +271,6 @@ pub(super) unsafe fn q4_k_gemm8(
     y: *const u8,
     out: *mut f32,
 ) {
-    let m4 = _mm256_set1_epi8(0x0F);
     let shuf: [__m256i; 8] = std::array::from_fn(|k| lane16(k as i32));
     let (mut acc, mut accm) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for b in 0..n / 256 {
@@ -268,36 +285,15 @@ pub(super) unsafe fn q4_k_gemm8(
         let (mut d, mut dmin) = ([0u16; 8], [0u16; 8]);
         for r in 0..8 {
             let xb = x.wrapping_add(r * stride + b * Q4K);
-            // SAFETY: a whole Q4_K block (d, dmin, scales[12], qs[128]).
-            let (dx, dm, packed) =
-                unsafe { (rd::<u16>(xb), rd::<u16>(xb.add(2)), rd::<[u8; 12]>(xb.add(4))) };
+            // SAFETY: whole blocks (the contract); the caller's features.
+            let (dx, dm, sums, m) = unsafe { q4_k_block(xb, yb, pairs, &shuf) };
             (d[r], dmin[r]) = (dx, dm);
-            let sm = k4_scales(&packed);
-            // SAFETY: 16 bytes.
-            let sm = _mm256_cvtepu8_epi16(unsafe { ld128(sm.as_ptr()) });
-            // Lane j: min(2j)·pair(2j) + min(2j+1)·pair(2j+1), the GEMM chain's mins sum.
-            let m = _mm_madd_epi16(_mm256_extracti128_si256::<1>(sm), pairs);
             s2[0][r] = _mm_extract_epi32::<0>(m);
             s2[1][r] = _mm_extract_epi32::<1>(m);
             s2[2][r] = _mm_extract_epi32::<2>(m);
             s2[3][r] = _mm_extract_epi32::<3>(m);
-            let scales = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
-            for (j, s1j) in s1.iter_mut().enumerate() {
-                // SAFETY: 32 code bytes of the weight block, 64 activation bytes of its block.
-                let (q, y0, y1) = unsafe {
-                    (
-                        ld256(xb.add(16 + 32 * j)),
-                        ld256(yb.add(4 + 64 * j)),
-                        ld256(yb.add(36 + 64 * j)),
-                    )
-                };
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                let sl = _mm256_shuffle_epi8(scales, shuf[2 * j]);
-                let sh = _mm256_shuffle_epi8(scales, shuf[2 * j + 1]);
-                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), sl);
-                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), sh);
-                s1j[r] = _mm256_add_epi32(p0, p1);
+            for (s1j, sum) in s1.iter_mut().zip(sums) {
+                s1j[r] = sum;
             }
         }
         let dy = _mm256_set1_ps(dy);
