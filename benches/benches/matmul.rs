@@ -221,7 +221,7 @@ fn bench(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
     g.sample_size(20);
     for dtype in types {
-        matvec_cold(&mut g, &pools, dtype.name(), dtype, DIM, DIM);
+        matvec_cold(&mut g, &pools, dtype.name(), dtype, DIM, DIM, 1);
     }
     g.finish();
 
@@ -233,7 +233,22 @@ fn bench(c: &mut Criterion) {
     for (name, dtype, k, m) in
         [("lmhead", DType::Q8_0, 640, 262_144), ("ffn", DType::Q5_0, 896, 4864)]
     {
-        matvec_cold(&mut g, &pools, name, dtype, k, m);
+        matvec_cold(&mut g, &pools, name, dtype, k, m, 1);
+    }
+    g.finish();
+
+    // Several sequences decoding together (`tessera serve`'s slots): the same shapes with
+    // 2 and 4 activation rows; throughput is still weight bytes per second, so the ratio to
+    // `matvec_model` shows what each extra row costs.
+    let mut g = c.benchmark_group("few_rows");
+    g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    g.sample_size(10);
+    for (name, dtype, k, m) in
+        [("lmhead", DType::Q8_0, 640, 262_144), ("ffn", DType::Q5_0, 896, 4864)]
+    {
+        for rows in [2, 4] {
+            matvec_cold(&mut g, &pools, &format!("{name}x{rows}"), dtype, k, m, rows);
+        }
     }
     g.finish();
 
@@ -263,8 +278,8 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-/// Benchmarks `{name}/{n}t` in `g` for each pool: a `k` x `m` weight of `dtype` times one
-/// F32 activation row, the iterations cycling through copies of the weight (at least
+/// Benchmarks `{name}/{n}t` in `g` for each pool: a `k` x `m` weight of `dtype` times `rows`
+/// F32 activation rows, the iterations cycling through copies of the weight (at least
 /// [`COLD_BYTES`]) so that every one is read from memory.
 fn matvec_cold(
     g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -273,6 +288,7 @@ fn matvec_cold(
     dtype: DType,
     k: usize,
     m: usize,
+    rows: usize,
 ) {
     let bytes = dtype.type_size() * k * m / dtype.block_size();
     let one = quant::quantize(dtype, &random_f32(k * m, 1)).expect("quantize");
@@ -285,11 +301,11 @@ fn matvec_cold(
         })
         .collect();
     let ws: Vec<TensorRef> = weights.iter_mut().map(|b| tensor(b, dtype, [k, m, 1, 1])).collect();
-    let mut xbuf = aligned(4 * k);
-    xbuf.as_flattened_mut()[..4 * k].copy_from_slice(bytemuck_f32(&random_f32(k, 2)));
-    let x = tensor(&mut xbuf, DType::F32, [k, 1, 1, 1]);
-    let mut dbuf = aligned(4 * m);
-    let d = tensor(&mut dbuf, DType::F32, [m, 1, 1, 1]);
+    let mut xbuf = aligned(4 * k * rows);
+    xbuf.as_flattened_mut()[..4 * k * rows].copy_from_slice(bytemuck_f32(&random_f32(k * rows, 2)));
+    let x = tensor(&mut xbuf, DType::F32, [k, rows, 1, 1]);
+    let mut dbuf = aligned(4 * m * rows);
+    let d = tensor(&mut dbuf, DType::F32, [m, rows, 1, 1]);
     let mut work = aligned(matmul::work_size(&ws[0], &x) + 64);
     g.throughput(Throughput::Bytes(bytes as u64));
     for (n, pool, sync) in pools {

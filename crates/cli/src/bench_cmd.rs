@@ -2,6 +2,10 @@
 //! empty cache; `tg N`: N single-token decodes; each repeated `-r` times after a warm-up run,
 //! reported as mean ± standard deviation of tokens per second, in llama-bench's markdown
 //! columns (or JSON), so the two tools' tables can be laid side by side.
+//!
+//! `-npl P` (llama-batched-bench's flag) runs the generation tests with P sequences decoding
+//! together, each step one batch of P tokens (one per sequence), as `tessera serve` decodes
+//! its slots; the row reports the aggregate tokens per second of all P sequences.
 
 use crate::common;
 use anyhow::{anyhow, Result};
@@ -22,6 +26,11 @@ pub struct BenchArgs {
     /// Generation lengths (comma-separated; 0 skips).
     #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
     n_gen: Vec<usize>,
+    /// Sequences decoding together in the generation tests (comma-separated; llama-batched-bench's
+    /// `-npl`): each step decodes one token of every sequence in one batch; t/s is the
+    /// aggregate of all of them.
+    #[arg(long = "npl", value_delimiter = ',', default_value = "1")]
+    n_parallel: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long, default_value_t = 5)]
     repetitions: usize,
@@ -49,6 +58,7 @@ struct Row {
     threads: usize,
     n_prompt: usize,
     n_gen: usize,
+    n_parallel: usize,
     samples: Vec<f64>,
 }
 
@@ -85,9 +95,10 @@ fn run_test(
     fa: bool,
     n_prompt: usize,
     n_gen: usize,
+    n_parallel: usize,
     reps: usize,
 ) -> Result<Vec<f64>> {
-    let n_ctx = n_prompt + n_gen + 1;
+    let n_ctx = n_prompt + n_gen * n_parallel + 1;
     let params = ContextParams { n_ctx, n_threads: threads, flash_attn: fa, ..Default::default() };
     let mut ctx = LlamaContext::new(model, params).map_err(|e| anyhow!("{e}"))?;
     let n_vocab = model.hparams.n_vocab;
@@ -99,15 +110,18 @@ fn run_test(
             ctx.decode(&Batch::from_tokens(&tokens(n_prompt, n_vocab), 0, 0))
                 .map_err(|e| anyhow!("{e}"))?;
         }
-        let toks = tokens(n_gen, n_vocab);
-        for (i, &tok) in toks.iter().enumerate() {
-            ctx.decode(&Batch::from_tokens(&[tok], (n_prompt + i) as i32, 0))
-                .map_err(|e| anyhow!("{e}"))?;
+        let toks = tokens(n_gen * n_parallel, n_vocab);
+        for (i, step) in toks.chunks(n_parallel).enumerate() {
+            let mut batch = Batch::new();
+            for (seq, &tok) in step.iter().enumerate() {
+                batch.add(tok, (n_prompt + i) as i32, seq as u32, true);
+            }
+            ctx.decode(&batch).map_err(|e| anyhow!("{e}"))?;
         }
         let dt = t.elapsed().as_secs_f64();
         if rep > 0 {
             // Run 0 warms up caches and the allocator, as llama-bench's warm-up run.
-            samples.push((n_prompt + n_gen) as f64 / dt);
+            samples.push((n_prompt + n_gen * n_parallel) as f64 / dt);
         }
     }
     Ok(samples)
@@ -117,17 +131,24 @@ fn run_test(
 pub fn run(a: BenchArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
     let model = common::load(&path, a.no_repack, &a.offload)?;
+    if let Some(&np) = a.n_parallel.iter().find(|&&np| np == 0 || np > tessera_llama::MAX_SEQ) {
+        return Err(anyhow!("--npl {np}: sequences must be 1..={}", tessera_llama::MAX_SEQ));
+    }
     let threads =
         if a.threads.is_empty() { vec![common::threads(None)] } else { a.threads.clone() };
     let mut rows = Vec::new();
     for &t in &threads {
         for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
-            let samples = run_test(&model, t, a.flash_attn != 0, p, 0, a.repetitions)?;
-            rows.push(Row { test: format!("pp{p}"), threads: t, n_prompt: p, n_gen: 0, samples });
+            let samples = run_test(&model, t, a.flash_attn != 0, p, 0, 1, a.repetitions)?;
+            let test = format!("pp{p}");
+            rows.push(Row { test, threads: t, n_prompt: p, n_gen: 0, n_parallel: 1, samples });
         }
         for &n in a.n_gen.iter().filter(|&&n| n > 0) {
-            let samples = run_test(&model, t, a.flash_attn != 0, 0, n, a.repetitions)?;
-            rows.push(Row { test: format!("tg{n}"), threads: t, n_prompt: 0, n_gen: n, samples });
+            for &np in &a.n_parallel {
+                let samples = run_test(&model, t, a.flash_attn != 0, 0, n, np, a.repetitions)?;
+                let test = if np == 1 { format!("tg{n}") } else { format!("tg{n} x{np}") };
+                rows.push(Row { test, threads: t, n_prompt: 0, n_gen: n, n_parallel: np, samples });
+            }
         }
     }
     let desc = model_desc(&model);
@@ -153,6 +174,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     "flash_attn": a.flash_attn != 0,
                     "n_prompt": r.n_prompt,
                     "n_gen": r.n_gen,
+                    "n_parallel": r.n_parallel,
                     "avg_ts": r.mean(),
                     "stddev_ts": r.stdev(),
                     "samples_ts": r.samples,

@@ -452,6 +452,9 @@ impl Default for SamplingParams {
 /// A chain of samplers; the last one picks the token.
 pub struct SamplerChain {
     steps: Vec<Box<dyn Sampler>>,
+    /// The chain is exactly [`SamplerChain::greedy`]'s: `sample` takes the argmax of the
+    /// logits without building candidates (the same token).
+    argmax_only: bool,
 }
 
 impl std::fmt::Debug for SamplerChain {
@@ -463,18 +466,21 @@ impl std::fmt::Debug for SamplerChain {
 impl SamplerChain {
     /// An empty chain.
     pub fn new() -> Self {
-        SamplerChain { steps: Vec::new() }
+        SamplerChain { steps: Vec::new(), argmax_only: false }
     }
 
     /// Appends a step.
     pub fn push(mut self, s: impl Sampler + 'static) -> Self {
         self.steps.push(Box::new(s));
+        self.argmax_only = false;
         self
     }
 
     /// Plain argmax.
     pub fn greedy() -> Self {
-        SamplerChain::new().push(Greedy)
+        let mut chain = SamplerChain::new().push(Greedy);
+        chain.argmax_only = true;
+        chain
     }
 
     /// llama.cpp's common chain: penalties → top-k → typical → top-p → min-p → temperature →
@@ -502,6 +508,16 @@ impl SamplerChain {
 
     /// Runs the chain on `logits` and returns the chosen token (greedy if no step chose).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        if self.argmax_only {
+            // Greedy's rule (the first largest) without a candidate list per token.
+            let mut best = 0;
+            for (i, &l) in logits.iter().enumerate() {
+                if l > logits[best] {
+                    best = i;
+                }
+            }
+            return best as u32;
+        }
         let mut cur = Candidates::from_logits(logits);
         for s in &mut self.steps {
             s.apply(&mut cur);
@@ -551,6 +567,24 @@ mod tests {
         assert_eq!(SamplerChain::greedy().sample(&logits), 1);
         let p = SamplingParams { temp: 0.0, ..Default::default() };
         assert_eq!(SamplerChain::from_params(&p).sample(&logits), 1);
+    }
+
+    /// `SamplerChain::greedy`'s argmax shortcut picks what the candidate path picks (ties,
+    /// infinities, NaN, empty logits).
+    #[test]
+    fn greedy_shortcut_matches_the_candidate_path() {
+        let cases: [&[f32]; 6] = [
+            &[0.5, 2.0, -1.0, 2.0],
+            &[f32::NAN, 1.0, 3.0],
+            &[1.0, f32::NAN, 3.0, 3.0],
+            &[f32::NEG_INFINITY, f32::NEG_INFINITY],
+            &[-2.0, f32::INFINITY, -1.0],
+            &[],
+        ];
+        for logits in cases {
+            let want = SamplerChain::new().push(Greedy).sample(logits);
+            assert_eq!(SamplerChain::greedy().sample(logits), want, "{logits:?}");
+        }
     }
 
     #[test]

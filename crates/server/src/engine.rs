@@ -448,8 +448,8 @@ impl Worker<'_> {
             None if !a.job.ignore_eos => raw,
             None => {
                 let mut l = raw.to_vec();
-                for (t, v) in l.iter_mut().enumerate() {
-                    if vocab.is_eog(t as u32) {
+                for t in vocab.eog_tokens() {
+                    if let Some(v) = l.get_mut(t as usize) {
                         *v = f32::NEG_INFINITY;
                     }
                 }

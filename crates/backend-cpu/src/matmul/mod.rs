@@ -40,6 +40,8 @@ pub(crate) mod repack;
 #[cfg(target_arch = "x86_64")]
 mod repack_gemv;
 #[cfg(target_arch = "x86_64")]
+mod vnni_few;
+#[cfg(target_arch = "x86_64")]
 mod vnni_matvec;
 #[cfg(target_arch = "x86_64")]
 mod vnni_tile;
@@ -326,12 +328,12 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         && src0.dtype != DType::F16
     {
         if simd >= SimdLevel::Avx512 && cpu_vnni() {
-            if let Some(mv) = vnni_matvec::Matvec::new(src0.dtype) {
-                return few_rows(p, dst, src0, &act, FewRows::Vnni(mv));
+            if let Some(few) = vnni_few::Few::new(src0.dtype, src1.n_rows()) {
+                return few_rows_vnni(p, dst, src0, &act, few);
             }
         }
         if let Kernel::Dot { dot, .. } = kernel {
-            return few_rows(p, dst, src0, &act, FewRows::Dot(dot));
+            return few_rows(p, dst, src0, &act, dot);
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -419,82 +421,74 @@ fn matvec(
     });
 }
 
-/// The kernel [`few_rows`] runs per activation row.
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy)]
-enum FewRows {
-    Vnni(vnni_matvec::Matvec),
-    Dot(VecDot),
-}
-
 /// Weight rows per block in [`few_rows`]: small enough to stay in L2 while every activation
 /// row passes over them.
 #[cfg(target_arch = "x86_64")]
 const FEW_ROWS_BLOCK: usize = 32;
 
-/// A product of a 2-D weight with 2-7 activation rows: one contiguous range of weight rows per
-/// thread (as [`matvec`]), in blocks of [`FEW_ROWS_BLOCK`] rows, each block multiplied by
-/// every activation row with the one-row kernel (VNNI matvec or the prefetching dot of
-/// [`matvec_rows`]) while it is in cache: the weights are read from memory once.
+/// A product of a 2-D weight with 2-7 activation rows through a one-row dot: one contiguous
+/// range of weight rows per thread (as [`matvec`]), in blocks of [`FEW_ROWS_BLOCK`] rows,
+/// each block multiplied by every activation row with the prefetching dot of
+/// [`matvec_rows`] while it is in cache: the weights are read from memory once.
 #[cfg(target_arch = "x86_64")]
-fn few_rows(
-    p: &ComputeParams,
-    dst: &TensorRef,
-    src0: &TensorRef,
-    act: &Activations,
-    kind: FewRows,
-) {
-    thread_local! {
-        /// Per-thread activation block data for [`vnni_matvec`], one per activation row.
-        static AUXES: RefCell<Vec<Vec<vnni_matvec::BlockAux>>> = const { RefCell::new(Vec::new()) };
-    }
+fn few_rows(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Activations, dot: VecDot) {
     let (k, nb01, row) = (src0.ne[0], src0.nb[1], src0.row_size());
     let nr0 = src0.ne[1];
     let n1 = act.src1.ne[1];
     let share = |i: usize| nr0 * i / p.nth;
     let rows0 = share(p.ith)..share(p.ith + 1);
-    AUXES.with(|cell| {
-        let mut auxes = cell.borrow_mut();
-        if let FewRows::Vnni(mv) = kind {
-            auxes.resize_with(n1, Vec::new);
-            for (r1, aux) in auxes.iter_mut().enumerate().take(n1) {
-                // SAFETY: activation row r1 is the converted row (the kernel's Q8_0 or Q8_1)
-                // of k values; the caller checked the CPU.
-                unsafe { mv.prepare(k, act.row(r1), aux) };
-            }
-        }
-        for start in rows0.clone().step_by(FEW_ROWS_BLOCK) {
-            let end = (start + FEW_ROWS_BLOCK).min(rows0.end);
-            let x = src0.data.cast_const().wrapping_add(start * nb01);
-            for r1 in 0..n1 {
-                let y = act.row(r1);
-                let out = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>();
-                match kind {
-                    FewRows::Vnni(mv) => {
-                        // SAFETY: dst row r1 holds ne0 = nr0 values; this thread owns rows
-                        // start..end of every row.
-                        let out =
-                            unsafe { std::slice::from_raw_parts_mut(out.add(start), end - start) };
-                        // SAFETY: src0 rows start..end (packed, k values each:
-                        // `check_shapes`), the row `auxes[r1]` was prepared from, and a CPU
-                        // with AVX-512 VNNI.
-                        unsafe { mv.run(k, x, nb01, y, &auxes[r1], out) };
-                    }
-                    FewRows::Dot(dot) => {
-                        for r in start..end {
-                            let xr = src0.data.cast_const().wrapping_add(r * nb01);
-                            if r1 == 0 {
-                                prefetch_row(xr, row);
-                            }
-                            // SAFETY: row r of the 2-D src0 (k values, packed), converted
-                            // activation row r1, a level the CPU runs; dst row r1 has ne0
-                            // values and this thread owns row r of it.
-                            unsafe { out.add(r).write(dot(k, xr, y)) };
-                        }
-                    }
+    for start in rows0.clone().step_by(FEW_ROWS_BLOCK) {
+        let end = (start + FEW_ROWS_BLOCK).min(rows0.end);
+        for r1 in 0..n1 {
+            let y = act.row(r1);
+            let out = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>();
+            for r in start..end {
+                let xr = src0.data.cast_const().wrapping_add(r * nb01);
+                if r1 == 0 {
+                    prefetch_row(xr, row);
                 }
+                // SAFETY: row r of the 2-D src0 (k values, packed), converted activation row
+                // r1, a level the CPU runs; dst row r1 has ne0 values and this thread owns
+                // row r of it.
+                unsafe { out.add(r).write(dot(k, xr, y)) };
             }
         }
+    }
+}
+
+/// A product of a 2-D weight with 2-7 activation rows through the VNNI few-rows kernel
+/// ([`vnni_few`]): one contiguous range of weight rows per thread (as [`matvec`]), each
+/// weight block unpacked once for all the activation rows.
+#[cfg(target_arch = "x86_64")]
+fn few_rows_vnni(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    few: vnni_few::Few,
+) {
+    thread_local! {
+        /// Per-thread prepared activation rows for [`vnni_few`].
+        static SCRATCH: RefCell<vnni_few::Scratch> = RefCell::default();
+    }
+    let (k, nb01) = (src0.ne[0], src0.nb[1]);
+    let nr0 = src0.ne[1];
+    let n1 = act.src1.ne[1];
+    let share = |i: usize| nr0 * i / p.nth;
+    let rows0 = share(p.ith)..share(p.ith + 1);
+    let mut ys = [std::ptr::null(); vnni_few::MAX_ROWS];
+    let mut outs = [std::ptr::null_mut(); vnni_few::MAX_ROWS];
+    for r1 in 0..n1 {
+        ys[r1] = act.row(r1);
+        outs[r1] = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>().wrapping_add(rows0.start);
+    }
+    let x = src0.data.cast_const().wrapping_add(rows0.start * nb01);
+    SCRATCH.with(|cell| {
+        // SAFETY: src0 rows `rows0` (packed, k values each: `check_shapes`); the n1 converted
+        // activation rows (the kernel's Q8_0 or Q8_1) of k values; dst row r1 holds ne0 = nr0
+        // values and this thread owns `rows0` of every row; a CPU with AVX-512 VNNI (the
+        // caller).
+        unsafe { few.run(k, x, nb01, rows0.len(), &ys[..n1], &outs[..n1], &mut cell.borrow_mut()) };
     });
 }
 

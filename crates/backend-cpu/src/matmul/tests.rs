@@ -636,6 +636,42 @@ fn matrix_vector_products_give_the_batched_bits() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// A product with 2-7 different activation rows gives each row the bits it gets alone (the
+/// few-rows kernels read every weight block once for all rows: a mixed-up row, accumulator or
+/// output would show here, where copies of one row would hide it), at every level and thread
+/// count, for each weight type.
+#[test]
+fn few_rows_products_give_each_row_its_own_bits() {
+    let mut rng = Rng(0xfe77);
+    let mut failures = Vec::new();
+    for dtype in weight_types().into_iter().filter(|&d| d != DType::F16) {
+        let (k, m) = (512, 37);
+        let wbytes = weights(dtype, k * m, &mut rng, false);
+        let src0 = Host::packed(dtype, [k, m, 1, 1], &wbytes);
+        let rows: Vec<Vec<f32>> = (0..7).map(|_| rng.f32s(k)).collect();
+        let act = |rows: &[Vec<f32>]| {
+            let v: Vec<f32> = rows.iter().flatten().copied().collect();
+            Host::packed(DType::F32, [k, rows.len(), 1, 1], &f32_bytes(&v))
+        };
+        for simd in SimdLevel::available() {
+            let alone: Vec<Vec<f32>> =
+                rows.iter().map(|r| run(&src0, &act(std::slice::from_ref(r)), 1, simd)).collect();
+            for n in 2..=7 {
+                for nth in [1, 2, 3] {
+                    let got = run(&src0, &act(&rows[..n]), nth, simd);
+                    for (r1, out) in got.chunks(m).enumerate() {
+                        if out.iter().zip(&alone[r1]).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                            failures
+                                .push(format!("{dtype} {simd} {n} rows {nth} threads: row {r1}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Products with repacked weights give ggml's repacked chains on every output, whichever
 /// kernel computes it (eight-row GEMV, tiled K-quant epilogue, one-row chains beside the
 /// aligned groups of a chunk): the GEMM chain for activation rows `0..ne11 - ne11 % 4`, the

@@ -51,11 +51,11 @@ use tessera_tensor::DType;
 #[repr(C, align(32))]
 pub(super) struct BlockAux {
     /// `-b·Σy` over the four activation bytes of each lane.
-    start: [i32; 8],
+    pub(super) start: [i32; 8],
     /// The activation block's scale, eight times.
-    dy: [f32; 8],
+    pub(super) dy: [f32; 8],
     /// A Q8_1 block's `s` (`d·Σq`).
-    sy: f32,
+    pub(super) sy: f32,
 }
 
 /// Weight rows `x + r·nb01` (`r < nrows`) against one activation row `y` (its [`BlockAux`]
@@ -278,7 +278,7 @@ pub(super) unsafe fn q5_0_biased(b: *const u8) -> __m256i {
 /// 4 readable bytes at `qh`, 16 at `qs`; AVX-512 BW/VL.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn five_bits(qh: *const u8, qs: *const u8) -> __m256i {
+pub(super) unsafe fn five_bits(qh: *const u8, qs: *const u8) -> __m256i {
     // SAFETY: the caller's contract.
     let (qh, low) = unsafe { (rd::<u32>(qh), nibbles_at(qs)) };
     _mm256_mask_add_epi8(low, _cvtu32_mask32(qh), low, _mm256_set1_epi8(16))
