@@ -332,8 +332,8 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
                 return few_rows_vnni(p, dst, src0, &act, few);
             }
         }
-        if let Kernel::Dot { dot, .. } = kernel {
-            return few_rows(p, dst, src0, &act, dot);
+        if let Kernel::Dot { dot, dot4, .. } = kernel {
+            return few_rows(p, dst, src0, &act, (dot, dot4));
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -421,37 +421,45 @@ fn matvec(
     });
 }
 
-/// Weight rows per block in [`few_rows`]: small enough to stay in L2 while every activation
-/// row passes over them.
+/// A product of a 2-D weight with 2-7 activation rows through the one- and four-row dots:
+/// one contiguous range of weight rows per thread (as [`matvec`]); each weight row, prefetched
+/// as in [`matvec_rows`], is multiplied by the activation rows four at a time where the type
+/// has a four-row kernel (its unpacking shared by the four), the rest one at a time while
+/// the row is in cache: the weights are read from memory once. The two kernels give the same
+/// bits.
 #[cfg(target_arch = "x86_64")]
-const FEW_ROWS_BLOCK: usize = 32;
-
-/// A product of a 2-D weight with 2-7 activation rows through a one-row dot: one contiguous
-/// range of weight rows per thread (as [`matvec`]), in blocks of [`FEW_ROWS_BLOCK`] rows,
-/// each block multiplied by every activation row with the prefetching dot of
-/// [`matvec_rows`] while it is in cache: the weights are read from memory once.
-#[cfg(target_arch = "x86_64")]
-fn few_rows(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Activations, dot: VecDot) {
+fn few_rows(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    (dot, dot4): (VecDot, Option<VecDot4>),
+) {
     let (k, nb01, row) = (src0.ne[0], src0.nb[1], src0.row_size());
     let nr0 = src0.ne[1];
     let n1 = act.src1.ne[1];
     let share = |i: usize| nr0 * i / p.nth;
-    let rows0 = share(p.ith)..share(p.ith + 1);
-    for start in rows0.clone().step_by(FEW_ROWS_BLOCK) {
-        let end = (start + FEW_ROWS_BLOCK).min(rows0.end);
-        for r1 in 0..n1 {
-            let y = act.row(r1);
-            let out = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>();
-            for r in start..end {
-                let xr = src0.data.cast_const().wrapping_add(r * nb01);
-                if r1 == 0 {
-                    prefetch_row(xr, row);
+    let four = if dot4.is_some() { n1 - n1 % 4 } else { 0 };
+    let out = |r1: usize| dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>();
+    for r in share(p.ith)..share(p.ith + 1) {
+        let xr = src0.data.cast_const().wrapping_add(r * nb01);
+        prefetch_row(xr, row);
+        if let Some(dot4) = dot4 {
+            for r1 in (0..four).step_by(4) {
+                let ys = std::array::from_fn(|j| act.row(r1 + j));
+                // SAFETY: row r of the 2-D src0 (k values, packed), converted activation rows
+                // r1..r1 + 4, a level the CPU runs.
+                let got = unsafe { dot4(k, xr, ys) };
+                for (j, v) in got.into_iter().enumerate() {
+                    // SAFETY: dst row r1 + j has ne0 = nr0 values; this thread owns row r.
+                    unsafe { out(r1 + j).add(r).write(v) };
                 }
-                // SAFETY: row r of the 2-D src0 (k values, packed), converted activation row
-                // r1, a level the CPU runs; dst row r1 has ne0 values and this thread owns
-                // row r of it.
-                unsafe { out.add(r).write(dot(k, xr, y)) };
             }
+        }
+        for r1 in four..n1 {
+            // SAFETY: row r of the 2-D src0 (k values, packed), converted activation row r1,
+            // a level the CPU runs; dst row r1 has ne0 values and this thread owns row r.
+            unsafe { out(r1).add(r).write(dot(k, xr, act.row(r1))) };
         }
     }
 }
