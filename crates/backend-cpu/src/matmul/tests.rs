@@ -636,10 +636,11 @@ fn matrix_vector_products_give_the_batched_bits() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// A product with 2-7 different activation rows gives each row the bits it gets alone (the
-/// few-rows kernels read every weight block once for all rows: a mixed-up row, accumulator or
-/// output would show here, where copies of one row would hide it), at every level and thread
-/// count, for each weight type.
+/// A product with 2-40 different activation rows gives each row the bits it gets alone (the
+/// few-rows kernels read every weight block once for all rows, in passes of up to 16 rows
+/// over blocks of weight rows: a mixed-up row, pass, accumulator or output would show here,
+/// where copies of one row would hide it), at every level and thread count, for each weight
+/// type; the K-quants only below 8 rows (from 8 on they take llama.cpp's tiled order).
 #[test]
 fn few_rows_products_give_each_row_its_own_bits() {
     let mut rng = Rng(0xfe77);
@@ -648,15 +649,19 @@ fn few_rows_products_give_each_row_its_own_bits() {
         let (k, m) = (512, 37);
         let wbytes = weights(dtype, k * m, &mut rng, false);
         let src0 = Host::packed(dtype, [k, m, 1, 1], &wbytes);
-        let rows: Vec<Vec<f32>> = (0..7).map(|_| rng.f32s(k)).collect();
+        let rows: Vec<Vec<f32>> = (0..40).map(|_| rng.f32s(k)).collect();
         let act = |rows: &[Vec<f32>]| {
             let v: Vec<f32> = rows.iter().flatten().copied().collect();
             Host::packed(DType::F32, [k, rows.len(), 1, 1], &f32_bytes(&v))
         };
+        let kquant =
+            matches!(dtype, DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K);
+        let counts: &[usize] =
+            if kquant { &[2, 3, 4, 5, 6, 7] } else { &[2, 3, 4, 5, 6, 7, 8, 11, 16, 17, 40] };
         for simd in SimdLevel::available() {
             let alone: Vec<Vec<f32>> =
                 rows.iter().map(|r| run(&src0, &act(std::slice::from_ref(r)), 1, simd)).collect();
-            for n in 2..=7 {
+            for &n in counts {
                 for nth in [1, 2, 3] {
                     let got = run(&src0, &act(&rows[..n]), nth, simd);
                     for (r1, out) in got.chunks(m).enumerate() {
