@@ -316,7 +316,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         }
     }
     // Activation rows against a 2-D weight: with AVX-512 VNNI, the Q8_0 family's few-rows
-    // kernels take any number of rows (the Q4_1 family's 2-7), in passes of up to 16 over cached blocks of
+    // kernels take any number of rows (the Q4_1 family's 2-8), in passes of up to 16 over cached blocks of
     // weight rows (faster than the 4x8 tiles, which give the same bits: Qwen2.5-0.5B pp512
     // +10%, 8 sequences decoding together +60%, Zen 4). Otherwise 2-7 rows (several sequences
     // decoding together) read the weights once through the one- and four-row dots; the tiles

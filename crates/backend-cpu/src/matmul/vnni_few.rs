@@ -22,7 +22,7 @@
 //!   [`Scratch`]); an odd last row is paired with itself and its copy's results dropped.
 //!   With one pair, two weight rows are interleaved so that two accumulator chains hide the
 //!   FMA latency.
-//! - Q4_1 family (2-7 rows; its 4x8 tiles are faster from 8): the one-row kernel's loop with
+//! - Q4_1 family (2-8 rows; its 4x8 tiles are as fast beyond): the one-row kernel's loop with
 //!   blocks outer and rows inner.
 //!
 //! The row count is a const parameter, so the accumulators and the activation pointers are
@@ -98,7 +98,7 @@ pub(super) struct Few {
 
 impl Few {
     /// The kernel for `rows` activation rows against weights of type `dtype`, where one
-    /// exists: the Q8_0 family for 2..=[`MAX_ROWS`] rows, the Q4_1 family for 2..=7. The CPU must have AVX-512
+    /// exists: the Q8_0 family for 2..=[`MAX_ROWS`] rows, the Q4_1 family for 2..=8. The CPU must have AVX-512
     /// F/BW/VL/DQ and VNNI.
     pub(super) fn new(dtype: DType, rows: usize) -> Option<Few> {
         if !(2..=MAX_ROWS).contains(&rows) {
@@ -125,8 +125,9 @@ impl Few {
                 })
             };
         }
-        // The Q4_1 family only up to 7 rows: from 8 its 4x8 tiles are faster (SmolLM2 pp512
-        // 443 t/s with them, 380 through this loop; Zen 4).
+        // The Q4_1 family only up to 8 rows: beyond, its 4x8 tiles are as fast or faster
+        // (Zen 4, SmolLM2: 8 sequences decoding together 263-289 t/s with the tiles, 313-356
+        // through this loop; 16 sequences 308-332 and ~300; pp512 443 and 380).
         macro_rules! q8_1 {
             ($f:ident) => {
                 Kind::Q8_1(
@@ -138,6 +139,7 @@ impl Few {
                         5 => $f::<5>,
                         6 => $f::<6>,
                         7 => $f::<7>,
+                        8 => $f::<8>,
                         _ => return None,
                     },
                 )
@@ -452,7 +454,7 @@ q8_1_few!(q5_1_few, 24, |b: *const u8| {
 mod tests {
     use super::*;
 
-    /// `Few::new` covers exactly the one-row kernel's types and 2..=7 rows.
+    /// `Few::new` covers exactly the one-row kernel's types: 2-16 rows, the Q4_1 family 2-8.
     #[test]
     fn kernels_exist_for_the_matvec_types_and_few_rows() {
         for dtype in
@@ -461,7 +463,7 @@ mod tests {
             assert!(Matvec::new(dtype).is_some());
             assert!(Few::new(dtype, 1).is_none());
             assert!(Few::new(dtype, MAX_ROWS + 1).is_none());
-            let most = if matches!(dtype, DType::Q4_1 | DType::Q5_1) { 7 } else { MAX_ROWS };
+            let most = if matches!(dtype, DType::Q4_1 | DType::Q5_1) { 8 } else { MAX_ROWS };
             for rows in 2..=most {
                 assert_eq!(Few::new(dtype, rows).map(|f| f.rows), Some(rows));
             }
