@@ -18,6 +18,10 @@
 //!   op x type x shape case of tessera-testmatrix on the CPU backend, for each thread count and
 //!   SIMD level, against the float64 reference; prints the table, fails on any failure. Built in
 //!   release (the matrix runs kernels, not the harness, and must stay fast on CI's 2 cores).
+//! - `cargo xtask gpu-bundle`: tessera-backend-cuda's test binaries (feature `cuda`, release)
+//!   and the `tessera` binary copied into `.gpu/` (git-ignored) with `.gpu/run.sh`, which runs
+//!   them all with `REQUIRE_CUDA=1` (nothing may skip): the one device call that reproduces
+//!   the GPU results is `bash .gpu/run.sh` with `.gpu` carried.
 
 mod pyenv;
 mod testdata;
@@ -41,11 +45,13 @@ fn main() -> Result<()> {
         Some("synth-models") => synth_models(&args[1..]),
         Some("testdata") => testdata::command(&root(), &args[1..]),
         Some("bench-model") => bench_model(&args[1..]),
+        Some("gpu-bundle") => gpu_bundle(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]... | test-matrix \
                  [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512] | synth-models \
-                 [DIR] | bench-model SHAPE TYPE OUT | testdata [check|sums|import DIR]>"
+                 [DIR] | bench-model SHAPE TYPE OUT | testdata [check|sums|import DIR] | \
+                 gpu-bundle>"
             );
             std::process::exit(2)
         }
@@ -77,9 +83,94 @@ fn ci() -> Result<()> {
     cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     models(&[])?;
     cargo(&["test", "--workspace", "--no-fail-fast"])?;
+    cuda_tests(&python)?;
     avx2_model_tests()?;
     test_matrix(&[])?;
     eprintln!("xtask ci: all green in {:.0}s", start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// tessera-backend-cuda with its `cuda` feature (which the workspace build leaves off):
+/// clippy, and its tests with NVRTC from the environment's `nvidia-cuda-nvrtc` wheel and
+/// `REQUIRE_NVRTC=1`, so every kernel is compiled to CUBIN on this GPU-less machine (the
+/// device tests take the no-CUDA error path here).
+fn cuda_tests(python: &Path) -> Result<()> {
+    let out = Command::new(python)
+        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .output()
+        .context("asking the environment's python for its site-packages")?;
+    let site = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let lib = site.join("nvidia/cu13/lib");
+    if !lib.join("libnvrtc.so.13").exists() {
+        bail!(
+            "{}: no libnvrtc.so.13 (tools/requirements-ci.txt pins nvidia-cuda-nvrtc)",
+            lib.display()
+        );
+    }
+    let flags = ["-p", "tessera-backend-cuda", "--features", "cuda"];
+    cargo(&[&["clippy"][..], &flags, &["--all-targets", "--", "-D", "warnings"]].concat())?;
+    let old = std::env::var_os("LD_LIBRARY_PATH");
+    let mut dirs = vec![lib];
+    dirs.extend(old.iter().flat_map(std::env::split_paths));
+    std::env::set_var("LD_LIBRARY_PATH", std::env::join_paths(dirs)?);
+    std::env::set_var("REQUIRE_NVRTC", "1");
+    let r = cargo(&[&["test"][..], &flags].concat());
+    std::env::remove_var("REQUIRE_NVRTC");
+    match old {
+        Some(v) => std::env::set_var("LD_LIBRARY_PATH", v),
+        None => std::env::remove_var("LD_LIBRARY_PATH"),
+    }
+    r
+}
+
+/// Builds what the GPU machine runs into `.gpu/` (see the crate docs): no Rust there.
+fn gpu_bundle() -> Result<()> {
+    let root = root();
+    std::env::set_current_dir(&root)?;
+    let dir = root.join(".gpu");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("tests"))?;
+    let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("==> cargo test -p tessera-backend-cuda --features cuda --release --no-run");
+    let out = Command::new(&cargo_bin)
+        .args(["test", "-p", "tessera-backend-cuda", "--features", "cuda", "--release"])
+        .args(["--no-run", "--message-format=json"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo")?;
+    if !out.status.success() {
+        bail!("building the CUDA tests failed");
+    }
+    let mut names = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // `"executable":"/path"` in cargo's compiler-artifact messages of test targets.
+        let Some(at) = line.find("\"executable\":\"") else { continue };
+        let rest = &line[at + 14..];
+        let Some(end) = rest.find('"') else { continue };
+        let exe = PathBuf::from(&rest[..end]);
+        let name = exe.file_name().context("test binary name")?.to_string_lossy().into_owned();
+        // Test binaries are named `stem-HASH`; keep the stem.
+        let stem = name.rsplit_once('-').map_or(name.as_str(), |(s, _)| s).to_string();
+        std::fs::copy(&exe, dir.join("tests").join(&stem))?;
+        names.push(stem);
+    }
+    cargo(&["build", "--release", "-p", "tessera-cli"])?;
+    std::fs::copy(root.join("target/release/tessera"), dir.join("tessera"))?;
+    let mut script = String::from(
+        "#!/usr/bin/env bash\n# Made by `cargo xtask gpu-bundle`: every CUDA test with nothing allowed to skip.\n\
+         set -euo pipefail\ncd \"$(dirname \"$0\")\"\nexport REQUIRE_CUDA=1 REQUIRE_NVRTC=1\n\
+         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true\n",
+    );
+    for n in &names {
+        script.push_str(&format!("echo \"== {n}\"\n./tests/{n} --test-threads=1\n"));
+    }
+    script.push_str("./tessera --version\necho \"gpu bundle: all green\"\n");
+    std::fs::write(dir.join("run.sh"), script)?;
+    eprintln!(
+        "gpu-bundle: {} test binaries + tessera in {}; run `bash .gpu/run.sh` there",
+        names.len(),
+        dir.display()
+    );
     Ok(())
 }
 

@@ -1,0 +1,89 @@
+// Shared by every kernel file (prepended by kernels.rs): fixed-width types, half <-> float by
+// inline PTX (NVRTC 13 has no cuda_fp16.h), warp reductions, ggml's block layouts as bytes.
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef long long i64;
+
+#define WARP 32
+#define INFINITY __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float h2f(u16 h) {
+    float f;
+    asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 f2h(float f) {
+    u16 h;
+    asm("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float bf2f(u16 h) { return __int_as_float(((u32)h) << 16); }
+
+// Signed 8-bit dot of four byte pairs plus c (dp4a; sm_61 and newer).
+__device__ __forceinline__ i32 dp4a(i32 a, i32 b, i32 c) {
+    i32 r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ __forceinline__ i32 warp_sum_i(i32 x) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float x) {
+    __shared__ float partial[32];
+    x = warp_sum(x);
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    __syncthreads();
+    if (lane == 0) partial[w] = x;
+    __syncthreads();
+    x = lane < (int)(blockDim.x / WARP) ? partial[lane] : 0.0f;
+    return warp_sum(x);
+}
+
+__device__ __forceinline__ float block_max(float x) {
+    __shared__ float partial[32];
+    x = warp_max(x);
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    __syncthreads();
+    if (lane == 0) partial[w] = x;
+    __syncthreads();
+    x = lane < (int)(blockDim.x / WARP) ? partial[lane] : -INFINITY;
+    return warp_max(x);
+}
+
+// Unaligned little-endian reads from block bytes.
+__device__ __forceinline__ u16 rd16(const u8 *p) { return (u16)p[0] | ((u16)p[1] << 8); }
+__device__ __forceinline__ u32 rd32(const u8 *p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+}
+
+// ggml block sizes in bytes (32 values each unless noted).
+#define Q4_0_BYTES 18   // d, qs[16]
+#define Q4_1_BYTES 20   // d, m, qs[16]
+#define Q5_0_BYTES 22   // d, qh[4], qs[16]
+#define Q5_1_BYTES 24   // d, m, qh[4], qs[16]
+#define Q8_0_BYTES 34   // d, qs[32]
+#define Q8_1_BYTES 36   // d, s, qs[32]
+#define Q4_K_BYTES 144  // 256 values: d, dmin, scales[12], qs[128]
+#define Q6_K_BYTES 210  // 256 values: ql[128], qh[64], scales[16], d

@@ -1,0 +1,178 @@
+// Quantized weights: dequantization (to f32 for GET_ROWS, to f16 for cuBLAS products), the
+// activations' Q8_1 quantization, and the matrix-vector products of decoding with int8 dot
+// products (llama.cpp's MMVQ idea: activations quantized once to Q8_1, dp4a per 4 bytes).
+
+// Value j (0..32) of a 32-value block, as f32.
+__device__ __forceinline__ float deq_q4_0(const u8 *b, int j) {
+    const u8 q = b[2 + (j % 16)];
+    return h2f(rd16(b)) * ((int)(j < 16 ? q & 15 : q >> 4) - 8);
+}
+__device__ __forceinline__ float deq_q4_1(const u8 *b, int j) {
+    const u8 q = b[4 + (j % 16)];
+    return h2f(rd16(b)) * (j < 16 ? q & 15 : q >> 4) + h2f(rd16(b + 2));
+}
+__device__ __forceinline__ float deq_q5_0(const u8 *b, int j) {
+    const u32 qh = rd32(b + 2);
+    const u8 q = b[6 + (j % 16)];
+    const int v = (j < 16 ? q & 15 : q >> 4) | (((qh >> j) & 1) << 4);
+    return h2f(rd16(b)) * (v - 16);
+}
+__device__ __forceinline__ float deq_q5_1(const u8 *b, int j) {
+    const u32 qh = rd32(b + 4);
+    const u8 q = b[8 + (j % 16)];
+    const int v = (j < 16 ? q & 15 : q >> 4) | (((qh >> j) & 1) << 4);
+    return h2f(rd16(b)) * v + h2f(rd16(b + 2));
+}
+__device__ __forceinline__ float deq_q8_0(const u8 *b, int j) {
+    return h2f(rd16(b)) * (float)(i8)b[2 + j];
+}
+
+// Q4_K (256 values): ggml's get_scale_min_k4 over the 12 scale bytes.
+__device__ __forceinline__ void k4_scale_min(int j, const u8 *q, int *d, int *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+__device__ __forceinline__ float deq_q4_k(const u8 *b, int j) {
+    const float d = h2f(rd16(b)), dmin = h2f(rd16(b + 2));
+    const int chunk = j / 64, within = j % 64, sub = 2 * chunk + (within >= 32);
+    int sc, mn;
+    k4_scale_min(sub, b + 4, &sc, &mn);
+    const u8 q = b[16 + 32 * chunk + (within % 32)];
+    const int v = within < 32 ? q & 15 : q >> 4;
+    return d * sc * v - dmin * mn;
+}
+// Q6_K (256 values): ql[128], qh[64], scales[16] (i8), d.
+__device__ __forceinline__ float deq_q6_k(const u8 *b, int j) {
+    const int half = j / 128, l = j % 32, quarter = (j % 128) / 32;
+    const u8 *ql = b + 64 * half, *qh = b + 128 + 32 * half;
+    const i8 *sc = (const i8 *)(b + 192) + 8 * half;
+    int q;
+    switch (quarter) {
+    case 0: q = (ql[l] & 15) | (((qh[l] >> 0) & 3) << 4); break;
+    case 1: q = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4); break;
+    case 2: q = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4); break;
+    default: q = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4); break;
+    }
+    return h2f(rd16(b + 208)) * sc[l / 16 + 2 * quarter] * (q - 32);
+}
+
+// One kernel per type: row `blockIdx.y` of a weight (ncols values, row_bytes apart), threads
+// over its values, to f32 (get_rows: the row index comes from `ids`) or to f16 (whole matrix).
+#define DEQUANT(T, QK, BYTES, F)                                                              \
+    extern "C" __global__ void get_rows_##T(const u8 *src, const i32 *ids, float *dst,      \
+                                            int ncols, i64 row_bytes) {                      \
+        const u8 *row = src + (i64)ids[blockIdx.y] * row_bytes;                              \
+        float *out = dst + (i64)blockIdx.y * ncols;                                           \
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ncols;                        \
+             i += gridDim.x * blockDim.x)                                                     \
+            out[i] = F(row + (i / QK) * BYTES, i % QK);                                       \
+    }                                                                                         \
+    extern "C" __global__ void dequant_f16_##T(const u8 *src, u16 *dst, int ncols,           \
+                                               i64 row_bytes) {                              \
+        const u8 *row = src + (i64)blockIdx.y * row_bytes;                                    \
+        u16 *out = dst + (i64)blockIdx.y * ncols;                                             \
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ncols;                        \
+             i += gridDim.x * blockDim.x)                                                     \
+            out[i] = f2h(F(row + (i / QK) * BYTES, i % QK));                                  \
+    }
+
+DEQUANT(q4_0, 32, Q4_0_BYTES, deq_q4_0)
+DEQUANT(q4_1, 32, Q4_1_BYTES, deq_q4_1)
+DEQUANT(q5_0, 32, Q5_0_BYTES, deq_q5_0)
+DEQUANT(q5_1, 32, Q5_1_BYTES, deq_q5_1)
+DEQUANT(q8_0, 32, Q8_0_BYTES, deq_q8_0)
+DEQUANT(q4_k, 256, Q4_K_BYTES, deq_q4_k)
+DEQUANT(q6_k, 256, Q6_K_BYTES, deq_q6_k)
+
+extern "C" __global__ void get_rows_f32(const float *src, const i32 *ids, float *dst,
+                                        int ncols) {
+    const float *row = src + (i64)ids[blockIdx.y] * ncols;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ncols; i += gridDim.x * blockDim.x)
+        dst[(i64)blockIdx.y * ncols + i] = row[i];
+}
+
+extern "C" __global__ void get_rows_f16(const u16 *src, const i32 *ids, float *dst,
+                                        int ncols) {
+    const u16 *row = src + (i64)ids[blockIdx.y] * ncols;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ncols; i += gridDim.x * blockDim.x)
+        dst[(i64)blockIdx.y * ncols + i] = h2f(row[i]);
+}
+
+// f32 rows -> Q8_1 blocks (d = amax / 127, q = round(x / d), s = d * sum(q)), one warp per
+// block of 32, one lane per value; rows of ncols (a multiple of 32) values.
+extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
+    const i64 blk = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (blk >= nblocks) return;
+    const int lane = threadIdx.x % WARP;
+    const float v = x[blk * 32 + lane];
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
+    const int sum = warp_sum_i(q);
+    u8 *b = dst + blk * Q8_1_BYTES;
+    b[4 + lane] = (u8)(i8)q;
+    if (lane == 0) {
+        const u16 dh = f2h(d), sh = f2h(d * sum);
+        b[0] = dh & 0xFF; b[1] = dh >> 8; b[2] = sh & 0xFF; b[3] = sh >> 8;
+    }
+}
+
+// Four consecutive bytes of a block as one i32 (blocks are only 2-byte aligned).
+__device__ __forceinline__ i32 ld_i32(const u8 *p) { return (i32)rd32(p); }
+
+// Integer dot of 32-value weight block j (bytes `b`) with the Q8_1 block `y`, scaled: one
+// lane handles 8 values (4 lanes per block).
+__device__ __forceinline__ float vdot_q4_0(const u8 *b, const u8 *y, int part) {
+    const i32 q = ld_i32(b + 2 + 4 * part);
+    const i32 lo = q & 0x0F0F0F0F, hi = (q >> 4) & 0x0F0F0F0F;
+    int s = dp4a(lo, ld_i32(y + 4 + 4 * part), 0);
+    s = dp4a(hi, ld_i32(y + 4 + 16 + 4 * part), s);
+    // sum((q - 8) * y) = sum(q * y) - 8 * sum(y); sum(y) of this part is s_y / d_y, taken
+    // once per block as (8 / 4) * s for each of the 4 lanes.
+    const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
+    return h2f(rd16(b)) * (s * dy - 2.0f * sy);
+}
+__device__ __forceinline__ float vdot_q8_0(const u8 *b, const u8 *y, int part) {
+    int s = dp4a(ld_i32(b + 2 + 8 * part), ld_i32(y + 4 + 8 * part), 0);
+    s = dp4a(ld_i32(b + 6 + 8 * part), ld_i32(y + 8 + 8 * part), s);
+    return h2f(rd16(b)) * h2f(rd16(y)) * s;
+}
+__device__ __forceinline__ float vdot_q5_0(const u8 *b, const u8 *y, int part) {
+    const u32 qh = rd32(b + 2);
+    const i32 q = ld_i32(b + 6 + 4 * part);
+    // The fifth bits of values 4*part..4*part+3 (low nibbles) and 16+4*part.. (high).
+    i32 lo = q & 0x0F0F0F0F, hi = (q >> 4) & 0x0F0F0F0F;
+    for (int k = 0; k < 4; ++k) {
+        lo |= ((qh >> (4 * part + k)) & 1) << (8 * k + 4);
+        hi |= ((qh >> (16 + 4 * part + k)) & 1) << (8 * k + 4);
+    }
+    int s = dp4a(lo, ld_i32(y + 4 + 4 * part), 0);
+    s = dp4a(hi, ld_i32(y + 4 + 16 + 4 * part), s);
+    const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
+    return h2f(rd16(b)) * (s * dy - 4.0f * sy);
+}
+
+// y = W x for one activation row: one warp per weight row, 4 lanes per 32-value block, the
+// activation row already Q8_1 (`quantize_q8_1`); nblocks blocks per row.
+#define MMVQ(T, BYTES, VDOT)                                                                  \
+    extern "C" __global__ void mmvq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,    \
+                                        int nblocks, i64 row_bytes) {                        \
+        const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
+        if (row >= nrows) return;                                                             \
+        const int lane = threadIdx.x % WARP;                                                  \
+        const u8 *wr = w + (i64)row * row_bytes;                                              \
+        float acc = 0.0f;                                                                     \
+        for (int i = lane / 4; i < nblocks; i += WARP / 4)                                    \
+            acc += VDOT(wr + (i64)i * BYTES, yq + (i64)i * Q8_1_BYTES, lane % 4);             \
+        acc = warp_sum(acc);                                                                  \
+        if (lane == 0) dst[row] = acc;                                                        \
+    }
+
+MMVQ(q4_0, Q4_0_BYTES, vdot_q4_0)
+MMVQ(q5_0, Q5_0_BYTES, vdot_q5_0)
+MMVQ(q8_0, Q8_0_BYTES, vdot_q8_0)

@@ -1,0 +1,36 @@
+//! Tessera's CUDA backend (first part): the kernel sources, their NVRTC compilation to CUBIN
+//! with an in-memory and on-disk cache, and the device probe that turns a machine without
+//! CUDA into a typed error.
+//!
+//! # Design decisions
+//!
+//! - **Run-time loading.** [cudarc] is built with `dynamic-loading`: libcuda, libnvrtc and
+//!   libcublas are opened when first used, so the crate builds on machines without a CUDA
+//!   toolkit, and one binary runs on any machine with a driver. cudarc *panics* when a
+//!   library is missing; every entry point here checks for the library first
+//!   (`is_culib_present`, cached) and keeps `catch_unwind` as a backstop, so callers get a
+//!   [`CudaError`], never a panic.
+//! - **NVRTC to CUBIN, not PTX.** Kernels live in `.cu` files under `kernels/` (embedded in
+//!   the binary), compiled at run time for the device's own `sm_XX` straight to CUBIN: PTX
+//!   would go through the driver's JIT (about 0.1 s per module) on every start. Compiled
+//!   modules are cached in memory and on disk, keyed by a hash of the source, the options, the
+//!   NVRTC version and the architecture ([`nvrtc::Compiler`]).
+//! - **No headers.** NVRTC 13 ships no `cuda_fp16.h`; the sources convert halves with inline
+//!   PTX (`kernels/prelude.cuh`), so compiling needs nothing but libnvrtc (the PyPI wheel
+//!   `nvidia-cuda-nvrtc` is enough, which is how CI compiles every kernel on machines without
+//!   a GPU).
+//! - **Behind a feature.** Without the `cuda` feature the crate carries only the kernel
+//!   sources ([`kernels`]) and the error type; the workspace builds and tests without CUDA.
+//!
+//! What is not here yet (it needs a GPU to be checked, and none has been lent so far): the
+//! `Backend`/`Device`/`Buffer` implementations that run graphs, cuBLAS, CUDA graphs.
+
+pub mod error;
+pub mod kernels;
+
+#[cfg(feature = "cuda")]
+pub mod device;
+#[cfg(feature = "cuda")]
+pub mod nvrtc;
+
+pub use error::CudaError;
