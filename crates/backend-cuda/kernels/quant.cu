@@ -103,7 +103,7 @@ extern "C" __global__ void get_rows_f16(const u16 *src, const i32 *ids, float *d
         dst[(i64)blockIdx.y * ncols + i] = h2f(row[i]);
 }
 
-// f32 rows -> Q8_1 blocks (d = amax / 127, q = round(x / d), s = d * sum(q)), one warp per
+// f32 rows -> Q8_1 blocks (d = amax / 127, q = roundf(x / d), s = d * sum(q)), one warp per
 // block of 32, one lane per value; rows of ncols (a multiple of 32) values.
 extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
     const i64 blk = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
@@ -112,7 +112,7 @@ extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
     const float v = x[blk * 32 + lane];
     const float amax = warp_max(fabsf(v));
     const float d = amax / 127.0f;
-    const int q = amax == 0.0f ? 0 : __float2int_rn(v / d);
+    const int q = (int)(amax == 0.0f ? 0.0f : roundf(v / d));
     const int sum = warp_sum_i(q);
     u8 *b = dst + blk * Q8_1_BYTES;
     b[4 + lane] = (u8)(i8)q;
@@ -176,3 +176,36 @@ __device__ __forceinline__ float vdot_q5_0(const u8 *b, const u8 *y, int part) {
 MMVQ(q4_0, Q4_0_BYTES, vdot_q4_0)
 MMVQ(q5_0, Q5_0_BYTES, vdot_q5_0)
 MMVQ(q8_0, Q8_0_BYTES, vdot_q8_0)
+
+// y = W x with f32 activations, the weights dequantized on the fly (every type with a
+// `deq_*`; the K-quants' products until they have int8 kernels): one warp per weight row.
+#define MMV_DEQ(T, QK, BYTES, F)                                                              \
+    extern "C" __global__ void mmv_##T(const u8 *w, const float *x, float *dst, int nrows,   \
+                                       int ncols, i64 row_bytes) {                           \
+        const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
+        if (row >= nrows) return;                                                             \
+        const int lane = threadIdx.x % WARP;                                                  \
+        const u8 *wr = w + (i64)row * row_bytes;                                              \
+        float acc = 0.0f;                                                                     \
+        for (int i = lane; i < ncols; i += WARP) acc += F(wr + (i / QK) * BYTES, i % QK) * x[i]; \
+        acc = warp_sum(acc);                                                                  \
+        if (lane == 0) dst[row] = acc;                                                        \
+    }
+
+MMV_DEQ(q4_1, 32, Q4_1_BYTES, deq_q4_1)
+MMV_DEQ(q5_1, 32, Q5_1_BYTES, deq_q5_1)
+MMV_DEQ(q4_k, 256, Q4_K_BYTES, deq_q4_k)
+MMV_DEQ(q6_k, 256, Q6_K_BYTES, deq_q6_k)
+
+// y = W x for f16 weights and f32 activations: one warp per row, two halves per load.
+extern "C" __global__ void mmv_f16(const u16 *w, const float *x, float *dst, int nrows,
+                                   int ncols) {
+    const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (row >= nrows) return;
+    const int lane = threadIdx.x % WARP;
+    const u16 *wr = w + (i64)row * ncols;
+    float acc = 0.0f;
+    for (int i = lane; i < ncols; i += WARP) acc += h2f(wr[i]) * x[i];
+    acc = warp_sum(acc);
+    if (lane == 0) dst[row] = acc;
+}

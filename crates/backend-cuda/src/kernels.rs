@@ -111,7 +111,7 @@ mod tests {
             for e in k.entry_points {
                 assert!(seen.insert(*e), "{e} listed twice");
                 assert_eq!(find(e).map(|f| f.name), Some(k.name));
-                let stem = ["get_rows_", "dequant_f16_", "mmvq_"]
+                let stem = ["get_rows_", "dequant_f16_", "mmvq_", "mmv_", "cpy_"]
                     .iter()
                     .find_map(|p| e.strip_prefix(p).filter(|t| !t.starts_with('f')))
                     .unwrap_or(e);
