@@ -47,6 +47,31 @@ impl Candidates {
         }
     }
 
+    /// Keeps the `k` largest logits, sorted: what a stable sort then truncating to `k` keeps,
+    /// in the same order (ties in their current order), without sorting the whole vocabulary
+    /// (a selection of the k-th largest, then a sort of `k`).
+    fn top_k(&mut self, k: usize) {
+        if self.sorted || k == 0 || k >= self.data.len() {
+            self.sort();
+            self.data.truncate(k);
+            return;
+        }
+        let mut keys: Vec<f32> = self.data.iter().map(|d| d.logit).collect();
+        let kth = *keys.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1;
+        let greater = self.data.iter().filter(|d| d.logit.total_cmp(&kth).is_gt()).count();
+        let mut ties = k - greater;
+        self.data.retain(|d| match d.logit.total_cmp(&kth) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal if ties > 0 => {
+                ties -= 1;
+                true
+            }
+            _ => false,
+        });
+        self.sorted = false;
+        self.sort();
+    }
+
     /// Sorts (if asked) and sets `p` to the softmax of the logits (`llama_sampler_softmax_impl`).
     fn softmax(&mut self, sort: bool) {
         if sort {
@@ -191,8 +216,7 @@ impl Sampler for TopK {
         if self.0 == 0 {
             return;
         }
-        cur.sort();
-        cur.data.truncate(self.0.min(cur.data.len()));
+        cur.top_k(self.0);
     }
 }
 
@@ -567,6 +591,40 @@ mod tests {
         assert_eq!(SamplerChain::greedy().sample(&logits), 1);
         let p = SamplingParams { temp: 0.0, ..Default::default() };
         assert_eq!(SamplerChain::from_params(&p).sample(&logits), 1);
+    }
+
+    /// Top-k by selection keeps what sorting the whole list and truncating keeps, in the same
+    /// order, ties (many equal logits, NaN, infinities) included.
+    #[test]
+    fn top_k_selection_matches_sort_and_truncate() {
+        let mut seed = 0x9e37_79b9u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        for case in 0..200 {
+            let n = 1 + (next() % 300) as usize;
+            let logits: Vec<f32> = (0..n)
+                .map(|_| match next() % 10 {
+                    0 => f32::NEG_INFINITY,
+                    1 => 1.5,
+                    2 if case % 7 == 0 => f32::NAN,
+                    _ => (next() % 16) as f32 / 4.0,
+                })
+                .collect();
+            for k in [1, 2, 5, 40, n.saturating_sub(1).max(1), n, n + 3] {
+                let mut want = Candidates::from_logits(&logits);
+                want.sort();
+                want.data.truncate(k);
+                let mut got = Candidates::from_logits(&logits);
+                got.top_k(k);
+                let ids = |c: &Candidates| c.data.iter().map(|d| d.id).collect::<Vec<_>>();
+                assert_eq!(ids(&got), ids(&want), "n={n} k={k}");
+                assert!(got.sorted);
+            }
+        }
     }
 
     /// `SamplerChain::greedy`'s argmax shortcut picks what the candidate path picks (ties,
