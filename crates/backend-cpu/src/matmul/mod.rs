@@ -500,25 +500,30 @@ fn few_rows_vnni(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Act
     let rows0 = share(p.ith)..share(p.ith + 1);
     let passes = n1.div_ceil(vnni_few::MAX_ROWS);
     let pass_rows = |c: usize| n1 * c / passes..n1 * (c + 1) / passes;
-    let kernels: Vec<vnni_few::Few> = (0..passes)
-        .map(|c| vnni_few::Few::new(src0.dtype, pass_rows(c).len()).expect("checked by mul_mat"))
-        .collect();
+    // Passes have n1 / passes rows or one more: one kernel for each size, no allocation on
+    // this (decoding) path.
+    let kernel = |rows: usize| vnni_few::Few::new(src0.dtype, rows).expect("checked by mul_mat");
+    let (short, long) = (kernel(n1 / passes), kernel(n1.div_ceil(passes)));
+    let few = |c: usize| if pass_rows(c).len() == n1 / passes { short } else { long };
     SCRATCH.with(|cell| {
         let mut scratch = cell.borrow_mut();
         if scratch.len() < passes {
             scratch.resize_with(passes, Default::default);
         }
-        for (c, few) in kernels.iter().enumerate() {
-            let ys: Vec<*const u8> = pass_rows(c).map(|r1| act.row(r1)).collect();
+        for c in 0..passes {
+            let mut ys = [std::ptr::null(); vnni_few::MAX_ROWS];
+            for (y, r1) in ys.iter_mut().zip(pass_rows(c)) {
+                *y = act.row(r1);
+            }
             // SAFETY: the converted activation rows (the kernel's Q8_0 or Q8_1) of k values,
             // unchanged during this product; a CPU with AVX-512 VNNI (the caller).
-            unsafe { few.prepare(k, &ys, &mut scratch[c]) };
+            unsafe { few(c).prepare(k, &ys[..pass_rows(c).len()], &mut scratch[c]) };
         }
         let block = if passes == 1 { rows0.len().max(1) } else { FEW_ROWS_BLOCK };
         for start in rows0.clone().step_by(block) {
             let end = (start + block).min(rows0.end);
             let x = src0.data.cast_const().wrapping_add(start * nb01);
-            for (c, few) in kernels.iter().enumerate() {
+            for c in 0..passes {
                 let mut outs = [std::ptr::null_mut(); vnni_few::MAX_ROWS];
                 for (o, r1) in outs.iter_mut().zip(pass_rows(c)) {
                     *o = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>().wrapping_add(start);
@@ -528,7 +533,7 @@ fn few_rows_vnni(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Act
                 // pass's rows prepared above by the same kernel; dst row r1 holds ne0 = nr0
                 // values and this thread owns rows0 (so start..end) of every row; a CPU with
                 // AVX-512 VNNI (the caller).
-                unsafe { few.run(x, nb01, end - start, outs, &scratch[c]) };
+                unsafe { few(c).run(x, nb01, end - start, outs, &scratch[c]) };
             }
         }
     });

@@ -33,7 +33,7 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::avx2::{fp16x2, hsum_ps, ld128, ld256, rd};
-use super::vnni_matvec::{nibbles_at, BlockAux, Matvec, PREFETCH};
+use super::vnni_matvec::{f16_bcast, nibbles_at, BlockAux, Matvec, PREFETCH};
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
@@ -249,17 +249,6 @@ unsafe fn prepare_signed(n: usize, ys: &[*const u8], scratch: &mut Scratch) {
             }
         }
     }
-}
-
-/// The f16 at `p` as f32 in all eight lanes (see `vnni_matvec`'s note on broadcasting).
-///
-/// # Safety
-/// Two readable bytes at `p`; AVX2, F16C.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_bcast(p: *const u8) -> __m256 {
-    // SAFETY: two readable bytes (the caller's contract).
-    _mm256_cvtph_ps(_mm_set1_epi16(unsafe { rd::<u16>(p) } as i16))
 }
 
 /// The Q8_0-family loop against `N` prepared activation rows. `unpack(block)` gives a

@@ -164,7 +164,7 @@ pub(super) const PREFETCH: usize = 3072;
 /// Two readable bytes at `p`; AVX2, F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_bcast(p: *const u8) -> __m256 {
+pub(super) unsafe fn f16_bcast(p: *const u8) -> __m256 {
     // SAFETY: two readable bytes (the caller's contract).
     _mm256_cvtph_ps(_mm_set1_epi16(unsafe { rd::<u16>(p) } as i16))
 }
