@@ -49,28 +49,21 @@ __device__ __forceinline__ float warp_max(float x) {
     return x;
 }
 
-// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets it.
-__device__ __forceinline__ float block_sum(float x) {
+// Sum (MAX = false) or maximum (MAX = true) over a block of blockDim.x threads (a multiple of
+// 32, at most 1024); every thread gets it.
+template <bool MAX> __device__ __forceinline__ float block_reduce(float x) {
     __shared__ float partial[32];
-    x = warp_sum(x);
+    x = MAX ? warp_max(x) : warp_sum(x);
     const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     __syncthreads();
     if (lane == 0) partial[w] = x;
     __syncthreads();
-    x = lane < (int)(blockDim.x / WARP) ? partial[lane] : 0.0f;
-    return warp_sum(x);
+    x = lane < (int)(blockDim.x / WARP) ? partial[lane] : (MAX ? -INFINITY : 0.0f);
+    return MAX ? warp_max(x) : warp_sum(x);
 }
 
-__device__ __forceinline__ float block_max(float x) {
-    __shared__ float partial[32];
-    x = warp_max(x);
-    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
-    __syncthreads();
-    if (lane == 0) partial[w] = x;
-    __syncthreads();
-    x = lane < (int)(blockDim.x / WARP) ? partial[lane] : -INFINITY;
-    return warp_max(x);
-}
+__device__ __forceinline__ float block_sum(float x) { return block_reduce<false>(x); }
+__device__ __forceinline__ float block_max(float x) { return block_reduce<true>(x); }
 
 // Unaligned little-endian reads from block bytes.
 __device__ __forceinline__ u16 rd16(const u8 *p) { return (u16)p[0] | ((u16)p[1] << 8); }

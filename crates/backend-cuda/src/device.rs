@@ -1,6 +1,6 @@
 //! Finding a CUDA device: a probe that reports a machine without CUDA as a typed error.
 
-use crate::error::{guarded, CudaError};
+use crate::error::{guarded, library_present, CudaError};
 use cudarc::driver::{sys, CudaContext};
 use std::sync::{Arc, OnceLock};
 
@@ -25,13 +25,7 @@ impl DeviceInfo {
 /// Whether libcuda (the driver) can be opened (asked once).
 pub fn driver_available() -> Result<(), CudaError> {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to open the library by its candidate names.
-    let present = *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() });
-    if present {
-        Ok(())
-    } else {
-        Err(CudaError::NoLibrary { lib: "cuda" })
-    }
+    library_present(&PRESENT, "cuda", sys::is_culib_present)
 }
 
 /// How many CUDA devices the driver reports.

@@ -61,3 +61,19 @@ pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, CudaError>) -> Result<T, 
         }
     }
 }
+
+/// Whether CUDA library `lib` can be opened, asked once per library through `check` (cudarc's
+/// `is_culib_present`, which opens the library on every call) and remembered in `cell`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn library_present(
+    cell: &std::sync::OnceLock<bool>,
+    lib: &'static str,
+    check: unsafe fn() -> bool,
+) -> Result<(), CudaError> {
+    // SAFETY: `check` only tries to open the library by its candidate names.
+    if *cell.get_or_init(|| unsafe { check() }) {
+        Ok(())
+    } else {
+        Err(CudaError::NoLibrary { lib })
+    }
+}

@@ -1,7 +1,7 @@
 //! Kernel compilation: NVRTC straight to CUBIN for one architecture, cached in memory and on
 //! disk.
 
-use crate::error::{guarded, CudaError};
+use crate::error::{guarded, library_present, CudaError};
 use crate::kernels::KernelSource;
 use cudarc::nvrtc::{result, sys};
 use sha2::{Digest, Sha256};
@@ -13,13 +13,7 @@ use std::sync::{Mutex, OnceLock};
 /// Whether libnvrtc can be opened (asked once: cudarc opens the library on each check).
 pub fn available() -> Result<(), CudaError> {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to open the library by its candidate names.
-    let present = *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() });
-    if present {
-        Ok(())
-    } else {
-        Err(CudaError::NoLibrary { lib: "nvrtc" })
-    }
+    library_present(&PRESENT, "nvrtc", sys::is_culib_present)
 }
 
 /// NVRTC's version, `(major, minor)`.
