@@ -24,6 +24,47 @@ pub use sim::{SimBackend, SimDevice};
 pub use simd::{has_vnni, kernel_family, SimdLevel};
 pub use tensor_ref::TensorRef;
 
+/// The bytes a weight marked [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED)
+/// must hold, from its bytes in the file's layout (`rows` rows of `k` values of `dtype`):
+/// `Some` with the rows rearranged where the CPU backend keeps that type's repacked weights in
+/// a layout of its own (Q4_0: eight rows interleaved, as llama.cpp's `block_q4_0x8`, so a
+/// group of eight rows is one memory stream), `None` where they stay as they are (Q4_K,
+/// IQ4_NL), or where `bytes` is not `rows` whole rows of a multiple of eight. A loader that
+/// rearranges a weight must not give it to any op but MUL_MAT (not to GET_ROWS: a tied
+/// embedding needs a copy of its own for the output).
+pub fn repack_layout(
+    dtype: tessera_tensor::DType,
+    bytes: &[u8],
+    rows: usize,
+    k: usize,
+) -> Option<Vec<u8>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !matmul::interleaved::applies(dtype) {
+            return None;
+        }
+        matmul::interleaved::interleave(bytes, rows, k)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, bytes, rows, k);
+        None
+    }
+}
+
+/// Whether [`repack_layout`] rearranges repacked weights of `dtype`.
+pub fn repack_rearranges(dtype: tessera_tensor::DType) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        matmul::interleaved::applies(dtype)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = dtype;
+        false
+    }
+}
+
 /// Whether llama.cpp's CPU backend, built for `level`, would repack a 2-D weight of type
 /// `dtype` with `rows` rows into its CPU_REPACK buffer (its default on x86; `--no-repack`
 /// turns it off). A model loader marks such weights

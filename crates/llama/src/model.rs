@@ -27,9 +27,13 @@ impl AsRef<[u8]> for MappedFile {
 pub struct Weights {
     /// Descriptors of every weight (later graphs start from a clone of this).
     pub ctx: Context,
-    /// Each weight bound to the file's mapping.
+    /// Each weight bound to its memory: the file's mapping, a device buffer, or host memory
+    /// holding repacked weights rearranged.
     pub bindings: Bindings,
     by_name: HashMap<String, TensorId>,
+    /// A tied output's own copy of token_embd (offloaded, or rearranged as repacked), which
+    /// the sizes do not count: it is not in the file.
+    duplicate: Option<TensorId>,
 }
 
 impl Weights {
@@ -63,9 +67,14 @@ impl Weights {
         self.by_name.contains_key(name)
     }
 
-    /// Total bytes of all weights.
+    /// Total bytes of all weights in the file.
     pub fn n_bytes(&self) -> usize {
-        self.by_name.values().map(|&id| self.ctx.get(id).n_bytes()).sum()
+        self.in_file().map(|id| self.ctx.get(id).n_bytes()).sum()
+    }
+
+    /// The weights in the file (not a tied output's copy).
+    fn in_file(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.by_name.values().copied().filter(|&id| Some(id) != self.duplicate)
     }
 }
 
@@ -162,69 +171,117 @@ impl Model {
         let mut n_repacked = 0;
         // Tensors bound for each device, with the file offset of their bytes.
         let mut on_device: Vec<Vec<(TensorId, usize)>> = vec![Vec::new(); offload.devices.len()];
+        // Repacked weights the CPU keeps in a layout of its own (Q4_0: eight rows
+        // interleaved): copied, rearranged, into host memory instead of read from the mapping.
+        let mut rearranged: Vec<(TensorId, usize)> = Vec::new();
+        let repacks = |dtype, ne: &[usize]| {
+            let two_d = ne.get(2..).is_none_or(|r| r.iter().all(|&d| d == 1)) && ne[1] > 1;
+            params.repack && two_d && tessera_backend_cpu::repack_applies(dtype, ne[1], level)
+        };
         for info in g.tensors() {
             let ne: Vec<usize> = info.ne.iter().map(|&d| d as usize).collect();
             let id = ctx.new_tensor(info.dtype, &ne)?;
             ctx.set_name(id, &info.name);
-            match placement::tensor_device(&info.name, &layer_plan, offload)? {
-                None => bindings.bind(&ctx, id, buffer.clone(), info.data_offset as usize)?,
-                Some(d) => on_device[d].push((id, info.data_offset as usize)),
-            }
-            by_name.insert(info.name.clone(), id);
             // llama.cpp repacks the 2-D weights its matrix products read; marking one that
-            // only GET_ROWS reads (an untied token_embd) changes nothing, and a token_embd
-            // tied as the output is repacked by llama.cpp too (its duplicate for the output).
-            let d = ctx.get(id);
-            let two_d = d.ne[2] == 1 && d.ne[3] == 1 && d.ne[1] > 1;
-            if params.repack
-                && two_d
-                && tessera_backend_cpu::repack_applies(d.dtype, d.ne[1], level)
-            {
+            // only GET_ROWS reads (an untied token_embd) changes nothing while the bytes keep
+            // the file's layout, and a token_embd tied as the output is repacked by llama.cpp
+            // too (its duplicate for the output). A weight whose bytes get rearranged must
+            // reach MUL_MAT only: an embedding keeps the file's layout (and, tied, the output
+            // gets a rearranged copy below).
+            let rearrange = tessera_backend_cpu::repack_rearranges(info.dtype);
+            let embedding = info.name.contains("embd");
+            let repacked = repacks(info.dtype, &ne) && !(rearrange && embedding);
+            if repacked {
                 ctx.set_flags(id, Flags::REPACKED);
                 n_repacked += 1;
+            }
+            let off = info.data_offset as usize;
+            match placement::tensor_device(&info.name, &layer_plan, offload)? {
+                None if repacked && rearrange => rearranged.push((id, off)),
+                None => bindings.bind(&ctx, id, buffer.clone(), off)?,
+                Some(d) => on_device[d].push((id, off)),
+            }
+            by_name.insert(info.name.clone(), id);
+        }
+        let mut duplicate = None;
+        // Tied embeddings: the head gets a copy of token_embd of its own where it is offloaded
+        // (as llama.cpp duplicates it: TENSOR_DUPLICATED), or where its repacked bytes are
+        // rearranged (llama.cpp's repack buffer holds the duplicate).
+        if let (Some(&emb), false) =
+            (by_name.get("token_embd.weight"), by_name.contains_key("output.weight"))
+        {
+            let src = ctx.get(emb).clone();
+            let repacked = repacks(src.dtype, &src.ne);
+            let rearrange = repacked && tessera_backend_cpu::repack_rearranges(src.dtype);
+            if layer_plan.output.is_some() || rearrange {
+                let id = ctx.new_tensor(src.dtype, &src.ne)?;
+                ctx.set_name(id, "output.weight");
+                if repacked {
+                    ctx.set_flags(id, Flags::REPACKED);
+                    n_repacked += usize::from(rearrange);
+                }
+                let off = g.tensor("token_embd.weight")?.data_offset as usize;
+                match layer_plan.output {
+                    Some(d) => on_device[d].push((id, off)),
+                    None => rearranged.push((id, off)),
+                }
+                by_name.insert("output.weight".into(), id);
+                duplicate = Some(id);
             }
         }
         if n_repacked > 0 {
             tracing::info!(n_repacked, "weights repacked (llama.cpp's CPU_REPACK arithmetic)");
         }
-        // Tied embeddings with the output layer offloaded: the head gets a copy of token_embd
-        // on its device, as llama.cpp duplicates it (TENSOR_DUPLICATED).
-        if let (Some(d), false) = (layer_plan.output, by_name.contains_key("output.weight")) {
-            if let Some(&emb) = by_name.get("token_embd.weight") {
-                let src = ctx.get(emb).clone();
-                let id = ctx.new_tensor(src.dtype, &src.ne)?;
-                ctx.set_name(id, "output.weight");
-                ctx.set_flags(id, src.flags);
-                let off = g.tensor("token_embd.weight")?.data_offset as usize;
-                on_device[d].push((id, off));
-                by_name.insert("output.weight".into(), id);
+        // The bytes a weight is given: the file's, rearranged where it is repacked into a
+        // layout of the CPU's own.
+        let bytes = g.bytes();
+        let weight_bytes = |ctx: &Context, id: TensorId, off: usize| {
+            let d = ctx.get(id);
+            let file = &bytes[off..off + d.n_bytes()];
+            if !d.flags.contains(Flags::REPACKED) {
+                return std::borrow::Cow::Borrowed(file);
             }
-        }
+            match tessera_backend_cpu::repack_layout(d.dtype, file, d.ne[1], d.ne[0]) {
+                Some(v) => std::borrow::Cow::Owned(v),
+                None => std::borrow::Cow::Borrowed(file),
+            }
+        };
         let mut device_bytes = vec![0; offload.devices.len()];
-        for (d, list) in on_device.iter().enumerate() {
+        let host = placement::host_device();
+        let lists = on_device.iter().enumerate().map(|(d, l)| (Some(d), l));
+        for (d, list) in lists.chain([(None, &rearranged)]) {
             if list.is_empty() {
                 continue;
             }
-            let dev = &offload.devices[d];
+            let dev = d.map_or(&host, |d| &offload.devices[d]);
             let buft = dev.buffer_type();
             let ids: Vec<TensorId> = list.iter().map(|&(id, _)| id).collect();
+            let mut size = 0;
             for b in alloc_tensors(&buft, &ctx, ids, &mut bindings)? {
                 b.set_usage(BufferUsage::Weights);
-                device_bytes[d] += b.size();
+                size += b.size();
             }
-            let bytes = g.bytes();
             for &(id, off) in list {
-                let n = ctx.get(id).n_bytes();
-                bindings.set(&ctx, id, &bytes[off..off + n])?;
+                bindings.set(&ctx, id, &weight_bytes(&ctx, id, off))?;
             }
-            tracing::info!(
-                device = dev.name(),
-                tensors = list.len(),
-                mib = device_bytes[d] as f64 / (1 << 20) as f64,
-                "weights offloaded"
-            );
+            match d {
+                Some(d) => {
+                    device_bytes[d] += size;
+                    tracing::info!(
+                        device = dev.name(),
+                        tensors = list.len(),
+                        mib = size as f64 / (1 << 20) as f64,
+                        "weights offloaded"
+                    );
+                }
+                None => tracing::info!(
+                    tensors = list.len(),
+                    mib = size as f64 / (1 << 20) as f64,
+                    "repacked weights rearranged into host memory"
+                ),
+            }
         }
-        let weights = Weights { ctx, bindings, by_name };
+        let weights = Weights { ctx, bindings, by_name, duplicate };
         let vocab = Vocab::from_metadata(md)?;
         let graph = builder.load(&weights, &hparams)?;
         let name = md.get("general.name").and_then(|v| v.as_str()).unwrap_or("").to_string();
@@ -254,6 +311,6 @@ impl Model {
 
     /// Number of parameters (elements of all weights).
     pub fn n_params(&self) -> usize {
-        self.weights.by_name.values().map(|&id| self.weights.ctx.get(id).n_elements()).sum()
+        self.weights.in_file().map(|id| self.weights.ctx.get(id).n_elements()).sum()
     }
 }

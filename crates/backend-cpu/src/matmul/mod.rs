@@ -34,6 +34,8 @@ mod avx2_k;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod interleaved;
+#[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack;
@@ -270,6 +272,10 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     };
     #[cfg(target_arch = "x86_64")]
     if let Some((gemv, gemm)) = repacked {
+        if interleaved::applies(src0.dtype) {
+            let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
+            return interleaved::mul_mat(p, dst, src0, &act, vnni);
+        }
         let gemv8 = repack_gemv::gemv8(src0.dtype).expect("a repacked type has an 8-row GEMV");
         if src1.n_rows() == 1 {
             return matvec_rows8(p, dst, src0, &act, gemv8);
@@ -481,6 +487,10 @@ fn few_rows(
 #[cfg(target_arch = "x86_64")]
 const FEW_ROWS_BLOCK: usize = 32;
 
+/// Chunks of weight rows per thread in [`few_rows_vnni`].
+#[cfg(target_arch = "x86_64")]
+const FEW_ROWS_CHUNKS: usize = 8;
+
 /// A product of a 2-D weight with 2 or more activation rows through the VNNI few-rows kernels
 /// ([`vnni_few`]): the activation rows in passes of at most [`vnni_few::MAX_ROWS`] (sizes as
 /// even as can be), each prepared once per thread; one contiguous range of weight rows per
@@ -496,8 +506,6 @@ fn few_rows_vnni(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Act
     let (k, nb01) = (src0.ne[0], src0.nb[1]);
     let nr0 = src0.ne[1];
     let n1 = act.src1.ne[1];
-    let share = |i: usize| nr0 * i / p.nth;
-    let rows0 = share(p.ith)..share(p.ith + 1);
     let passes = n1.div_ceil(vnni_few::MAX_ROWS);
     let pass_rows = |c: usize| n1 * c / passes..n1 * (c + 1) / passes;
     // Passes have n1 / passes rows or one more: one kernel for each size, no allocation on
@@ -519,22 +527,33 @@ fn few_rows_vnni(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Act
             // unchanged during this product; a CPU with AVX-512 VNNI (the caller).
             unsafe { few(c).prepare(k, &ys[..pass_rows(c).len()], &mut scratch[c]) };
         }
-        let block = if passes == 1 { rows0.len().max(1) } else { FEW_ROWS_BLOCK };
-        for start in rows0.clone().step_by(block) {
-            let end = (start + block).min(rows0.end);
-            let x = src0.data.cast_const().wrapping_add(start * nb01);
-            for c in 0..passes {
-                let mut outs = [std::ptr::null_mut(); vnni_few::MAX_ROWS];
-                for (o, r1) in outs.iter_mut().zip(pass_rows(c)) {
-                    *o = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>().wrapping_add(start);
+        // Chunks of weight rows claimed in turn (the first one per thread fixed), so a thread
+        // that falls behind (a shared, noisy host) does fewer of them instead of making the
+        // other wait at the next barrier.
+        let chunk = nr0.div_ceil(FEW_ROWS_CHUNKS * p.nth).next_multiple_of(FEW_ROWS_BLOCK);
+        let nchunks = nr0.div_ceil(chunk);
+        let mut current = p.ith;
+        while current < nchunks {
+            let rows0 = chunk * current..(chunk * (current + 1)).min(nr0);
+            let block = if passes == 1 { rows0.len().max(1) } else { FEW_ROWS_BLOCK };
+            for start in rows0.clone().step_by(block) {
+                let end = (start + block).min(rows0.end);
+                let x = src0.data.cast_const().wrapping_add(start * nb01);
+                for c in 0..passes {
+                    let mut outs = [std::ptr::null_mut(); vnni_few::MAX_ROWS];
+                    for (o, r1) in outs.iter_mut().zip(pass_rows(c)) {
+                        *o =
+                            dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>().wrapping_add(start);
+                    }
+                    let outs = &outs[..pass_rows(c).len()];
+                    // SAFETY: src0 rows start..end (packed, k values each: `check_shapes`); the
+                    // pass's rows prepared above by the same kernel; dst row r1 holds ne0 = nr0
+                    // values and this thread owns rows0 (so start..end) of every row; a CPU with
+                    // AVX-512 VNNI (the caller).
+                    unsafe { few(c).run(x, nb01, end - start, outs, &scratch[c]) };
                 }
-                let outs = &outs[..pass_rows(c).len()];
-                // SAFETY: src0 rows start..end (packed, k values each: `check_shapes`); the
-                // pass's rows prepared above by the same kernel; dst row r1 holds ne0 = nr0
-                // values and this thread owns rows0 (so start..end) of every row; a CPU with
-                // AVX-512 VNNI (the caller).
-                unsafe { few(c).run(x, nb01, end - start, outs, &scratch[c]) };
             }
+            current = p.sync.chunk_counter().fetch_add(1, Ordering::Relaxed);
         }
     });
 }

@@ -681,7 +681,7 @@ fn few_rows_products_give_each_row_its_own_bits() {
 /// kernel computes it (eight-row GEMV, tiled K-quant epilogue, one-row chains beside the
 /// aligned groups of a chunk): the GEMM chain for activation rows `0..ne11 - ne11 % 4`, the
 /// GEMV chain for the rest, at every thread count (three threads cut the rows off the groups
-/// of eight).
+/// of eight). Q4_0 weights are given interleaved (`interleaved`), as the loader stores them.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn repacked_products_follow_the_repacked_chains() {
@@ -689,11 +689,19 @@ fn repacked_products_follow_the_repacked_chains() {
     let mut failures = Vec::new();
     for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K] {
         let (k, m) = (512, 40);
-        let mut src0 = Host::packed(dtype, [k, m, 1, 1], &weights(dtype, k * m, &mut rng, false));
+        // The weights as the loader hands them over: Q4_0 rearranged (eight rows
+        // interleaved), the others in the file's layout; the chains read the file's layout.
+        let plain = weights(dtype, k * m, &mut rng, false);
+        let bytes = if interleaved::applies(dtype) {
+            interleaved::interleave(&plain, m, k).expect("whole groups of eight rows")
+        } else {
+            plain.clone()
+        };
+        let mut src0 = Host::packed(dtype, [k, m, 1, 1], &bytes);
         src0.repacked = true;
         let row = src0.nb[1];
         let (gemv, gemm) = repack::dots(dtype).expect("a repacked type");
-        for n in [1, 2, 3, 4, 5, 6, 7, 9] {
+        for n in [1, 2, 3, 4, 5, 6, 7, 9, 12, 17] {
             let x = rng.f32s(k * n);
             let src1 = Host::packed(DType::F32, [k, n, 1, 1], &f32_bytes(&x));
             for simd in SimdLevel::available().into_iter().filter(|&l| l >= SimdLevel::Avx2) {
@@ -703,7 +711,7 @@ fn repacked_products_follow_the_repacked_chains() {
                         let (i1, i0) = (i / m, i % m);
                         let y = convert_row(vec_dot_type(dtype), simd, &x[k * i1..k * (i1 + 1)]);
                         let chain = if i1 < full { gemm } else { gemv };
-                        let w = src0.buf.as_ptr().cast::<u8>().wrapping_add(i0 * row);
+                        let w = plain.as_ptr().wrapping_add(i0 * row);
                         // SAFETY: weight row i0 and one converted activation row of k values;
                         // AVX2 (the level is one this CPU has).
                         unsafe { chain(k, w, y.as_ptr()) }

@@ -1,0 +1,330 @@
+//! Repacked Q4_0 weights with eight rows interleaved in memory, as llama.cpp's CPU_REPACK
+//! buffer holds them (`block_q4_0x8`), and their products.
+//!
+//! # Why a layout of its own
+//!
+//! The repacked chain ([`super::repack`]) needs, per weight row and block, the exact integer
+//! `Σ q·y` of 32 products. Read from the file's layout, eight rows make eight memory streams
+//! and each row's sum ends in a horizontal reduction. Interleaved, a group of eight rows is
+//! one stream, and each 32-bit lane of a register holds four bytes of one row: one
+//! multiply-add with four activation bytes broadcast to every lane adds to all eight rows'
+//! sums at once, lane `r` ending with row `r`'s exact sum. No horizontal sums, no shuffles;
+//! the output is lane `r`'s f32 chain, `acc = fma(f32(Σ q·y), f32(dx)·f32(dy), acc)` over the
+//! blocks in order, which is the repacked chain exactly (same bits as [`super::repack`]'s
+//! one-row kernel, tests).
+//!
+//! # The layout
+//!
+//! Rows `8g..8g+8` keep the bytes they had (`8 · row_size` from `8g · row_size`), so a range
+//! of whole groups is a range of bytes. Within a group, block `i` of the eight rows is 144
+//! bytes at `144 · i`: the eight f16 scales (row order), then four 32-byte chunks, chunk `c`
+//! holding bytes `4c..4c+4` of each row's 16 bytes of nibbles (row `r` at `4r`). A byte's low
+//! nibble is value `j`, its high nibble value `j + 16` (Q4_0's order), so chunk `c` gives the
+//! values `4c..4c+4` (low nibbles) and `16+4c..16+4c+4` (high) of every row.
+//!
+//! The products take the nibbles unsigned (`0..16`) and take `8·Σy` off each block's sums
+//! (the activation block's sum, found once per product).
+
+// The AVX-512 intrinsics are stable since Rust 1.89 (the toolchain here is newer); see the
+// note in `avx512.rs`.
+#![allow(clippy::incompatible_msrv)]
+
+use super::avx2::{dot_u8_i8, hsum_epi32, ld128, ld256, rd};
+use super::vnni_matvec::PREFETCH;
+use super::{row_targets, Activations};
+use crate::{ComputeParams, TensorRef};
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+use tessera_tensor::DType;
+
+/// Rows per interleaved group.
+pub(crate) const GROUP: usize = 8;
+/// Bytes of one Q4_0 block.
+const QK_BYTES: usize = 18;
+/// Bytes of one block of a group's eight rows.
+const GROUP_BLOCK: usize = GROUP * QK_BYTES;
+/// Most activation rows one kernel call takes.
+const MAX_ROWS: usize = 4;
+
+/// Whether the repacked weights of `dtype` are stored interleaved ([`interleave`]) rather
+/// than in the file's layout.
+pub(crate) fn applies(dtype: DType) -> bool {
+    dtype == DType::Q4_0
+}
+
+/// The interleaved layout (module docs) of `rows` Q4_0 rows of `k` values each, given in the
+/// file's layout. `None` unless `rows` is a multiple of 8, `k` of 32 and `src` exactly that
+/// many rows.
+pub(crate) fn interleave(src: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
+    let row = k / 32 * QK_BYTES;
+    if rows % GROUP != 0 || k % 32 != 0 || src.len() != rows * row {
+        return None;
+    }
+    let mut out = vec![0u8; src.len()];
+    for g in 0..rows / GROUP {
+        let base = g * GROUP * row;
+        for i in 0..k / 32 {
+            let o = &mut out[base + i * GROUP_BLOCK..][..GROUP_BLOCK];
+            for r in 0..GROUP {
+                let b = &src[base + r * row + i * QK_BYTES..][..QK_BYTES];
+                o[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
+                for c in 0..4 {
+                    o[16 + 32 * c + 4 * r..][..4].copy_from_slice(&b[2 + 4 * c..][..4]);
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+/// The file's layout back from [`interleave`]'s (same conditions).
+pub(crate) fn deinterleave(src: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
+    let row = k / 32 * QK_BYTES;
+    if rows % GROUP != 0 || k % 32 != 0 || src.len() != rows * row {
+        return None;
+    }
+    let mut out = vec![0u8; src.len()];
+    for g in 0..rows / GROUP {
+        let base = g * GROUP * row;
+        for i in 0..k / 32 {
+            let s = &src[base + i * GROUP_BLOCK..][..GROUP_BLOCK];
+            for r in 0..GROUP {
+                let b = &mut out[base + r * row + i * QK_BYTES..][..QK_BYTES];
+                b[..2].copy_from_slice(&s[2 * r..2 * r + 2]);
+                for c in 0..4 {
+                    b[2 + 4 * c..][..4].copy_from_slice(&s[16 + 32 * c + 4 * r..][..4]);
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// `N` activation rows (Q8_0, `n` values each, at `ys`; `sy8[j]` their blocks' `8·Σy`)
+/// against the groups of eight interleaved weight rows at `x` (`ngroups` of them, `gstride`
+/// bytes apart): `outs[j]` gets the group's eight outputs per group, consecutive.
+///
+/// # Safety
+/// The weight groups, activation rows and `sy8` readable as said, `outs[j]` writable for
+/// `8 · ngroups` f32; the CPU has the function's features (AVX-512 VNNI and VL for the VNNI
+/// one).
+type GroupFn = unsafe fn(
+    n: usize,
+    x: *const u8,
+    gstride: usize,
+    ngroups: usize,
+    ys: &[*const u8],
+    sy8: &[*const i32],
+    outs: &[*mut f32],
+);
+
+/// The group loop of one instruction set: `$dot(s, q, y)` adds the products of four
+/// unsigned weight bytes and four activation bytes per lane to `s`; `$finish(s)` turns the
+/// accumulated `s` into eight i32 sums.
+macro_rules! group_kernel {
+    ($name:ident, $features:literal, $dot:expr, $finish:expr) => {
+        /// The [`GroupFn`] of one instruction set for `N` activation rows.
+        ///
+        /// # Safety
+        /// The [`GroupFn`] contract.
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const N: usize>(
+            n: usize,
+            x: *const u8,
+            gstride: usize,
+            ngroups: usize,
+            ys: &[*const u8],
+            sy8: &[*const i32],
+            outs: &[*mut f32],
+        ) {
+            let ys: [*const u8; N] = std::array::from_fn(|j| ys[j]);
+            let sy8: [*const i32; N] = std::array::from_fn(|j| sy8[j]);
+            let m4 = _mm256_set1_epi8(0x0F);
+            for g in 0..ngroups {
+                let gx = x.wrapping_add(g * gstride);
+                let mut acc = [_mm256_setzero_ps(); N];
+                for i in 0..n / 32 {
+                    let b = gx.wrapping_add(i * GROUP_BLOCK);
+                    // Hints only: never fault. Two lines per 144-byte block cover the stream.
+                    _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH + 64).cast());
+                    let mut s = [_mm256_setzero_si256(); N];
+                    for c in 0..4 {
+                        // SAFETY: chunk c of block i of the group (the contract).
+                        let raw = unsafe { ld256(b.add(16 + 32 * c)) };
+                        let lo = _mm256_and_si256(raw, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
+                        for j in 0..N {
+                            // SAFETY: bytes 4c.. and 16+4c.. of block i of activation row j.
+                            let (ylo, yhi) = unsafe {
+                                let yb = ys[j].add(34 * i + 2 + 4 * c);
+                                (
+                                    _mm256_set1_epi32(rd::<i32>(yb)),
+                                    _mm256_set1_epi32(rd::<i32>(yb.add(16))),
+                                )
+                            };
+                            s[j] = $dot($dot(s[j], lo, ylo), hi, yhi);
+                        }
+                    }
+                    // SAFETY: the eight f16 scales at the block's start.
+                    let dx = _mm256_cvtph_ps(unsafe { ld128(b) });
+                    for j in 0..N {
+                        // SAFETY: block i's scale of row j and its 8·Σy (the contract).
+                        let (dy, sy) = unsafe { (rd::<u16>(ys[j].add(34 * i)), *sy8[j].add(i)) };
+                        let sums = _mm256_sub_epi32($finish(s[j]), _mm256_set1_epi32(sy));
+                        let dy = _mm256_cvtph_ps(_mm_set1_epi16(dy as i16));
+                        acc[j] = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(sums),
+                            _mm256_mul_ps(dx, dy),
+                            acc[j],
+                        );
+                    }
+                }
+                for j in 0..N {
+                    // SAFETY: group g's eight outputs of row j (the contract).
+                    unsafe { _mm256_storeu_ps(outs[j].add(GROUP * g), acc[j]) };
+                }
+            }
+        }
+    };
+}
+
+// AVX2: `maddubs` pairs in i16, the eight of a block summed in i16 (at most
+// 8 · 2 · 15 · 128 = 30720, exact), then one `madd` to i32 per block.
+group_kernel!(
+    groups_avx2,
+    "avx2,fma,f16c",
+    |s, q, y| _mm256_add_epi16(s, _mm256_maddubs_epi16(q, y)),
+    |s| _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+);
+// AVX-512 VNNI (256-bit registers): `vpdpbusd` adds four products per lane in i32.
+group_kernel!(
+    groups_vnni,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    |s, q, y| _mm256_dpbusd_epi32(s, q, y),
+    |s| s
+);
+
+/// The group kernel for `rows` (1..=[`MAX_ROWS`]) activation rows.
+fn kernel(vnni: bool, rows: usize) -> GroupFn {
+    macro_rules! pick {
+        ($f:ident) => {
+            match rows {
+                1 => $f::<1> as GroupFn,
+                2 => $f::<2>,
+                3 => $f::<3>,
+                _ => $f::<4>,
+            }
+        };
+    }
+    if vnni {
+        pick!(groups_vnni)
+    } else {
+        pick!(groups_avx2)
+    }
+}
+
+/// `8·Σy` of each block of a Q8_0 row of `n` values.
+///
+/// # Safety
+/// `y` a readable Q8_0 row of `n` values; AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_sums8(n: usize, y: *const u8, out: &mut Vec<i32>) {
+    let eight = _mm256_set1_epi8(8);
+    // SAFETY: block i's 32 bytes of values (the contract).
+    out.extend(
+        (0..n / 32).map(|i| hsum_epi32(dot_u8_i8(eight, unsafe { ld256(y.add(34 * i + 2)) }))),
+    );
+}
+
+/// Computes this thread's share of `dst = src0 · src1ᵀ` for interleaved Q4_0 weights (2-D,
+/// rows a multiple of 8): contiguous ranges of groups per thread; each range in pieces of
+/// four groups that every tile of up to four activation rows reads while they are in cache.
+/// `vnni`: the CPU has AVX-512 VNNI and the level allows it (else AVX2).
+pub(super) fn mul_mat(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    src0: &TensorRef,
+    act: &Activations,
+    vnni: bool,
+) {
+    thread_local! {
+        /// Per-thread `8·Σy` of every activation row's blocks.
+        static SUMS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    }
+    let (k, nr0) = (src0.ne[0], src0.ne[1]);
+    assert!(nr0 % GROUP == 0, "interleaved weights: {nr0} rows, not groups of eight");
+    let nb = k / 32;
+    let gstride = GROUP * src0.nb[1];
+    let groups = nr0 / GROUP;
+    let share = |i: usize| groups * i / p.nth;
+    let mine = share(p.ith)..share(p.ith + 1);
+    if mine.is_empty() {
+        return;
+    }
+    let n1 = act.src1.n_rows();
+    SUMS.with(|cell| {
+        let mut sums = cell.borrow_mut();
+        sums.clear();
+        for r in 0..n1 {
+            // SAFETY: the converted Q8_0 activation row r of k values; AVX2 (the caller).
+            unsafe { block_sums8(k, act.row(r), &mut sums) };
+        }
+        // Four groups of a piece stay in L2 while every tile of rows reads them.
+        let piece = if n1 <= MAX_ROWS { mine.len() } else { 4 };
+        for g0 in mine.clone().step_by(piece) {
+            let g1 = (g0 + piece).min(mine.end);
+            for r0 in (0..n1).step_by(MAX_ROWS) {
+                let rows = (n1 - r0).min(MAX_ROWS);
+                let mut ys = [std::ptr::null(); MAX_ROWS];
+                let mut sy = [std::ptr::null(); MAX_ROWS];
+                let mut outs = [std::ptr::null_mut(); MAX_ROWS];
+                let mut w = std::ptr::null();
+                for j in 0..rows {
+                    let (wj, out) = row_targets(dst, src0, &act.src1, r0 + j);
+                    w = wj;
+                    ys[j] = act.row(r0 + j);
+                    sy[j] = sums[(r0 + j) * nb..].as_ptr();
+                    outs[j] = out.wrapping_add(GROUP * g0);
+                }
+                let x = w.wrapping_add(g0 * gstride);
+                // SAFETY: groups g0..g1 of the 2-D interleaved weight (k values per row);
+                // converted Q8_0 rows r0.. and their block sums; dst rows r0.. hold nr0 values
+                // and this thread owns the columns of its groups; the caller checked the CPU.
+                unsafe {
+                    kernel(vnni, rows)(
+                        k,
+                        x,
+                        gstride,
+                        g1 - g0,
+                        &ys[..rows],
+                        &sy[..rows],
+                        &outs[..rows],
+                    )
+                };
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interleave_round_trips_and_places_bytes() {
+        let (rows, k) = (16, 64);
+        let src: Vec<u8> = (0..rows * k / 32 * QK_BYTES).map(|i| (i * 7 % 251) as u8).collect();
+        let il = interleave(&src, rows, k).unwrap();
+        assert_eq!(deinterleave(&il, rows, k).unwrap(), src);
+        // Group 1, block 1, row 3: its scale, and its nibble bytes 4..8 in chunk 1.
+        let row = k / 32 * QK_BYTES;
+        let b = 8 * row + 3 * row + QK_BYTES;
+        let o = 8 * row + GROUP_BLOCK;
+        assert_eq!(il[o + 6..o + 8], src[b..b + 2]);
+        assert_eq!(il[o + 16 + 32 + 12..o + 16 + 32 + 16], src[b + 2 + 4..b + 2 + 8]);
+        assert!(interleave(&src[1..], rows, k).is_none());
+        assert!(interleave(&src, 12, k).is_none());
+    }
+}
