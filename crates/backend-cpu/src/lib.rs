@@ -27,9 +27,9 @@ pub use tensor_ref::TensorRef;
 /// The bytes a weight marked [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED)
 /// must hold, from its bytes in the file's layout (`rows` rows of `k` values of `dtype`):
 /// `Some` with the rows rearranged where the CPU backend keeps that type's repacked weights in
-/// a layout of its own (Q4_0: eight rows interleaved, as llama.cpp's `block_q4_0x8`, so a
-/// group of eight rows is one memory stream), `None` where they stay as they are (Q4_K,
-/// IQ4_NL), or where `bytes` is not `rows` whole rows of a multiple of eight. A loader that
+/// a layout of its own (Q4_0 and Q4_K: eight rows interleaved, as llama.cpp's
+/// `block_q4_0x8` / `block_q4_Kx8`, so a group of eight rows is one memory stream), `None`
+/// where they stay as they are (IQ4_NL), or where `bytes` is not `rows` whole rows of a multiple of eight. A loader that
 /// rearranges a weight must not give it to any op but MUL_MAT (not to GET_ROWS: a tied
 /// embedding needs a copy of its own for the output).
 pub fn repack_layout(
@@ -43,7 +43,7 @@ pub fn repack_layout(
         if !matmul::interleaved::applies(dtype) {
             return None;
         }
-        matmul::interleaved::interleave(bytes, rows, k)
+        matmul::interleaved::interleave(dtype, bytes, rows, k)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -31,7 +31,7 @@
 
 use super::avx2::{dot_u8_i8, hsum_epi32, ld128, ld256, rd};
 use super::vnni_matvec::PREFETCH;
-use super::{row_targets, Activations};
+use super::{interleaved_k, row_targets, Activations};
 use crate::{ComputeParams, TensorRef};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -41,63 +41,94 @@ use tessera_tensor::DType;
 pub(crate) const GROUP: usize = 8;
 /// Bytes of one Q4_0 block.
 const QK_BYTES: usize = 18;
-/// Bytes of one block of a group's eight rows.
+/// Bytes of one Q4_0 block of a group's eight rows.
 const GROUP_BLOCK: usize = GROUP * QK_BYTES;
 /// Most activation rows one kernel call takes.
-const MAX_ROWS: usize = 4;
+pub(super) const MAX_ROWS: usize = 4;
+
+/// How a type's blocks are interleaved: `head` f16 fields first (each as the eight rows'
+/// values in row order), then the rest of each row's block as 4-byte words, word `w` of row
+/// `r` at `16·head + 32·w + 4·r`.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Bytes per block.
+    bytes: usize,
+    /// Values per block.
+    values: usize,
+    /// Leading f16 fields.
+    head: usize,
+}
+
+/// The interleaved shape of `dtype`, where its repacked weights are stored interleaved.
+fn shape(dtype: DType) -> Option<Shape> {
+    match dtype {
+        DType::Q4_0 => Some(Shape { bytes: QK_BYTES, values: 32, head: 1 }),
+        DType::Q4_K => Some(Shape { bytes: 144, values: 256, head: 2 }),
+        _ => None,
+    }
+}
 
 /// Whether the repacked weights of `dtype` are stored interleaved ([`interleave`]) rather
 /// than in the file's layout.
 pub(crate) fn applies(dtype: DType) -> bool {
-    dtype == DType::Q4_0
+    shape(dtype).is_some()
 }
 
-/// The interleaved layout (module docs) of `rows` Q4_0 rows of `k` values each, given in the
-/// file's layout. `None` unless `rows` is a multiple of 8, `k` of 32 and `src` exactly that
-/// many rows.
-pub(crate) fn interleave(src: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
-    let row = k / 32 * QK_BYTES;
-    if rows % GROUP != 0 || k % 32 != 0 || src.len() != rows * row {
-        return None;
+/// Where byte `i` of row `r`'s block goes in the group's interleaved block.
+fn place(sh: Shape, r: usize, i: usize) -> usize {
+    let head = 2 * sh.head;
+    if i < head {
+        16 * (i / 2) + 2 * r + i % 2
+    } else {
+        let w = (i - head) / 4;
+        16 * sh.head + 32 * w + 4 * r + (i - head) % 4
     }
-    let mut out = vec![0u8; src.len()];
+}
+
+/// Moves every byte of `rows` rows of `k` values between the file's layout (`plain`) and the
+/// interleaved one: `f(plain index, interleaved index)`.
+fn for_each_byte(sh: Shape, rows: usize, k: usize, mut f: impl FnMut(usize, usize)) {
+    let nb = k / sh.values;
+    let row = nb * sh.bytes;
     for g in 0..rows / GROUP {
         let base = g * GROUP * row;
-        for i in 0..k / 32 {
-            let o = &mut out[base + i * GROUP_BLOCK..][..GROUP_BLOCK];
+        for b in 0..nb {
+            let gb = base + b * GROUP * sh.bytes;
             for r in 0..GROUP {
-                let b = &src[base + r * row + i * QK_BYTES..][..QK_BYTES];
-                o[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
-                for c in 0..4 {
-                    o[16 + 32 * c + 4 * r..][..4].copy_from_slice(&b[2 + 4 * c..][..4]);
+                let pb = base + r * row + b * sh.bytes;
+                for i in 0..sh.bytes {
+                    f(pb + i, gb + place(sh, r, i));
                 }
             }
         }
     }
+}
+
+/// The shape, when `len` bytes are `rows` whole rows of `k` values of `dtype` in groups of
+/// eight.
+fn checked(dtype: DType, len: usize, rows: usize, k: usize) -> Option<Shape> {
+    let sh = shape(dtype)?;
+    let whole = rows % GROUP == 0 && k % sh.values == 0;
+    (whole && len == rows * (k / sh.values) * sh.bytes && (sh.bytes - 2 * sh.head) % 4 == 0)
+        .then_some(sh)
+}
+
+/// The interleaved layout (module docs) of `rows` rows of `k` values of `dtype`, given in
+/// the file's layout. `None` for a type not stored interleaved, unless `rows` is a multiple
+/// of 8, `k` of the block size and `src` exactly that many rows.
+pub(crate) fn interleave(dtype: DType, src: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
+    let sh = checked(dtype, src.len(), rows, k)?;
+    let mut out = vec![0u8; src.len()];
+    for_each_byte(sh, rows, k, |p, i| out[i] = src[p]);
     Some(out)
 }
 
-#[cfg(test)]
 /// The file's layout back from [`interleave`]'s (same conditions).
-pub(crate) fn deinterleave(src: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
-    let row = k / 32 * QK_BYTES;
-    if rows % GROUP != 0 || k % 32 != 0 || src.len() != rows * row {
-        return None;
-    }
+#[cfg(test)]
+pub(crate) fn deinterleave(dtype: DType, src: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
+    let sh = checked(dtype, src.len(), rows, k)?;
     let mut out = vec![0u8; src.len()];
-    for g in 0..rows / GROUP {
-        let base = g * GROUP * row;
-        for i in 0..k / 32 {
-            let s = &src[base + i * GROUP_BLOCK..][..GROUP_BLOCK];
-            for r in 0..GROUP {
-                let b = &mut out[base + r * row + i * QK_BYTES..][..QK_BYTES];
-                b[..2].copy_from_slice(&s[2 * r..2 * r + 2]);
-                for c in 0..4 {
-                    b[2 + 4 * c..][..4].copy_from_slice(&s[16 + 32 * c + 4 * r..][..4]);
-                }
-            }
-        }
-    }
+    for_each_byte(sh, rows, k, |p, i| out[p] = src[i]);
     Some(out)
 }
 
@@ -238,9 +269,11 @@ unsafe fn block_sums8(n: usize, y: *const u8, out: &mut Vec<i32>) {
     );
 }
 
-/// Computes this thread's share of `dst = src0 · src1ᵀ` for interleaved Q4_0 weights (2-D,
-/// rows a multiple of 8): contiguous ranges of groups per thread; each range in pieces of
-/// four groups that every tile of up to four activation rows reads while they are in cache.
+/// Computes this thread's share of `dst = src0 · src1ᵀ` for interleaved weights (2-D, rows
+/// a multiple of 8): contiguous ranges of groups per thread; each range in pieces of four
+/// groups that every tile of up to four activation rows reads while they are in cache.
+/// Q4_K's activation rows `0..ne11 − ne11 % 4` take the GEMM chain, the rest the GEMV chain
+/// (llama.cpp's split); Q4_0's two chains are one.
 /// `vnni`: the CPU has AVX-512 VNNI and the level allows it (else AVX2).
 pub(super) fn mul_mat(
     p: &ComputeParams,
@@ -250,12 +283,11 @@ pub(super) fn mul_mat(
     vnni: bool,
 ) {
     thread_local! {
-        /// Per-thread `8·Σy` of every activation row's blocks.
+        /// Per-thread `8·Σy` of every activation row's blocks (Q4_0).
         static SUMS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
     }
     let (k, nr0) = (src0.ne[0], src0.ne[1]);
     assert!(nr0 % GROUP == 0, "interleaved weights: {nr0} rows, not groups of eight");
-    let nb = k / 32;
     let gstride = GROUP * src0.nb[1];
     let groups = nr0 / GROUP;
     let share = |i: usize| groups * i / p.nth;
@@ -263,45 +295,57 @@ pub(super) fn mul_mat(
     if mine.is_empty() {
         return;
     }
-    let n1 = act.src1.n_rows();
+    let src1 = &act.src1;
+    let n1 = src1.n_rows();
+    // Tiles of activation rows: (first row, rows, GEMM chain).
+    let ne11 = src1.ne[1];
+    let full = ne11 - ne11 % 4;
+    let tiles: Vec<(usize, usize, bool)> = if src1.ne[2] * src1.ne[3] == 1 {
+        let gemm = (0..full).step_by(MAX_ROWS).map(|r| (r, MAX_ROWS.min(full - r), true));
+        let gemv = (full..n1).step_by(MAX_ROWS).map(|r| (r, MAX_ROWS.min(n1 - r), false));
+        gemm.chain(gemv).collect()
+    } else {
+        (0..n1).map(|r| (r, 1, src1.row_coords(r).0 < full)).collect()
+    };
+    let q4_0 = src0.dtype == DType::Q4_0;
     SUMS.with(|cell| {
         let mut sums = cell.borrow_mut();
         sums.clear();
-        for r in 0..n1 {
-            // SAFETY: the converted Q8_0 activation row r of k values; AVX2 (the caller).
-            unsafe { block_sums8(k, act.row(r), &mut sums) };
+        if q4_0 {
+            for r in 0..n1 {
+                // SAFETY: the converted Q8_0 activation row r of k values; AVX2 (the caller).
+                unsafe { block_sums8(k, act.row(r), &mut sums) };
+            }
         }
-        // Four groups of a piece stay in L2 while every tile of rows reads them.
         let piece = if n1 <= MAX_ROWS { mine.len() } else { 4 };
         for g0 in mine.clone().step_by(piece) {
             let g1 = (g0 + piece).min(mine.end);
-            for r0 in (0..n1).step_by(MAX_ROWS) {
-                let rows = (n1 - r0).min(MAX_ROWS);
+            for &(r0, rows, gemm) in &tiles {
                 let mut ys = [std::ptr::null(); MAX_ROWS];
                 let mut sy = [std::ptr::null(); MAX_ROWS];
                 let mut outs = [std::ptr::null_mut(); MAX_ROWS];
                 let mut w = std::ptr::null();
                 for j in 0..rows {
-                    let (wj, out) = row_targets(dst, src0, &act.src1, r0 + j);
+                    let (wj, out) = row_targets(dst, src0, src1, r0 + j);
                     w = wj;
                     ys[j] = act.row(r0 + j);
-                    sy[j] = sums[(r0 + j) * nb..].as_ptr();
+                    if q4_0 {
+                        sy[j] = sums[(r0 + j) * (k / 32)..].as_ptr();
+                    }
                     outs[j] = out.wrapping_add(GROUP * g0);
                 }
                 let x = w.wrapping_add(g0 * gstride);
+                let (ys, outs) = (&ys[..rows], &outs[..rows]);
                 // SAFETY: groups g0..g1 of the 2-D interleaved weight (k values per row);
-                // converted Q8_0 rows r0.. and their block sums; dst rows r0.. hold nr0 values
-                // and this thread owns the columns of its groups; the caller checked the CPU.
+                // converted activation rows r0.. of the weight's dot type (and their block
+                // sums); dst rows r0.. hold nr0 values and this thread owns the columns of its
+                // groups; the caller checked the CPU.
                 unsafe {
-                    kernel(vnni, rows)(
-                        k,
-                        x,
-                        gstride,
-                        g1 - g0,
-                        &ys[..rows],
-                        &sy[..rows],
-                        &outs[..rows],
-                    )
+                    if q4_0 {
+                        kernel(vnni, rows)(k, x, gstride, g1 - g0, ys, &sy[..rows], outs)
+                    } else {
+                        interleaved_k::kernel(vnni, rows, gemm)(k, x, gstride, g1 - g0, ys, outs)
+                    }
                 };
             }
         }
@@ -316,15 +360,25 @@ mod tests {
     fn interleave_round_trips_and_places_bytes() {
         let (rows, k) = (16, 64);
         let src: Vec<u8> = (0..rows * k / 32 * QK_BYTES).map(|i| (i * 7 % 251) as u8).collect();
-        let il = interleave(&src, rows, k).unwrap();
-        assert_eq!(deinterleave(&il, rows, k).unwrap(), src);
+        let il = interleave(DType::Q4_0, &src, rows, k).unwrap();
+        assert_eq!(deinterleave(DType::Q4_0, &il, rows, k).unwrap(), src);
         // Group 1, block 1, row 3: its scale, and its nibble bytes 4..8 in chunk 1.
         let row = k / 32 * QK_BYTES;
         let b = 8 * row + 3 * row + QK_BYTES;
         let o = 8 * row + GROUP_BLOCK;
         assert_eq!(il[o + 6..o + 8], src[b..b + 2]);
         assert_eq!(il[o + 16 + 32 + 12..o + 16 + 32 + 16], src[b + 2 + 4..b + 2 + 8]);
-        assert!(interleave(&src[1..], rows, k).is_none());
-        assert!(interleave(&src, 12, k).is_none());
+        assert!(interleave(DType::Q4_0, &src[1..], rows, k).is_none());
+        assert!(interleave(DType::Q4_0, &src, 12, k).is_none());
+        assert!(interleave(DType::Q8_0, &src, rows, k).is_none());
+        // Q4_K: d and dmin of each row, then its scales and codes as 4-byte words.
+        let (rows, k) = (8, 512);
+        let src: Vec<u8> = (0..rows * 2 * 144).map(|i| (i * 13 % 251) as u8).collect();
+        let il = interleave(DType::Q4_K, &src, rows, k).unwrap();
+        assert_eq!(deinterleave(DType::Q4_K, &il, rows, k).unwrap(), src);
+        // Row 5, block 1: dmin, then code bytes 36..40 (word 3 + 9).
+        let (b, o) = (5 * 288 + 144, 8 * 144);
+        assert_eq!(il[o + 16 + 10..o + 16 + 12], src[b + 2..b + 4]);
+        assert_eq!(il[o + 32 + 32 * 12 + 20..o + 32 + 32 * 12 + 24], src[b + 16 + 36..b + 16 + 40]);
     }
 }

@@ -36,6 +36,8 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod interleaved;
 #[cfg(target_arch = "x86_64")]
+mod interleaved_k;
+#[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack;

@@ -693,7 +693,7 @@ fn repacked_products_follow_the_repacked_chains() {
         // interleaved), the others in the file's layout; the chains read the file's layout.
         let plain = weights(dtype, k * m, &mut rng, false);
         let bytes = if interleaved::applies(dtype) {
-            interleaved::interleave(&plain, m, k).expect("whole groups of eight rows")
+            interleaved::interleave(dtype, &plain, m, k).expect("whole groups of eight rows")
         } else {
             plain.clone()
         };
