@@ -55,15 +55,6 @@ pub(super) fn applies(src0: &TensorRef, src1: &TensorRef) -> bool {
     layout(src0.dtype).is_some() && src1.ne[1] >= 8 && src0.ne[2] == 1 && src0.ne[3] == 1
 }
 
-/// The tiled path's own epilogue (one f32 product per block).
-pub(super) const TILED: u8 = 0;
-/// ggml's repacked Q4_K GEMV chain: `acc` and `accm` FMAs once per block ([`super::repack`]);
-/// the batched path leaves GEMV rows to the one-row kernel, so only the tests use it here.
-#[cfg_attr(not(test), allow(dead_code))]
-pub(super) const REPACK_GEMV: u8 = 1;
-/// ggml's repacked Q4_K GEMM chain: the same FMAs once per 64 values.
-pub(super) const REPACK_GEMM: u8 = 2;
-
 /// A tile kernel: four unpacked weight rows against one band, `out[row][band row]`.
 ///
 /// # Safety
@@ -281,25 +272,15 @@ thread_local! {
 /// converted to Q8_K (`act`) and the chunk counter set to `p.nth` (as [`super::mul_mat`] does).
 /// `vnni` picks the AVX-512 VNNI kernel (the CPU must have it), else the AVX2 one (the CPU must
 /// have AVX2 and FMA: the caller's SIMD level says so).
-///
-/// With `repack` (Q4_K weights llama.cpp would repack: see [`super::repack`]), the kernels
-/// end with ggml's repacked chains instead: the GEMM chain for the activation rows
-/// `0..ne11 - ne11 % 4`, and `repack` (the one-row GEMV kernel) for the rest.
 pub(super) fn mul_mat(
     p: &ComputeParams,
     dst: &TensorRef,
     src0: &TensorRef,
     act: &Activations,
     vnni: bool,
-    repack: Option<super::VecDot>,
 ) {
     let lay = layout(src0.dtype).expect("checked by applies");
-    let kern: KernelFn = match (vnni, repack.is_some()) {
-        (true, false) => kernel::<TILED>,
-        (true, true) => kernel::<REPACK_GEMM>,
-        (false, false) => kernel_avx2::<TILED>,
-        (false, true) => kernel_avx2::<REPACK_GEMM>,
-    };
+    let kern: KernelFn = if vnni { kernel } else { kernel_avx2 };
     let (nr0, nr1) = (src0.ne[1], act.src1.n_rows());
     let nb = src0.ne[0] / QK;
     let nchunk1 = nr1.div_ceil(CHUNK1);
@@ -315,7 +296,7 @@ pub(super) fn mul_mat(
             let (c0, c1) = (current % nchunk0, current / nchunk0);
             let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
             let rows1 = (CHUNK1 * c1)..(CHUNK1 * (c1 + 1)).min(nr1);
-            chunk(dst, src0, act, (lay, kern, repack), nb, rows0, rows1, units, bands);
+            chunk(dst, src0, act, (lay, kern), nb, rows0, rows1, units, bands);
             if p.nth >= total {
                 break;
             }
@@ -330,7 +311,7 @@ fn chunk(
     dst: &TensorRef,
     src0: &TensorRef,
     act: &Activations,
-    (lay, kern, repack): (Layout, KernelFn, Option<super::VecDot>),
+    (lay, kern): (Layout, KernelFn),
     nb: usize,
     rows0: std::ops::Range<usize>,
     rows1: std::ops::Range<usize>,
@@ -347,9 +328,6 @@ fn chunk(
         band.fill(nb, &rows);
     }
     let src0_row = src0.row_size();
-    // llama.cpp's repacked GEMM rows of each plane: 0..full (the rest take its GEMV).
-    let ne11 = act.src1.ne[1];
-    let full = ne11 - ne11 % 4;
     for r0 in rows0.clone().step_by(ROWS) {
         let n0 = ROWS.min(rows0.end - r0);
         for (i, u) in units.iter_mut().enumerate() {
@@ -373,17 +351,8 @@ fn chunk(
                 // SAFETY: dst row (i1, i2, i3) exists (shape checked by mul_mat).
                 let o = unsafe { dst.row_ptr(i1, i2, i3) }.cast::<f32>();
                 for (i, row) in out.iter().enumerate().take(n0) {
-                    let v = match repack {
-                        // llama.cpp's GEMV rows (at most three per plane): the one-row chain.
-                        // SAFETY: weight row r0 + i (`src0_row` bytes) and the converted row
-                        // r1; the caller's level has AVX2.
-                        Some(gemv) if i1 >= full => unsafe {
-                            gemv(src0.ne[0], src0.data.add((r0 + i) * src0.nb[1]), act.row(r1))
-                        },
-                        _ => row[c],
-                    };
                     // SAFETY: r0 + i < ne0 of the dst row; this thread owns the chunk.
-                    unsafe { o.add(r0 + i).write(v) };
+                    unsafe { o.add(r0 + i).write(row[c]) };
                 }
             }
         }
@@ -395,7 +364,7 @@ fn chunk(
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/DQ and VNNI; `u` and `band` must hold `nb` blocks.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
-unsafe fn kernel<const MODE: u8>(
+unsafe fn kernel(
     nb: usize,
     lay: Layout,
     u: &[Unpacked],
@@ -412,15 +381,10 @@ unsafe fn kernel<const MODE: u8>(
     let zero = _mm512_setzero_si512();
     let groups = 64 / lay.nsub;
     let mut acc = [_mm512_setzero_ps(); ROWS];
-    let mut accm = [_mm512_setzero_ps(); ROWS];
-    if MODE != TILED {
-        assert!(lay.mins && lay.nsub == 8, "the repacked chains are Q4_K's");
-    }
     for b in 0..nb {
         // SAFETY: 16 f32 of block b (asserted above).
         let dy = unsafe { _mm512_loadu_ps(band.d.as_ptr().add(b * BAND)) };
         let mut s1 = [zero; ROWS];
-        let mut s2 = [zero; ROWS];
         for sub in 0..lay.nsub {
             let mut raw = [zero; ROWS];
             for g in 0..groups {
@@ -437,29 +401,6 @@ unsafe fn kernel<const MODE: u8>(
                 let sc = _mm512_set1_epi32(w.scales[b * lay.nsub + sub]);
                 *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(r, sc));
             }
-            if MODE != TILED {
-                // Q4_K: correction pair `sub` is sub-block `sub`'s min times its two sums.
-                // SAFETY: pair `sub` of block b: 16 i32 (asserted above).
-                let bs = unsafe {
-                    _mm512_loadu_si512(band.bsums.as_ptr().add((b * 8 + sub) * BAND).cast())
-                };
-                for (c, w) in s2.iter_mut().zip(u) {
-                    *c = _mm512_dpwssd_epi32(*c, _mm512_set1_epi32(w.corr[b * 8 + sub]), bs);
-                }
-                let last = if MODE == REPACK_GEMM { sub % 2 == 1 } else { sub == 7 };
-                if last {
-                    for (r, w) in u.iter().enumerate().take(ROWS) {
-                        let dd = _mm512_mul_ps(_mm512_set1_ps(w.d[b]), dy);
-                        let dm = _mm512_mul_ps(_mm512_set1_ps(w.dmin[b]), dy);
-                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[r]), dd, acc[r]);
-                        accm[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[r]), dm, accm[r]);
-                        (s1[r], s2[r]) = (zero, zero);
-                    }
-                }
-            }
-        }
-        if MODE != TILED {
-            continue;
         }
         let mut corr = [zero; ROWS];
         for tp in 0..8 {
@@ -482,11 +423,6 @@ unsafe fn kernel<const MODE: u8>(
             *a = _mm512_fmadd_ps(r, dy, *a);
         }
     }
-    if MODE != TILED {
-        for (a, m) in acc.iter_mut().zip(accm) {
-            *a = _mm512_sub_ps(*a, m);
-        }
-    }
     for (o, a) in out.iter_mut().zip(acc) {
         // SAFETY: 16 f32.
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
@@ -499,7 +435,7 @@ unsafe fn kernel<const MODE: u8>(
 /// # Safety
 /// The CPU must have AVX2 and FMA; `u` and `band` must hold `nb` blocks.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn kernel_avx2<const MODE: u8>(
+unsafe fn kernel_avx2(
     nb: usize,
     lay: Layout,
     u: &[Unpacked],
@@ -517,18 +453,13 @@ unsafe fn kernel_avx2<const MODE: u8>(
     let zero = _mm256_setzero_si256();
     let ones = _mm256_set1_epi16(1);
     let groups = 64 / lay.nsub;
-    if MODE != TILED {
-        assert!(lay.mins && lay.nsub == 8, "the repacked chains are Q4_K's");
-    }
     for half in 0..2 {
         let lane = half * (BAND / 2);
         let mut acc = [_mm256_setzero_ps(); ROWS];
-        let mut accm = [_mm256_setzero_ps(); ROWS];
         for b in 0..nb {
             // SAFETY: 8 f32 of block b at `lane` (asserted above).
             let dy = unsafe { _mm256_loadu_ps(band.d.as_ptr().add(b * BAND + lane)) };
             let mut s1 = [zero; ROWS];
-            let mut s2 = [zero; ROWS];
             for sub in 0..lay.nsub {
                 let mut raw = [zero; ROWS];
                 for g in 0..groups {
@@ -550,31 +481,6 @@ unsafe fn kernel_avx2<const MODE: u8>(
                     let sc = _mm256_set1_epi32(w.scales[b * lay.nsub + sub]);
                     *s = _mm256_add_epi32(*s, _mm256_mullo_epi32(r, sc));
                 }
-                if MODE != TILED {
-                    // SAFETY: pair `sub` of block b, this half's 8 i32 (asserted above).
-                    let bs = unsafe {
-                        _mm256_loadu_si256(
-                            band.bsums.as_ptr().add((b * 8 + sub) * BAND + lane).cast(),
-                        )
-                    };
-                    for (c, w) in s2.iter_mut().zip(u) {
-                        let m = _mm256_madd_epi16(_mm256_set1_epi32(w.corr[b * 8 + sub]), bs);
-                        *c = _mm256_add_epi32(*c, m);
-                    }
-                    let last = if MODE == REPACK_GEMM { sub % 2 == 1 } else { sub == 7 };
-                    if last {
-                        for (r, w) in u.iter().enumerate().take(ROWS) {
-                            let dd = _mm256_mul_ps(_mm256_set1_ps(w.d[b]), dy);
-                            let dm = _mm256_mul_ps(_mm256_set1_ps(w.dmin[b]), dy);
-                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1[r]), dd, acc[r]);
-                            accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2[r]), dm, accm[r]);
-                            (s1[r], s2[r]) = (zero, zero);
-                        }
-                    }
-                }
-            }
-            if MODE != TILED {
-                continue;
             }
             let mut corr = [zero; ROWS];
             for tp in 0..8 {
@@ -597,11 +503,6 @@ unsafe fn kernel_avx2<const MODE: u8>(
                     r = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(w.d[b]));
                 }
                 *a = _mm256_fmadd_ps(r, dy, *a);
-            }
-        }
-        if MODE != TILED {
-            for (a, m) in acc.iter_mut().zip(accm) {
-                *a = _mm256_sub_ps(*a, m);
             }
         }
         for (o, a) in out.iter_mut().zip(acc) {
@@ -696,10 +597,10 @@ mod tests {
         let level = crate::SimdLevel::detect();
         let mut kernels: Vec<(&str, KernelFn)> = Vec::new();
         if level >= crate::SimdLevel::Avx2 {
-            kernels.push(("avx2", kernel_avx2::<TILED>));
+            kernels.push(("avx2", kernel_avx2));
         }
         if level >= crate::SimdLevel::Avx512 && crate::has_vnni() {
-            kernels.push(("vnni", kernel::<TILED>));
+            kernels.push(("vnni", kernel));
         }
         if kernels.is_empty() {
             eprintln!("skipped: no AVX2");
@@ -773,59 +674,6 @@ mod tests {
                 }
                 for (c, &v) in out[r].iter().enumerate().skip(rows.len()) {
                     assert_eq!(v, 0.0, "{name} {dtype}: padding row {c}");
-                }
-            }
-        }
-    }
-
-    /// The repacked epilogues of both kernels give the one-row repacked chains' bits
-    /// (`super::super::repack`), GEMM and GEMV.
-    #[test]
-    fn repacked_epilogues_match_the_one_row_chains() {
-        let level = crate::SimdLevel::detect();
-        if level < crate::SimdLevel::Avx2 {
-            eprintln!("skipped: no AVX2");
-            return;
-        }
-        let vnni = level >= crate::SimdLevel::Avx512 && crate::has_vnni();
-        let mut rng = Rng(5);
-        let nb = 3;
-        let rows: Vec<Vec<u8>> =
-            (0..13).map(|_| quant::quantize(DType::Q8_K, &rng.f32s(nb * QK)).unwrap()).collect();
-        let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
-        let mut band = Band::default();
-        band.fill(nb, &refs);
-        let lay = layout(DType::Q4_K).unwrap();
-        let weights: Vec<Vec<u8>> =
-            (0..ROWS).map(|_| quant::quantize(DType::Q4_K, &rng.f32s(nb * QK)).unwrap()).collect();
-        let units: Vec<Unpacked> = weights
-            .iter()
-            .map(|w| {
-                let mut u = Unpacked::default();
-                u.resize(nb, lay.nsub);
-                for b in 0..nb {
-                    unpack_block(DType::Q4_K, &w[b * 144..(b + 1) * 144], &mut u, b);
-                }
-                u
-            })
-            .collect();
-        let (gemv, gemm) = super::super::repack::dots(DType::Q4_K).unwrap();
-        let mut kernels: Vec<(&str, KernelFn, KernelFn)> =
-            vec![("avx2", kernel_avx2::<REPACK_GEMV>, kernel_avx2::<REPACK_GEMM>)];
-        if vnni {
-            kernels.push(("vnni", kernel::<REPACK_GEMV>, kernel::<REPACK_GEMM>));
-        }
-        for (name, kv, km) in kernels {
-            for (kern, one, mode) in [(kv, gemv, "gemv"), (km, gemm, "gemm")] {
-                let mut out = [[f32::NAN; BAND]; ROWS];
-                // SAFETY: the CPU has the kernel's level (checked above); nb blocks each.
-                unsafe { kern(nb, lay, &units, &band, &mut out) };
-                for (r, w) in weights.iter().enumerate() {
-                    for (c, y) in rows.iter().enumerate() {
-                        // SAFETY: one row of nb blocks each; AVX2 checked above.
-                        let want = unsafe { one(nb * QK, w.as_ptr(), y.as_ptr()) };
-                        assert_eq!(out[r][c].to_bits(), want.to_bits(), "{name} {mode} [{r}][{c}]");
-                    }
                 }
             }
         }

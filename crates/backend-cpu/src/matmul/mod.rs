@@ -273,49 +273,31 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         row_size,
     };
     #[cfg(target_arch = "x86_64")]
-    if let Some((gemv, gemm)) = repacked {
+    if let Some((gemv, _)) = repacked {
+        // Q4_0 and Q4_K: stored interleaved by the loader, multiplied lane by lane.
         if interleaved::applies(src0.dtype) {
             let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
             return interleaved::mul_mat(p, dst, src0, &act, vnni);
         }
+        // IQ4_NL, in the file's layout (its GEMV and GEMM chains are one): eight weight rows
+        // at a time.
         let gemv8 = repack_gemv::gemv8(src0.dtype).expect("a repacked type has an 8-row GEMV");
         if src1.n_rows() == 1 {
             return matvec_rows8(p, dst, src0, &act, gemv8);
         }
-        // A few activation rows that all take the GEMV chain (Q4_0/IQ4_NL always; Q4_K below
-        // 4 rows, where llama.cpp's GEMM takes none): each group of eight weight rows is read
-        // from memory once and multiplied by every activation row while it is in cache.
-        // Q4_K from 4 rows: rows 0..ne11 - ne11 % 4 take the eight-row GEMM chain kernel.
-        let few = src1.n_rows() < 8 && src1.ne[2] * src1.ne[3] == 1;
-        if few {
-            let ne11 = src1.ne[1];
-            let gemm8 = (src0.dtype == DType::Q4_K)
-                .then_some(repack_gemv::q4_k_gemm8 as repack_gemv::Gemv8);
-            return matvec_rows8_few(
-                p,
-                dst,
-                src0,
-                &act,
-                gemv8,
-                gemm8.map(|g| (g, ne11 - ne11 % 4)),
-            );
+        // A few activation rows: each group of eight weight rows is read from memory once and
+        // multiplied by every activation row while it is in cache.
+        if src1.n_rows() < 8 && src1.ne[2] * src1.ne[3] == 1 {
+            return matvec_rows8_few(p, dst, src0, &act, gemv8);
         }
-        if kquant_tiled::applies(src0, src1) {
-            // Q4_K batches: the tiled kernels with the repacked chains' epilogue.
-            let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
-            return kquant_tiled::mul_mat(p, dst, src0, &act, vnni, Some(gemv));
-        }
-        // llama.cpp's GEMM takes the rows 0..ne11 - ne11 % 4 of each plane, its GEMV the rest.
-        let ne11 = src1.ne[1];
-        let full = ne11 - ne11 % 4;
         return for_each_chunk(p, src0.ne[1], src1.n_rows(), |rows0, rows1| {
-            repacked_chunk(dst, src0, &act, (gemv, gemv8, gemm, full), rows0, rows1)
+            repacked_chunk(dst, src0, &act, (gemv, gemv8), rows0, rows1)
         });
     }
     #[cfg(target_arch = "x86_64")]
     if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1) {
         let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
-        return kquant_tiled::mul_mat(p, dst, src0, &act, vnni, None);
+        return kquant_tiled::mul_mat(p, dst, src0, &act, vnni);
     }
     #[cfg(target_arch = "x86_64")]
     if simd >= SimdLevel::Avx512 && cpu_vnni() && src1.n_rows() == 1 {
@@ -632,8 +614,7 @@ fn matvec_rows8(
 
 /// [`matvec_rows8`] for a few activation rows (2-D operands): one contiguous range of
 /// eight-row groups per thread; each group, once loaded, is multiplied by every activation
-/// row: the GEMV chain's bits, or with `gemm8 = Some((kernel, full))` the GEMM chain's for the
-/// activation rows before `full` (llama.cpp's GEMM rows).
+/// row.
 #[cfg(target_arch = "x86_64")]
 fn matvec_rows8_few(
     p: &ComputeParams,
@@ -641,7 +622,6 @@ fn matvec_rows8_few(
     src0: &TensorRef,
     act: &Activations,
     gemv8: repack_gemv::Gemv8,
-    gemm8: Option<(repack_gemv::Gemv8, usize)>,
 ) {
     let (k, nb01) = (src0.ne[0], src0.nb[1]);
     let groups = src0.ne[1] / 8;
@@ -651,54 +631,45 @@ fn matvec_rows8_few(
         for r1 in 0..n1 {
             let y = act.row(r1);
             let out = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>();
-            let kern = match gemm8 {
-                Some((g, full)) if r1 < full => g,
-                _ => gemv8,
-            };
             // SAFETY: rows r..r + 8 of the 2-D src0 (k values each, packed: `check_shapes`;
             // the row count is a multiple of 8, `repack::applies`), converted activation row
             // r1, a CPU with AVX2 (checked by the caller); dst row r1 has ne0 values and this
             // thread owns r..r + 8 of every row.
-            unsafe { kern(k, src0.data.cast_const().wrapping_add(r * nb01), nb01, y, out.add(r)) };
+            unsafe { gemv8(k, src0.data.cast_const().wrapping_add(r * nb01), nb01, y, out.add(r)) };
         }
     }
 }
 
-/// One chunk of a product with repacked weights: activation rows before `full` (in their
-/// plane) take the GEMM chain, the others the GEMV chain ([`repack`]), eight weight rows at a
-/// time where the chunk holds whole aligned groups of them.
+/// One chunk of a product with repacked weights in the file's layout (IQ4_NL, whose GEMV
+/// and GEMM chains are one: [`repack`]): eight weight rows at a time where the chunk holds
+/// whole aligned groups of them, the one-row chain for the rest.
 #[cfg(target_arch = "x86_64")]
 fn repacked_chunk(
     dst: &TensorRef,
     src0: &TensorRef,
     act: &Activations,
-    (gemv, gemv8, gemm, full): (VecDot, repack_gemv::Gemv8, VecDot, usize),
+    (gemv, gemv8): (VecDot, repack_gemv::Gemv8),
     rows0: std::ops::Range<usize>,
     rows1: std::ops::Range<usize>,
 ) {
     let (k, nb01) = (src0.ne[0], src0.nb[1]);
-    // For Q4_0 and IQ4_NL the two chains are one: the eight-row (GEMV) kernel serves both.
-    let one_chain = src0.dtype != DType::Q4_K;
     // The whole aligned groups of eight rows in this chunk.
     let start = rows0.start.next_multiple_of(8).min(rows0.end);
     let end = start + (rows0.end - start) / 8 * 8;
     for r1 in rows1 {
-        let (i1, _, _) = act.src1.row_coords(r1);
-        let dot = if i1 < full { gemm } else { gemv };
         let (w, out) = row_targets(dst, src0, &act.src1, r1);
         let y = act.row(r1);
-        let groups = if one_chain || i1 >= full { start..end } else { start..start };
-        for r0 in groups.clone().step_by(8) {
+        for r0 in (start..end).step_by(8) {
             // SAFETY: rows r0..r0 + 8 of this src1 row's src0 matrix (k values each, packed),
             // the converted row r1, AVX2 (checked by the caller); dst row r1 has ne0 values
             // and this thread owns (r0..r0 + 8, r1).
             unsafe { gemv8(k, w.wrapping_add(r0 * nb01), nb01, y, out.add(r0)) };
         }
-        for r0 in (rows0.start..groups.start).chain(groups.end..rows0.end) {
+        for r0 in (rows0.start..start).chain(end..rows0.end) {
             // SAFETY: row r0 of this src1 row's src0 matrix (k values, packed), the converted
             // row r1, a level with AVX2 (checked by the caller); dst row r1 has ne0 values and
             // this thread owns (r0, r1).
-            unsafe { out.add(r0).write(dot(k, w.wrapping_add(r0 * nb01), y)) };
+            unsafe { out.add(r0).write(gemv(k, w.wrapping_add(r0 * nb01), y)) };
         }
     }
 }

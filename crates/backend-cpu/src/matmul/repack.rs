@@ -5,7 +5,11 @@
 //! by their own GEMV (one activation row) and GEMM (four at a time) kernels
 //! (`ggml_gemv_q4_K_8x8_q8_K` and friends). Those kernels round differently from the `vec_dot`s:
 //! each output is one f32 chain over the blocks, not eight lanes summed at the end. Tessera
-//! reproduces the arithmetic, not the memory layout (its kernels read the original blocks):
+//! reproduces that arithmetic; the bits do not depend on the memory layout. Q4_0 and Q4_K are
+//! stored interleaved too (the loader rearranges them: [`super::interleaved`], a layout of
+//! Tessera's own in which lane `r` of a register is row `r`), IQ4_NL stays in the file's
+//! layout ([`super::repack_gemv`]). The one-row chains here are the reference every kernel is
+//! tested against:
 //!
 //! - Q4_0 and IQ4_NL against Q8_0 activations: per block the exact integer `Σ q·y` (`q` the
 //!   signed weight value: nibble − 8, or the IQ4_NL table value), then
@@ -58,9 +62,7 @@ pub(super) fn dots(dtype: DType) -> Option<(VecDot, VecDot)> {
 
 /// The chain of the Q8_0 family for one weight row against one activation row:
 /// `unpack(block)` gives the f16 scale and the 32 signed weight values as bytes. One row at a
-/// time: four rows interleaved read four memory streams, which measured slower on a Zen 4 than
-/// the FMA latency it hides (llama.cpp interleaves the rows' bytes at load instead; not done
-/// here yet).
+/// time, in the file's layout (the reference chain; the fast kernels are the eight-row ones).
 ///
 /// # Safety
 /// The [`VecDot`] contract, with `xsize` bytes per weight block; AVX2, FMA, F16C.
