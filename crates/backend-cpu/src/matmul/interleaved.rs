@@ -151,10 +151,10 @@ type GroupFn = unsafe fn(
 );
 
 /// The group loop of one instruction set: `$dot(s, q, y)` adds the products of four
-/// unsigned weight bytes and four activation bytes per lane to `s`; `$finish(s)` turns the
-/// accumulated `s` into eight i32 sums.
+/// unsigned weight bytes and four activation bytes per lane to `s`; `$add` adds two such
+/// sums; `$finish(s)` turns the accumulated `s` into eight i32 sums.
 macro_rules! group_kernel {
-    ($name:ident, $features:literal, $dot:expr, $finish:expr) => {
+    ($name:ident, $features:literal, $dot:expr, $add:expr, $finish:expr) => {
         /// The [`GroupFn`] of one instruction set for `N` activation rows.
         ///
         /// # Safety
@@ -180,7 +180,9 @@ macro_rules! group_kernel {
                     // Hints only: never fault. Two lines per 144-byte block cover the stream.
                     _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH).cast());
                     _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH + 64).cast());
-                    let mut s = [_mm256_setzero_si256(); N];
+                    // Four independent sums per row (low/high nibbles, even/odd chunks), so
+                    // the multiply-adds do not wait on each other; exact in any order.
+                    let mut s = [[_mm256_setzero_si256(); 4]; N];
                     for c in 0..4 {
                         // SAFETY: chunk c of block i of the group (the contract).
                         let raw = unsafe { ld256(b.add(16 + 32 * c)) };
@@ -195,7 +197,8 @@ macro_rules! group_kernel {
                                     _mm256_set1_epi32(rd::<i32>(yb.add(16))),
                                 )
                             };
-                            s[j] = $dot($dot(s[j], lo, ylo), hi, yhi);
+                            s[j][c % 2] = $dot(s[j][c % 2], lo, ylo);
+                            s[j][2 + c % 2] = $dot(s[j][2 + c % 2], hi, yhi);
                         }
                     }
                     // SAFETY: the eight f16 scales at the block's start.
@@ -203,7 +206,9 @@ macro_rules! group_kernel {
                     for j in 0..N {
                         // SAFETY: block i's scale of row j and its 8·Σy (the contract).
                         let (dy, sy) = unsafe { (rd::<u16>(ys[j].add(34 * i)), *sy8[j].add(i)) };
-                        let sums = _mm256_sub_epi32($finish(s[j]), _mm256_set1_epi32(sy));
+                        let [a, b, c, d] = s[j];
+                        let total = $add($add(a, b), $add(c, d));
+                        let sums = _mm256_sub_epi32($finish(total), _mm256_set1_epi32(sy));
                         let dy = _mm256_cvtph_ps(_mm_set1_epi16(dy as i16));
                         acc[j] = _mm256_fmadd_ps(
                             _mm256_cvtepi32_ps(sums),
@@ -227,6 +232,7 @@ group_kernel!(
     groups_avx2,
     "avx2,fma,f16c",
     |s, q, y| _mm256_add_epi16(s, _mm256_maddubs_epi16(q, y)),
+    |a, b| _mm256_add_epi16(a, b),
     |s| _mm256_madd_epi16(s, _mm256_set1_epi16(1))
 );
 // AVX-512 VNNI (256-bit registers): `vpdpbusd` adds four products per lane in i32.
@@ -234,6 +240,7 @@ group_kernel!(
     groups_vnni,
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
     |s, q, y| _mm256_dpbusd_epi32(s, q, y),
+    |a, b| _mm256_add_epi32(a, b),
     |s| s
 );
 

@@ -59,10 +59,10 @@ fn lane_bytes(k: [i8; 4]) -> __m256i {
 }
 
 /// The group loop of one instruction set: `$add(s, codes, y)` adds four products per lane to
-/// a sub-block's sums, `$scale(s, scale)` gives them times the lane's scale (`$vnni`: the
+/// a sub-block's sums, `$sum` adds two such sums, `$scale(s, scale)` gives them times the lane's scale (`$vnni`: the
 /// scale as an i32, else as an i16 pair).
 macro_rules! k_kernel {
-    ($name:ident, $features:literal, $vnni:expr, $add:expr, $scale:expr) => {
+    ($name:ident, $features:literal, $vnni:expr, $add:expr, $sum:expr, $scale:expr) => {
         /// The [`GroupFn`] of one instruction set for `N` activation rows, in the GEMM chain
         /// or the GEMV chain.
         ///
@@ -150,8 +150,10 @@ macro_rules! k_kernel {
                                 codes.wrapping_add(PREFETCH + 64 * l).cast(),
                             );
                         }
-                        let mut il = [_mm256_setzero_si256(); N];
-                        let mut ih = [_mm256_setzero_si256(); N];
+                        // Two independent sums per sub-block and row (even and odd words),
+                        // so the multiply-adds do not wait on each other; exact in any order.
+                        let mut il = [[_mm256_setzero_si256(); 2]; N];
+                        let mut ih = [[_mm256_setzero_si256(); 2]; N];
                         for c in 0..8 {
                             // SAFETY: code word 8q + c of the group's block (the contract).
                             let raw = unsafe { ld256(codes.add(32 * c)) };
@@ -167,8 +169,8 @@ macro_rules! k_kernel {
                                         _mm256_set1_epi32(rd::<i32>(y.add(32))),
                                     )
                                 };
-                                il[j] = $add(il[j], lo, ylo);
-                                ih[j] = $add(ih[j], hi, yhi);
+                                il[j][c % 2] = $add(il[j][c % 2], lo, ylo);
+                                ih[j][c % 2] = $add(ih[j][c % 2], hi, yhi);
                             }
                         }
                         // Sub-blocks 2q and 2q + 1: their scales and mins, lane by lane.
@@ -177,7 +179,8 @@ macro_rules! k_kernel {
                         let sch = _mm256_shuffle_epi8(sc[s_hi / 4], scale_of[s_hi % 4]);
                         let mins = _mm256_shuffle_epi8(mn[q / 2], mins_of[q % 2]);
                         for j in 0..N {
-                            let sj = _mm256_add_epi32($scale(il[j], scl), $scale(ih[j], sch));
+                            let (l, h) = ($sum(il[j][0], il[j][1]), $sum(ih[j][0], ih[j][1]));
+                            let sj = _mm256_add_epi32($scale(l, scl), $scale(h, sch));
                             let mj = _mm256_madd_epi16(mins, _mm256_set1_epi32(pairs[j][q]));
                             if GEMM {
                                 acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sj), dd[j], acc[j]);
@@ -211,6 +214,7 @@ k_kernel!(
     "avx2,fma,f16c",
     false,
     |s, q, y| _mm256_add_epi16(s, _mm256_maddubs_epi16(q, y)),
+    |a, b| _mm256_add_epi16(a, b),
     |s, sc| _mm256_madd_epi16(s, sc)
 );
 // AVX-512 VNNI: `vpdpbusd` sums in i32, the scale applied by `vpmulld`.
@@ -219,6 +223,7 @@ k_kernel!(
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
     true,
     |s, q, y| _mm256_dpbusd_epi32(s, q, y),
+    |a, b| _mm256_add_epi32(a, b),
     |s, sc| _mm256_mullo_epi32(s, sc)
 );
 

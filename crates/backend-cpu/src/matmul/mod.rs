@@ -243,8 +243,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         }
     }
     // Weights llama.cpp would have repacked take its repacked kernels' arithmetic (`repack`):
-    // no register tiles or VNNI matvec; Q4_K batches take the tiled kernels with the
-    // repacked epilogue.
+    // no register tiles or VNNI matvec; Q4_0 and Q4_K are stored interleaved (`interleaved`).
     #[cfg(target_arch = "x86_64")]
     let repacked = if src0.repacked && simd >= SimdLevel::Avx2 && src0.ne[2] * src0.ne[3] == 1 {
         repack::dots(src0.dtype)
