@@ -86,18 +86,23 @@ fn place(sh: Shape, r: usize, i: usize) -> usize {
 }
 
 /// Moves every byte of `rows` rows of `k` values between the file's layout (`plain`) and the
-/// interleaved one: `f(plain index, interleaved index)`.
-fn for_each_byte(sh: Shape, rows: usize, k: usize, mut f: impl FnMut(usize, usize)) {
+/// interleaved one: `f(plain index, interleaved index, length)` for each run of bytes that
+/// stays together (a 2-byte head field, a 4-byte word).
+fn for_each_run(sh: Shape, rows: usize, k: usize, mut f: impl FnMut(usize, usize, usize)) {
     let nb = k / sh.values;
     let row = nb * sh.bytes;
+    let head = 2 * sh.head;
     for g in 0..rows / GROUP {
         let base = g * GROUP * row;
         for b in 0..nb {
             let gb = base + b * GROUP * sh.bytes;
             for r in 0..GROUP {
                 let pb = base + r * row + b * sh.bytes;
-                for i in 0..sh.bytes {
-                    f(pb + i, gb + place(sh, r, i));
+                for i in (0..head).step_by(2) {
+                    f(pb + i, gb + place(sh, r, i), 2);
+                }
+                for i in (head..sh.bytes).step_by(4) {
+                    f(pb + i, gb + place(sh, r, i), 4);
                 }
             }
         }
@@ -119,7 +124,7 @@ fn checked(dtype: DType, len: usize, rows: usize, k: usize) -> Option<Shape> {
 pub(crate) fn interleave(dtype: DType, src: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
     let sh = checked(dtype, src.len(), rows, k)?;
     let mut out = vec![0u8; src.len()];
-    for_each_byte(sh, rows, k, |p, i| out[i] = src[p]);
+    for_each_run(sh, rows, k, |p, i, n| out[i..i + n].copy_from_slice(&src[p..p + n]));
     Some(out)
 }
 
@@ -128,7 +133,7 @@ pub(crate) fn interleave(dtype: DType, src: &[u8], rows: usize, k: usize) -> Opt
 pub(crate) fn deinterleave(dtype: DType, src: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
     let sh = checked(dtype, src.len(), rows, k)?;
     let mut out = vec![0u8; src.len()];
-    for_each_byte(sh, rows, k, |p, i| out[p] = src[i]);
+    for_each_run(sh, rows, k, |p, i, n| out[p..p + n].copy_from_slice(&src[i..i + n]));
     Some(out)
 }
 
