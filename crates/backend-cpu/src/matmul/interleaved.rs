@@ -1,29 +1,32 @@
-//! Repacked Q4_0 weights with eight rows interleaved in memory, as llama.cpp's CPU_REPACK
-//! buffer holds them (`block_q4_0x8`), and their products.
+//! Repacked Q4_0 and Q4_K weights with eight rows interleaved in memory, as llama.cpp's
+//! CPU_REPACK buffer holds them (`block_q4_0x8`, `block_q4_Kx8`; the layout here is Tessera's
+//! own), and their products (Q4_0 here, Q4_K in [`super::interleaved_k`]).
 //!
 //! # Why a layout of its own
 //!
 //! The repacked chain ([`super::repack`]) needs, per weight row and block, the exact integer
-//! `Σ q·y` of 32 products. Read from the file's layout, eight rows make eight memory streams
+//! `Σ q·y` of its products. Read from the file's layout, eight rows make eight memory streams
 //! and each row's sum ends in a horizontal reduction. Interleaved, a group of eight rows is
 //! one stream, and each 32-bit lane of a register holds four bytes of one row: one
 //! multiply-add with four activation bytes broadcast to every lane adds to all eight rows'
 //! sums at once, lane `r` ending with row `r`'s exact sum. No horizontal sums, no shuffles;
-//! the output is lane `r`'s f32 chain, `acc = fma(f32(Σ q·y), f32(dx)·f32(dy), acc)` over the
-//! blocks in order, which is the repacked chain exactly (same bits as [`super::repack`]'s
-//! one-row kernel, tests).
+//! the output is lane `r`'s f32 chain (Q4_0: `acc = fma(f32(Σ q·y), f32(dx)·f32(dy), acc)`
+//! over the blocks in order), which is the repacked chain exactly (same bits as
+//! [`super::repack`]'s one-row kernels, tests).
 //!
 //! # The layout
 //!
 //! Rows `8g..8g+8` keep the bytes they had (`8 · row_size` from `8g · row_size`), so a range
-//! of whole groups is a range of bytes. Within a group, block `i` of the eight rows is 144
-//! bytes at `144 · i`: the eight f16 scales (row order), then four 32-byte chunks, chunk `c`
-//! holding bytes `4c..4c+4` of each row's 16 bytes of nibbles (row `r` at `4r`). A byte's low
-//! nibble is value `j`, its high nibble value `j + 16` (Q4_0's order), so chunk `c` gives the
-//! values `4c..4c+4` (low nibbles) and `16+4c..16+4c+4` (high) of every row.
+//! of whole groups is a range of bytes. Within a group, block `i` of the eight rows takes the
+//! eight rows' bytes of that block (`8 · block size` at `8 · block size · i`): first each
+//! leading f16 field as eight consecutive values in row order (Q4_0: `d`; Q4_K: `d`, then
+//! `dmin`), then the rest of each row's block as 4-byte words, word `w` of row `r` at
+//! `16·fields + 32·w + 4·r`: 32 bytes per word index, one lane per row.
 //!
-//! The products take the nibbles unsigned (`0..16`) and take `8·Σy` off each block's sums
-//! (the activation block's sum, found once per product).
+//! For Q4_0 the four words are its 16 bytes of nibbles: a byte's low nibble is value `j`, its
+//! high nibble value `j + 16`, so word `c` gives the values `4c..4c+4` (low nibbles) and
+//! `16+4c..16+4c+4` (high) of every row. The products take the nibbles unsigned (`0..16`) and
+//! take `8·Σy` off each block's sums (the activation block's sum, found once per product).
 
 // The AVX-512 intrinsics are stable since Rust 1.89 (the toolchain here is newer); see the
 // note in `avx512.rs`.
