@@ -2,7 +2,9 @@
 //! activations, on 1 and 2 threads, at the best SIMD level (`TESSERA_SIMD` lowers it).
 //! `cargo bench -p tessera-benches --bench matmul`.
 //!
-//! - `matvec/*` (batch 1, decoding): throughput in bytes of weights read. The iterations cycle
+//! - `matvec/*` (batch 1, decoding): throughput in bytes of weights read; `*-repacked` with the
+//!   weight interleaved and marked as the loader does by default for the types llama.cpp
+//!   repacks. The iterations cycle
 //!   through enough copies of the weight (≥ 128 MiB) that every one comes from memory, not
 //!   from the last-level cache, as in decoding a real model. `memread/*` reads the same way
 //!   with plain loads: the machine's bandwidth, the ceiling for `matvec`.
@@ -221,7 +223,15 @@ fn bench(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
     g.sample_size(20);
     for dtype in types {
-        matvec_cold(&mut g, &pools, dtype.name(), dtype, DIM, DIM, 1);
+        matvec_cold(&mut g, &pools, dtype.name(), dtype, DIM, DIM, 1, false);
+    }
+    // The weights llama.cpp repacks, as the loader hands them over (interleaved, marked
+    // repacked: llama.cpp's default path), where the level repacks them.
+    for dtype in [DType::Q4_0, DType::Q4_K] {
+        if matmul::repack::applies(dtype, DIM, SimdLevel::from_env()) {
+            let name = format!("{}-repacked", dtype.name());
+            matvec_cold(&mut g, &pools, &name, dtype, DIM, DIM, 1, true);
+        }
     }
     g.finish();
 
@@ -233,7 +243,7 @@ fn bench(c: &mut Criterion) {
     for (name, dtype, k, m) in
         [("lmhead", DType::Q8_0, 640, 262_144), ("ffn", DType::Q5_0, 896, 4864)]
     {
-        matvec_cold(&mut g, &pools, name, dtype, k, m, 1);
+        matvec_cold(&mut g, &pools, name, dtype, k, m, 1, false);
     }
     g.finish();
 
@@ -247,7 +257,7 @@ fn bench(c: &mut Criterion) {
         [("lmhead", DType::Q8_0, 640, 262_144), ("ffn", DType::Q5_0, 896, 4864)]
     {
         for rows in [2, 4] {
-            matvec_cold(&mut g, &pools, &format!("{name}x{rows}"), dtype, k, m, rows);
+            matvec_cold(&mut g, &pools, &format!("{name}x{rows}"), dtype, k, m, rows, false);
         }
     }
     g.finish();
@@ -280,7 +290,9 @@ fn bench(c: &mut Criterion) {
 
 /// Benchmarks `{name}/{n}t` in `g` for each pool: a `k` x `m` weight of `dtype` times `rows`
 /// F32 activation rows, the iterations cycling through copies of the weight (at least
-/// [`COLD_BYTES`]) so that every one is read from memory.
+/// [`COLD_BYTES`]) so that every one is read from memory. `repacked`: the weight interleaved
+/// and marked as the model loader does for the types llama.cpp repacks.
+#[allow(clippy::too_many_arguments)]
 fn matvec_cold(
     g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     pools: &[(usize, Pool, SpinSync)],
@@ -289,9 +301,13 @@ fn matvec_cold(
     k: usize,
     m: usize,
     rows: usize,
+    repacked: bool,
 ) {
     let bytes = dtype.type_size() * k * m / dtype.block_size();
-    let one = quant::quantize(dtype, &random_f32(k * m, 1)).expect("quantize");
+    let mut one = quant::quantize(dtype, &random_f32(k * m, 1)).expect("quantize");
+    if repacked {
+        one = matmul::interleaved::interleave(dtype, &one, m, k).expect("whole groups of eight");
+    }
     let copies = COLD_BYTES.div_ceil(bytes).max(1);
     let mut weights: Vec<Vec<[u8; 64]>> = (0..copies)
         .map(|_| {
@@ -300,7 +316,10 @@ fn matvec_cold(
             buf
         })
         .collect();
-    let ws: Vec<TensorRef> = weights.iter_mut().map(|b| tensor(b, dtype, [k, m, 1, 1])).collect();
+    let ws: Vec<TensorRef> = weights
+        .iter_mut()
+        .map(|b| TensorRef { repacked, ..tensor(b, dtype, [k, m, 1, 1]) })
+        .collect();
     let mut xbuf = aligned(4 * k * rows);
     xbuf.as_flattened_mut()[..4 * k * rows].copy_from_slice(bytemuck_f32(&random_f32(k * rows, 2)));
     let x = tensor(&mut xbuf, DType::F32, [k, rows, 1, 1]);
