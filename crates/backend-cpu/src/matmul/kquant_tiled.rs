@@ -34,7 +34,6 @@ use super::Activations;
 use crate::{ComputeParams, TensorRef};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
-use std::sync::atomic::Ordering;
 use tessera_tensor::DType;
 
 /// Values per K-quant block.
@@ -291,17 +290,12 @@ pub(super) fn mul_mat(
         let (units, bands) = &mut *cell.borrow_mut();
         units.resize_with(ROWS, Unpacked::default);
         bands.resize_with(CHUNK1 / BAND, Band::default);
-        let mut current = p.ith;
-        while current < total {
+        super::for_each_claimed(p, total, |current| {
             let (c0, c1) = (current % nchunk0, current / nchunk0);
             let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
             let rows1 = (CHUNK1 * c1)..(CHUNK1 * (c1 + 1)).min(nr1);
             chunk(dst, src0, act, (lay, kern), nb, rows0, rows1, units, bands);
-            if p.nth >= total {
-                break;
-            }
-            current = p.sync.chunk_counter().fetch_add(1, Ordering::Relaxed);
-        }
+        });
     });
 }
 

@@ -359,13 +359,21 @@ fn for_each_chunk(
         (nchunk0, nchunk1) = if nr0 > nr1 { (p.nth, 1) } else { (1, p.nth) };
     }
     let (dr0, dr1) = (nr0.div_ceil(nchunk0), nr1.div_ceil(nchunk1));
-    let total = nchunk0 * nchunk1;
-    let mut current = p.ith;
-    while current < total {
+    for_each_claimed(p, nchunk0 * nchunk1, |current| {
         let (c0, c1) = (current % nchunk0, current / nchunk0);
         let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
         let rows1 = (dr1 * c1).min(nr1)..(dr1 * (c1 + 1)).min(nr1);
         f(rows0, rows1);
+    });
+}
+
+/// Runs `f(chunk)` for the chunks of `0..total` this thread claims: chunk `p.ith` first, then
+/// the next unclaimed ones from the shared counter (which `mul_mat` set to `p.nth` before its
+/// barrier), so a thread that falls behind takes fewer.
+fn for_each_claimed(p: &ComputeParams, total: usize, mut f: impl FnMut(usize)) {
+    let mut current = p.ith;
+    while current < total {
+        f(current);
         if p.nth >= total {
             break;
         }
@@ -476,10 +484,10 @@ const FEW_ROWS_CHUNKS: usize = 8;
 
 /// A product of a 2-D weight with 2 or more activation rows through the VNNI few-rows kernels
 /// ([`vnni_few`]): the activation rows in passes of at most [`vnni_few::MAX_ROWS`] (sizes as
-/// even as can be), each prepared once per thread; one contiguous range of weight rows per
-/// thread (as [`matvec`]), in blocks of [`FEW_ROWS_BLOCK`] rows that every pass reads while
-/// they are in cache (one pass: the whole range at once), each weight block unpacked once per
-/// pass for all its rows.
+/// even as can be), each prepared once per thread; chunks of weight rows claimed in turn
+/// ([`FEW_ROWS_CHUNKS`] per thread), in blocks of [`FEW_ROWS_BLOCK`] rows that every pass
+/// reads while they are in cache (one pass: the whole chunk at once), each weight block
+/// unpacked once per pass for all its rows.
 #[cfg(target_arch = "x86_64")]
 fn few_rows_vnni(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Activations) {
     thread_local! {
@@ -514,9 +522,7 @@ fn few_rows_vnni(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Act
         // that falls behind (a shared, noisy host) does fewer of them instead of making the
         // other wait at the next barrier.
         let chunk = nr0.div_ceil(FEW_ROWS_CHUNKS * p.nth).next_multiple_of(FEW_ROWS_BLOCK);
-        let nchunks = nr0.div_ceil(chunk);
-        let mut current = p.ith;
-        while current < nchunks {
+        for_each_claimed(p, nr0.div_ceil(chunk), |current| {
             let rows0 = chunk * current..(chunk * (current + 1)).min(nr0);
             let block = if passes == 1 { rows0.len().max(1) } else { FEW_ROWS_BLOCK };
             for start in rows0.clone().step_by(block) {
@@ -536,8 +542,7 @@ fn few_rows_vnni(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Act
                     unsafe { few(c).run(x, nb01, end - start, outs, &scratch[c]) };
                 }
             }
-            current = p.sync.chunk_counter().fetch_add(1, Ordering::Relaxed);
-        }
+        });
     });
 }
 
