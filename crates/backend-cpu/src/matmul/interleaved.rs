@@ -312,15 +312,22 @@ pub(super) fn mul_mat(
     }
     let src1 = &act.src1;
     let n1 = src1.n_rows();
-    // Tiles of activation rows: (first row, rows, GEMM chain).
+    // Tiles of activation rows, `tile(t) = (first row, rows, GEMM chain)`: in one plane, the
+    // rows 0..full (llama.cpp's GEMM rows, a multiple of four) in fours, then the rest; over
+    // several planes one row at a time, its chain by its row in the plane.
     let ne11 = src1.ne[1];
     let full = ne11 - ne11 % 4;
-    let tiles: Vec<(usize, usize, bool)> = if src1.ne[2] * src1.ne[3] == 1 {
-        let gemm = (0..full).step_by(MAX_ROWS).map(|r| (r, MAX_ROWS.min(full - r), true));
-        let gemv = (full..n1).step_by(MAX_ROWS).map(|r| (r, MAX_ROWS.min(n1 - r), false));
-        gemm.chain(gemv).collect()
-    } else {
-        (0..n1).map(|r| (r, 1, src1.row_coords(r).0 < full)).collect()
+    let one_plane = src1.ne[2] * src1.ne[3] == 1;
+    let ntiles = if one_plane { full / MAX_ROWS + (n1 - full).div_ceil(MAX_ROWS) } else { n1 };
+    let tile = |t: usize| {
+        if !one_plane {
+            (t, 1, src1.row_coords(t).0 < full)
+        } else if t < full / MAX_ROWS {
+            (MAX_ROWS * t, MAX_ROWS, true)
+        } else {
+            let r0 = full + MAX_ROWS * (t - full / MAX_ROWS);
+            (r0, MAX_ROWS.min(n1 - r0), false)
+        }
     };
     let q4_0 = src0.dtype == DType::Q4_0;
     SUMS.with(|cell| {
@@ -335,21 +342,19 @@ pub(super) fn mul_mat(
         let piece = if n1 <= MAX_ROWS { mine.len() } else { 4 };
         for g0 in mine.clone().step_by(piece) {
             let g1 = (g0 + piece).min(mine.end);
-            for &(r0, rows, gemm) in &tiles {
+            // The weight is 2-D (`repack::applies`): every activation row reads the same one.
+            let x = src0.data.cast_const().wrapping_add(g0 * gstride);
+            for (r0, rows, gemm) in (0..ntiles).map(tile) {
                 let mut ys = [std::ptr::null(); MAX_ROWS];
                 let mut sy = [std::ptr::null(); MAX_ROWS];
                 let mut outs = [std::ptr::null_mut(); MAX_ROWS];
-                let mut w = std::ptr::null();
                 for j in 0..rows {
-                    let (wj, out) = row_targets(dst, src0, src1, r0 + j);
-                    w = wj;
                     ys[j] = act.row(r0 + j);
                     if q4_0 {
                         sy[j] = sums[(r0 + j) * (k / 32)..].as_ptr();
                     }
-                    outs[j] = out.wrapping_add(GROUP * g0);
+                    outs[j] = row_targets(dst, src0, src1, r0 + j).1.wrapping_add(GROUP * g0);
                 }
-                let x = w.wrapping_add(g0 * gstride);
                 let (ys, outs) = (&ys[..rows], &outs[..rows]);
                 // SAFETY: groups g0..g1 of the 2-D interleaved weight (k values per row);
                 // converted activation rows r0.. of the weight's dot type (and their block

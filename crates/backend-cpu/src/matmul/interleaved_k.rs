@@ -19,11 +19,12 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::avx2::{ld128, ld256, rd};
+use super::interleaved::GROUP;
 use super::vnni_matvec::PREFETCH;
 use std::arch::x86_64::*;
 
 /// Bytes of one Q4_K block of a group's eight rows.
-const GROUP_BLOCK: usize = 8 * 144;
+const GROUP_BLOCK: usize = GROUP * 144;
 /// Bytes of one Q8_K block (f32 d, qs[256], bsums[16]).
 const Q8K: usize = 292;
 
@@ -200,7 +201,9 @@ macro_rules! k_kernel {
                 }
                 for j in 0..N {
                     // SAFETY: group g's eight outputs of row j (the contract).
-                    unsafe { _mm256_storeu_ps(outs[j].add(8 * g), _mm256_sub_ps(acc[j], accm[j])) };
+                    unsafe {
+                        _mm256_storeu_ps(outs[j].add(GROUP * g), _mm256_sub_ps(acc[j], accm[j]))
+                    };
                 }
             }
         }
