@@ -238,13 +238,15 @@ impl Model {
         let weight_bytes = |ctx: &Context, id: TensorId, off: usize| {
             let d = ctx.get(id);
             let file = &bytes[off..off + d.n_bytes()];
-            if !d.flags.contains(Flags::REPACKED) {
+            if !d.flags.contains(Flags::REPACKED)
+                || !tessera_backend_cpu::repack_rearranges(d.dtype)
+            {
                 return std::borrow::Cow::Borrowed(file);
             }
-            match tessera_backend_cpu::repack_layout(d.dtype, file, d.ne[1], d.ne[0]) {
-                Some(v) => std::borrow::Cow::Owned(v),
-                None => std::borrow::Cow::Borrowed(file),
-            }
+            // Never the file's bytes under a rearranged type's flag: the rule that marked the
+            // weight (`repack_applies`: rows in eights, whole blocks) is the layout's condition.
+            let v = tessera_backend_cpu::repack_layout(d.dtype, file, d.ne[1], d.ne[0]);
+            std::borrow::Cow::Owned(v.expect("a repacked weight is whole groups of eight rows"))
         };
         let mut device_bytes = vec![0; offload.devices.len()];
         let host = placement::host_device();
