@@ -27,9 +27,10 @@ pub use tensor_ref::TensorRef;
 /// The bytes a weight marked [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED)
 /// must hold, from its bytes in the file's layout (`rows` rows of `k` values of `dtype`):
 /// `Some` with the rows rearranged where the CPU backend keeps that type's repacked weights in
-/// a layout of its own (Q4_0 and Q4_K: eight rows interleaved, as llama.cpp's
-/// `block_q4_0x8` / `block_q4_Kx8`, so a group of eight rows is one memory stream), `None`
-/// where they stay as they are (IQ4_NL), or where `bytes` is not `rows` whole rows of a multiple of eight. A loader that
+/// a layout of its own (Q4_0, IQ4_NL and Q4_K: eight rows interleaved, as llama.cpp's
+/// `block_q4_0x8` / `block_iq4_nlx8` / `block_q4_Kx8`, so a group of eight rows is one memory
+/// stream), `None` for other types or where `bytes` is not `rows` whole rows of a multiple of
+/// eight. A loader that
 /// rearranges a weight must not give it to any op but MUL_MAT (not to GET_ROWS: a tied
 /// embedding needs a copy of its own for the output).
 pub fn repack_layout(

@@ -1,6 +1,7 @@
-//! Repacked Q4_0 and Q4_K weights with eight rows interleaved in memory, as llama.cpp's
-//! CPU_REPACK buffer holds them (`block_q4_0x8`, `block_q4_Kx8`; the layout here is Tessera's
-//! own), and their products (Q4_0 here, Q4_K in [`super::interleaved_k`]).
+//! Repacked Q4_0, IQ4_NL and Q4_K weights with eight rows interleaved in memory, as
+//! llama.cpp's CPU_REPACK buffer holds them (`block_q4_0x8`, `block_iq4_nlx8`, `block_q4_Kx8`;
+//! the layout here is Tessera's own), and their products (Q4_0 and IQ4_NL here, Q4_K in
+//! [`super::interleaved_k`]).
 //!
 //! # Why a layout of its own
 //!
@@ -11,7 +12,7 @@
 //! multiply-add with four activation bytes broadcast to every lane adds to all eight rows'
 //! sums at once, lane `r` ending with row `r`'s exact sum. No horizontal sums, no shuffles;
 //! the output is lane `r`'s f32 chain (Q4_0: `acc = fma(f32(Σ q·y), f32(dx)·f32(dy), acc)`
-//! over the blocks in order), which is the repacked chain exactly (same bits as
+//! over the blocks in order; IQ4_NL the same), which is the repacked chain exactly (same bits as
 //! [`super::repack`]'s one-row kernels, tests).
 //!
 //! # The layout
@@ -23,16 +24,20 @@
 //! `dmin`), then the rest of each row's block as 4-byte words, word `w` of row `r` at
 //! `16·fields + 32·w + 4·r`: 32 bytes per word index, one lane per row.
 //!
-//! For Q4_0 the four words are its 16 bytes of nibbles: a byte's low nibble is value `j`, its
-//! high nibble value `j + 16`, so word `c` gives the values `4c..4c+4` (low nibbles) and
-//! `16+4c..16+4c+4` (high) of every row. The products take the nibbles unsigned (`0..16`) and
-//! take `8·Σy` off each block's sums (the activation block's sum, found once per product).
+//! For Q4_0 and IQ4_NL the four words are their 16 bytes of nibbles: a byte's low nibble is
+//! value `j`, its high nibble value `j + 16`, so word `c` gives the values `4c..4c+4` (low
+//! nibbles) and `16+4c..16+4c+4` (high) of every row. Q4_0's products take the nibbles
+//! unsigned (`0..16`) and take `8·Σy` off each block's sums (the activation block's sum, found
+//! once per product). IQ4_NL's nibbles index `kvalues_iq4nl` (one byte shuffle): with VNNI the
+//! table biased to unsigned (`+128`), `128·Σy` taken off the same way; with AVX2 the signed
+//! values through the sign trick (`|q|` times `y` with `q`'s signs: pair sums fit `maddubs`),
+//! summed in i32.
 
 // The AVX-512 intrinsics are stable since Rust 1.89 (the toolchain here is newer); see the
 // note in `avx512.rs`.
 #![allow(clippy::incompatible_msrv)]
 
-use super::avx2::{dot_u8_i8, hsum_epi32, ld128, ld256, rd};
+use super::avx2::{dot_u8_i8, hsum_epi32, iq4_nl_table, ld128, ld256, rd};
 use super::vnni_matvec::PREFETCH;
 use super::{interleaved_k, row_targets, Activations};
 use crate::{ComputeParams, TensorRef};
@@ -42,9 +47,9 @@ use tessera_tensor::DType;
 
 /// Rows per interleaved group.
 pub(crate) const GROUP: usize = 8;
-/// Bytes of one Q4_0 block.
+/// Bytes of one Q4_0 (and IQ4_NL) block.
 const QK_BYTES: usize = 18;
-/// Bytes of one Q4_0 block of a group's eight rows.
+/// Bytes of one Q4_0 (IQ4_NL) block of a group's eight rows.
 const GROUP_BLOCK: usize = GROUP * QK_BYTES;
 /// Most activation rows one kernel call takes.
 pub(super) const MAX_ROWS: usize = 4;
@@ -65,7 +70,7 @@ struct Shape {
 /// The interleaved shape of `dtype`, where its repacked weights are stored interleaved.
 fn shape(dtype: DType) -> Option<Shape> {
     match dtype {
-        DType::Q4_0 => Some(Shape { bytes: QK_BYTES, values: 32, head: 1 }),
+        DType::Q4_0 | DType::IQ4_NL => Some(Shape { bytes: QK_BYTES, values: 32, head: 1 }),
         DType::Q4_K => Some(Shape { bytes: 144, values: 256, head: 2 }),
         _ => None,
     }
@@ -140,30 +145,34 @@ pub(crate) fn deinterleave(dtype: DType, src: &[u8], rows: usize, k: usize) -> O
     Some(out)
 }
 
-/// `N` activation rows (Q8_0, `n` values each, at `ys`; `sy8[j]` their blocks' `8·Σy`)
-/// against the groups of eight interleaved weight rows at `x` (`ngroups` of them, `gstride`
-/// bytes apart): `outs[j]` gets the group's eight outputs per group, consecutive.
+/// `N` activation rows (Q8_0, `n` values each, at `ys`; `bias[j]` what each of their blocks'
+/// sums must lose: `8·Σy` for Q4_0, `128·Σy` for IQ4_NL with VNNI, unused otherwise) against
+/// the groups of eight interleaved weight rows at `x` (`ngroups` of them, `gstride` bytes
+/// apart): `outs[j]` gets the group's eight outputs per group, consecutive.
 ///
 /// # Safety
-/// The weight groups, activation rows and `sy8` readable as said, `outs[j]` writable for
+/// The weight groups, activation rows and `bias` readable as said, `outs[j]` writable for
 /// `8 · ngroups` f32; the CPU has the function's features (AVX-512 VNNI and VL for the VNNI
-/// one).
+/// ones).
 type GroupFn = unsafe fn(
     n: usize,
     x: *const u8,
     gstride: usize,
     ngroups: usize,
     ys: &[*const u8],
-    sy8: &[*const i32],
+    bias: &[*const i32],
     outs: &[*mut f32],
 );
 
-/// The group loop of one instruction set: `$dot(s, q, y)` adds the products of four
-/// unsigned weight bytes and four activation bytes per lane to `s`; `$add` adds two such
-/// sums; `$finish(s)` turns the accumulated `s` into eight i32 sums.
+/// The group loop of one type and instruction set: `$weights(nibbles)` turns 32 bytes of
+/// nibbles (`0..16`) into the operand of `$dot`; `$dot(s, w, y)` adds the products of four
+/// weight values and four activation bytes per lane to `s`; `$add` adds two such sums;
+/// `$finish(s)` turns the accumulated `s` into eight i32 sums; `$biased`: whether each block's
+/// sums lose their `bias`.
 macro_rules! group_kernel {
-    ($name:ident, $features:literal, $dot:expr, $add:expr, $finish:expr) => {
-        /// The [`GroupFn`] of one instruction set for `N` activation rows.
+    ($name:ident, $features:literal, $weights:expr, $dot:expr, $add:expr, $finish:expr,
+     $biased:literal) => {
+        /// The [`GroupFn`] of one type and instruction set for `N` activation rows.
         ///
         /// # Safety
         /// The [`GroupFn`] contract.
@@ -174,11 +183,11 @@ macro_rules! group_kernel {
             gstride: usize,
             ngroups: usize,
             ys: &[*const u8],
-            sy8: &[*const i32],
+            bias: &[*const i32],
             outs: &[*mut f32],
         ) {
             let ys: [*const u8; N] = std::array::from_fn(|j| ys[j]);
-            let sy8: [*const i32; N] = std::array::from_fn(|j| sy8[j]);
+            let bias: [*const i32; N] = std::array::from_fn(|j| bias[j]);
             let m4 = _mm256_set1_epi8(0x0F);
             for g in 0..ngroups {
                 let gx = x.wrapping_add(g * gstride);
@@ -194,8 +203,8 @@ macro_rules! group_kernel {
                     for c in 0..4 {
                         // SAFETY: chunk c of block i of the group (the contract).
                         let raw = unsafe { ld256(b.add(16 + 32 * c)) };
-                        let lo = _mm256_and_si256(raw, m4);
-                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
+                        let lo = $weights(_mm256_and_si256(raw, m4));
+                        let hi = $weights(_mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4));
                         for j in 0..N {
                             // SAFETY: bytes 4c.. and 16+4c.. of block i of activation row j.
                             let (ylo, yhi) = unsafe {
@@ -212,11 +221,15 @@ macro_rules! group_kernel {
                     // SAFETY: the eight f16 scales at the block's start.
                     let dx = _mm256_cvtph_ps(unsafe { ld128(b) });
                     for j in 0..N {
-                        // SAFETY: block i's scale of row j and its 8·Σy (the contract).
-                        let (dy, sy) = unsafe { (rd::<u16>(ys[j].add(34 * i)), *sy8[j].add(i)) };
+                        // SAFETY: block i's scale of row j (the contract).
+                        let dy = unsafe { rd::<u16>(ys[j].add(34 * i)) };
                         let [a, b, c, d] = s[j];
-                        let total = $add($add(a, b), $add(c, d));
-                        let sums = _mm256_sub_epi32($finish(total), _mm256_set1_epi32(sy));
+                        let mut sums = $finish($add($add(a, b), $add(c, d)));
+                        if $biased {
+                            // SAFETY: block i's bias of row j (the contract).
+                            let by = unsafe { *bias[j].add(i) };
+                            sums = _mm256_sub_epi32(sums, _mm256_set1_epi32(by));
+                        }
                         let dy = _mm256_cvtph_ps(_mm_set1_epi16(dy as i16));
                         acc[j] = _mm256_fmadd_ps(
                             _mm256_cvtepi32_ps(sums),
@@ -234,26 +247,54 @@ macro_rules! group_kernel {
     };
 }
 
-// AVX2: `maddubs` pairs in i16, the eight of a block summed in i16 (at most
+// Q4_0, AVX2: `maddubs` pairs in i16, the eight of a block summed in i16 (at most
 // 8 · 2 · 15 · 128 = 30720, exact), then one `madd` to i32 per block.
 group_kernel!(
-    groups_avx2,
+    q4_0_avx2,
     "avx2,fma,f16c",
+    |q| q,
     |s, q, y| _mm256_add_epi16(s, _mm256_maddubs_epi16(q, y)),
     |a, b| _mm256_add_epi16(a, b),
-    |s| _mm256_madd_epi16(s, _mm256_set1_epi16(1))
+    |s| _mm256_madd_epi16(s, _mm256_set1_epi16(1)),
+    true
 );
-// AVX-512 VNNI (256-bit registers): `vpdpbusd` adds four products per lane in i32.
+// Q4_0, AVX-512 VNNI (256-bit registers): `vpdpbusd` adds four products per lane in i32.
 group_kernel!(
-    groups_vnni,
+    q4_0_vnni,
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    |q| q,
     |s, q, y| _mm256_dpbusd_epi32(s, q, y),
     |a, b| _mm256_add_epi32(a, b),
-    |s| s
+    |s| s,
+    true
+);
+// IQ4_NL, AVX2: signed table values; `|q|` times `y` with `q`'s signs (a pair at most
+// 2 · 127 · 128 = 32512, exact in `maddubs`), each product's pairs to i32 at once.
+group_kernel!(
+    iq4_nl_avx2,
+    "avx2,fma,f16c",
+    |q| _mm256_shuffle_epi8(iq4_nl_table(), q),
+    |s, q, y| {
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+        _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+    },
+    |a, b| _mm256_add_epi32(a, b),
+    |s| s,
+    false
+);
+// IQ4_NL, AVX-512 VNNI: the table plus 128 (unsigned) through `vpdpbusd`, `128·Σy` taken off.
+group_kernel!(
+    iq4_nl_vnni,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    |q| _mm256_shuffle_epi8(_mm256_xor_si256(iq4_nl_table(), _mm256_set1_epi8(0x80u8 as i8)), q),
+    |s, q, y| _mm256_dpbusd_epi32(s, q, y),
+    |a, b| _mm256_add_epi32(a, b),
+    |s| s,
+    true
 );
 
-/// The group kernel for `rows` (1..=[`MAX_ROWS`]) activation rows.
-fn kernel(vnni: bool, rows: usize) -> GroupFn {
+/// The group kernel of `dtype` (Q4_0 or IQ4_NL) for `rows` (1..=[`MAX_ROWS`]) activation rows.
+fn kernel(dtype: DType, vnni: bool, rows: usize) -> GroupFn {
     macro_rules! pick {
         ($f:ident) => {
             match rows {
@@ -264,31 +305,32 @@ fn kernel(vnni: bool, rows: usize) -> GroupFn {
             }
         };
     }
-    if vnni {
-        pick!(groups_vnni)
-    } else {
-        pick!(groups_avx2)
+    match (dtype, vnni) {
+        (DType::IQ4_NL, true) => pick!(iq4_nl_vnni),
+        (DType::IQ4_NL, false) => pick!(iq4_nl_avx2),
+        (_, true) => pick!(q4_0_vnni),
+        (_, false) => pick!(q4_0_avx2),
     }
 }
 
-/// `8·Σy` of each block of a Q8_0 row of `n` values.
+/// `m·Σy` of each block of a Q8_0 row of `n` values (`m` at most 128).
 ///
 /// # Safety
 /// `y` a readable Q8_0 row of `n` values; AVX2.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_sums8(n: usize, y: *const u8, out: &mut Vec<i32>) {
-    let eight = _mm256_set1_epi8(8);
+unsafe fn block_sums(n: usize, y: *const u8, m: u8, out: &mut Vec<i32>) {
+    // `maddubs` pairs: at most 2 · 128 · 128 = 32768 in magnitude only for y = −128, which
+    // Q8_0 never holds (its values are within ±127).
+    let m = _mm256_set1_epi8(m as i8);
     // SAFETY: block i's 32 bytes of values (the contract).
-    out.extend(
-        (0..n / 32).map(|i| hsum_epi32(dot_u8_i8(eight, unsafe { ld256(y.add(34 * i + 2)) }))),
-    );
+    out.extend((0..n / 32).map(|i| hsum_epi32(dot_u8_i8(m, unsafe { ld256(y.add(34 * i + 2)) }))));
 }
 
 /// Computes this thread's share of `dst = src0 · src1ᵀ` for interleaved weights (2-D, rows
 /// a multiple of 8): contiguous ranges of groups per thread; each range in pieces of four
 /// groups that every tile of up to four activation rows reads while they are in cache.
 /// Q4_K's activation rows `0..ne11 − ne11 % 4` take the GEMM chain, the rest the GEMV chain
-/// (llama.cpp's split); Q4_0's two chains are one.
+/// (llama.cpp's split); Q4_0's and IQ4_NL's two chains are one.
 /// `vnni`: the CPU has AVX-512 VNNI and the level allows it (else AVX2).
 pub(super) fn mul_mat(
     p: &ComputeParams,
@@ -298,7 +340,7 @@ pub(super) fn mul_mat(
     vnni: bool,
 ) {
     thread_local! {
-        /// Per-thread `8·Σy` of every activation row's blocks (Q4_0).
+        /// Per-thread bias of every activation row's blocks (Q4_0, IQ4_NL with VNNI).
         static SUMS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
     }
     let (k, nr0) = (src0.ne[0], src0.ne[1]);
@@ -329,14 +371,21 @@ pub(super) fn mul_mat(
             (r0, MAX_ROWS.min(n1 - r0), false)
         }
     };
-    let q4_0 = src0.dtype == DType::Q4_0;
+    let dtype = src0.dtype;
+    let q8_0_family = matches!(dtype, DType::Q4_0 | DType::IQ4_NL);
+    // What each activation block's sums lose (`group_kernel`'s `$biased`).
+    let bias = match dtype {
+        DType::Q4_0 => Some(8),
+        DType::IQ4_NL if vnni => Some(128),
+        _ => None,
+    };
     SUMS.with(|cell| {
         let mut sums = cell.borrow_mut();
         sums.clear();
-        if q4_0 {
+        if let Some(m) = bias {
             for r in 0..n1 {
                 // SAFETY: the converted Q8_0 activation row r of k values; AVX2 (the caller).
-                unsafe { block_sums8(k, act.row(r), &mut sums) };
+                unsafe { block_sums(k, act.row(r), m, &mut sums) };
             }
         }
         let piece = if n1 <= MAX_ROWS { mine.len() } else { 4 };
@@ -350,7 +399,7 @@ pub(super) fn mul_mat(
                 let mut outs = [std::ptr::null_mut(); MAX_ROWS];
                 for j in 0..rows {
                     ys[j] = act.row(r0 + j);
-                    if q4_0 {
+                    if bias.is_some() {
                         sy[j] = sums[(r0 + j) * (k / 32)..].as_ptr();
                     }
                     outs[j] = row_targets(dst, src0, src1, r0 + j).1.wrapping_add(GROUP * g0);
@@ -358,11 +407,11 @@ pub(super) fn mul_mat(
                 let (ys, outs) = (&ys[..rows], &outs[..rows]);
                 // SAFETY: groups g0..g1 of the 2-D interleaved weight (k values per row);
                 // converted activation rows r0.. of the weight's dot type (and their block
-                // sums); dst rows r0.. hold nr0 values and this thread owns the columns of its
+                // bias); dst rows r0.. hold nr0 values and this thread owns the columns of its
                 // groups; the caller checked the CPU.
                 unsafe {
-                    if q4_0 {
-                        kernel(vnni, rows)(k, x, gstride, g1 - g0, ys, &sy[..rows], outs)
+                    if q8_0_family {
+                        kernel(dtype, vnni, rows)(k, x, gstride, g1 - g0, ys, &sy[..rows], outs)
                     } else {
                         interleaved_k::kernel(vnni, rows, gemm)(k, x, gstride, g1 - g0, ys, outs)
                     }
@@ -391,6 +440,8 @@ mod tests {
         assert!(interleave(DType::Q4_0, &src[1..], rows, k).is_none());
         assert!(interleave(DType::Q4_0, &src, 12, k).is_none());
         assert!(interleave(DType::Q8_0, &src, rows, k).is_none());
+        // IQ4_NL: Q4_0's shape.
+        assert_eq!(interleave(DType::IQ4_NL, &src, rows, k).unwrap(), il);
         // Q4_K: d and dmin of each row, then its scales and codes as 4-byte words.
         let (rows, k) = (8, 512);
         let src: Vec<u8> = (0..rows * 2 * 144).map(|i| (i * 13 % 251) as u8).collect();

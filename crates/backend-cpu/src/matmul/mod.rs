@@ -42,7 +42,6 @@ mod kquant_tiled;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack;
 #[cfg(target_arch = "x86_64")]
-mod repack_gemv;
 #[cfg(target_arch = "x86_64")]
 mod vnni_few;
 #[cfg(target_arch = "x86_64")]
@@ -243,13 +242,12 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         }
     }
     // Weights llama.cpp would have repacked take its repacked kernels' arithmetic (`repack`):
-    // no register tiles or VNNI matvec; Q4_0 and Q4_K are stored interleaved (`interleaved`).
+    // no register tiles or VNNI matvec. The loader stores them interleaved (`interleaved`).
     #[cfg(target_arch = "x86_64")]
-    let repacked = if src0.repacked && simd >= SimdLevel::Avx2 && src0.ne[2] * src0.ne[3] == 1 {
-        repack::dots(src0.dtype)
-    } else {
-        None
-    };
+    let repacked = src0.repacked
+        && simd >= SimdLevel::Avx2
+        && src0.ne[2] * src0.ne[3] == 1
+        && repack::dots(src0.dtype).is_some();
     let vdt = match kernel {
         Kernel::Dot { vdt, .. } => vdt,
         Kernel::Dequant => DType::F32,
@@ -272,26 +270,11 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         row_size,
     };
     #[cfg(target_arch = "x86_64")]
-    if let Some((gemv, _)) = repacked {
-        // Q4_0 and Q4_K: stored interleaved by the loader, multiplied lane by lane.
-        if interleaved::applies(src0.dtype) {
-            let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
-            return interleaved::mul_mat(p, dst, src0, &act, vnni);
-        }
-        // IQ4_NL, in the file's layout (its GEMV and GEMM chains are one): eight weight rows
-        // at a time.
-        let gemv8 = repack_gemv::gemv8(src0.dtype).expect("a repacked type has an 8-row GEMV");
-        if src1.n_rows() == 1 {
-            return matvec_rows8(p, dst, src0, &act, gemv8);
-        }
-        // A few activation rows: each group of eight weight rows is read from memory once and
-        // multiplied by every activation row while it is in cache.
-        if src1.n_rows() < 8 && src1.ne[2] * src1.ne[3] == 1 {
-            return matvec_rows8_few(p, dst, src0, &act, gemv8);
-        }
-        return for_each_chunk(p, src0.ne[1], src1.n_rows(), |rows0, rows1| {
-            repacked_chunk(dst, src0, &act, (gemv, gemv8), rows0, rows1)
-        });
+    if repacked {
+        // Multiplied lane by lane, eight rows per register.
+        assert!(interleaved::applies(src0.dtype), "repacked {} is not interleaved", src0.dtype);
+        let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
+        return interleaved::mul_mat(p, dst, src0, &act, vnni);
     }
     #[cfg(target_arch = "x86_64")]
     if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1) {
@@ -588,93 +571,6 @@ fn matvec_rows(
         // activation row, and a level the CPU runs (`effective`); dst row 0 has ne0 = nr0
         // values and this thread owns row r.
         unsafe { out.add(r).write(dot(k, x, y)) };
-    }
-}
-
-/// A matrix-vector product with repacked weights (one activation row, a 2-D weight whose
-/// row count is a multiple of 8): each thread takes one contiguous range of eight-row groups
-/// through the eight-row GEMV kernel, which prefetches its rows itself.
-#[cfg(target_arch = "x86_64")]
-fn matvec_rows8(
-    p: &ComputeParams,
-    dst: &TensorRef,
-    src0: &TensorRef,
-    act: &Activations,
-    gemv8: repack_gemv::Gemv8,
-) {
-    let (k, nb01) = (src0.ne[0], src0.nb[1]);
-    let groups = src0.ne[1] / 8;
-    let share = |i: usize| 8 * (groups * i / p.nth);
-    let y = act.row(0);
-    let out = dst.data.cast::<f32>();
-    for r in (share(p.ith)..share(p.ith + 1)).step_by(8) {
-        // SAFETY: rows r..r + 8 of the 2-D src0 (k values each, packed: `check_shapes`; the
-        // row count is a multiple of 8, `repack::applies`), the converted activation row, a
-        // CPU with AVX2 (checked by the caller); dst row 0 has ne0 = nr0 values and this
-        // thread owns r..r + 8.
-        unsafe { gemv8(k, src0.data.cast_const().wrapping_add(r * nb01), nb01, y, out.add(r)) };
-    }
-}
-
-/// [`matvec_rows8`] for a few activation rows (2-D operands): one contiguous range of
-/// eight-row groups per thread; each group, once loaded, is multiplied by every activation
-/// row.
-#[cfg(target_arch = "x86_64")]
-fn matvec_rows8_few(
-    p: &ComputeParams,
-    dst: &TensorRef,
-    src0: &TensorRef,
-    act: &Activations,
-    gemv8: repack_gemv::Gemv8,
-) {
-    let (k, nb01) = (src0.ne[0], src0.nb[1]);
-    let groups = src0.ne[1] / 8;
-    let share = |i: usize| 8 * (groups * i / p.nth);
-    let n1 = act.src1.ne[1];
-    for r in (share(p.ith)..share(p.ith + 1)).step_by(8) {
-        for r1 in 0..n1 {
-            let y = act.row(r1);
-            let out = dst.data.wrapping_add(r1 * dst.nb[1]).cast::<f32>();
-            // SAFETY: rows r..r + 8 of the 2-D src0 (k values each, packed: `check_shapes`;
-            // the row count is a multiple of 8, `repack::applies`), converted activation row
-            // r1, a CPU with AVX2 (checked by the caller); dst row r1 has ne0 values and this
-            // thread owns r..r + 8 of every row.
-            unsafe { gemv8(k, src0.data.cast_const().wrapping_add(r * nb01), nb01, y, out.add(r)) };
-        }
-    }
-}
-
-/// One chunk of a product with repacked weights in the file's layout (IQ4_NL, whose GEMV
-/// and GEMM chains are one: [`repack`]): eight weight rows at a time where the chunk holds
-/// whole aligned groups of them, the one-row chain for the rest.
-#[cfg(target_arch = "x86_64")]
-fn repacked_chunk(
-    dst: &TensorRef,
-    src0: &TensorRef,
-    act: &Activations,
-    (gemv, gemv8): (VecDot, repack_gemv::Gemv8),
-    rows0: std::ops::Range<usize>,
-    rows1: std::ops::Range<usize>,
-) {
-    let (k, nb01) = (src0.ne[0], src0.nb[1]);
-    // The whole aligned groups of eight rows in this chunk.
-    let start = rows0.start.next_multiple_of(8).min(rows0.end);
-    let end = start + (rows0.end - start) / 8 * 8;
-    for r1 in rows1 {
-        let (w, out) = row_targets(dst, src0, &act.src1, r1);
-        let y = act.row(r1);
-        for r0 in (start..end).step_by(8) {
-            // SAFETY: rows r0..r0 + 8 of this src1 row's src0 matrix (k values each, packed),
-            // the converted row r1, AVX2 (checked by the caller); dst row r1 has ne0 values
-            // and this thread owns (r0..r0 + 8, r1).
-            unsafe { gemv8(k, w.wrapping_add(r0 * nb01), nb01, y, out.add(r0)) };
-        }
-        for r0 in (rows0.start..start).chain(end..rows0.end) {
-            // SAFETY: row r0 of this src1 row's src0 matrix (k values, packed), the converted
-            // row r1, a level with AVX2 (checked by the caller); dst row r1 has ne0 values and
-            // this thread owns (r0, r1).
-            unsafe { out.add(r0).write(gemv(k, w.wrapping_add(r0 * nb01), y)) };
-        }
     }
 }
 

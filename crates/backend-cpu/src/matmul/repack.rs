@@ -5,11 +5,10 @@
 //! by their own GEMV (one activation row) and GEMM (four at a time) kernels
 //! (`ggml_gemv_q4_K_8x8_q8_K` and friends). Those kernels round differently from the `vec_dot`s:
 //! each output is one f32 chain over the blocks, not eight lanes summed at the end. Tessera
-//! reproduces that arithmetic; the bits do not depend on the memory layout. Q4_0 and Q4_K are
+//! reproduces that arithmetic; the bits do not depend on the memory layout. The weights are
 //! stored interleaved too (the loader rearranges them: [`super::interleaved`], a layout of
-//! Tessera's own in which lane `r` of a register is row `r`), IQ4_NL stays in the file's
-//! layout ([`super::repack_gemv`]). The one-row chains here are the reference every kernel is
-//! tested against:
+//! Tessera's own in which lane `r` of a register is row `r`). The one-row chains here, in the
+//! file's layout, are the reference every kernel is tested against:
 //!
 //! - Q4_0 and IQ4_NL against Q8_0 activations: per block the exact integer `Σ q·y` (`q` the
 //!   signed weight value: nibble − 8, or the IQ4_NL table value), then
