@@ -85,7 +85,7 @@ pub struct LoadParams {
     /// default.
     pub offload: Offload,
     /// Mark the weights llama.cpp would move into its repack buffer (its default on x86 with
-    /// AVX2: Q4_0, Q4_K and IQ4_NL with rows in multiples of 8, decided at the SIMD level in
+    /// AVX2: Q4_0, Q4_K and IQ4_NL, with AVX-512 also Q2_K, rows in multiples of 8, decided at the SIMD level in
     /// force at load), so their products follow ggml's repacked kernels' arithmetic. `false`
     /// is llama.cpp's `--no-repack` (`use_extra_bufts = false`).
     pub repack: bool,

@@ -1,7 +1,7 @@
-//! Repacked Q4_0, IQ4_NL and Q4_K weights with eight rows interleaved in memory, as
-//! llama.cpp's CPU_REPACK buffer holds them (`block_q4_0x8`, `block_iq4_nlx8`, `block_q4_Kx8`;
-//! the layout here is Tessera's own), and their products (Q4_0 and IQ4_NL here, Q4_K in
-//! [`super::interleaved_k`]).
+//! Repacked Q4_0, IQ4_NL, Q4_K and Q2_K weights with eight rows interleaved in memory, as
+//! llama.cpp's CPU_REPACK buffer holds them (`block_q4_0x8`, `block_iq4_nlx8`, `block_q4_Kx8`,
+//! `block_q2_Kx8`; the layout here is Tessera's own), and their products (Q4_0 and IQ4_NL
+//! here, Q4_K in [`super::interleaved_k`], Q2_K in [`super::interleaved_q2k`]).
 //!
 //! # Why a layout of its own
 //!
@@ -20,8 +20,9 @@
 //! Rows `8g..8g+8` keep the bytes they had (`8 · row_size` from `8g · row_size`), so a range
 //! of whole groups is a range of bytes. Within a group, block `i` of the eight rows takes the
 //! eight rows' bytes of that block (`8 · block size` at `8 · block size · i`): first each
-//! leading f16 field as eight consecutive values in row order (Q4_0: `d`; Q4_K: `d`, then
-//! `dmin`), then the rest of each row's block as 4-byte words, word `w` of row `r` at
+//! f16 field as eight consecutive values in row order (Q4_0: `d`; Q4_K and Q2_K: `d`, then
+//! `dmin`, which Q2_K's file block keeps at its end), then the rest of each row's block as
+//! 4-byte words, word `w` of row `r` at
 //! `16·fields + 32·w + 4·r`: 32 bytes per word index, one lane per row.
 //!
 //! For Q4_0 and IQ4_NL the four words are their 16 bytes of nibbles: a byte's low nibble is
@@ -39,7 +40,7 @@
 
 use super::avx2::{dot_u8_i8, hsum_epi32, iq4_nl_table, ld128, ld256, rd};
 use super::vnni_matvec::PREFETCH;
-use super::{interleaved_k, row_targets, Activations};
+use super::{interleaved_k, interleaved_q2k, row_targets, Activations};
 use crate::{ComputeParams, TensorRef};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -54,24 +55,28 @@ const GROUP_BLOCK: usize = GROUP * QK_BYTES;
 /// Most activation rows one kernel call takes.
 pub(super) const MAX_ROWS: usize = 4;
 
-/// How a type's blocks are interleaved: `head` f16 fields first (each as the eight rows'
-/// values in row order), then the rest of each row's block as 4-byte words, word `w` of row
-/// `r` at `16·head + 32·w + 4·r`.
+/// How a type's blocks are interleaved: its `head` f16 fields (at byte `at` of the file's
+/// block) first, each as the eight rows' values in row order, then the rest of each row's
+/// block, in order, as 4-byte words, word `w` of row `r` at `16·head + 32·w + 4·r`.
 #[derive(Clone, Copy)]
 struct Shape {
     /// Bytes per block.
     bytes: usize,
     /// Values per block.
     values: usize,
-    /// Leading f16 fields.
+    /// The f16 fields.
     head: usize,
+    /// Where they are in the file's block (Q2_K keeps `d` and `dmin` at its end).
+    at: usize,
 }
 
 /// The interleaved shape of `dtype`, where its repacked weights are stored interleaved.
 fn shape(dtype: DType) -> Option<Shape> {
+    let sh = |bytes, values, head, at| Some(Shape { bytes, values, head, at });
     match dtype {
-        DType::Q4_0 | DType::IQ4_NL => Some(Shape { bytes: QK_BYTES, values: 32, head: 1 }),
-        DType::Q4_K => Some(Shape { bytes: 144, values: 256, head: 2 }),
+        DType::Q4_0 | DType::IQ4_NL => sh(QK_BYTES, 32, 1, 0),
+        DType::Q4_K => sh(144, 256, 2, 0),
+        DType::Q2_K => sh(84, 256, 2, 80),
         _ => None,
     }
 }
@@ -84,32 +89,34 @@ pub(crate) fn applies(dtype: DType) -> bool {
 
 /// Where byte `i` of row `r`'s block goes in the group's interleaved block.
 fn place(sh: Shape, r: usize, i: usize) -> usize {
-    let head = 2 * sh.head;
-    if i < head {
-        16 * (i / 2) + 2 * r + i % 2
+    let fields = sh.at..sh.at + 2 * sh.head;
+    if fields.contains(&i) {
+        let f = i - sh.at;
+        16 * (f / 2) + 2 * r + f % 2
     } else {
-        let w = (i - head) / 4;
-        16 * sh.head + 32 * w + 4 * r + (i - head) % 4
+        // The byte's place among the bytes that are not fields.
+        let j = if i < sh.at { i } else { i - 2 * sh.head };
+        16 * sh.head + 32 * (j / 4) + 4 * r + j % 4
     }
 }
 
 /// Moves every byte of `rows` rows of `k` values between the file's layout (`plain`) and the
 /// interleaved one: `f(plain index, interleaved index, length)` for each run of bytes that
-/// stays together (a 2-byte head field, a 4-byte word).
+/// stays together (a 2-byte field, a 4-byte word).
 fn for_each_run(sh: Shape, rows: usize, k: usize, mut f: impl FnMut(usize, usize, usize)) {
     let nb = k / sh.values;
     let row = nb * sh.bytes;
-    let head = 2 * sh.head;
+    let fields_end = sh.at + 2 * sh.head;
     for g in 0..rows / GROUP {
         let base = g * GROUP * row;
         for b in 0..nb {
             let gb = base + b * GROUP * sh.bytes;
             for r in 0..GROUP {
                 let pb = base + r * row + b * sh.bytes;
-                for i in (0..head).step_by(2) {
+                for i in (sh.at..fields_end).step_by(2) {
                     f(pb + i, gb + place(sh, r, i), 2);
                 }
-                for i in (head..sh.bytes).step_by(4) {
+                for i in (0..sh.at).step_by(4).chain((fields_end..sh.bytes).step_by(4)) {
                     f(pb + i, gb + place(sh, r, i), 4);
                 }
             }
@@ -122,8 +129,8 @@ fn for_each_run(sh: Shape, rows: usize, k: usize, mut f: impl FnMut(usize, usize
 fn checked(dtype: DType, len: usize, rows: usize, k: usize) -> Option<Shape> {
     let sh = shape(dtype)?;
     let whole = rows % GROUP == 0 && k % sh.values == 0;
-    (whole && len == rows * (k / sh.values) * sh.bytes && (sh.bytes - 2 * sh.head) % 4 == 0)
-        .then_some(sh)
+    let words = sh.at % 4 == 0 && (sh.bytes - 2 * sh.head) % 4 == 0;
+    (whole && words && len == rows * (k / sh.values) * sh.bytes).then_some(sh)
 }
 
 /// The interleaved layout (module docs) of `rows` rows of `k` values of `dtype`, given in
@@ -413,7 +420,12 @@ pub(super) fn mul_mat(
                     if q8_0_family {
                         kernel(dtype, vnni, rows)(k, x, gstride, g1 - g0, ys, &sy[..rows], outs)
                     } else {
-                        interleaved_k::kernel(vnni, rows, gemm)(k, x, gstride, g1 - g0, ys, outs)
+                        let kernel = if dtype == DType::Q2_K {
+                            interleaved_q2k::kernel
+                        } else {
+                            interleaved_k::kernel
+                        };
+                        kernel(vnni, rows, gemm)(k, x, gstride, g1 - g0, ys, outs)
                     }
                 };
             }
@@ -451,5 +463,14 @@ mod tests {
         let (b, o) = (5 * 288 + 144, 8 * 144);
         assert_eq!(il[o + 16 + 10..o + 16 + 12], src[b + 2..b + 4]);
         assert_eq!(il[o + 32 + 32 * 12 + 20..o + 32 + 32 * 12 + 24], src[b + 16 + 36..b + 16 + 40]);
+        // Q2_K: d and dmin (at the end of its block) first, then its scales and codes as words.
+        let src: Vec<u8> = (0..rows * 2 * 84).map(|i| (i * 17 % 251) as u8).collect();
+        let il = interleave(DType::Q2_K, &src, rows, k).unwrap();
+        assert_eq!(deinterleave(DType::Q2_K, &il, rows, k).unwrap(), src);
+        // Row 6, block 1: dmin; scale bytes 4..8 (word 1); code bytes 8..12 (word 6).
+        let (b, o) = (6 * 168 + 84, 8 * 84);
+        assert_eq!(il[o + 16 + 12..o + 16 + 14], src[b + 82..b + 84]);
+        assert_eq!(il[o + 32 + 32 + 24..o + 32 + 32 + 28], src[b + 4..b + 8]);
+        assert_eq!(il[o + 32 + 32 * 6 + 24..o + 32 + 32 * 6 + 28], src[b + 24..b + 28]);
     }
 }

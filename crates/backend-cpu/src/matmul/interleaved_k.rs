@@ -49,7 +49,7 @@ pub(super) type GroupFn = unsafe fn(
 /// entry gives zero).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn lane_bytes(k: [i8; 4]) -> __m256i {
+pub(super) fn lane_bytes(k: [i8; 4]) -> __m256i {
     let mut b = [0i8; 32];
     for (i, v) in b.iter_mut().enumerate() {
         let (lane, pos) = ((i % 16) / 4, i % 4);

@@ -38,6 +38,8 @@ pub(crate) mod interleaved;
 #[cfg(target_arch = "x86_64")]
 mod interleaved_k;
 #[cfg(target_arch = "x86_64")]
+mod interleaved_q2k;
+#[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack;

@@ -27,8 +27,12 @@
 //! and `quantize_row_q8_K` (a Q8_K block whose largest magnitude appears with both signs gets
 //! its signs flipped, which leaves every product unchanged).
 //!
+//! - Q2_K against Q8_K (repacked by llama.cpp only when built with AVX-512): the same pair of
+//!   chains with `s1 = Σ_sub scale·Σ q·y` and `s2 = Σ_sub min·Σ y` over its sixteen 16-value
+//!   sub-blocks; the GEMV takes them over each 256-value block, the GEMM over each 128 values.
+//!
 //! Which weights are repacked is llama.cpp's rule ([`applies`]), decided when the model is
-//! loaded; Q2_K (repacked by llama.cpp on AVX-512) and MXFP4 are not reproduced yet.
+//! loaded; MXFP4 (repacked by llama.cpp with AVX2) is not reproduced yet.
 
 use super::avx2::{
     dot_u8_i8, fp16, fp16_mul, hsum_epi32, iq4_nl_block, iq4_nl_table, ld256, q4_0_block, rd,
@@ -40,12 +44,16 @@ use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
 /// Whether llama.cpp (built for `level`) would repack a 2-D weight of type `dtype` with `rows`
-/// rows (`ggml_repack_get_optimal_repack_type` on x86): Q4_0, Q4_K and IQ4_NL with AVX2 and a
-/// row count divisible by 8. (Q2_K with AVX-512 and MXFP4 are llama.cpp's too; not yet here.)
+/// rows (`ggml_repack_get_optimal_repack_type` on x86): Q4_0, Q4_K and IQ4_NL with AVX2, Q2_K
+/// with AVX-512, each with a row count divisible by 8. (MXFP4 with AVX2 is llama.cpp's too;
+/// not yet here.)
 pub(crate) fn applies(dtype: DType, rows: usize, level: SimdLevel) -> bool {
-    level >= SimdLevel::Avx2
-        && rows % 8 == 0
-        && matches!(dtype, DType::Q4_0 | DType::Q4_K | DType::IQ4_NL)
+    let needs = match dtype {
+        DType::Q4_0 | DType::Q4_K | DType::IQ4_NL => SimdLevel::Avx2,
+        DType::Q2_K => SimdLevel::Avx512,
+        _ => return false,
+    };
+    level >= needs && rows % 8 == 0
 }
 
 /// The repacked kernels of `dtype` (one weight row against one activation row of its dot
@@ -55,6 +63,7 @@ pub(super) fn dots(dtype: DType) -> Option<(VecDot, VecDot)> {
         DType::Q4_0 => (q4_0_repacked, q4_0_repacked),
         DType::IQ4_NL => (iq4_nl_repacked, iq4_nl_repacked),
         DType::Q4_K => (q4_k_repacked::<false>, q4_k_repacked::<true>),
+        DType::Q2_K => (q2_k_repacked::<false>, q2_k_repacked::<true>),
         _ => return None,
     })
 }
@@ -188,6 +197,59 @@ unsafe fn q4_k_repacked<const GEMM: bool>(n: usize, x: *const u8, y: *const u8) 
     acc - accm
 }
 
+/// Bytes of a Q2_K block.
+const Q2K: usize = 84;
+
+/// Repacked Q2_K · Q8_K: the GEMV chain (one pair of FMAs per block), or with `GEMM` the
+/// GEMM chain (one pair per 128 values). Integer code: a reference, not a fast path.
+///
+/// # Safety
+/// The [`VecDot`] contract; AVX2, FMA, F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_k_repacked<const GEMM: bool>(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let (mut acc, mut accm) = (0f32, 0f32);
+    for b in 0..n / 256 {
+        let xb = x.wrapping_add(b * Q2K);
+        let yb = y.wrapping_add(b * Q8K);
+        // SAFETY: whole Q2_K (scales[16], qs[64], d, dmin) and Q8_K (d, qs[256], bsums[16])
+        // blocks.
+        let (scales, qs, d, dmin, dy, ys, bsums) = unsafe {
+            (
+                rd::<[u8; 16]>(xb),
+                rd::<[u8; 64]>(xb.add(16)),
+                rd::<u16>(xb.add(80)),
+                rd::<u16>(xb.add(82)),
+                rd::<f32>(yb),
+                rd::<[i8; 256]>(yb.add(4)),
+                rd::<[i16; 16]>(yb.add(260)),
+            )
+        };
+        let (dd, dm) = (fp16(d) * dy, fp16(dmin) * dy);
+        let (mut s1, mut s2) = (0i32, 0i32);
+        for half in 0..2 {
+            // Code byte l of the half holds values 128·half + 32k + l in bits 2k, 2k + 1.
+            let mut sums = [0i32; 8];
+            for (l, &byte) in qs[32 * half..32 * half + 32].iter().enumerate() {
+                for k in 0..4 {
+                    let q = i32::from((byte >> (2 * k)) & 3);
+                    sums[2 * k + l / 16] += q * i32::from(ys[128 * half + 32 * k + l]);
+                }
+            }
+            for (i, sum) in sums.iter().enumerate() {
+                let sub = 8 * half + i;
+                s1 += i32::from(scales[sub] & 0xF) * sum;
+                s2 += i32::from(scales[sub] >> 4) * i32::from(bsums[sub]);
+            }
+            if GEMM || half == 1 {
+                acc = (s1 as f32).mul_add(dd, acc);
+                accm = (s2 as f32).mul_add(dm, accm);
+                (s1, s2) = (0, 0);
+            }
+        }
+    }
+    acc - accm
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::Rng;
@@ -245,6 +307,33 @@ mod tests {
                 }
                 acc - accm
             }
+            DType::Q2_K => {
+                let (mut acc, mut accm) = (0f32, 0f32);
+                for b in 0..n / 256 {
+                    let (xb, yb) = (&x[84 * b..84 * (b + 1)], &y[Q8K * b..Q8K * (b + 1)]);
+                    let dy = f32::from_le_bytes(yb[..4].try_into().unwrap());
+                    let (mut s1, mut s2) = (0i32, 0i32);
+                    for sub in 0..16 {
+                        let (mut raw, mut ysum) = (0i32, 0i32);
+                        for v in 16 * sub..16 * sub + 16 {
+                            // Value v: byte 32·(v / 128) + v % 32 of the codes, bits 2·(v % 128 / 32).
+                            let byte = xb[16 + 32 * (v / 128) + v % 32];
+                            let q = (byte >> (2 * (v % 128 / 32))) & 3;
+                            let yv = i32::from(yb[4 + v] as i8);
+                            raw += i32::from(q) * yv;
+                            ysum += yv;
+                        }
+                        s1 += i32::from(xb[sub] & 0xF) * raw;
+                        s2 += i32::from(xb[sub] >> 4) * ysum;
+                        if (gemm && sub == 7) || sub == 15 {
+                            acc = (s1 as f32).mul_add(f16(&xb[80..82]) * dy, acc);
+                            accm = (s2 as f32).mul_add(f16(&xb[82..84]) * dy, accm);
+                            (s1, s2) = (0, 0);
+                        }
+                    }
+                }
+                acc - accm
+            }
             _ => unreachable!(),
         }
     }
@@ -256,11 +345,11 @@ mod tests {
             return;
         }
         let mut rng = Rng(99);
-        for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K] {
+        for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q2_K] {
             let k = dtype.block_size() * 6;
             for _ in 0..20 {
                 let x = quant::quantize(dtype, &rng.f32s(k)).unwrap();
-                let vdt = if dtype == DType::Q4_K { DType::Q8_K } else { DType::Q8_0 };
+                let vdt = if dtype.block_size() == 256 { DType::Q8_K } else { DType::Q8_0 };
                 let y = quant::quantize(vdt, &rng.f32s(k)).unwrap();
                 let (gemv, gemm) = dots(dtype).unwrap();
                 for (f, is_gemm) in [(gemv, false), (gemm, true)] {

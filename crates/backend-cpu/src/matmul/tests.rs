@@ -681,16 +681,16 @@ fn few_rows_products_give_each_row_its_own_bits() {
 /// kernel computes it (eight-row GEMV, tiled K-quant epilogue, one-row chains beside the
 /// aligned groups of a chunk): the GEMM chain for activation rows `0..ne11 - ne11 % 4`, the
 /// GEMV chain for the rest, at every thread count (three threads cut the rows off the groups
-/// of eight). Q4_0 weights are given interleaved (`interleaved`), as the loader stores them.
+/// of eight). The weights are given interleaved (`interleaved`), as the loader stores them.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn repacked_products_follow_the_repacked_chains() {
     let mut rng = Rng(0x8e9a);
     let mut failures = Vec::new();
-    for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K] {
+    for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q2_K] {
         let (k, m) = (512, 40);
-        // The weights as the loader hands them over: Q4_0 rearranged (eight rows
-        // interleaved), the others in the file's layout; the chains read the file's layout.
+        // The weights as the loader hands them over (eight rows interleaved); the chains read
+        // the file's layout.
         let plain = weights(dtype, k * m, &mut rng, false);
         let bytes = if interleaved::applies(dtype) {
             interleaved::interleave(dtype, &plain, m, k).expect("whole groups of eight rows")

@@ -17,11 +17,10 @@
 //!   weight bytes: `Σ(y+128)·q − 128·Σq = Σq·y`, exact in i32. That start belongs to the
 //!   weight block, so it is found once per block for all rows, and each row costs one load
 //!   of its biased bytes and scale, one `vpdpbusd`, one conversion, one multiply, one FMA.
-//! - Rows go in pairs, one 512-bit register holding the 8 lanes of both rows (the weight
-//!   block broadcast to both halves, the activations interleaved block by block in a
-//!   [`Scratch`]); an odd last row is paired with itself and its copy's results dropped.
-//!   With one pair, two weight rows are interleaved so that two accumulator chains hide the
-//!   FMA latency.
+//! - The activation rows are prepared once per pass ([`Scratch`]): their bytes biased, block
+//!   by block for all rows (`block · rows + row`), and their scales as f32, so one weight
+//!   block meets every row's block from one cache line run. Each row keeps its own 256-bit
+//!   accumulator; with `N` rows there are `N` independent FMA chains per weight row.
 //! - Q4_1 family (2-8 rows; its 4x8 tiles are as fast beyond): the one-row kernel's loop with
 //!   blocks outer and rows inner.
 //!
