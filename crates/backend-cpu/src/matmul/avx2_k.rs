@@ -3,8 +3,9 @@
 //!
 //! One scheme for all: the weights are unpacked to unsigned bytes, `maddubs` multiplies them
 //! with the activation bytes into i16 pairs, `madd` applies the (sub-block) scales into i32,
-//! and a constant offset (`q - 32` for Q6_K, `q - 4` for Q3_K) or a min (Q2_K, Q4_K, Q5_K) is
-//! taken out once per block through Q8_K's per-16 sums (`bsums`). Each kernel is generic over
+//! and a constant offset (`q - 32` for Q6_K) or a min (Q2_K, Q4_K, Q5_K) is taken out once per
+//! block through Q8_K's per-16 sums (`bsums`); Q3_K's offset (`q - 4`) is taken out of each
+//! product pair, as ggml's kernel does (the lanes' integers, and so the rounding, depend on it). Each kernel is generic over
 //! the number of activation rows `C` (see [`super::avx2`]).
 //!
 //! Q8_K block: f32 `d` at 0, `qs[256]` at 4, i16 `bsums[16]` at 260; 292 bytes.
@@ -104,12 +105,26 @@ fn half_scales(scales: __m128i, h: usize) -> __m256i {
     _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(bytes))
 }
 
+/// How a per-16-scale type's correction (a min, or a constant offset of its quants) enters,
+/// as ggml's AVX2 kernel for the type does it: the integers in the lanes differ, so the f32
+/// rounding does too.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Correction {
+    /// Q2_K: `Σ m·bsum` in its own lanes, times `dm`, one more FMA per block.
+    Mins,
+    /// Q6_K: the offset `m = o·scale` taken out of the lanes through the block sums, in
+    /// integers, before the conversion.
+    BlockSums,
+    /// Q3_K: the offset (4) taken out of each pair of products in i16, before the scales:
+    /// every lane holds exactly its own bytes' `Σ scale·(q − 4)·y`.
+    PerLane,
+}
+
 /// The shared loop of the per-16-scale types (Q2_K, Q3_K, Q6_K). For weight block `xb`,
 /// `unpack(xb)` returns the 16 signed per-16 scales, the 256 unsigned quants as 8 vectors of 32
 /// (in element order), the two float factors `dq` (multiplies `Σ scale·q·y`) and `dm`
-/// (multiplies `Σ m·bsum`), and the 16 per-16 "mins" `m` as i16. With `offset`, `m` is
-/// `o·scale` for a constant offset `o` of the quants and is taken out in integers before
-/// scaling (`dm` unused): exact, as the scalar kernels.
+/// (multiplies `Σ m·bsum`), and the 16 per-16 "mins" `m` as i16 ([`Correction`]; `dm` and `m`
+/// unused where the correction is not [`Correction::Mins`] or [`Correction::BlockSums`]).
 ///
 /// # Safety
 /// The [`VecDot4`] contract for each row, `xsize` bytes per weight block, and AVX2/FMA/F16C.
@@ -120,10 +135,11 @@ unsafe fn per16_rows<const C: usize>(
     x: *const u8,
     xsize: usize,
     y: [*const u8; C],
-    offset: bool,
+    correction: Correction,
     unpack: impl Fn(*const u8) -> (__m128i, [__m256i; 8], f32, f32, __m256i),
 ) -> [f32; C] {
     let ctl = pair_controls();
+    let four = _mm256_set1_epi8(4);
     let mut acc = [_mm256_setzero_ps(); C];
     for i in 0..n / 256 {
         let (scales, q, dq, dm, mins) = unpack(x.wrapping_add(i * xsize));
@@ -137,15 +153,26 @@ unsafe fn per16_rows<const C: usize>(
                 // SAFETY: quants 32j..32j+32 of the block.
                 let q8 = unsafe { ld256(yb.add(4 + 32 * j)) };
                 let s = _mm256_shuffle_epi8(sc[j / 4], ctl[j % 4]);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(*q, q8), s));
+                let mut p = _mm256_maddubs_epi16(*q, q8);
+                if correction == Correction::PerLane {
+                    // Pairs of (q − 4)·y, exact in i16 (at most 2 · 7 · 128).
+                    p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(four, q8));
+                }
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
             }
             let summ = _mm256_madd_epi16(mins, bsums);
-            if offset {
-                let sumi = _mm256_sub_epi32(sumi, summ);
-                *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
-            } else {
-                *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
-                *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dm), _mm256_cvtepi32_ps(summ), *a);
+            match correction {
+                Correction::BlockSums => {
+                    let sumi = _mm256_sub_epi32(sumi, summ);
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
+                }
+                Correction::PerLane => {
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
+                }
+                Correction::Mins => {
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dm), _mm256_cvtepi32_ps(summ), *a);
+                }
             }
         }
     }
@@ -179,11 +206,12 @@ unsafe fn q2_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
         (scales, q, d, -dmin, mins)
     };
     // SAFETY: forwarded.
-    unsafe { per16_rows(n, x, 84, y, false, unpack) }
+    unsafe { per16_rows(n, x, 84, y, Correction::Mins, unpack) }
 }
 
 /// Q3_K · Q8_K against `C` rows (block: hmask[32] at 0, qs[64] at 32, scales[12] at 96, d at
-/// 108). Quant `u = low2 | high << 2` is `q + 4`.
+/// 108). Quant `u = low2 | high << 2` is `q + 4`; ggml's kernel takes the 4 off each product
+/// pair (its `q3h` term), so this one does too ([`Correction::PerLane`]).
 ///
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
@@ -210,11 +238,10 @@ unsafe fn q3_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
             _mm256_or_si256(fields[j / 4][j % 4], _mm256_slli_epi16::<2>(high))
         });
         let dq = fp16x2(u32::from(d)).0;
-        let mins = _mm256_slli_epi16::<2>(_mm256_cvtepi8_epi16(scales));
-        (scales, q, dq, 0.0, mins)
+        (scales, q, dq, 0.0, _mm256_setzero_si256())
     };
     // SAFETY: forwarded.
-    unsafe { per16_rows(n, x, 110, y, true, unpack) }
+    unsafe { per16_rows(n, x, 110, y, Correction::PerLane, unpack) }
 }
 
 /// Q6_K · Q8_K against `C` rows (block: ql[128] at 0, qh[64] at 128, scales[16] at 192, d at
@@ -250,7 +277,7 @@ unsafe fn q6_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
         (scales, q, dq, 0.0, mins)
     };
     // SAFETY: forwarded.
-    unsafe { per16_rows(n, x, 210, y, true, unpack) }
+    unsafe { per16_rows(n, x, 210, y, Correction::BlockSums, unpack) }
 }
 
 /// How ggml's AVX2 kernels add the min corrections (the rounding differs, so each type keeps
@@ -431,4 +458,68 @@ unsafe fn iq4_xs_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) ->
         }
     }
     acc.map(|a| hsum_ps(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::Rng;
+    use super::*;
+    use crate::SimdLevel;
+    use tessera_tensor::quant;
+
+    /// ggml's AVX2 `ggml_vec_dot_q3_K_q8_K`, lane by lane in scalar code: lane `m` holds, per
+    /// block, `Σ scale·(q − 4)·y` over bytes `4m..4m+4` of every 32 values; `acc[m] =
+    /// fma(y.d·x.d, f32(lane), acc[m])`; then `hsum_float_8`'s order.
+    fn ggml_q3_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
+        let mut acc = [0f32; 8];
+        for b in 0..n / 256 {
+            let (xb, yb) = (&x[110 * b..110 * (b + 1)], &y[292 * b..292 * (b + 1)]);
+            let scales = super::super::scalar::q3_k_scales(xb[96..108].try_into().unwrap());
+            let d = f32::from_le_bytes(yb[..4].try_into().unwrap())
+                * half::f16::from_le_bytes([xb[108], xb[109]]).to_f32();
+            let mut lanes = [0i32; 8];
+            for v in 0..256 {
+                let (h, j, l) = (v / 128, v % 128 / 32, v % 32);
+                let low = (xb[32 + 32 * h + l] >> (2 * j)) & 3;
+                let high = (xb[l] >> (4 * h + j)) & 1;
+                let q = i32::from(low) + 4 * i32::from(high) - 4;
+                let yv = i32::from(yb[4 + v] as i8);
+                lanes[v % 32 / 4] += i32::from(scales[v / 16]) * q * yv;
+            }
+            for (a, &s) in acc.iter_mut().zip(&lanes) {
+                *a = d.mul_add(s as f32, *a);
+            }
+        }
+        ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+    }
+
+    /// Q3_K's products keep ggml's lanes (an offset taken out per block sum instead gives the
+    /// same total in other lanes, and other bits).
+    #[test]
+    fn q3_k_follows_ggml_lanes() {
+        if SimdLevel::detect() < SimdLevel::Avx2 {
+            eprintln!("skipped: no AVX2");
+            return;
+        }
+        let mut rng = Rng(0x33);
+        let k = 256 * 6;
+        for _ in 0..20 {
+            let x = quant::quantize(DType::Q3_K, &rng.f32s(k)).unwrap();
+            let ys: Vec<Vec<u8>> =
+                (0..4).map(|_| quant::quantize(DType::Q8_K, &rng.f32s(k)).unwrap()).collect();
+            // SAFETY: one Q3_K row and Q8_K rows of k values; AVX2 checked above.
+            let (one, four) = unsafe {
+                (q3_k(k, x.as_ptr(), ys[0].as_ptr()), q3_k_n::<4>(k, x.as_ptr(), ys_ptrs(&ys)))
+            };
+            let want: Vec<f32> = ys.iter().map(|y| ggml_q3_k(k, &x, y)).collect();
+            assert_eq!(one.to_bits(), want[0].to_bits());
+            for (g, w) in four.iter().zip(&want) {
+                assert_eq!(g.to_bits(), w.to_bits());
+            }
+        }
+    }
+
+    fn ys_ptrs(ys: &[Vec<u8>]) -> [*const u8; 4] {
+        std::array::from_fn(|j| ys[j].as_ptr())
+    }
 }
