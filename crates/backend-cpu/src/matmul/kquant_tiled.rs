@@ -34,6 +34,7 @@ use super::Activations;
 use crate::{ComputeParams, TensorRef};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
+use tessera_tensor::blocks::KVALUES_IQ4NL;
 use tessera_tensor::DType;
 
 /// Values per K-quant block.
@@ -47,11 +48,18 @@ const ROWS: usize = 4;
 /// Bytes of a Q8_K block: d (f32), qs (256 i8), bsums (16 i16).
 const Q8K_SIZE: usize = 292;
 
-/// Whether llama.cpp would take its tiled path for these operands (a K-quant weight type and
-/// `src1.ne[1] >= 8`), and these kernels can reproduce it (one weight matrix; the caller
-/// checks the SIMD level: AVX2 or AVX-512 VNNI).
-pub(super) fn applies(src0: &TensorRef, src1: &TensorRef) -> bool {
-    layout(src0.dtype).is_some() && src1.ne[1] >= 8 && src0.ne[2] == 1 && src0.ne[3] == 1
+/// Whether llama.cpp would take its tiled path for these operands (a K-quant or IQ4_XS weight
+/// type and `src1.ne[1] >= 8`), and these kernels can reproduce it (one weight matrix; the
+/// caller checks the SIMD level: AVX2 or, `vnni`, AVX-512 VNNI). IQ4_XS only with VNNI: its
+/// codes (table values + 128, up to 241) would saturate the AVX2 kernel's `maddubs`, where
+/// ggml uses the sign trick instead (not reproduced: at the AVX2 level IQ4_XS batches keep
+/// the one-row dots' bits).
+pub(super) fn applies(src0: &TensorRef, src1: &TensorRef, vnni: bool) -> bool {
+    layout(src0.dtype).is_some()
+        && (vnni || src0.dtype != DType::IQ4_XS)
+        && src1.ne[1] >= 8
+        && src0.ne[2] == 1
+        && src0.ne[3] == 1
 }
 
 /// A tile kernel: four unpacked weight rows against one band, `out[row][band row]`.
@@ -74,6 +82,7 @@ struct Layout {
 fn layout(dtype: DType) -> Option<Layout> {
     Some(match dtype {
         DType::Q4_K | DType::Q5_K => Layout { nsub: 8, mins: true },
+        DType::IQ4_XS => Layout { nsub: 8, mins: false },
         DType::Q2_K => Layout { nsub: 16, mins: true },
         DType::Q3_K | DType::Q6_K => Layout { nsub: 16, mins: false },
         _ => return None,
@@ -219,7 +228,25 @@ fn unpack_block(dtype: DType, blk: &[u8], u: &mut Unpacked, b: usize) {
             }
             (u.d[b], u.dmin[b]) = (f16_at(blk, 80), f16_at(blk, 82));
         }
-        _ => unreachable!("layout() admits only Q2_K..Q6_K"),
+        DType::IQ4_XS => {
+            // d, scales_h (u16), scales_l[4], qs[128]; codes are table values + 128 (bias 128),
+            // as ggml's tiled unpacking stores them.
+            let (sh, sl, qs) = (u16::from_le_bytes([blk[2], blk[3]]), &blk[4..8], &blk[8..136]);
+            for ib in 0..8 {
+                for j in 0..16 {
+                    let q = qs[16 * ib + j];
+                    let code = |nib: u8| (i32::from(KVALUES_IQ4NL[nib as usize]) + 128) as u8;
+                    codes[32 * ib + j] = code(q & 0xF);
+                    codes[32 * ib + 16 + j] = code(q >> 4);
+                }
+                let ls = i32::from((sl[ib / 2] >> (4 * (ib % 2))) & 0xF)
+                    | (i32::from((sh >> (2 * ib)) & 3) << 4);
+                u.scales[b * 8 + ib] = ls - 32;
+                u.corr[b * 8 + ib] = pair(-128 * (ls - 32), -128 * (ls - 32));
+            }
+            (u.d[b], u.dmin[b]) = (f16_at(blk, 0), 0.0);
+        }
+        _ => unreachable!("layout() admits only Q2_K..Q6_K and IQ4_XS"),
     }
 }
 
@@ -541,7 +568,8 @@ mod tests {
         }
     }
 
-    const TYPES: [DType; 5] = [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K];
+    const TYPES: [DType; 6] =
+        [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS];
 
     /// Rebuilds every value from the unpacked integers with the dequantizer's own formula
     /// and compares bit for bit: codes, scales, mins and corrections are right.
@@ -562,6 +590,7 @@ mod tests {
             let bias = match dtype {
                 DType::Q6_K => 32,
                 DType::Q3_K => 4,
+                DType::IQ4_XS => 128,
                 _ => 0,
             };
             for (e, &w) in want.iter().enumerate() {
@@ -613,7 +642,8 @@ mod tests {
         let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
         let mut band = Band::default();
         band.fill(nb, &refs);
-        for dtype in TYPES {
+        // The AVX2 kernel's codes must stay within 63 (IQ4_XS takes the VNNI kernel only).
+        for dtype in TYPES.into_iter().filter(|&t| name == "vnni" || t != DType::IQ4_XS) {
             let lay = layout(dtype).unwrap();
             let mut units: Vec<Unpacked> = (0..ROWS).map(|_| Unpacked::default()).collect();
             let ts = dtype.type_size();

@@ -275,12 +275,12 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     if repacked {
         // Multiplied lane by lane, eight rows per register.
         assert!(interleaved::applies(src0.dtype), "repacked {} is not interleaved", src0.dtype);
-        let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
-        return interleaved::mul_mat(p, dst, src0, &act, vnni);
+        return interleaved::mul_mat(p, dst, src0, &act, simd >= SimdLevel::Avx512 && cpu_vnni());
     }
     #[cfg(target_arch = "x86_64")]
-    if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1) {
-        let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
+    let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
+    #[cfg(target_arch = "x86_64")]
+    if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1, vnni) {
         return kquant_tiled::mul_mat(p, dst, src0, &act, vnni);
     }
     #[cfg(target_arch = "x86_64")]
@@ -301,7 +301,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         && src1.n_rows() >= 2
         && src1.ne[2] * src1.ne[3] == 1
         && src0.ne[2] * src0.ne[3] == 1
-        && !kquant_tiled::applies(src0, src1)
+        && !kquant_tiled::applies(src0, src1, vnni)
         && src0.dtype != DType::F16
     {
         let pass = src1.n_rows().min(vnni_few::MAX_ROWS);

@@ -613,10 +613,9 @@ fn matrix_vector_products_give_the_batched_bits() {
         };
         // The same row eight times: the chunked loop (one-row dots, or tiles with their
         // bits); one row takes the matrix-vector kernels, 2-7 rows their few-rows loop. The
-        // K-quants take llama.cpp's tiled order from 8 rows on, so theirs is the one-row dot
+        // K-quants and IQ4_XS take llama.cpp's tiled order from 8 rows on, so theirs is the one-row dot
         // through the chunked loop (scalar level) or its prefetching loop.
-        let kquant =
-            matches!(dtype, DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K);
+        let kquant = tiled(dtype);
         let reference = if kquant { copies(1) } else { copies(8) };
         for simd in SimdLevel::available() {
             let want = run(&src0, &reference, 1, simd);
@@ -636,11 +635,19 @@ fn matrix_vector_products_give_the_batched_bits() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The types llama.cpp multiplies by 8+ activation rows with its tiled kernels (another
+/// order): the K-quants and IQ4_XS.
+fn tiled(dtype: DType) -> bool {
+    use DType::*;
+    matches!(dtype, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS)
+}
+
 /// A product with 2-40 different activation rows gives each row the bits it gets alone (the
 /// few-rows kernels read every weight block once for all rows, in passes of up to 16 rows
 /// over blocks of weight rows: a mixed-up row, pass, accumulator or output would show here,
 /// where copies of one row would hide it), at every level and thread count, for each weight
-/// type; the K-quants only below 8 rows (from 8 on they take llama.cpp's tiled order).
+/// type; the K-quants and IQ4_XS only below 8 rows (from 8 on they take llama.cpp's tiled
+/// order).
 #[test]
 fn few_rows_products_give_each_row_its_own_bits() {
     let mut rng = Rng(0xfe77);
@@ -654,8 +661,7 @@ fn few_rows_products_give_each_row_its_own_bits() {
             let v: Vec<f32> = rows.iter().flatten().copied().collect();
             Host::packed(DType::F32, [k, rows.len(), 1, 1], &f32_bytes(&v))
         };
-        let kquant =
-            matches!(dtype, DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K);
+        let kquant = tiled(dtype);
         let counts: &[usize] =
             if kquant { &[2, 3, 4, 5, 6, 7] } else { &[2, 3, 4, 5, 6, 7, 8, 11, 16, 17, 40] };
         for simd in SimdLevel::available() {
