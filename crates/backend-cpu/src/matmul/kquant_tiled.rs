@@ -24,7 +24,8 @@
 //! products, `madd` with the scales, the same f32 epilogue with FMA), and its integers are exact
 //! there too, so the AVX2 level gives the same bits as the VNNI one. [`kernel_avx2`] reads the
 //! same band in two halves of eight rows: `maddubs` of the broadcast codes (unsigned, at most
-//! 63) with the activation bytes cannot saturate, and `madd` with ones finishes the four-byte
+//! 63; IQ4_XS's signed values by the sign trick, at most 127 in magnitude) with the activation
+//! bytes cannot saturate, and `madd` with ones finishes the four-byte
 //! sums that `vpdpbusd` makes in one step.
 
 // The AVX-512 intrinsics are stable since Rust 1.89; see the note in `avx512.rs`.
@@ -50,16 +51,9 @@ const Q8K_SIZE: usize = 292;
 
 /// Whether llama.cpp would take its tiled path for these operands (a K-quant or IQ4_XS weight
 /// type and `src1.ne[1] >= 8`), and these kernels can reproduce it (one weight matrix; the
-/// caller checks the SIMD level: AVX2 or, `vnni`, AVX-512 VNNI). IQ4_XS only with VNNI: its
-/// codes (table values + 128, up to 241) would saturate the AVX2 kernel's `maddubs`, where
-/// ggml uses the sign trick instead (not reproduced: at the AVX2 level IQ4_XS batches keep
-/// the one-row dots' bits).
-pub(super) fn applies(src0: &TensorRef, src1: &TensorRef, vnni: bool) -> bool {
-    layout(src0.dtype).is_some()
-        && (vnni || src0.dtype != DType::IQ4_XS)
-        && src1.ne[1] >= 8
-        && src0.ne[2] == 1
-        && src0.ne[3] == 1
+/// caller checks the SIMD level: AVX2 or AVX-512 VNNI).
+pub(super) fn applies(src0: &TensorRef, src1: &TensorRef) -> bool {
+    layout(src0.dtype).is_some() && src1.ne[1] >= 8 && src0.ne[2] == 1 && src0.ne[3] == 1
 }
 
 /// A tile kernel: four unpacked weight rows against one band, `out[row][band row]`.
@@ -76,15 +70,19 @@ struct Layout {
     nsub: usize,
     /// Whether the block has mins (`s2`), else a bias correction folded into `s1`.
     mins: bool,
+    /// IQ4_XS: codes are signed values + 128 (beyond `maddubs`' unsigned range once paired),
+    /// so the AVX2 kernel multiplies the signed values by the sign trick and needs no bias
+    /// correction (the same integers).
+    signed: bool,
 }
 
 /// The [`Layout`] of a supported type.
 fn layout(dtype: DType) -> Option<Layout> {
     Some(match dtype {
-        DType::Q4_K | DType::Q5_K => Layout { nsub: 8, mins: true },
-        DType::IQ4_XS => Layout { nsub: 8, mins: false },
-        DType::Q2_K => Layout { nsub: 16, mins: true },
-        DType::Q3_K | DType::Q6_K => Layout { nsub: 16, mins: false },
+        DType::Q4_K | DType::Q5_K => Layout { nsub: 8, mins: true, signed: false },
+        DType::IQ4_XS => Layout { nsub: 8, mins: false, signed: true },
+        DType::Q2_K => Layout { nsub: 16, mins: true, signed: false },
+        DType::Q3_K | DType::Q6_K => Layout { nsub: 16, mins: false, signed: false },
         _ => return None,
     })
 }
@@ -473,6 +471,7 @@ unsafe fn kernel_avx2(
     }
     let zero = _mm256_setzero_si256();
     let ones = _mm256_set1_epi16(1);
+    let flip = _mm256_set1_epi8(0x80u8 as i8);
     let groups = 64 / lay.nsub;
     for half in 0..2 {
         let lane = half * (BAND / 2);
@@ -494,7 +493,14 @@ unsafe fn kernel_avx2(
                         // SAFETY: codes gi·4..gi·4+4 < nb·256 (asserted above).
                         let c =
                             unsafe { w.codes.as_ptr().add(gi * 4).cast::<i32>().read_unaligned() };
-                        let prod = _mm256_maddubs_epi16(_mm256_set1_epi32(c), a);
+                        let prod = if lay.signed {
+                            // The signed values (codes − 128): |q| times y with q's signs, a
+                            // pair at most 2 · 127 · 128 (exact).
+                            let q = _mm256_xor_si256(_mm256_set1_epi32(c), flip);
+                            _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q))
+                        } else {
+                            _mm256_maddubs_epi16(_mm256_set1_epi32(c), a)
+                        };
                         *r = _mm256_add_epi32(*r, _mm256_madd_epi16(prod, ones));
                     }
                 }
@@ -504,7 +510,8 @@ unsafe fn kernel_avx2(
                 }
             }
             let mut corr = [zero; ROWS];
-            for tp in 0..8 {
+            // Signed values carry no bias: the correction (−128·scale·Σy) is already out.
+            for tp in (0..8).filter(|_| !lay.signed) {
                 // SAFETY: pair tp of block b: 16 i32, this half's 8 at `lane` (asserted above).
                 let bs = unsafe {
                     _mm256_loadu_si256(band.bsums.as_ptr().add((b * 8 + tp) * BAND + lane).cast())
@@ -642,8 +649,7 @@ mod tests {
         let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
         let mut band = Band::default();
         band.fill(nb, &refs);
-        // The AVX2 kernel's codes must stay within 63 (IQ4_XS takes the VNNI kernel only).
-        for dtype in TYPES.into_iter().filter(|&t| name == "vnni" || t != DType::IQ4_XS) {
+        for dtype in TYPES {
             let lay = layout(dtype).unwrap();
             let mut units: Vec<Unpacked> = (0..ROWS).map(|_| Unpacked::default()).collect();
             let ts = dtype.type_size();

@@ -280,7 +280,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     #[cfg(target_arch = "x86_64")]
     let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
     #[cfg(target_arch = "x86_64")]
-    if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1, vnni) {
+    if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1) {
         return kquant_tiled::mul_mat(p, dst, src0, &act, vnni);
     }
     #[cfg(target_arch = "x86_64")]
@@ -301,7 +301,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         && src1.n_rows() >= 2
         && src1.ne[2] * src1.ne[3] == 1
         && src0.ne[2] * src0.ne[3] == 1
-        && !kquant_tiled::applies(src0, src1, vnni)
+        && !kquant_tiled::applies(src0, src1)
         && src0.dtype != DType::F16
     {
         let pass = src1.n_rows().min(vnni_few::MAX_ROWS);
