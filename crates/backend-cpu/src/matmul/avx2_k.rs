@@ -110,7 +110,8 @@ fn half_scales(scales: __m128i, h: usize) -> __m256i {
 /// rounding does too.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Correction {
-    /// Q2_K: `Σ m·bsum` in its own lanes, times `dm`, one more FMA per block.
+    /// Q2_K: `Σ m·bsum` in its own lanes, times `dm`, one more FMA per block, before the
+    /// scaled sums' (ggml's order).
     Mins,
     /// Q6_K: the offset `m = o·scale` taken out of the lanes through the block sums, in
     /// integers, before the conversion.
@@ -170,8 +171,9 @@ unsafe fn per16_rows<const C: usize>(
                     *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
                 }
                 Correction::Mins => {
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
+                    // The mins first, as ggml's kernel adds them.
                     *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dm), _mm256_cvtepi32_ps(summ), *a);
+                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
                 }
             }
         }
@@ -491,6 +493,58 @@ mod tests {
             }
         }
         ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+    }
+
+    /// ggml's AVX2 `ggml_vec_dot_q2_K_q8_K` in scalar code: per block, first the mins
+    /// (`acc[m] = fma(−y.d·dmin, mins[2m]·bsums[2m] + mins[2m+1]·bsums[2m+1], acc[m])`), then
+    /// the scaled sums of lane `m`'s bytes `4m..4m+4` of every 32 values, times `y.d·d`.
+    fn ggml_q2_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
+        let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let mut acc = [0f32; 8];
+        for b in 0..n / 256 {
+            let (xb, yb) = (&x[84 * b..84 * (b + 1)], &y[292 * b..292 * (b + 1)]);
+            let dy = f32::from_le_bytes(yb[..4].try_into().unwrap());
+            let (d, dmin) = (dy * f16(&xb[80..82]), -dy * f16(&xb[82..84]));
+            let bsum = |t: usize| i32::from(i16::from_le_bytes([yb[260 + 2 * t], yb[261 + 2 * t]]));
+            let min = |t: usize| i32::from(xb[t] >> 4);
+            let mut lanes = [0i32; 8];
+            for v in 0..256 {
+                let (h, j, l) = (v / 128, v % 128 / 32, v % 32);
+                let q = i32::from((xb[16 + 32 * h + l] >> (2 * j)) & 3);
+                lanes[v % 32 / 4] += i32::from(xb[v / 16] & 0xF) * q * i32::from(yb[4 + v] as i8);
+            }
+            for (m, (a, &s)) in acc.iter_mut().zip(&lanes).enumerate() {
+                let mins = min(2 * m) * bsum(2 * m) + min(2 * m + 1) * bsum(2 * m + 1);
+                *a = dmin.mul_add(mins as f32, *a);
+                *a = d.mul_add(s as f32, *a);
+            }
+        }
+        ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+    }
+
+    /// Q2_K's products add the mins first, as ggml's kernel does (after the sums, other bits).
+    #[test]
+    fn q2_k_follows_ggml_order() {
+        if SimdLevel::detect() < SimdLevel::Avx2 {
+            eprintln!("skipped: no AVX2");
+            return;
+        }
+        let mut rng = Rng(0x22);
+        let k = 256 * 6;
+        for _ in 0..20 {
+            let x = quant::quantize(DType::Q2_K, &rng.f32s(k)).unwrap();
+            let ys: Vec<Vec<u8>> =
+                (0..4).map(|_| quant::quantize(DType::Q8_K, &rng.f32s(k)).unwrap()).collect();
+            // SAFETY: one Q2_K row and Q8_K rows of k values; AVX2 checked above.
+            let (one, four) = unsafe {
+                (q2_k(k, x.as_ptr(), ys[0].as_ptr()), q2_k_n::<4>(k, x.as_ptr(), ys_ptrs(&ys)))
+            };
+            let want: Vec<f32> = ys.iter().map(|y| ggml_q2_k(k, &x, y)).collect();
+            assert_eq!(one.to_bits(), want[0].to_bits());
+            for (g, w) in four.iter().zip(&want) {
+                assert_eq!(g.to_bits(), w.to_bits());
+            }
+        }
     }
 
     /// Q3_K's products keep ggml's lanes (an offset taken out per block sum instead gives the
