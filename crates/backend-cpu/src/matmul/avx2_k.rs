@@ -522,58 +522,46 @@ mod tests {
         ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
     }
 
-    /// Q2_K's products add the mins first, as ggml's kernel does (after the sums, other bits).
-    #[test]
-    fn q2_k_follows_ggml_order() {
+    /// The one-row and four-row kernels of `dtype` give `model`'s bits on random rows.
+    fn check(
+        dtype: DType,
+        seed: u64,
+        one: VecDot,
+        four: VecDot4,
+        model: fn(usize, &[u8], &[u8]) -> f32,
+    ) {
         if SimdLevel::detect() < SimdLevel::Avx2 {
             eprintln!("skipped: no AVX2");
             return;
         }
-        let mut rng = Rng(0x22);
+        let mut rng = Rng(seed);
         let k = 256 * 6;
         for _ in 0..20 {
-            let x = quant::quantize(DType::Q2_K, &rng.f32s(k)).unwrap();
+            let x = quant::quantize(dtype, &rng.f32s(k)).unwrap();
             let ys: Vec<Vec<u8>> =
                 (0..4).map(|_| quant::quantize(DType::Q8_K, &rng.f32s(k)).unwrap()).collect();
-            // SAFETY: one Q2_K row and Q8_K rows of k values; AVX2 checked above.
-            let (one, four) = unsafe {
-                (q2_k(k, x.as_ptr(), ys[0].as_ptr()), q2_k_n::<4>(k, x.as_ptr(), ys_ptrs(&ys)))
-            };
-            let want: Vec<f32> = ys.iter().map(|y| ggml_q2_k(k, &x, y)).collect();
-            assert_eq!(one.to_bits(), want[0].to_bits());
-            for (g, w) in four.iter().zip(&want) {
-                assert_eq!(g.to_bits(), w.to_bits());
+            let ptrs: [*const u8; 4] = std::array::from_fn(|j| ys[j].as_ptr());
+            // SAFETY: one weight row and Q8_K rows of k values; AVX2 checked above.
+            let (got1, got4) =
+                unsafe { (one(k, x.as_ptr(), ys[0].as_ptr()), four(k, x.as_ptr(), ptrs)) };
+            let want: Vec<f32> = ys.iter().map(|y| model(k, &x, y)).collect();
+            assert_eq!(got1.to_bits(), want[0].to_bits(), "{dtype} one row");
+            for (g, w) in got4.iter().zip(&want) {
+                assert_eq!(g.to_bits(), w.to_bits(), "{dtype} four rows");
             }
         }
+    }
+
+    /// Q2_K's products add the mins first, as ggml's kernel does (after the sums, other bits).
+    #[test]
+    fn q2_k_follows_ggml_order() {
+        check(DType::Q2_K, 0x22, q2_k, q2_k_n::<4>, ggml_q2_k);
     }
 
     /// Q3_K's products keep ggml's lanes (an offset taken out per block sum instead gives the
     /// same total in other lanes, and other bits).
     #[test]
     fn q3_k_follows_ggml_lanes() {
-        if SimdLevel::detect() < SimdLevel::Avx2 {
-            eprintln!("skipped: no AVX2");
-            return;
-        }
-        let mut rng = Rng(0x33);
-        let k = 256 * 6;
-        for _ in 0..20 {
-            let x = quant::quantize(DType::Q3_K, &rng.f32s(k)).unwrap();
-            let ys: Vec<Vec<u8>> =
-                (0..4).map(|_| quant::quantize(DType::Q8_K, &rng.f32s(k)).unwrap()).collect();
-            // SAFETY: one Q3_K row and Q8_K rows of k values; AVX2 checked above.
-            let (one, four) = unsafe {
-                (q3_k(k, x.as_ptr(), ys[0].as_ptr()), q3_k_n::<4>(k, x.as_ptr(), ys_ptrs(&ys)))
-            };
-            let want: Vec<f32> = ys.iter().map(|y| ggml_q3_k(k, &x, y)).collect();
-            assert_eq!(one.to_bits(), want[0].to_bits());
-            for (g, w) in four.iter().zip(&want) {
-                assert_eq!(g.to_bits(), w.to_bits());
-            }
-        }
-    }
-
-    fn ys_ptrs(ys: &[Vec<u8>]) -> [*const u8; 4] {
-        std::array::from_fn(|j| ys[j].as_ptr())
+        check(DType::Q3_K, 0x33, q3_k, q3_k_n::<4>, ggml_q3_k);
     }
 }

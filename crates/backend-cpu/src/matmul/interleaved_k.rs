@@ -230,22 +230,44 @@ k_kernel!(
     |s, sc| _mm256_mullo_epi32(s, sc)
 );
 
-/// The kernel for `rows` (1..=4) activation rows in the GEMM chain (`gemm`) or the GEMV one.
-pub(super) fn kernel(vnni: bool, rows: usize, gemm: bool) -> GroupFn {
-    macro_rules! pick {
-        ($f:ident, $gemm:expr) => {
-            match rows {
-                1 => $f::<1, $gemm> as GroupFn,
-                2 => $f::<2, $gemm>,
-                3 => $f::<3, $gemm>,
-                _ => $f::<4, $gemm>,
+/// Defines `kernel(vnni, rows, gemm)`: the [`GroupFn`] of the `$vnni` or `$avx2` group loop
+/// (generic over the row count `N` and `GEMM`) for 1..=4 activation rows, in the GEMM chain or
+/// the GEMV one.
+macro_rules! kernel_picker {
+    ($vnni:ident, $avx2:ident) => {
+        /// The kernel for `rows` (1..=4) activation rows in the GEMM chain (`gemm`) or the GEMV
+        /// one.
+        pub(super) fn kernel(vnni: bool, rows: usize, gemm: bool) -> GroupFn {
+            let by_rows = |f: [GroupFn; 4]| f[rows.clamp(1, 4) - 1];
+            match (vnni, gemm) {
+                (true, true) => by_rows([
+                    $vnni::<1, true>,
+                    $vnni::<2, true>,
+                    $vnni::<3, true>,
+                    $vnni::<4, true>,
+                ]),
+                (true, false) => by_rows([
+                    $vnni::<1, false>,
+                    $vnni::<2, false>,
+                    $vnni::<3, false>,
+                    $vnni::<4, false>,
+                ]),
+                (false, true) => by_rows([
+                    $avx2::<1, true>,
+                    $avx2::<2, true>,
+                    $avx2::<3, true>,
+                    $avx2::<4, true>,
+                ]),
+                (false, false) => by_rows([
+                    $avx2::<1, false>,
+                    $avx2::<2, false>,
+                    $avx2::<3, false>,
+                    $avx2::<4, false>,
+                ]),
             }
-        };
-    }
-    match (vnni, gemm) {
-        (true, true) => pick!(groups_vnni, true),
-        (true, false) => pick!(groups_vnni, false),
-        (false, true) => pick!(groups_avx2, true),
-        (false, false) => pick!(groups_avx2, false),
-    }
+        }
+    };
 }
+pub(super) use kernel_picker;
+
+kernel_picker!(groups_vnni, groups_avx2);

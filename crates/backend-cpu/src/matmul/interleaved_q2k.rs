@@ -21,7 +21,7 @@
 
 use super::avx2::{ld128, ld256, rd};
 use super::interleaved::GROUP;
-use super::interleaved_k::{lane_bytes, GroupFn};
+use super::interleaved_k::{kernel_picker, lane_bytes, GroupFn};
 use super::vnni_matvec::PREFETCH;
 use std::arch::x86_64::*;
 
@@ -191,22 +191,4 @@ q2k_kernel!(
     |s, sc| _mm256_mullo_epi32(s, sc)
 );
 
-/// The kernel for `rows` (1..=4) activation rows in the GEMM chain (`gemm`) or the GEMV one.
-pub(super) fn kernel(vnni: bool, rows: usize, gemm: bool) -> GroupFn {
-    macro_rules! pick {
-        ($f:ident, $gemm:expr) => {
-            match rows {
-                1 => $f::<1, $gemm> as GroupFn,
-                2 => $f::<2, $gemm>,
-                3 => $f::<3, $gemm>,
-                _ => $f::<4, $gemm>,
-            }
-        };
-    }
-    match (vnni, gemm) {
-        (true, true) => pick!(groups_vnni, true),
-        (true, false) => pick!(groups_vnni, false),
-        (false, true) => pick!(groups_avx2, true),
-        (false, false) => pick!(groups_avx2, false),
-    }
-}
+kernel_picker!(groups_vnni, groups_avx2);
