@@ -210,25 +210,34 @@ macro_rules! k_kernel {
     };
 }
 
-// AVX2: `maddubs` sums in i16 (at most 8 · 2 · 15 · 128 = 30720, exact), the scale applied
-// by `madd` with it in both halves of the lane.
-k_kernel!(
-    groups_avx2,
-    "avx2,fma,f16c",
-    false,
-    |s, q, y| _mm256_add_epi16(s, _mm256_maddubs_epi16(q, y)),
-    |a, b| _mm256_add_epi16(a, b),
-    |s, sc| _mm256_madd_epi16(s, sc)
-);
-// AVX-512 VNNI: `vpdpbusd` sums in i32, the scale applied by `vpmulld`.
-k_kernel!(
-    groups_vnni,
-    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-    true,
-    |s, q, y| _mm256_dpbusd_epi32(s, q, y),
-    |a, b| _mm256_add_epi32(a, b),
-    |s, sc| _mm256_mullo_epi32(s, sc)
-);
+/// Instantiates a group-loop macro (`k_kernel!` here, `q2k_kernel!` for Q2_K) for both
+/// instruction sets, as `groups_avx2` and `groups_vnni`:
+/// - AVX2: `maddubs` sums in i16 (exact: at most 8 · 2 · 15 · 128 = 30720 for Q4_K's codes,
+///   4 · 2 · 3 · 127 for Q2_K's), the scale applied by `madd` with it in both halves of the lane;
+/// - AVX-512 VNNI: `vpdpbusd` sums in i32, the scale applied by `vpmulld`.
+macro_rules! both_instruction_sets {
+    ($kernel:ident) => {
+        $kernel!(
+            groups_avx2,
+            "avx2,fma,f16c",
+            false,
+            |s, q, y| _mm256_add_epi16(s, _mm256_maddubs_epi16(q, y)),
+            |a, b| _mm256_add_epi16(a, b),
+            |s, sc| _mm256_madd_epi16(s, sc)
+        );
+        $kernel!(
+            groups_vnni,
+            "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+            true,
+            |s, q, y| _mm256_dpbusd_epi32(s, q, y),
+            |a, b| _mm256_add_epi32(a, b),
+            |s, sc| _mm256_mullo_epi32(s, sc)
+        );
+    };
+}
+pub(super) use both_instruction_sets;
+
+both_instruction_sets!(k_kernel);
 
 /// Defines `kernel(vnni, rows, gemm)`: the [`GroupFn`] of the `$vnni` or `$avx2` group loop
 /// (generic over the row count `N` and `GEMM`) for 1..=4 activation rows, in the GEMM chain or

@@ -21,7 +21,7 @@
 
 use super::avx2::{ld128, ld256, rd};
 use super::interleaved::GROUP;
-use super::interleaved_k::{kernel_picker, lane_bytes, GroupFn};
+use super::interleaved_k::{both_instruction_sets, kernel_picker, lane_bytes, GroupFn};
 use super::vnni_matvec::PREFETCH;
 use std::arch::x86_64::*;
 
@@ -171,24 +171,6 @@ macro_rules! q2k_kernel {
     };
 }
 
-// AVX2: `maddubs` sums in i16 (at most 4 · 2 · 3 · 127 = 3048, exact), the scale applied by
-// `madd` with it in both halves of the lane.
-q2k_kernel!(
-    groups_avx2,
-    "avx2,fma,f16c",
-    false,
-    |s, q, y| _mm256_add_epi16(s, _mm256_maddubs_epi16(q, y)),
-    |a, b| _mm256_add_epi16(a, b),
-    |s, sc| _mm256_madd_epi16(s, sc)
-);
-// AVX-512 VNNI: `vpdpbusd` sums in i32, the scale applied by `vpmulld`.
-q2k_kernel!(
-    groups_vnni,
-    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-    true,
-    |s, q, y| _mm256_dpbusd_epi32(s, q, y),
-    |a, b| _mm256_add_epi32(a, b),
-    |s, sc| _mm256_mullo_epi32(s, sc)
-);
+both_instruction_sets!(q2k_kernel);
 
 kernel_picker!(groups_vnni, groups_avx2);
