@@ -31,6 +31,7 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
 pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
     Some(match dtype {
         DType::F16 => f16_f16_n::<4>,
+        DType::BF16 => super::dot_bf16::tiny::<{ super::dot_bf16::AVX2 }, 4>,
         DType::Q4_0 => q4_0_q8_0_n::<4>,
         DType::Q8_0 => q8_0_q8_0_n::<4>,
         DType::Q4_1 => q4_1_q8_1_n::<4>,
@@ -230,38 +231,14 @@ unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
     unsafe { f16_f16_n::<1>(n, x, [y])[0] }
 }
 
-/// BF16 · BF16: bf16 is the top half of an f32, so widening is a shift.
+/// BF16 · BF16 in an AVX2 build's tinyBLAS order ([`super::dot_bf16`]).
 ///
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn bf16_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
-    let widen = |p: *const u8| {
-        // SAFETY: the callers below pass 8 in-bounds values.
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(unsafe { ld128(p) })))
-    };
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (k, a) in acc.iter_mut().enumerate() {
-            let o = 2 * (i + 8 * k);
-            *a = _mm256_fmadd_ps(widen(x.wrapping_add(o)), widen(y.wrapping_add(o)), *a);
-        }
-        i += 32;
-    }
-    while i + 8 <= n {
-        acc[0] =
-            _mm256_fmadd_ps(widen(x.wrapping_add(2 * i)), widen(y.wrapping_add(2 * i)), acc[0]);
-        i += 8;
-    }
-    let mut sum =
-        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    for j in i..n {
-        // SAFETY: j < n.
-        let (u, v) = unsafe { (rd::<u16>(x.add(2 * j)), rd::<u16>(y.add(2 * j))) };
-        sum += f32::from_bits(u32::from(u) << 16) * f32::from_bits(u32::from(v) << 16);
-    }
-    sum
+    // SAFETY: forwarded.
+    unsafe { super::dot_bf16::tiny::<{ super::dot_bf16::AVX2 }, 1>(n, x, [y])[0] }
 }
 
 // ---------------------------------------------------------------------------------------------

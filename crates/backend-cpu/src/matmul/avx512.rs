@@ -20,7 +20,7 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
     Some(match dtype {
         DType::F32 => f32_f32,
         DType::F16 => f16_f16,
-        DType::BF16 => bf16_bf16,
+        DType::BF16 => bf16_bf16(),
         _ => return None,
     })
 }
@@ -29,8 +29,35 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
 pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
     Some(match dtype {
         DType::F16 => f16_f16_n::<4>,
+        DType::BF16 => {
+            use super::dot_bf16::{tiny, AVX512, AVX512_BF16};
+            if super::dot_bf16::avx512_variant() == AVX512_BF16 {
+                tiny::<AVX512_BF16, 4>
+            } else {
+                tiny::<AVX512, 4>
+            }
+        }
         _ => return None,
     })
+}
+
+/// BF16 · BF16 in tinyBLAS's order for an AVX-512 build of this CPU's kind (with AVX512_BF16
+/// where the CPU has it: [`super::dot_bf16`]).
+fn bf16_bf16() -> VecDot {
+    use super::dot_bf16::{tiny, AVX512, AVX512_BF16};
+    /// One row of [`tiny`].
+    ///
+    /// # Safety
+    /// The [`VecDot`] contract and the variant's features.
+    unsafe fn one<const V: u8>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        // SAFETY: forwarded.
+        unsafe { tiny::<V, 1>(n, x, [y])[0] }
+    }
+    if super::dot_bf16::avx512_variant() == AVX512_BF16 {
+        one::<AVX512_BF16>
+    } else {
+        one::<AVX512>
+    }
 }
 
 /// Mask of the first `k` (< 16) lanes.
@@ -101,7 +128,7 @@ unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -
 /// then lanes (0+2)+(1+3).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-fn reduce_add(v: __m512) -> f32 {
+pub(super) fn reduce_add(v: __m512) -> f32 {
     let h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps::<1>(v));
     let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
     let p = _mm_add_ps(q, _mm_movehl_ps(q, q));
@@ -116,35 +143,4 @@ fn reduce_add(v: __m512) -> f32 {
 unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { f16_f16_n::<1>(n, x, [y])[0] }
-}
-
-/// BF16 · BF16: widening is a shift; two accumulators of 16, masked tail.
-///
-/// # Safety
-/// The [`VecDot`] contract, and AVX-512 F/BW/VL/DQ.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn bf16_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
-    let (x, y) = (x.cast::<u16>(), y.cast::<u16>());
-    let widen = |v: __m256i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v)));
-    let mut acc = [_mm512_setzero_ps(); 2];
-    let mut i = 0;
-    while i < n {
-        for (h, a) in acc.iter_mut().enumerate() {
-            let at = i + 16 * h;
-            if at >= n {
-                break;
-            }
-            let m = if n - at >= 16 { u16::MAX } else { first(n - at) };
-            // SAFETY: the masked lanes are elements at.. < n of both rows; others are not read.
-            let (u, v) = unsafe {
-                (
-                    _mm256_maskz_loadu_epi16(m, x.add(at).cast()),
-                    _mm256_maskz_loadu_epi16(m, y.add(at).cast()),
-                )
-            };
-            *a = _mm512_fmadd_ps(widen(u), widen(v), *a);
-        }
-        i += 32;
-    }
-    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
 }

@@ -24,6 +24,8 @@
 //! uses ggml's reference quantizers (`roundf`), as a ggml build without AVX does.
 
 mod convert;
+#[cfg(target_arch = "x86_64")]
+mod dot_bf16;
 pub(crate) mod dot_f16;
 mod scalar;
 
@@ -240,6 +242,20 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         if let Kernel::Dot { dot, dot4, tile, .. } = &mut kernel {
             *dot =
                 if simd >= SimdLevel::Avx512 { vec_dot_f16::<true> } else { vec_dot_f16::<false> };
+            (*dot4, *tile) = (None, None);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if src0.dtype == DType::BF16 && src1.ne[1] == 1 && simd >= SimdLevel::Avx2 {
+        // The same for BF16: ggml_vec_dot_bf16 of the build this level stands for.
+        if let Kernel::Dot { dot, dot4, tile, .. } = &mut kernel {
+            *dot = match simd {
+                SimdLevel::Avx2 => dot_bf16::vec_dot::<{ dot_bf16::AVX2 }>,
+                _ if dot_bf16::avx512_variant() == dot_bf16::AVX512_BF16 => {
+                    dot_bf16::vec_dot::<{ dot_bf16::AVX512_BF16 }>
+                }
+                _ => dot_bf16::vec_dot::<{ dot_bf16::AVX512 }>,
+            };
             (*dot4, *tile) = (None, None);
         }
     }

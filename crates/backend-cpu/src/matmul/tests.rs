@@ -595,14 +595,14 @@ fn vnni_matvec_matches_one_row_dots() {
 
 /// A matrix-vector product (one activation row: the row-range loop with prefetching, or the
 /// VNNI kernels) gives the bits the chunked loop gives that row inside a batch, at every level
-/// and thread count. F16 is the exception, as in llama.cpp: one column takes
-/// `ggml_vec_dot_f16`, two or more tinyBLAS's order.
+/// and thread count. F16 and BF16 are the exceptions, as in llama.cpp: one column takes
+/// `ggml_vec_dot_f16` / `ggml_vec_dot_bf16`, two or more tinyBLAS's order.
 #[test]
 fn matrix_vector_products_give_the_batched_bits() {
     // (Also products with 2-7 activation rows.)
     let mut rng = Rng(0x5eed);
     let mut failures = Vec::new();
-    for dtype in weight_types().into_iter().filter(|&d| d != DType::F16) {
+    for dtype in weight_types().into_iter().filter(|&d| !matches!(d, DType::F16 | DType::BF16)) {
         let (k, m) = (512, 37);
         let wbytes = weights(dtype, k * m, &mut rng, false);
         let src0 = Host::packed(dtype, [k, m, 1, 1], &wbytes);
@@ -652,7 +652,7 @@ fn tiled(dtype: DType) -> bool {
 fn few_rows_products_give_each_row_its_own_bits() {
     let mut rng = Rng(0xfe77);
     let mut failures = Vec::new();
-    for dtype in weight_types().into_iter().filter(|&d| d != DType::F16) {
+    for dtype in weight_types().into_iter().filter(|&d| !matches!(d, DType::F16 | DType::BF16)) {
         let (k, m) = (512, 37);
         let wbytes = weights(dtype, k * m, &mut rng, false);
         let src0 = Host::packed(dtype, [k, m, 1, 1], &wbytes);
