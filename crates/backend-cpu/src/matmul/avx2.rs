@@ -15,7 +15,7 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
     Some(match dtype {
         F32 => f32_f32,
         F16 => f16_f16,
-        BF16 => bf16_bf16,
+        BF16 => super::dot_bf16::tinyblas(false).0,
         Q4_0 => q4_0_q8_0,
         Q4_1 => q4_1_q8_1,
         Q5_0 => q5_0_q8_0,
@@ -31,7 +31,7 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
 pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
     Some(match dtype {
         DType::F16 => f16_f16_n::<4>,
-        DType::BF16 => super::dot_bf16::tiny::<{ super::dot_bf16::AVX2 }, 4>,
+        DType::BF16 => super::dot_bf16::tinyblas(false).1,
         DType::Q4_0 => q4_0_q8_0_n::<4>,
         DType::Q8_0 => q8_0_q8_0_n::<4>,
         DType::Q4_1 => q4_1_q8_1_n::<4>,
@@ -229,16 +229,6 @@ unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -
 unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { f16_f16_n::<1>(n, x, [y])[0] }
-}
-
-/// BF16 · BF16 in an AVX2 build's tinyBLAS order ([`super::dot_bf16`]).
-///
-/// # Safety
-/// The [`VecDot`] contract, and AVX2/FMA/F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bf16_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
-    // SAFETY: forwarded.
-    unsafe { super::dot_bf16::tiny::<{ super::dot_bf16::AVX2 }, 1>(n, x, [y])[0] }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -147,8 +147,8 @@ unsafe fn per16_rows<const C: usize>(
         let sc = [half_scales(scales, 0), half_scales(scales, 1)];
         for (a, y) in acc.iter_mut().zip(y) {
             let yb = y.wrapping_add(Q8K * i);
-            // SAFETY: block i of this activation row: d and bsums.
-            let (dy, bsums) = unsafe { (rd::<f32>(yb), ld256(yb.add(260))) };
+            // SAFETY: block i of this activation row: d.
+            let dy = unsafe { rd::<f32>(yb) };
             let mut sumi = _mm256_setzero_si256();
             for (j, q) in q.iter().enumerate() {
                 // SAFETY: quants 32j..32j+32 of the block.
@@ -161,21 +161,22 @@ unsafe fn per16_rows<const C: usize>(
                 }
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
             }
-            let summ = _mm256_madd_epi16(mins, bsums);
             match correction {
-                Correction::BlockSums => {
-                    let sumi = _mm256_sub_epi32(sumi, summ);
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
-                }
-                Correction::PerLane => {
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
-                }
-                Correction::Mins => {
-                    // The mins first, as ggml's kernel adds them.
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dm), _mm256_cvtepi32_ps(summ), *a);
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
+                // Q3_K's offset is already out of each pair.
+                Correction::PerLane => {}
+                Correction::BlockSums | Correction::Mins => {
+                    // SAFETY: block i's 16 block sums (32 bytes at 260).
+                    let summ = _mm256_madd_epi16(mins, unsafe { ld256(yb.add(260)) });
+                    if correction == Correction::BlockSums {
+                        sumi = _mm256_sub_epi32(sumi, summ);
+                    } else {
+                        // The mins first, as ggml's kernel adds them.
+                        let m = _mm256_cvtepi32_ps(summ);
+                        *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dm), m, *a);
+                    }
                 }
             }
+            *a = _mm256_fmadd_ps(_mm256_set1_ps(dy * dq), _mm256_cvtepi32_ps(sumi), *a);
         }
     }
     acc.map(|a| hsum_ps(a))

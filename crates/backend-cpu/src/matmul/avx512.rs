@@ -20,7 +20,7 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
     Some(match dtype {
         DType::F32 => f32_f32,
         DType::F16 => f16_f16,
-        DType::BF16 => bf16_bf16(),
+        DType::BF16 => super::dot_bf16::tinyblas(true).0,
         _ => return None,
     })
 }
@@ -29,35 +29,9 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
 pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
     Some(match dtype {
         DType::F16 => f16_f16_n::<4>,
-        DType::BF16 => {
-            use super::dot_bf16::{tiny, AVX512, AVX512_BF16};
-            if super::dot_bf16::avx512_variant() == AVX512_BF16 {
-                tiny::<AVX512_BF16, 4>
-            } else {
-                tiny::<AVX512, 4>
-            }
-        }
+        DType::BF16 => super::dot_bf16::tinyblas(true).1,
         _ => return None,
     })
-}
-
-/// BF16 · BF16 in tinyBLAS's order for an AVX-512 build of this CPU's kind (with AVX512_BF16
-/// where the CPU has it: [`super::dot_bf16`]).
-fn bf16_bf16() -> VecDot {
-    use super::dot_bf16::{tiny, AVX512, AVX512_BF16};
-    /// One row of [`tiny`].
-    ///
-    /// # Safety
-    /// The [`VecDot`] contract and the variant's features.
-    unsafe fn one<const V: u8>(n: usize, x: *const u8, y: *const u8) -> f32 {
-        // SAFETY: forwarded.
-        unsafe { tiny::<V, 1>(n, x, [y])[0] }
-    }
-    if super::dot_bf16::avx512_variant() == AVX512_BF16 {
-        one::<AVX512_BF16>
-    } else {
-        one::<AVX512>
-    }
 }
 
 /// Mask of the first `k` (< 16) lanes.

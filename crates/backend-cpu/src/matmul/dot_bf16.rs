@@ -17,22 +17,52 @@
 
 use super::avx2::{hsum_ps, ld128};
 use super::avx512::reduce_add;
+use super::{VecDot, VecDot4};
 use std::arch::x86_64::*;
 
-/// Which build's arithmetic.
-pub(super) const AVX2: u8 = 0;
+/// Which build's arithmetic: an AVX2 build.
+const AVX2: u8 = 0;
 /// An AVX-512F build without AVX512_BF16.
-pub(super) const AVX512: u8 = 1;
+const AVX512: u8 = 1;
 /// An AVX512_BF16 build.
-pub(super) const AVX512_BF16: u8 = 2;
+const AVX512_BF16: u8 = 2;
 
 /// The variant for the AVX-512 level on this CPU.
-pub(super) fn avx512_variant() -> u8 {
+fn avx512_variant() -> u8 {
     if std::is_x86_feature_detected!("avx512bf16") {
         AVX512_BF16
     } else {
         AVX512
     }
+}
+
+/// The one-column dot (`ggml_vec_dot_bf16`) of the build a level stands for: AVX2, or
+/// (`avx512`) AVX-512 with or without AVX512_BF16 as this CPU has it.
+pub(super) fn one_column(avx512: bool) -> VecDot {
+    match (avx512, avx512_variant()) {
+        (false, _) => vec_dot::<AVX2>,
+        (true, AVX512_BF16) => vec_dot::<AVX512_BF16>,
+        (true, _) => vec_dot::<AVX512>,
+    }
+}
+
+/// The tinyBLAS-order kernels (one row, four rows) of the build a level stands for, as
+/// [`one_column`].
+pub(super) fn tinyblas(avx512: bool) -> (VecDot, VecDot4) {
+    match (avx512, avx512_variant()) {
+        (false, _) => (tiny1::<AVX2>, tiny::<AVX2, 4>),
+        (true, AVX512_BF16) => (tiny1::<AVX512_BF16>, tiny::<AVX512_BF16, 4>),
+        (true, _) => (tiny1::<AVX512>, tiny::<AVX512, 4>),
+    }
+}
+
+/// One row of [`tiny`].
+///
+/// # Safety
+/// As [`tiny`].
+unsafe fn tiny1<const V: u8>(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { tiny::<V, 1>(n, x, [y])[0] }
 }
 
 /// bf16 bits as f32 (exact).
@@ -77,7 +107,7 @@ unsafe fn dp32(acc: __m512, x: *const u16, y: *const u16) -> __m512 {
 /// # Safety
 /// `n` readable bf16 at each pointer; the CPU has `V`'s features.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn vec_dot<const V: u8>(n: usize, x: *const u8, y: *const u8) -> f32 {
+unsafe fn vec_dot<const V: u8>(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x.cast::<u16>(), y.cast::<u16>());
     let mut i = 0;
     let mut sum = match V {
@@ -152,11 +182,7 @@ unsafe fn bf16_vec(n: usize, x: *const u16, y: *const u16, i: &mut usize) -> f64
 /// # Safety
 /// `n` readable bf16 at `x` and at each `y`; the CPU has `V`'s features.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn tiny<const V: u8, const C: usize>(
-    n: usize,
-    x: *const u8,
-    y: [*const u8; C],
-) -> [f32; C] {
+unsafe fn tiny<const V: u8, const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
     let width = match V {
         AVX2 => 8,
         AVX512 => 16,

@@ -511,7 +511,8 @@ unsafe fn kernel_avx2(
             }
             let mut corr = [zero; ROWS];
             // Signed values carry no bias: the correction (−128·scale·Σy) is already out.
-            for tp in (0..8).filter(|_| !lay.signed) {
+            let pairs = if lay.signed { 0 } else { 8 };
+            for tp in 0..pairs {
                 // SAFETY: pair tp of block b: 16 i32, this half's 8 at `lane` (asserted above).
                 let bs = unsafe {
                     _mm256_loadu_si256(band.bsums.as_ptr().add((b * 8 + tp) * BAND + lane).cast())

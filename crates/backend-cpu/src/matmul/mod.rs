@@ -46,7 +46,6 @@ mod kquant_tiled;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack;
 #[cfg(target_arch = "x86_64")]
-#[cfg(target_arch = "x86_64")]
 mod vnni_few;
 #[cfg(target_arch = "x86_64")]
 mod vnni_matvec;
@@ -249,13 +248,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     if src0.dtype == DType::BF16 && src1.ne[1] == 1 && simd >= SimdLevel::Avx2 {
         // The same for BF16: ggml_vec_dot_bf16 of the build this level stands for.
         if let Kernel::Dot { dot, dot4, tile, .. } = &mut kernel {
-            *dot = match simd {
-                SimdLevel::Avx2 => dot_bf16::vec_dot::<{ dot_bf16::AVX2 }>,
-                _ if dot_bf16::avx512_variant() == dot_bf16::AVX512_BF16 => {
-                    dot_bf16::vec_dot::<{ dot_bf16::AVX512_BF16 }>
-                }
-                _ => dot_bf16::vec_dot::<{ dot_bf16::AVX512 }>,
-            };
+            *dot = dot_bf16::one_column(simd >= SimdLevel::Avx512);
             (*dot4, *tile) = (None, None);
         }
     }
@@ -288,19 +281,19 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         row_size,
     };
     #[cfg(target_arch = "x86_64")]
+    let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
+    #[cfg(target_arch = "x86_64")]
     if repacked {
         // Multiplied lane by lane, eight rows per register.
         assert!(interleaved::applies(src0.dtype), "repacked {} is not interleaved", src0.dtype);
-        return interleaved::mul_mat(p, dst, src0, &act, simd >= SimdLevel::Avx512 && cpu_vnni());
+        return interleaved::mul_mat(p, dst, src0, &act, vnni);
     }
-    #[cfg(target_arch = "x86_64")]
-    let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
     #[cfg(target_arch = "x86_64")]
     if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1) {
         return kquant_tiled::mul_mat(p, dst, src0, &act, vnni);
     }
     #[cfg(target_arch = "x86_64")]
-    if simd >= SimdLevel::Avx512 && cpu_vnni() && src1.n_rows() == 1 {
+    if vnni && src1.n_rows() == 1 {
         if let Some(mv) = vnni_matvec::Matvec::new(src0.dtype) {
             return matvec(p, dst, src0, &act, mv);
         }
@@ -321,8 +314,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         && src0.dtype != DType::F16
     {
         let pass = src1.n_rows().min(vnni_few::MAX_ROWS);
-        if simd >= SimdLevel::Avx512 && cpu_vnni() && vnni_few::Few::new(src0.dtype, pass).is_some()
-        {
+        if vnni && vnni_few::Few::new(src0.dtype, pass).is_some() {
             return few_rows_vnni(p, dst, src0, &act);
         }
         if let (true, Kernel::Dot { dot, dot4, .. }) = (src1.n_rows() < 8, kernel) {
