@@ -9,8 +9,8 @@ For each prompt: whether the texts are equal, the first token that differs, and 
 between the two servers' log-probabilities (chosen token and top 3). Equal logits leave gaps
 of about 1e-5 (the servers' own log-softmax rounding); different arithmetic shows up as gaps
 of 1e-3 and more. llama-server folds a token that ends inside a UTF-8 character into the next
-one in its `logprobs`, so a row can show a differing token with equal texts: look at that
-position's values before calling it a difference. Standard library only.
+one in its `logprobs`, so a row can show a differing token with equal texts; gaps are taken
+over the positions before the first differing token, where the two lists still line up. Standard library only.
 """
 
 import json
@@ -40,11 +40,17 @@ def main():
     a_url, b_url = sys.argv[1].rstrip("/"), sys.argv[2].rstrip("/")
     for p in PROMPTS:
         (ta, ka, ca, pa), (tb, kb, cb, pb) = complete(a_url, p), complete(b_url, p)
-        gaps = [abs(x - y) for x, y in zip(ca, cb)]
-        gaps += [abs(x - y) for u, v in zip(pa, pb) for x, y in zip(u, v)]
         first = next((i for i, (x, y) in enumerate(zip(ka, kb)) if x != y), None)
+        # Past a differing token the lists no longer line up: compare the positions before it.
+        end = len(ka) if first is None else first
+        gaps = [abs(x - y) for x, y in zip(ca[:end], cb[:end])]
+        gaps += [abs(x - y) for u, v in zip(pa[:end], pb[:end]) for x, y in zip(u, v)]
+        gap = f"{max(gaps):.2e}" if gaps else "n/a"
+        note = ""
+        if first is not None and ta == tb:
+            note = " (same text, tokens split differently there: llama-server's UTF-8 folding)"
         print(f"{p!r}: text equal {ta == tb}, first differing token {first}, "
-              f"max logprob gap {max(gaps):.2e}")
+              f"max logprob gap before it {gap}{note}")
 
 
 if __name__ == "__main__":

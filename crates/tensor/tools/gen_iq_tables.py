@@ -68,7 +68,7 @@ def c_table(text: str, name: str) -> list[int]:
 
 
 def fmt_table(name: str, ty: str, values: list[int], doc: str, per_line: int, width: int) -> str:
-    lines = [f"/// {doc}", f"pub(crate) static {name}: [{ty}; {len(values)}] = ["]
+    lines = [f"/// {doc}", f"pub static {name}: [{ty}; {len(values)}] = ["]
     for i in range(0, len(values), per_line):
         chunk = values[i : i + per_line]
         if width:
@@ -124,7 +124,7 @@ def main() -> None:
         "//! ggml's i-quant lookup tables (`ggml-common.h`), rebuilt from the `gguf` package's copy.",
         "",
         "/// `IQ1S_DELTA` (also `IQ1M_DELTA`): the shift added to every IQ1_S / IQ1_M grid value.",
-        f"pub(crate) const IQ1S_DELTA: f32 = {delta!r};",
+        f"pub const IQ1S_DELTA: f32 = {delta!r};",
         "",
     ]
     for ggml in ["kmask_iq2xs", "ksigns_iq2xs"] + [g for _, g, _, _ in GRIDS]:

@@ -36,6 +36,7 @@ use crate::{ComputeParams, TensorRef};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 use tessera_tensor::blocks::KVALUES_IQ4NL;
+use tessera_tensor::quant::ints::{block_ints, ints_kind, BlockInts, IntsKind};
 use tessera_tensor::DType;
 
 /// Values per K-quant block.
@@ -83,6 +84,12 @@ fn layout(dtype: DType) -> Option<Layout> {
         DType::IQ4_XS => Layout { nsub: 8, mins: false, signed: true },
         DType::Q2_K => Layout { nsub: 16, mins: true, signed: false },
         DType::Q3_K | DType::Q6_K => Layout { nsub: 16, mins: false, signed: false },
+        DType::IQ2_XXS | DType::IQ3_XXS | DType::IQ3_S | DType::IQ1_S => {
+            Layout { nsub: 8, mins: false, signed: true }
+        }
+        DType::IQ2_XS | DType::IQ2_S | DType::IQ1_M => {
+            Layout { nsub: 16, mins: false, signed: true }
+        }
         _ => return None,
     })
 }
@@ -244,7 +251,35 @@ fn unpack_block(dtype: DType, blk: &[u8], u: &mut Unpacked, b: usize) {
             }
             (u.d[b], u.dmin[b]) = (f16_at(blk, 0), 0.0);
         }
-        _ => unreachable!("layout() admits only Q2_K..Q6_K and IQ4_XS"),
+        DType::IQ2_XXS
+        | DType::IQ2_XS
+        | DType::IQ2_S
+        | DType::IQ3_XXS
+        | DType::IQ3_S
+        | DType::IQ1_S
+        | DType::IQ1_M => {
+            // Codes are value + 128 (IQ1: 8·grid + delta + 128, its 1/8 folded into d), the
+            // block's constant folded into d, as ggml's tiled unpacking stores them.
+            let mut ints = BlockInts::default();
+            block_ints(dtype, blk, &mut ints);
+            let (k, mult) = match ints_kind(dtype) {
+                Some(IntsKind::Grid { mult }) => (1, mult),
+                _ => (8, 0.125),
+            };
+            for (c, (&v, &dl)) in codes.iter_mut().zip(ints.values.iter().zip(&ints.deltas)) {
+                *c = (k * i32::from(v) + i32::from(dl) + 128) as u8;
+            }
+            let nsub = layout(dtype).expect("covered").nsub;
+            for t in 0..nsub {
+                u.scales[b * nsub + t] = ints.scales[t * 16 / nsub];
+            }
+            for tp in 0..8 {
+                let s = |t: usize| -128 * ints.scales[t];
+                u.corr[b * 8 + tp] = pair(s(2 * tp), s(2 * tp + 1));
+            }
+            (u.d[b], u.dmin[b]) = (ints.d * mult, 0.0);
+        }
+        _ => unreachable!("layout() admits only Q2_K..Q6_K, IQ4_XS and the grid i-quants"),
     }
 }
 
@@ -579,6 +614,18 @@ mod tests {
     const TYPES: [DType; 6] =
         [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS];
 
+    /// The grid i-quants: unpacked from the integer form `tessera_tensor` tests against the
+    /// dequantizers, so only the kernels are checked here.
+    const GRID_TYPES: [DType; 7] = [
+        DType::IQ2_XXS,
+        DType::IQ2_XS,
+        DType::IQ2_S,
+        DType::IQ3_XXS,
+        DType::IQ3_S,
+        DType::IQ1_S,
+        DType::IQ1_M,
+    ];
+
     /// Rebuilds every value from the unpacked integers with the dequantizer's own formula
     /// and compares bit for bit: codes, scales, mins and corrections are right.
     #[test]
@@ -622,6 +669,37 @@ mod tests {
         }
     }
 
+    /// The grid i-quants' codes, scales, corrections and `d` rebuild the dequantized values
+    /// (to f32 rounding: ggml's dequantizers round `d·scale` differently from its tiled `d`).
+    #[test]
+    fn grid_types_unpack_to_the_dequantized_values() {
+        let mut rng = Rng(5);
+        for dtype in GRID_TYPES {
+            let lay = layout(dtype).unwrap();
+            let nb = 4;
+            let bytes = rng.blocks(dtype, nb);
+            let want = quant::dequantize(dtype, &bytes).unwrap();
+            let mut u = Unpacked::default();
+            u.resize(nb, lay.nsub);
+            let ts = dtype.type_size();
+            for b in 0..nb {
+                unpack_block(dtype, &bytes[b * ts..(b + 1) * ts], &mut u, b);
+            }
+            for (e, &w) in want.iter().enumerate() {
+                let (b, i) = (e / QK, e % QK);
+                let scale = u.scales[b * lay.nsub + i / (QK / lay.nsub)];
+                let p = u.corr[b * 8 + i / 32] as u32;
+                let half = (if (i / 16) % 2 == 0 { p } else { p >> 16 }) as u16 as i16;
+                assert_eq!(i32::from(half), -128 * scale, "{dtype} correction of {e}");
+                let got = u.d[b] * scale as f32 * (i32::from(u.codes[b * QK + i]) - 128) as f32;
+                assert!(
+                    (got - w).abs() <= 1e-5 * w.abs().max(u.d[b].abs()),
+                    "{dtype} {e}: {got} vs {w}"
+                );
+            }
+        }
+    }
+
     /// Both kernels against the tiled arithmetic written out in scalar code, bit for bit.
     #[test]
     fn kernels_match_the_scalar_tiled_arithmetic() {
@@ -650,7 +728,7 @@ mod tests {
         let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
         let mut band = Band::default();
         band.fill(nb, &refs);
-        for dtype in TYPES {
+        for dtype in TYPES.into_iter().chain(GRID_TYPES) {
             let lay = layout(dtype).unwrap();
             let mut units: Vec<Unpacked> = (0..ROWS).map(|_| Unpacked::default()).collect();
             let ts = dtype.type_size();

@@ -14,9 +14,11 @@
 //! ([`kquant_tiled`]: its own rounding, as llama.cpp's, at AVX2 and AVX-512 VNNI alike). With
 //! AVX-512 VNNI, batches of the Q8_0 family take register tiles ([`vnni_tile`]) and
 //! matrix-vector products of the Q8_0 and Q4_1 families [`vnni_matvec`]; those give the
-//! one-row kernels' bits. Any other type with a reference dequantizer (the i-quants, TQ1_0,
-//! TQ2_0, ...) is computed by dequantizing tiles of src0 rows to f32 and taking f32 dots with
-//! unconverted activations: correct, slower.
+//! one-row kernels' bits. The grid i-quants (IQ2_XXS..IQ1_M) and TQ1_0/TQ2_0 multiply Q8_K
+//! activations in [`lowbit`] (ggml's generic and AVX2 orders), the grid i-quants' batches of
+//! 8+ rows in [`kquant_tiled`], as llama.cpp. Any other type with a reference dequantizer (the
+//! integer and F64 types) is computed by dequantizing tiles of src0 rows to f32 and taking f32
+//! dots with unconverted activations.
 //!
 //! Bit-level choices follow ggml's x86 build: on the SIMD levels activations are quantized to
 //! Q8_0/Q8_1 with `d = amax/127` (stored as f16), multiplier `127/amax` and round-half-even;
@@ -43,6 +45,7 @@ mod interleaved_k;
 mod interleaved_q2k;
 #[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
+mod lowbit;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack;
 #[cfg(target_arch = "x86_64")]
@@ -129,6 +132,7 @@ fn vec_dot_type(src0: DType) -> DType {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL | MXFP4 => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Q8_K,
+        IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M | TQ1_0 | TQ2_0 => Q8_K,
         _ => F32,
     }
 }
@@ -161,7 +165,10 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     {
         if simd >= SimdLevel::Avx2 {
-            dot = avx2::vec_dot(src0).or_else(|| avx2_k::vec_dot(src0)).unwrap_or(dot);
+            dot = avx2::vec_dot(src0)
+                .or_else(|| avx2_k::vec_dot(src0))
+                .or_else(|| lowbit::avx2_dot(src0))
+                .unwrap_or(dot);
             dot4 = avx2::vec_dot4(src0).or_else(|| avx2_k::vec_dot4(src0));
             tile = avx2::tile(src0).map(|f| Tile { cols: 4, f });
         }

@@ -30,7 +30,7 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
         Q5_K => rows::<BlockQ5K>,
         Q6_K => rows::<BlockQ6K>,
         IQ4_XS => rows::<BlockIQ4XS>,
-        _ => return None,
+        _ => return super::lowbit::scalar_dot(dtype),
     };
     Some(f)
 }

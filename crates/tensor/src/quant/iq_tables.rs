@@ -2,15 +2,15 @@
 //! ggml's i-quant lookup tables (`ggml-common.h`), rebuilt from the `gguf` package's copy.
 
 /// `IQ1S_DELTA` (also `IQ1M_DELTA`): the shift added to every IQ1_S / IQ1_M grid value.
-pub(crate) const IQ1S_DELTA: f32 = 0.125;
+pub const IQ1S_DELTA: f32 = 0.125;
 
 /// `kmask_iq2xs`: the bit of element j in a sign byte.
-pub(crate) static KMASK_IQ2XS: [u8; 8] = [
+pub static KMASK_IQ2XS: [u8; 8] = [
     1, 2, 4, 8, 16, 32, 64, 128,
 ];
 
 /// `ksigns_iq2xs`: 7 sign bits plus an eighth that makes the count of minus signs even.
-pub(crate) static KSIGNS_IQ2XS: [u8; 128] = [
+pub static KSIGNS_IQ2XS: [u8; 128] = [
     0, 129, 130, 3, 132, 5, 6, 135, 136, 9, 10, 139, 12, 141, 142, 15,
     144, 17, 18, 147, 20, 149, 150, 23, 24, 153, 154, 27, 156, 29, 30, 159,
     160, 33, 34, 163, 36, 165, 166, 39, 40, 169, 170, 43, 172, 45, 46, 175,
@@ -22,7 +22,7 @@ pub(crate) static KSIGNS_IQ2XS: [u8; 128] = [
 ];
 
 /// `iq2xxs_grid`: 256 entries of 8 magnitudes (0x08, 0x19, 0x2b), element j in byte j.
-pub(crate) static IQ2XXS_GRID: [u64; 256] = [
+pub static IQ2XXS_GRID: [u64; 256] = [
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x08080808082b0808,
     0x08080808082b082b, 0x08080808082b2b08, 0x08080808082b2b2b, 0x0808080819080819,
@@ -90,7 +90,7 @@ pub(crate) static IQ2XXS_GRID: [u64; 256] = [
 ];
 
 /// `iq2xs_grid`: 512 entries of 8 magnitudes (0x08, 0x19, 0x2b).
-pub(crate) static IQ2XS_GRID: [u64; 512] = [
+pub static IQ2XS_GRID: [u64; 512] = [
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
     0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -222,7 +222,7 @@ pub(crate) static IQ2XS_GRID: [u64; 512] = [
 ];
 
 /// `iq2s_grid`: 1024 entries of 8 magnitudes (0x08, 0x19, 0x2b).
-pub(crate) static IQ2S_GRID: [u64; 1024] = [
+pub static IQ2S_GRID: [u64; 1024] = [
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
     0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -482,7 +482,7 @@ pub(crate) static IQ2S_GRID: [u64; 1024] = [
 ];
 
 /// `iq3xxs_grid`: 256 entries of 4 magnitudes (4, 12, ..., 62), element j in byte j.
-pub(crate) static IQ3XXS_GRID: [u32; 256] = [
+pub static IQ3XXS_GRID: [u32; 256] = [
     0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414,
     0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14,
     0x040c140c, 0x040c142c, 0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
@@ -518,7 +518,7 @@ pub(crate) static IQ3XXS_GRID: [u32; 256] = [
 ];
 
 /// `iq3s_grid`: 512 entries of 4 odd magnitudes (1..15).
-pub(crate) static IQ3S_GRID: [u32; 512] = [
+pub static IQ3S_GRID: [u32; 512] = [
     0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305,
     0x01010309, 0x0101030d, 0x01010501, 0x01010503, 0x0101050b, 0x01010707, 0x01010901, 0x01010905,
     0x0101090b, 0x0101090f, 0x01010b03, 0x01010b07, 0x01010d01, 0x01010d05, 0x01010f03, 0x01010f09,
@@ -586,7 +586,7 @@ pub(crate) static IQ3S_GRID: [u32; 512] = [
 ];
 
 /// `iq1s_grid`: 2048 entries of 8 values in {-1, 0, 1} (as i8 bytes).
-pub(crate) static IQ1S_GRID: [u64; 2048] = [
+pub static IQ1S_GRID: [u64; 2048] = [
     0xffffffffffffffff, 0xffffffffffffff01, 0xffffffffffff0000, 0xffffffffffff01ff,
     0xffffffffffff0101, 0xffffffffff00ff00, 0xffffffffff000000, 0xffffffffff01ffff,
     0xffffffffff01ff01, 0xffffffffff0101ff, 0xffffffffff010101, 0xffffffff00ff0000,

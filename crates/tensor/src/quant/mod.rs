@@ -9,6 +9,7 @@
 //! `quantize_*` without an importance matrix), which is what `llama-quantize` writes.
 
 mod float;
+pub mod ints;
 mod iquants;
 mod kquants;
 mod legacy;
@@ -16,6 +17,7 @@ mod mxfp4;
 mod ternary;
 
 pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use iquants::iq_tables;
 
 use crate::{DType, Result, TensorError};
 

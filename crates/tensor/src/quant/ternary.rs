@@ -33,7 +33,7 @@ fn pack_trits(trits: impl Iterator<Item = u8>) -> u8 {
 }
 
 /// Trit `k` (0 = most significant) of a TQ1_0 byte, as -1, 0 or 1.
-fn unpack_trit(q: u8, k: usize) -> i32 {
+pub(crate) fn unpack_trit(q: u8, k: usize) -> i32 {
     const POW3: [u8; 5] = [1, 3, 9, 27, 81];
     let q = q.wrapping_mul(POW3[k]);
     i32::from((u16::from(q) * 3) >> 8) - 1

@@ -1,0 +1,446 @@
+//! Dot products of the grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) and
+//! the ternary types (TQ1_0, TQ2_0) with Q8_K activations, in ggml's arithmetic.
+//!
+//! ggml multiplies these types in integers (`ggml_vec_dot_*_q8_K`): per 256-value block an exact
+//! integer sum of `scale · value · y`, then a few f32 steps. Any summation order gives the same
+//! integers, so only the f32 steps and which integers reach them decide the bits:
+//!
+//! - the scalar level follows ggml's generic kernels (a build without AVX): one integer per
+//!   block, `sum += d · f32(isum)` with `d = d_x · d_y`, the type's constant (1/8, 1/4) applied
+//!   to the total; IQ1 adds its delta sum as `d · (f32(isum) + f32(dsum) / 8)`;
+//! - the AVX2 level follows ggml's AVX2 kernels, which llama.cpp's x86 builds (AVX2 and
+//!   AVX-512 alike) run: eight i32 lanes per block, lane `l` holding the products of elements
+//!   `4l..4l+4` of every 32-element chunk, converted and accumulated with one FMA per block into
+//!   eight f32 lanes, summed as `hsum_float_8` and then scaled. The ternary types subtract the
+//!   activations' sum per lane (`Σ y` of elements `32l..32l+32`, from the Q8_K block sums:
+//!   their codes are 0..=2); IQ1_S keeps its delta sum in one scalar f32 (`fma`), IQ1_M in a
+//!   second eight-lane accumulator. GCC contracts ggml's `acc + a·b` into FMA there, and so
+//!   does this module.
+//!
+//! Weights are decoded per 32 elements into unsigned grid bytes and ±1 sign bytes (the sign
+//! tables are expanded to bytes at compile time), multiplied with `maddubs` (at most
+//! 2·62·127 per pair: no saturation) and scaled with `madd`. TQ1_0's base-3 bytes are decoded
+//! by [`block_ints`] (scalar) before the same lanes.
+
+use super::VecDot;
+use tessera_tensor::blocks::QK_K;
+use tessera_tensor::quant::ints::{block_ints, ints_kind, BlockInts, IntsKind};
+use tessera_tensor::quant::iq_tables::{
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
+};
+use tessera_tensor::DType;
+
+/// Bytes of a Q8_K block: d (f32), qs (256 i8), bsums (16 i16).
+const Q8K_SIZE: usize = 292;
+
+/// The types of this module, indexed by the kernels' const parameter.
+const TYPES: [DType; 9] = [
+    DType::IQ2_XXS,
+    DType::IQ2_XS,
+    DType::IQ2_S,
+    DType::IQ3_XXS,
+    DType::IQ3_S,
+    DType::IQ1_S,
+    DType::IQ1_M,
+    DType::TQ1_0,
+    DType::TQ2_0,
+];
+
+/// The index of `dtype` in [`TYPES`].
+fn type_index(dtype: DType) -> Option<usize> {
+    TYPES.iter().position(|&t| t == dtype)
+}
+
+/// One kernel per type: `$f::<i>` for the type at index `i` of [`TYPES`].
+macro_rules! per_type {
+    ($f:ident) => {
+        [$f::<0>, $f::<1>, $f::<2>, $f::<3>, $f::<4>, $f::<5>, $f::<6>, $f::<7>, $f::<8>]
+    };
+}
+
+/// The scalar (ggml generic) kernel for `dtype`, if this module covers it.
+pub(super) fn scalar_dot(dtype: DType) -> Option<VecDot> {
+    let table: [VecDot; 9] = per_type!(generic);
+    type_index(dtype).map(|i| table[i])
+}
+
+/// The AVX2 kernel for `dtype`, if this module covers it.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn avx2_dot(dtype: DType) -> Option<VecDot> {
+    let table: [VecDot; 9] = per_type!(avx2);
+    type_index(dtype).map(|i| table[i])
+}
+
+/// A Q8_K block of an activation row: `d`, the 256 values and the 16 block sums.
+struct Q8K<'a> {
+    d: f32,
+    qs: &'a [i8],
+    bsums: [i32; 16],
+}
+
+/// Block `i` of the Q8_K row at `y`.
+///
+/// # Safety
+/// `y` must hold at least `i + 1` Q8_K blocks.
+unsafe fn q8k<'a>(y: *const u8, i: usize) -> Q8K<'a> {
+    // SAFETY: block i is readable (the caller's contract); i8 has no alignment.
+    let b = unsafe { std::slice::from_raw_parts(y.add(i * Q8K_SIZE), Q8K_SIZE) };
+    let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    // SAFETY: bytes 4..260 of the block, reinterpreted as i8.
+    let qs = unsafe { std::slice::from_raw_parts(b.as_ptr().add(4).cast::<i8>(), QK_K) };
+    let bsums =
+        std::array::from_fn(|t| i32::from(i16::from_le_bytes([b[260 + 2 * t], b[261 + 2 * t]])));
+    Q8K { d, qs, bsums }
+}
+
+/// Block `i` (of `size` bytes) of the weight row at `x`.
+///
+/// # Safety
+/// `x` must hold at least `i + 1` blocks of `size` bytes.
+unsafe fn block<'a>(x: *const u8, i: usize, size: usize) -> &'a [u8] {
+    // SAFETY: by the caller's contract.
+    unsafe { std::slice::from_raw_parts(x.add(i * size), size) }
+}
+
+/// `Σ scale(j/16) · v[j] · y[j]` over a block.
+fn scaled_sum(ints: &BlockInts, v: &[i8; QK_K], y: &[i8]) -> i32 {
+    (0..16)
+        .map(|t| {
+            let s: i32 = (16 * t..16 * t + 16).map(|j| i32::from(v[j]) * i32::from(y[j])).sum();
+            ints.scales[t] * s
+        })
+        .sum()
+}
+
+/// ggml's generic kernel (`ggml_vec_dot_*_q8_K_generic`) for `TYPES[T]`.
+///
+/// # Safety
+/// The [`VecDot`] contract: `x` and `y` hold `n / 256` blocks of the type and of Q8_K.
+unsafe fn generic<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let dtype = TYPES[T];
+    let kind = ints_kind(dtype).expect("TYPES are covered");
+    let size = dtype.type_size();
+    let mut ints = BlockInts::default();
+    let mut sumf = 0f32;
+    for i in 0..n / QK_K {
+        // SAFETY: block i < n / 256 of each row.
+        let (b, q) = unsafe { (block(x, i, size), q8k(y, i)) };
+        block_ints(dtype, b, &mut ints);
+        match kind {
+            IntsKind::Grid { .. } => {
+                let d = ints.d * q.d;
+                sumf += d * scaled_sum(&ints, &ints.values, q.qs) as f32;
+            }
+            IntsKind::Iq1 => {
+                let (s1, s2) =
+                    (scaled_sum(&ints, &ints.values, q.qs), scaled_sum(&ints, &ints.deltas, q.qs));
+                sumf += ints.d * q.d * (s1 as f32 + 0.125 * s2 as f32);
+            }
+            IntsKind::Ternary => {
+                let s: i32 =
+                    ints.values.iter().zip(q.qs).map(|(&v, &y)| i32::from(v) * i32::from(y)).sum();
+                sumf += s as f32 * (ints.d * q.d);
+            }
+        }
+    }
+    match kind {
+        IntsKind::Grid { mult } => mult * sumf,
+        _ => sumf,
+    }
+}
+
+/// The eight sign bytes of a sign byte: `0xFF` (−1) where bit j is set, else `0x01`.
+const fn sign_bytes(s: u8) -> u64 {
+    let mut out = 0u64;
+    let mut j = 0;
+    while j < 8 {
+        let b: u64 = if s & (1 << j) != 0 { 0xFF } else { 0x01 };
+        out |= b << (8 * j);
+        j += 1;
+    }
+    out
+}
+
+/// [`sign_bytes`] of every byte value (IQ2_S, IQ3_S keep whole sign bytes).
+static SIGNS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = sign_bytes(i as u8);
+        i += 1;
+    }
+    t
+};
+
+/// [`sign_bytes`] of `ksigns_iq2xs[i]`: seven stored signs and an eighth that makes the count
+/// of negatives even (ggml's `keven_signs_q2xs`).
+static KEVEN: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        let parity = (i as u8).count_ones() as u8 & 1;
+        t[i] = sign_bytes(i as u8 | parity << 7);
+        i += 1;
+    }
+    t
+};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// 32 elements of a grid block: unsigned grid bytes (IQ1: signed grid values), ±1 sign
+    /// bytes (IQ1: the deltas) and the scales of the two 16-element halves.
+    pub(super) struct Chunk {
+        pub grid: __m256i,
+        pub signs: __m256i,
+        pub scales: (i16, i16),
+    }
+
+    fn u16_at(b: &[u8], i: usize) -> u16 {
+        u16::from_le_bytes([b[i], b[i + 1]])
+    }
+
+    fn u32_at(b: &[u8], i: usize) -> u32 {
+        u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+    }
+
+    /// Four u64 as one vector, the first lowest.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn set4(a: [u64; 4]) -> __m256i {
+        _mm256_set_epi64x(a[3] as i64, a[2] as i64, a[1] as i64, a[0] as i64)
+    }
+
+    /// Chunk `ib` (32 elements) of a block of `TYPES[T]` (not the ternary types).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn chunk<const T: usize>(b: &[u8], ib: usize) -> Chunk {
+        let odd = |s: u32| (2 * s + 1) as i16;
+        match TYPES[T] {
+            DType::IQ2_XXS => {
+                let (idx, aux) = (u32_at(b, 2 + 8 * ib).to_le_bytes(), u32_at(b, 6 + 8 * ib));
+                let s = odd(aux >> 28);
+                Chunk {
+                    grid: set4(std::array::from_fn(|l| IQ2XXS_GRID[usize::from(idx[l])])),
+                    signs: set4(std::array::from_fn(|l| KEVEN[((aux >> (7 * l)) & 127) as usize])),
+                    scales: (s, s),
+                }
+            }
+            DType::IQ2_XS => {
+                let q = |l: usize| u16_at(b, 2 + 2 * (4 * ib + l));
+                let s = u32::from(b[66 + ib]);
+                Chunk {
+                    grid: set4(std::array::from_fn(|l| IQ2XS_GRID[usize::from(q(l) & 511)])),
+                    signs: set4(std::array::from_fn(|l| KEVEN[usize::from(q(l) >> 9)])),
+                    scales: (odd(s & 0xF), odd(s >> 4)),
+                }
+            }
+            DType::IQ2_S => {
+                let (qh, s) = (usize::from(b[66 + ib]), u32::from(b[74 + ib]));
+                let idx = |l: usize| usize::from(b[2 + 4 * ib + l]) | ((qh << (8 - 2 * l)) & 0x300);
+                Chunk {
+                    grid: set4(std::array::from_fn(|l| IQ2S_GRID[idx(l)])),
+                    signs: set4(std::array::from_fn(|l| SIGNS[usize::from(b[34 + 4 * ib + l])])),
+                    scales: (odd(s & 0xF), odd(s >> 4)),
+                }
+            }
+            DType::IQ3_XXS => {
+                let aux = u32_at(b, 66 + 4 * ib);
+                let g = |k: usize| u64::from(IQ3XXS_GRID[usize::from(b[2 + 8 * ib + k])]);
+                let s = odd(aux >> 28);
+                Chunk {
+                    grid: set4(std::array::from_fn(|l| g(2 * l) | g(2 * l + 1) << 32)),
+                    signs: set4(std::array::from_fn(|l| KEVEN[((aux >> (7 * l)) & 127) as usize])),
+                    scales: (s, s),
+                }
+            }
+            DType::IQ3_S => {
+                let h = usize::from(b[66 + ib]);
+                let g = |l: usize, k: usize| {
+                    let low = usize::from(b[2 + 8 * ib + 2 * l + k]);
+                    u64::from(IQ3S_GRID[low | ((h << (8 - 2 * l - k)) & 256)])
+                };
+                let s = odd(u32::from((b[106 + ib / 2] >> (4 * (ib % 2))) & 0xF));
+                Chunk {
+                    grid: set4(std::array::from_fn(|l| g(l, 0) | g(l, 1) << 32)),
+                    signs: set4(std::array::from_fn(|l| SIGNS[usize::from(b[74 + 4 * ib + l])])),
+                    scales: (s, s),
+                }
+            }
+            DType::IQ1_S => {
+                let h = u16_at(b, 34 + 2 * ib);
+                let idx = |l: usize| {
+                    usize::from(b[2 + 4 * ib + l]) | (usize::from((h >> (3 * l)) & 7) << 8)
+                };
+                let s = odd(u32::from((h >> 12) & 7));
+                let delta = if h & 0x8000 != 0 { -1 } else { 1 };
+                Chunk {
+                    grid: set4(std::array::from_fn(|l| IQ1S_GRID[idx(l)])),
+                    signs: _mm256_set1_epi8(delta),
+                    scales: (s, s),
+                }
+            }
+            DType::IQ1_M => {
+                let nib = |l: usize| b[32 + 2 * ib + l / 2] >> (4 * (l % 2));
+                let idx = |l: usize| usize::from(b[4 * ib + l]) | (usize::from(nib(l) & 7) << 8);
+                let sc = u16_at(b, 48 + 2 * (ib / 2)) >> (6 * (ib % 2));
+                let delta =
+                    |l: usize| if nib(l) & 8 != 0 { u64::MAX } else { 0x0101_0101_0101_0101 };
+                Chunk {
+                    grid: set4(std::array::from_fn(|l| IQ1S_GRID[idx(l)])),
+                    signs: set4(std::array::from_fn(delta)),
+                    scales: (odd(u32::from(sc & 7)), odd(u32::from((sc >> 3) & 7))),
+                }
+            }
+            _ => unreachable!("the grid types only"),
+        }
+    }
+
+    /// The two halves' scales as sixteen i16 (eight of each).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn scales16((lo, hi): (i16, i16)) -> __m256i {
+        _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo))
+    }
+
+    /// `madd(maddubs(mag, y·sign), scales)`: eight i32 lanes of scaled four-element sums.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn lanes(mag: __m256i, sign: __m256i, y: __m256i, scales: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(y, sign)), scales)
+    }
+
+    /// The 32 activation bytes of chunk `ib`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn y32(q: &Q8K, ib: usize) -> __m256i {
+        let c = &q.qs[32 * ib..32 * ib + 32];
+        // SAFETY: 32 readable bytes.
+        unsafe { _mm256_loadu_si256(c.as_ptr().cast()) }
+    }
+
+    /// ggml's AVX2 kernel (`ggml_vec_dot_*_q8_K`, `__AVX2__` branch) for `TYPES[T]`.
+    ///
+    /// # Safety
+    /// The [`VecDot`] contract, and AVX2/FMA.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn kernel<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
+        let dtype = TYPES[T];
+        let kind = ints_kind(dtype).expect("TYPES are covered");
+        let size = dtype.type_size();
+        let mut acc = _mm256_setzero_ps();
+        let mut acc2 = _mm256_setzero_ps();
+        let mut acc1 = 0f32;
+        let mut ints = BlockInts::default();
+        for i in 0..n / QK_K {
+            // SAFETY: block i < n / 256 of each row.
+            let (b, q) = unsafe { (block(x, i, size), q8k(y, i)) };
+            match kind {
+                IntsKind::Grid { .. } => {
+                    let mut sumi = _mm256_setzero_si256();
+                    for ib in 0..8 {
+                        let c = chunk::<T>(b, ib);
+                        let p = lanes(c.grid, c.signs, y32(&q, ib), scales16(c.scales));
+                        sumi = _mm256_add_epi32(sumi, p);
+                    }
+                    let d = half::f16::from_bits(u16_at(b, 0)).to_f32() * q.d;
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+                }
+                IntsKind::Iq1 => {
+                    let (mut s1, mut s2) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                    let mut dsum = 0i32;
+                    for ib in 0..8 {
+                        let c = chunk::<T>(b, ib);
+                        let (yv, sc) = (y32(&q, ib), scales16(c.scales));
+                        s1 = _mm256_add_epi32(s1, lanes(_mm256_abs_epi8(c.grid), c.grid, yv, sc));
+                        if dtype == DType::IQ1_M {
+                            let ones = _mm256_set1_epi8(1);
+                            s2 = _mm256_add_epi32(s2, lanes(ones, c.signs, yv, sc));
+                        } else {
+                            let sign = if u16_at(b, 34 + 2 * ib) & 0x8000 != 0 { -1 } else { 1 };
+                            dsum += (q.bsums[2 * ib] + q.bsums[2 * ib + 1])
+                                * sign
+                                * i32::from(c.scales.0);
+                        }
+                    }
+                    let xd = if dtype == DType::IQ1_M {
+                        let w: [u16; 4] = std::array::from_fn(|k| u16_at(b, 48 + 2 * k));
+                        (w[0] >> 12)
+                            | ((w[1] >> 8) & 0x00f0)
+                            | ((w[2] >> 4) & 0x0f00)
+                            | (w[3] & 0xf000)
+                    } else {
+                        u16_at(b, 0)
+                    };
+                    let d = q.d * half::f16::from_bits(xd).to_f32();
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s1), acc);
+                    acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s2), acc2);
+                    acc1 = (dsum as f32).mul_add(d, acc1);
+                }
+                IntsKind::Ternary => {
+                    let mut sumi = _mm256_setzero_si256();
+                    let ones = _mm256_set1_epi16(1);
+                    let xd;
+                    if dtype == DType::TQ2_0 {
+                        for half in 0..2 {
+                            // SAFETY: 32 of the block's 64 code bytes.
+                            let raw =
+                                unsafe { _mm256_loadu_si256(b.as_ptr().add(32 * half).cast()) };
+                            for k in 0..4 {
+                                let codes = _mm256_and_si256(
+                                    _mm256_srl_epi16(raw, _mm_cvtsi32_si128(2 * k as i32)),
+                                    _mm256_set1_epi8(3),
+                                );
+                                let p = _mm256_maddubs_epi16(codes, y32(&q, 4 * half + k));
+                                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, ones));
+                            }
+                        }
+                        xd = u16_at(b, 64);
+                    } else {
+                        block_ints(dtype, b, &mut ints);
+                        for ib in 0..8 {
+                            let v = &ints.values[32 * ib..32 * ib + 32];
+                            // SAFETY: 32 readable bytes.
+                            let v = unsafe { _mm256_loadu_si256(v.as_ptr().cast()) };
+                            let codes = _mm256_add_epi8(v, _mm256_set1_epi8(1));
+                            let p = _mm256_maddubs_epi16(codes, y32(&q, ib));
+                            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, ones));
+                        }
+                        xd = u16_at(b, 52);
+                    }
+                    // The codes are value + 1: take Σ y of elements 32l..32l+32 off lane l.
+                    let bs: [i32; 8] = std::array::from_fn(|l| q.bsums[2 * l] + q.bsums[2 * l + 1]);
+                    // SAFETY: eight i32.
+                    let bs = unsafe { _mm256_loadu_si256(bs.as_ptr().cast()) };
+                    sumi = _mm256_sub_epi32(sumi, bs);
+                    let d = q.d * half::f16::from_bits(xd).to_f32();
+                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
+                }
+            }
+        }
+        let h = super::super::avx2::hsum_ps(acc);
+        match kind {
+            IntsKind::Grid { mult } => mult * h,
+            IntsKind::Iq1 if dtype == DType::IQ1_M => {
+                super::super::avx2::hsum_ps(acc2).mul_add(0.125, h)
+            }
+            IntsKind::Iq1 => h + 0.125 * acc1,
+            IntsKind::Ternary => h,
+        }
+    }
+}
+
+/// [`x86::kernel`] as a [`VecDot`].
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C (the caller's level).
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { x86::kernel::<T>(n, x, y) }
+}
+
+#[cfg(test)]
+mod tests;

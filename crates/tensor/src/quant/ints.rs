@@ -1,0 +1,340 @@
+//! The low-bit block types in integer form: what ggml's integer dot products multiply.
+//!
+//! ggml multiplies the grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) and
+//! the ternary types (TQ1_0, TQ2_0) by Q8_K activations in integers: a signed value per
+//! element, a small odd scale per 16 or 32 elements, and one f16 scale per 256, brought
+//! together in f32 only per block. [`block_ints`] decodes a block into that form so a dot
+//! product can reproduce ggml's integer sums exactly and its f32 steps in its own order. The
+//! element order and the index arithmetic are the dequantizers' (`dequantize_row_*`), which a
+//! test checks: `x = d · mult · scale · (value + delta / 8)`, with `mult` 1/8 for the IQ2
+//! types, 1/4 for IQ3_XXS and 1 for the rest ([`IntsKind`]).
+
+use super::iquants::iq_tables::{
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KMASK_IQ2XS,
+    KSIGNS_IQ2XS,
+};
+use super::ternary::unpack_trit;
+use crate::blocks::QK_K;
+use crate::DType;
+use half::f16;
+
+/// One 256-element block in integer form.
+#[derive(Clone, Debug)]
+pub struct BlockInts {
+    /// The signed value of each element: grid value × sign (IQ2, IQ3), grid value −1..=1
+    /// (IQ1), trit −1..=1 (TQ).
+    pub values: [i8; QK_K],
+    /// IQ1_S / IQ1_M: the sign (±1) of each element's delta (`±IQ1S_DELTA`, i.e. ±1/8); 0 for
+    /// the other types.
+    pub deltas: [i8; QK_K],
+    /// The integer scale of each 16-element sub-block (`2s + 1`; 1 for the ternary types).
+    pub scales: [i32; 16],
+    /// The block's f16 scale, as f32.
+    pub d: f32,
+}
+
+impl Default for BlockInts {
+    fn default() -> Self {
+        BlockInts { values: [0; QK_K], deltas: [0; QK_K], scales: [0; 16], d: 0.0 }
+    }
+}
+
+/// What the block's f32 factor holds beside `d`: how a dot product combines the integers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum IntsKind {
+    /// `x = d · mult · scale · value` (IQ2_*: 1/8, IQ3_XXS: 1/4, IQ3_S: 1).
+    Grid {
+        /// The constant ggml multiplies the sum by (a power of two).
+        mult: f32,
+    },
+    /// `x = d · scale · (value + delta / 8)` (IQ1_S, IQ1_M).
+    Iq1,
+    /// `x = d · value` (TQ1_0, TQ2_0).
+    Ternary,
+}
+
+/// The [`IntsKind`] of a type [`block_ints`] decodes, or `None`.
+pub fn ints_kind(dtype: DType) -> Option<IntsKind> {
+    use DType::*;
+    Some(match dtype {
+        IQ2_XXS | IQ2_XS | IQ2_S => IntsKind::Grid { mult: 0.125 },
+        IQ3_XXS => IntsKind::Grid { mult: 0.25 },
+        IQ3_S => IntsKind::Grid { mult: 1.0 },
+        IQ1_S | IQ1_M => IntsKind::Iq1,
+        TQ1_0 | TQ2_0 => IntsKind::Ternary,
+        _ => return None,
+    })
+}
+
+fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_bits(u16_at(b, i)).to_f32()
+}
+
+/// Eight unsigned grid bytes with the signs of `signs` (bit j: element j negative).
+fn signed8(out: &mut [i8], grid: [u8; 8], signs: u8) {
+    for (j, (o, g)) in out[..8].iter_mut().zip(grid).enumerate() {
+        let v = g as i8;
+        *o = if signs & KMASK_IQ2XS[j] != 0 { -v } else { v };
+    }
+}
+
+/// Two four-value IQ3 grid entries as eight bytes.
+fn grid4x2(g1: u32, g2: u32) -> [u8; 8] {
+    let (a, b) = (g1.to_le_bytes(), g2.to_le_bytes());
+    [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+}
+
+/// Decodes one block of `dtype` (its `type_size()` bytes) into `out`. Returns `false` (and
+/// leaves `out` alone) for a type [`ints_kind`] does not cover or a slice of the wrong size.
+pub fn block_ints(dtype: DType, blk: &[u8], out: &mut BlockInts) -> bool {
+    if ints_kind(dtype).is_none() || blk.len() != dtype.type_size() {
+        return false;
+    }
+    out.deltas = [0; QK_K];
+    let v = &mut out.values;
+    let sc = &mut out.scales;
+    match dtype {
+        DType::IQ2_XXS => {
+            // d, qs[32] u16: per 32 values two u32, grid indexes then 4×7 sign indexes + scale.
+            for ib in 0..8 {
+                let w = |k: usize| u32::from(u16_at(blk, 2 + 8 * ib + 2 * k));
+                let (idx, aux) = ((w(0) | w(1) << 16).to_le_bytes(), w(2) | w(3) << 16);
+                sc[2 * ib] = 2 * (aux >> 28) as i32 + 1;
+                sc[2 * ib + 1] = sc[2 * ib];
+                for l in 0..4 {
+                    let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+                    let g = IQ2XXS_GRID[usize::from(idx[l])].to_le_bytes();
+                    signed8(&mut v[32 * ib + 8 * l..], g, signs);
+                }
+            }
+        }
+        DType::IQ2_XS => {
+            // d, qs[32] u16 (9-bit grid index, 7-bit sign index), scales[8].
+            for ib in 0..8 {
+                let s = blk[66 + ib];
+                (sc[2 * ib], sc[2 * ib + 1]) =
+                    (2 * i32::from(s & 0xF) + 1, 2 * i32::from(s >> 4) + 1);
+                for l in 0..4 {
+                    let q = u16_at(blk, 2 + 2 * (4 * ib + l));
+                    let g = IQ2XS_GRID[usize::from(q & 511)].to_le_bytes();
+                    signed8(&mut v[32 * ib + 8 * l..], g, KSIGNS_IQ2XS[usize::from(q >> 9)]);
+                }
+            }
+        }
+        DType::IQ2_S => {
+            // d, qs[32] index low bits, signs[32], qh[8], scales[8].
+            let (qs, signs, qh, scales) = (&blk[2..34], &blk[34..66], &blk[66..74], &blk[74..82]);
+            for ib in 0..8 {
+                let s = scales[ib];
+                (sc[2 * ib], sc[2 * ib + 1]) =
+                    (2 * i32::from(s & 0xF) + 1, 2 * i32::from(s >> 4) + 1);
+                for l in 0..4 {
+                    let idx = usize::from(qs[4 * ib + l])
+                        | ((usize::from(qh[ib]) << (8 - 2 * l)) & 0x300);
+                    signed8(
+                        &mut v[32 * ib + 8 * l..],
+                        IQ2S_GRID[idx].to_le_bytes(),
+                        signs[4 * ib + l],
+                    );
+                }
+            }
+        }
+        DType::IQ3_XXS => {
+            // d, qs[64] grid indexes, then per 32 values a u32 of 4×7 sign indexes + scale.
+            for ib in 0..8 {
+                let a = 66 + 4 * ib;
+                let aux = u32::from_le_bytes([blk[a], blk[a + 1], blk[a + 2], blk[a + 3]]);
+                sc[2 * ib] = 2 * (aux >> 28) as i32 + 1;
+                sc[2 * ib + 1] = sc[2 * ib];
+                for l in 0..4 {
+                    let q = &blk[2 + 8 * ib + 2 * l..];
+                    let g = grid4x2(IQ3XXS_GRID[usize::from(q[0])], IQ3XXS_GRID[usize::from(q[1])]);
+                    let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+                    signed8(&mut v[32 * ib + 8 * l..], g, signs);
+                }
+            }
+        }
+        DType::IQ3_S => {
+            // d, qs[64], qh[8], signs[32], scales[4].
+            let (qs, qh, signs, scales) =
+                (&blk[2..66], &blk[66..74], &blk[74..106], &blk[106..110]);
+            for ib in 0..8 {
+                let s = 2 * i32::from((scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1;
+                (sc[2 * ib], sc[2 * ib + 1]) = (s, s);
+                let h = usize::from(qh[ib]);
+                for l in 0..4 {
+                    let i1 = usize::from(qs[8 * ib + 2 * l]) | ((h << (8 - 2 * l)) & 256);
+                    let i2 = usize::from(qs[8 * ib + 2 * l + 1]) | ((h << (7 - 2 * l)) & 256);
+                    let g = grid4x2(IQ3S_GRID[i1], IQ3S_GRID[i2]);
+                    signed8(&mut v[32 * ib + 8 * l..], g, signs[4 * ib + l]);
+                }
+            }
+        }
+        DType::IQ1_S => {
+            // d, qs[32], qh[8] u16 (3 index bits per group, 3-bit scale, delta sign).
+            for ib in 0..8 {
+                let h = u16_at(blk, 34 + 2 * ib);
+                let s = 2 * i32::from((h >> 12) & 7) + 1;
+                (sc[2 * ib], sc[2 * ib + 1]) = (s, s);
+                let delta = if h & 0x8000 != 0 { -1 } else { 1 };
+                out.deltas[32 * ib..32 * ib + 32].fill(delta);
+                for l in 0..4 {
+                    let idx =
+                        usize::from(blk[2 + 4 * ib + l]) | (usize::from((h >> (3 * l)) & 7) << 8);
+                    for (o, g) in
+                        v[32 * ib + 8 * l..][..8].iter_mut().zip(IQ1S_GRID[idx].to_le_bytes())
+                    {
+                        *o = g as i8;
+                    }
+                }
+            }
+        }
+        DType::IQ1_M => {
+            // qs[32], qh[16] (per group: 3 index bits and the delta sign), scales[8].
+            let (qs, qh) = (&blk[..32], &blk[32..48]);
+            let w: [u16; 4] = std::array::from_fn(|i| u16_at(blk, 48 + 2 * i));
+            for ib in 0..8 {
+                let s = w[ib / 2] >> (6 * (ib % 2));
+                sc[2 * ib] = 2 * i32::from(s & 7) + 1;
+                sc[2 * ib + 1] = 2 * i32::from((s >> 3) & 7) + 1;
+                for l in 0..4 {
+                    let nibble = qh[2 * ib + l / 2] >> (4 * (l % 2));
+                    let idx = usize::from(qs[4 * ib + l]) | (usize::from(nibble & 7) << 8);
+                    let at = 32 * ib + 8 * l;
+                    out.deltas[at..at + 8].fill(if nibble & 8 != 0 { -1 } else { 1 });
+                    for (o, g) in v[at..at + 8].iter_mut().zip(IQ1S_GRID[idx].to_le_bytes()) {
+                        *o = g as i8;
+                    }
+                }
+            }
+        }
+        DType::TQ1_0 => {
+            // qs[48], qh[4], d: element order as `dequantize_row_tq1_0`.
+            let trit = |q: u8, n: usize| unpack_trit(q, n) as i8;
+            for n in 0..5 {
+                for m in 0..32 {
+                    v[32 * n + m] = trit(blk[m], n);
+                }
+                for m in 0..16 {
+                    v[160 + 16 * n + m] = trit(blk[32 + m], n);
+                }
+            }
+            for n in 0..4 {
+                for j in 0..4 {
+                    v[240 + 4 * n + j] = trit(blk[48 + j], n);
+                }
+            }
+            *sc = [1; 16];
+        }
+        DType::TQ2_0 => {
+            // qs[64], d: per 128 values, byte m holds elements m + 32n in bits 2n..2n+2.
+            for half in 0..2 {
+                for n in 0..4 {
+                    for m in 0..32 {
+                        let q = (blk[32 * half + m] >> (2 * n)) & 3;
+                        v[128 * half + 32 * n + m] = q as i8 - 1;
+                    }
+                }
+            }
+            *sc = [1; 16];
+        }
+        _ => unreachable!("ints_kind covers exactly the types above"),
+    }
+    out.d = match dtype {
+        DType::IQ1_M => {
+            let w: [u16; 4] = std::array::from_fn(|i| u16_at(blk, 48 + 2 * i));
+            let bits =
+                (w[0] >> 12) | ((w[1] >> 8) & 0x00f0) | ((w[2] >> 4) & 0x0f00) | (w[3] & 0xf000);
+            f16::from_bits(bits).to_f32()
+        }
+        DType::TQ1_0 => f16_at(blk, 52),
+        DType::TQ2_0 => f16_at(blk, 64),
+        _ => f16_at(blk, 0),
+    };
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random bytes.
+    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 56) as u8
+            })
+            .collect()
+    }
+
+    /// Every decoded block rebuilds the reference dequantizer's values: the integer form is
+    /// the dequantizers' element order and arithmetic.
+    #[test]
+    fn ints_rebuild_the_dequantized_values() {
+        use DType::*;
+        for dtype in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0] {
+            let size = dtype.type_size();
+            for seed in 0..20 {
+                let mut blk = bytes(size, seed * 31 + size as u64);
+                // A finite, modest f16 scale where the type keeps one.
+                let d = f16::from_f32(0.01 + seed as f32 * 0.003).to_bits().to_le_bytes();
+                match dtype {
+                    TQ1_0 => blk[52..54].copy_from_slice(&d),
+                    TQ2_0 => blk[64..66].copy_from_slice(&d),
+                    IQ1_M => {
+                        // The f16 scale is the top nibbles of the four u16 at 48.
+                        for i in 0..4 {
+                            let nib = (u16::from_le_bytes(d) >> (4 * i)) & 0xF;
+                            blk[49 + 2 * i] = (blk[49 + 2 * i] & 0x0F) | (nib as u8) << 4;
+                        }
+                    }
+                    _ => blk[0..2].copy_from_slice(&d),
+                }
+                if dtype == TQ2_0 {
+                    // Codes 0..=2 only (3 is not a trit).
+                    for b in &mut blk[..64] {
+                        for n in 0..4 {
+                            if (*b >> (2 * n)) & 3 == 3 {
+                                *b &= !(1 << (2 * n));
+                            }
+                        }
+                    }
+                }
+                let want = crate::dequantize(dtype, &blk).expect("one block");
+                let mut ints = BlockInts::default();
+                assert!(block_ints(dtype, &blk, &mut ints));
+                let kind = ints_kind(dtype).expect("covered");
+                for (j, w) in want.iter().enumerate() {
+                    let s = ints.scales[j / 16] as f32;
+                    let got = match kind {
+                        IntsKind::Grid { mult } => ints.d * mult * s * f32::from(ints.values[j]),
+                        IntsKind::Iq1 => {
+                            ints.d
+                                * s
+                                * (f32::from(ints.values[j]) + f32::from(ints.deltas[j]) / 8.0)
+                        }
+                        IntsKind::Ternary => ints.d * f32::from(ints.values[j]),
+                    };
+                    let tol = 1e-5 * w.abs().max(ints.d.abs());
+                    assert!(
+                        (got - w).abs() <= tol,
+                        "{dtype} seed {seed} element {j}: {got} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_types_and_sizes_are_refused() {
+        let mut ints = BlockInts::default();
+        assert!(!block_ints(DType::Q4_K, &[0; 144], &mut ints));
+        assert!(!block_ints(DType::IQ2_XXS, &[0; 65], &mut ints));
+    }
+}
