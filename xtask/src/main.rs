@@ -5,7 +5,7 @@
 //!   format check, clippy with warnings denied, the real models fetched and verified, the whole
 //!   test suite, then the kernel test matrix. A fresh clone needs only Rust and python3.
 //! - `cargo xtask bench-model SHAPE TYPE OUT`: a random-weight model of a benchmark shape
-//!   (`llama-3.2-1b`, `llama-3.1-8b`; llama 3's vocabulary) with 2-D weights of TYPE (`f16`,
+//!   (`llama-3.2-1b`, `llama-3.1-8b`, `llama-tiny`; llama 3's vocabulary) with 2-D weights of TYPE (`f16`,
 //!   `q4_0`, `q8_0`, ...), written by the project's writer; `tessera quantize` makes the mixes
 //!   (Q4_K_M) from an f16 one.
 //! - `cargo xtask testdata [check | sums | import DIR]`: the fixtures under testdata/
@@ -222,14 +222,14 @@ fn synth_models(args: &[String]) -> Result<()> {
 
 fn bench_model(args: &[String]) -> Result<()> {
     let [shape, dtype, out] = args else {
-        bail!("usage: cargo xtask bench-model llama-3.2-1b|llama-3.1-8b TYPE OUT.gguf");
+        bail!("usage: cargo xtask bench-model llama-3.2-1b|llama-3.1-8b|llama-tiny TYPE OUT.gguf");
     };
     let dt = tessera_tensor::DType::ALL
         .into_iter()
         .find(|t| t.to_string().eq_ignore_ascii_case(dtype))
         .with_context(|| format!("unknown type '{dtype}'"))?;
     let spec = tessera_llama::synth::bench_shape(shape, dt)
-        .with_context(|| format!("unknown shape '{shape}' (llama-3.2-1b, llama-3.1-8b)"))?;
+        .with_context(|| format!("unknown shape '{shape}' (llama-3.2-1b, llama-3.1-8b, llama-tiny)"))?;
     let vocab = root().join("testdata/vocab/ggml-vocab-llama-bpe.gguf");
     let v = tessera_gguf::GgufFile::open(&vocab)?;
     let start = Instant::now();

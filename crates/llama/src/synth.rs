@@ -198,19 +198,23 @@ pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
 
 /// Benchmark shapes with random weights (tied embeddings, llama 3's vocabulary size when given
 /// its vocabulary): `llama-3.2-1b` (16 blocks, 2048 wide, 32/8 heads, FFN 8192) and
-/// `llama-3.1-8b` (32 blocks, 4096 wide, 32/8 heads, FFN 14336), 2-D weights of `dtype`.
+/// `llama-3.1-8b` (32 blocks, 4096 wide, 32/8 heads, FFN 14336), and `llama-tiny` (4 blocks, 512
+/// wide, 8/2 heads, FFN 1536) for quick fidelity checks; 2-D weights of `dtype`.
 pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
-    let (n_layer, n_embd, n_ff) = match name {
-        "llama-3.2-1b" => (16, 2048, 8192),
-        "llama-3.1-8b" => (32, 4096, 14336),
+    let (n_layer, n_embd, n_ff, n_head) = match name {
+        "llama-3.2-1b" => (16, 2048, 8192, 32),
+        "llama-3.1-8b" => (32, 4096, 14336, 32),
+        // Every row a whole number of 256-value blocks, small enough for llama-quantize's
+        // i-quant searches to take seconds: fidelity checks of the 256-block types.
+        "llama-tiny" => (4, 512, 1536, 8),
         _ => return None,
     };
     Some(SynthSpec {
         arch: "llama".into(),
         n_layer,
         n_embd,
-        n_head: 32,
-        n_head_kv: 8,
+        n_head,
+        n_head_kv: n_head / 4,
         n_ff,
         n_ctx: 131072,
         dtype,
