@@ -228,8 +228,9 @@ fn bench_model(args: &[String]) -> Result<()> {
         .into_iter()
         .find(|t| t.to_string().eq_ignore_ascii_case(dtype))
         .with_context(|| format!("unknown type '{dtype}'"))?;
-    let spec = tessera_llama::synth::bench_shape(shape, dt)
-        .with_context(|| format!("unknown shape '{shape}' (llama-3.2-1b, llama-3.1-8b, llama-tiny)"))?;
+    let spec = tessera_llama::synth::bench_shape(shape, dt).with_context(|| {
+        format!("unknown shape '{shape}' (llama-3.2-1b, llama-3.1-8b, llama-tiny)")
+    })?;
     let vocab = root().join("testdata/vocab/ggml-vocab-llama-bpe.gguf");
     let v = tessera_gguf::GgufFile::open(&vocab)?;
     let start = Instant::now();

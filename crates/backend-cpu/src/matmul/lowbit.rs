@@ -20,7 +20,7 @@
 //! Weights are decoded per 32 elements into unsigned grid bytes and ±1 sign bytes (the sign
 //! tables are expanded to bytes at compile time), multiplied with `maddubs` (at most
 //! 2·62·127 per pair: no saturation) and scaled with `madd`. TQ1_0's base-3 bytes are decoded
-//! by [`block_ints`] (scalar) before the same lanes.
+//! in 16-bit lanes (`(q·3ⁿ mod 256)·3 >> 8`, exact) before the same lanes.
 
 use super::VecDot;
 use tessera_tensor::blocks::QK_K;
@@ -71,11 +71,18 @@ pub(super) fn avx2_dot(dtype: DType) -> Option<VecDot> {
     type_index(dtype).map(|i| table[i])
 }
 
-/// A Q8_K block of an activation row: `d`, the 256 values and the 16 block sums.
+/// A Q8_K block of an activation row: `d`, the 256 values and the raw bytes (for the sums).
 struct Q8K<'a> {
     d: f32,
     qs: &'a [i8],
-    bsums: [i32; 16],
+    raw: &'a [u8],
+}
+
+impl Q8K<'_> {
+    /// The sum of the activation values of sixteen-value group `t`.
+    fn bsum(&self, t: usize) -> i32 {
+        i32::from(i16::from_le_bytes([self.raw[260 + 2 * t], self.raw[261 + 2 * t]]))
+    }
 }
 
 /// Block `i` of the Q8_K row at `y`.
@@ -84,13 +91,11 @@ struct Q8K<'a> {
 /// `y` must hold at least `i + 1` Q8_K blocks.
 unsafe fn q8k<'a>(y: *const u8, i: usize) -> Q8K<'a> {
     // SAFETY: block i is readable (the caller's contract); i8 has no alignment.
-    let b = unsafe { std::slice::from_raw_parts(y.add(i * Q8K_SIZE), Q8K_SIZE) };
-    let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let raw = unsafe { std::slice::from_raw_parts(y.add(i * Q8K_SIZE), Q8K_SIZE) };
+    let d = f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
     // SAFETY: bytes 4..260 of the block, reinterpreted as i8.
-    let qs = unsafe { std::slice::from_raw_parts(b.as_ptr().add(4).cast::<i8>(), QK_K) };
-    let bsums =
-        std::array::from_fn(|t| i32::from(i16::from_le_bytes([b[260 + 2 * t], b[261 + 2 * t]])));
-    Q8K { d, qs, bsums }
+    let qs = unsafe { std::slice::from_raw_parts(raw.as_ptr().add(4).cast::<i8>(), QK_K) };
+    Q8K { d, qs, raw }
 }
 
 /// Block `i` (of `size` bytes) of the weight row at `x`.
@@ -190,11 +195,12 @@ mod x86 {
     use super::*;
     use std::arch::x86_64::*;
 
-    /// 32 elements of a grid block: unsigned grid bytes (IQ1: signed grid values), ±1 sign
-    /// bytes (IQ1: the deltas) and the scales of the two 16-element halves.
+    /// 32 elements of a grid block as four u64 each: unsigned grid bytes (IQ1: signed grid
+    /// values), ±1 sign bytes (IQ1: the deltas), and the scales of the two 16-element halves.
+    /// Plain integers, so [`chunk`] can be inlined into the kernels without target features.
     pub(super) struct Chunk {
-        pub grid: __m256i,
-        pub signs: __m256i,
+        pub grid: Grid,
+        pub signs: [u64; 4],
         pub scales: (i16, i16),
     }
 
@@ -206,6 +212,28 @@ mod x86 {
         u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
     }
 
+    /// A chunk's grid bytes: eight-value entries (IQ2, IQ1) or four-value ones (IQ3), first
+    /// lowest, as ggml's `_mm256_set_epi64x` / `_mm256_set_epi32` build them.
+    pub(super) enum Grid {
+        U64([u64; 4]),
+        U32([u32; 8]),
+    }
+
+    impl Grid {
+        /// The 32 grid bytes as one vector.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn vec(&self) -> __m256i {
+            match self {
+                Grid::U64(a) => set4(*a),
+                Grid::U32(a) => {
+                    let a = a.map(|v| v as i32);
+                    _mm256_set_epi32(a[7], a[6], a[5], a[4], a[3], a[2], a[1], a[0])
+                }
+            }
+        }
+    }
+
     /// Four u64 as one vector, the first lowest.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -214,8 +242,7 @@ mod x86 {
     }
 
     /// Chunk `ib` (32 elements) of a block of `TYPES[T]` (not the ternary types).
-    #[inline]
-    #[target_feature(enable = "avx2")]
+    #[inline(always)]
     pub(super) fn chunk<const T: usize>(b: &[u8], ib: usize) -> Chunk {
         let odd = |s: u32| (2 * s + 1) as i16;
         match TYPES[T] {
@@ -223,8 +250,8 @@ mod x86 {
                 let (idx, aux) = (u32_at(b, 2 + 8 * ib).to_le_bytes(), u32_at(b, 6 + 8 * ib));
                 let s = odd(aux >> 28);
                 Chunk {
-                    grid: set4(std::array::from_fn(|l| IQ2XXS_GRID[usize::from(idx[l])])),
-                    signs: set4(std::array::from_fn(|l| KEVEN[((aux >> (7 * l)) & 127) as usize])),
+                    grid: Grid::U64(std::array::from_fn(|l| IQ2XXS_GRID[usize::from(idx[l])])),
+                    signs: std::array::from_fn(|l| KEVEN[((aux >> (7 * l)) & 127) as usize]),
                     scales: (s, s),
                 }
             }
@@ -232,8 +259,8 @@ mod x86 {
                 let q = |l: usize| u16_at(b, 2 + 2 * (4 * ib + l));
                 let s = u32::from(b[66 + ib]);
                 Chunk {
-                    grid: set4(std::array::from_fn(|l| IQ2XS_GRID[usize::from(q(l) & 511)])),
-                    signs: set4(std::array::from_fn(|l| KEVEN[usize::from(q(l) >> 9)])),
+                    grid: Grid::U64(std::array::from_fn(|l| IQ2XS_GRID[usize::from(q(l) & 511)])),
+                    signs: std::array::from_fn(|l| KEVEN[usize::from(q(l) >> 9)]),
                     scales: (odd(s & 0xF), odd(s >> 4)),
                 }
             }
@@ -241,31 +268,33 @@ mod x86 {
                 let (qh, s) = (usize::from(b[66 + ib]), u32::from(b[74 + ib]));
                 let idx = |l: usize| usize::from(b[2 + 4 * ib + l]) | ((qh << (8 - 2 * l)) & 0x300);
                 Chunk {
-                    grid: set4(std::array::from_fn(|l| IQ2S_GRID[idx(l)])),
-                    signs: set4(std::array::from_fn(|l| SIGNS[usize::from(b[34 + 4 * ib + l])])),
+                    grid: Grid::U64(std::array::from_fn(|l| IQ2S_GRID[idx(l)])),
+                    signs: std::array::from_fn(|l| SIGNS[usize::from(b[34 + 4 * ib + l])]),
                     scales: (odd(s & 0xF), odd(s >> 4)),
                 }
             }
             DType::IQ3_XXS => {
                 let aux = u32_at(b, 66 + 4 * ib);
-                let g = |k: usize| u64::from(IQ3XXS_GRID[usize::from(b[2 + 8 * ib + k])]);
                 let s = odd(aux >> 28);
                 Chunk {
-                    grid: set4(std::array::from_fn(|l| g(2 * l) | g(2 * l + 1) << 32)),
-                    signs: set4(std::array::from_fn(|l| KEVEN[((aux >> (7 * l)) & 127) as usize])),
+                    grid: Grid::U32(std::array::from_fn(|k| {
+                        IQ3XXS_GRID[usize::from(b[2 + 8 * ib + k])]
+                    })),
+                    signs: std::array::from_fn(|l| KEVEN[((aux >> (7 * l)) & 127) as usize]),
                     scales: (s, s),
                 }
             }
             DType::IQ3_S => {
                 let h = usize::from(b[66 + ib]);
-                let g = |l: usize, k: usize| {
-                    let low = usize::from(b[2 + 8 * ib + 2 * l + k]);
-                    u64::from(IQ3S_GRID[low | ((h << (8 - 2 * l - k)) & 256)])
+                let g = |j: usize| {
+                    let (l, k) = (j / 2, j % 2);
+                    let low = usize::from(b[2 + 8 * ib + j]);
+                    IQ3S_GRID[low | ((h << (8 - 2 * l - k)) & 256)]
                 };
                 let s = odd(u32::from((b[106 + ib / 2] >> (4 * (ib % 2))) & 0xF));
                 Chunk {
-                    grid: set4(std::array::from_fn(|l| g(l, 0) | g(l, 1) << 32)),
-                    signs: set4(std::array::from_fn(|l| SIGNS[usize::from(b[74 + 4 * ib + l])])),
+                    grid: Grid::U32(std::array::from_fn(g)),
+                    signs: std::array::from_fn(|l| SIGNS[usize::from(b[74 + 4 * ib + l])]),
                     scales: (s, s),
                 }
             }
@@ -277,8 +306,8 @@ mod x86 {
                 let s = odd(u32::from((h >> 12) & 7));
                 let delta = if h & 0x8000 != 0 { -1 } else { 1 };
                 Chunk {
-                    grid: set4(std::array::from_fn(|l| IQ1S_GRID[idx(l)])),
-                    signs: _mm256_set1_epi8(delta),
+                    grid: Grid::U64(std::array::from_fn(|l| IQ1S_GRID[idx(l)])),
+                    signs: [if delta < 0 { u64::MAX } else { 0x0101_0101_0101_0101 }; 4],
                     scales: (s, s),
                 }
             }
@@ -289,13 +318,64 @@ mod x86 {
                 let delta =
                     |l: usize| if nib(l) & 8 != 0 { u64::MAX } else { 0x0101_0101_0101_0101 };
                 Chunk {
-                    grid: set4(std::array::from_fn(|l| IQ1S_GRID[idx(l)])),
-                    signs: set4(std::array::from_fn(delta)),
+                    grid: Grid::U64(std::array::from_fn(|l| IQ1S_GRID[idx(l)])),
+                    signs: std::array::from_fn(delta),
                     scales: (odd(u32::from(sc & 7)), odd(u32::from((sc >> 3) & 7))),
                 }
             }
             _ => unreachable!("the grid types only"),
         }
+    }
+
+    /// f16 bits to f32 with F16C (the same value as any exact conversion).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn f16(bits: u16) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+
+    /// Trit codes (0..=2) of 32 TQ1_0 bytes: byte `q` of a 16-bit lane with multiplier `p`
+    /// gives `((q·p mod 256)·3) >> 8`, ggml's base-3 digit read, exactly (products < 2^16).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn trits(v: __m256i, p: __m256i) -> __m256i {
+        let low = _mm256_set1_epi16(0xFF);
+        let three = _mm256_set1_epi16(3);
+        let digit = |x: __m256i| {
+            let q = _mm256_and_si256(_mm256_mullo_epi16(x, p), low);
+            _mm256_srli_epi16::<8>(_mm256_mullo_epi16(q, three))
+        };
+        let (even, odd) = (_mm256_and_si256(v, low), _mm256_srli_epi16::<8>(v));
+        _mm256_or_si256(digit(even), _mm256_slli_epi16::<8>(digit(odd)))
+    }
+
+    /// The eight 32-element chunks of a TQ1_0 block as trit codes, in element order:
+    /// trit `n` of `qs[0..32]` is chunk `n`; trits 0..5 of `qs[32..48]` are elements
+    /// `160 + 16n..`; trits 0..4 of `qh[0..4]` are elements `240 + 4n + j`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn tq1_codes(b: &[u8]) -> [__m256i; 8] {
+        assert!(b.len() >= 54);
+        // SAFETY: bytes 0..32 and 32..48 of the block (asserted above).
+        let (head, tail) = unsafe {
+            (_mm256_loadu_si256(b.as_ptr().cast()), _mm_loadu_si128(b.as_ptr().add(32).cast()))
+        };
+        let pow = |n: i16, m: i16| _mm256_set_m128i(_mm_set1_epi16(m), _mm_set1_epi16(n));
+        let tail2 = _mm256_set_m128i(tail, tail);
+        // qh repeated: byte k of the high half is qh[k % 4], read for trit k / 4.
+        let qh = _mm_set1_epi32(u32_at(b, 48) as i32);
+        let last = _mm256_set_m128i(qh, tail);
+        let last_pow = _mm256_set_epi16(27, 27, 9, 9, 3, 3, 1, 1, 81, 81, 81, 81, 81, 81, 81, 81);
+        [
+            trits(head, pow(1, 1)),
+            trits(head, pow(3, 3)),
+            trits(head, pow(9, 9)),
+            trits(head, pow(27, 27)),
+            trits(head, pow(81, 81)),
+            trits(tail2, pow(1, 3)),
+            trits(tail2, pow(9, 27)),
+            trits(last, last_pow),
+        ]
     }
 
     /// The two halves' scales as sixteen i16 (eight of each).
@@ -333,19 +413,28 @@ mod x86 {
         let mut acc = _mm256_setzero_ps();
         let mut acc2 = _mm256_setzero_ps();
         let mut acc1 = 0f32;
-        let mut ints = BlockInts::default();
         for i in 0..n / QK_K {
             // SAFETY: block i < n / 256 of each row.
             let (b, q) = unsafe { (block(x, i, size), q8k(y, i)) };
             match kind {
                 IntsKind::Grid { .. } => {
-                    let mut sumi = _mm256_setzero_si256();
-                    for ib in 0..8 {
-                        let c = chunk::<T>(b, ib);
-                        let p = lanes(c.grid, c.signs, y32(&q, ib), scales16(c.scales));
-                        sumi = _mm256_add_epi32(sumi, p);
+                    // Two chunks per step, two sums (as ggml): independent work to overlap.
+                    let (mut sumi, mut sumi2) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                    for ib in (0..8).step_by(2) {
+                        let (c1, c2) = (chunk::<T>(b, ib), chunk::<T>(b, ib + 1));
+                        let p1 =
+                            lanes(c1.grid.vec(), set4(c1.signs), y32(&q, ib), scales16(c1.scales));
+                        let p2 = lanes(
+                            c2.grid.vec(),
+                            set4(c2.signs),
+                            y32(&q, ib + 1),
+                            scales16(c2.scales),
+                        );
+                        sumi = _mm256_add_epi32(sumi, p1);
+                        sumi2 = _mm256_add_epi32(sumi2, p2);
                     }
-                    let d = half::f16::from_bits(u16_at(b, 0)).to_f32() * q.d;
+                    let sumi = _mm256_add_epi32(sumi, sumi2);
+                    let d = f16(u16_at(b, 0)) * q.d;
                     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
                 }
                 IntsKind::Iq1 => {
@@ -353,14 +442,15 @@ mod x86 {
                     let mut dsum = 0i32;
                     for ib in 0..8 {
                         let c = chunk::<T>(b, ib);
+                        let (g, sg) = (c.grid.vec(), set4(c.signs));
                         let (yv, sc) = (y32(&q, ib), scales16(c.scales));
-                        s1 = _mm256_add_epi32(s1, lanes(_mm256_abs_epi8(c.grid), c.grid, yv, sc));
+                        s1 = _mm256_add_epi32(s1, lanes(_mm256_abs_epi8(g), g, yv, sc));
                         if dtype == DType::IQ1_M {
                             let ones = _mm256_set1_epi8(1);
-                            s2 = _mm256_add_epi32(s2, lanes(ones, c.signs, yv, sc));
+                            s2 = _mm256_add_epi32(s2, lanes(ones, sg, yv, sc));
                         } else {
                             let sign = if u16_at(b, 34 + 2 * ib) & 0x8000 != 0 { -1 } else { 1 };
-                            dsum += (q.bsums[2 * ib] + q.bsums[2 * ib + 1])
+                            dsum += (q.bsum(2 * ib) + q.bsum(2 * ib + 1))
                                 * sign
                                 * i32::from(c.scales.0);
                         }
@@ -374,7 +464,7 @@ mod x86 {
                     } else {
                         u16_at(b, 0)
                     };
-                    let d = q.d * half::f16::from_bits(xd).to_f32();
+                    let d = q.d * f16(xd);
                     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s1), acc);
                     acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s2), acc2);
                     acc1 = (dsum as f32).mul_add(d, acc1);
@@ -399,23 +489,18 @@ mod x86 {
                         }
                         xd = u16_at(b, 64);
                     } else {
-                        block_ints(dtype, b, &mut ints);
-                        for ib in 0..8 {
-                            let v = &ints.values[32 * ib..32 * ib + 32];
-                            // SAFETY: 32 readable bytes.
-                            let v = unsafe { _mm256_loadu_si256(v.as_ptr().cast()) };
-                            let codes = _mm256_add_epi8(v, _mm256_set1_epi8(1));
+                        for (ib, codes) in tq1_codes(b).into_iter().enumerate() {
                             let p = _mm256_maddubs_epi16(codes, y32(&q, ib));
                             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, ones));
                         }
                         xd = u16_at(b, 52);
                     }
                     // The codes are value + 1: take Σ y of elements 32l..32l+32 off lane l.
-                    let bs: [i32; 8] = std::array::from_fn(|l| q.bsums[2 * l] + q.bsums[2 * l + 1]);
+                    let bs: [i32; 8] = std::array::from_fn(|l| q.bsum(2 * l) + q.bsum(2 * l + 1));
                     // SAFETY: eight i32.
                     let bs = unsafe { _mm256_loadu_si256(bs.as_ptr().cast()) };
                     sumi = _mm256_sub_epi32(sumi, bs);
-                    let d = q.d * half::f16::from_bits(xd).to_f32();
+                    let d = q.d * f16(xd);
                     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
                 }
             }

@@ -109,7 +109,7 @@ fn avx2_model(dtype: DType, n: usize, x: &[u8], y: &[u8]) -> f32 {
                     }
                 }
                 IntsKind::Ternary => {
-                    let ysum = q.bsums[2 * l] + q.bsums[2 * l + 1];
+                    let ysum = q.bsum(2 * l) + q.bsum(2 * l + 1);
                     let codes: i32 = lane(&ints.values, l, false)
                         + (0..8)
                             .flat_map(|c| (0..4).map(move |k| 32 * c + 4 * l + k))
