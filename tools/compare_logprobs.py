@@ -6,9 +6,10 @@ llama.cpp computes on a quantization type the reference sets do not cover.
     python3 tools/compare_logprobs.py http://127.0.0.1:8181 http://127.0.0.1:8182
 
 For each prompt: whether the texts are equal, the first token that differs, and the largest gap
-between the two servers' log-probabilities (chosen token and top 3). Equal logits leave gaps
-of about 1e-5 (the servers' own log-softmax rounding); different arithmetic shows up as gaps
-of 1e-3 and more. llama-server folds a token that ends inside a UTF-8 character into the next
+between the two servers' log-probability differences at a position (each of the top 3 minus
+the chosen token's: logit differences, free of how each server sums the softmax
+normalizer). Equal logits leave gaps of about 1e-5 (the servers' own rounding); different
+arithmetic shows up as gaps of 1e-3 and more. llama-server folds a token that ends inside a UTF-8 character into the next
 one in its `logprobs`, so a row can show a differing token with equal texts; gaps are taken
 over the positions before the first differing token, where the two lists still line up. Standard library only.
 """
@@ -43,8 +44,13 @@ def main():
         first = next((i for i, (x, y) in enumerate(zip(ka, kb)) if x != y), None)
         # Past a differing token the lists no longer line up: compare the positions before it.
         end = len(ka) if first is None else first
-        gaps = [abs(x - y) for x, y in zip(ca[:end], cb[:end])]
-        gaps += [abs(x - y) for u, v in zip(pa[:end], pb[:end]) for x, y in zip(u, v)]
+        # Differences within a position (each top log-probability minus the chosen one's): the
+        # log-softmax normalizer cancels, so they compare logits. llama-server sums the
+        # normalizer in f32 from the largest term down, which drops the tail of large
+        # vocabularies (Gemma-3: a shift of 0.2 on every token of a position); Tessera sums
+        # in f64.
+        gaps = [abs((x - c) - (y - d)) for u, v, c, d in zip(pa[:end], pb[:end], ca, cb)
+                for x, y in zip(u, v)]
         gap = f"{max(gaps):.2e}" if gaps else "n/a"
         note = ""
         if first is not None and ta == tb:

@@ -3,7 +3,9 @@
 //! - `cargo xtask ci`: what CI runs, set-up included: the test data checked against its sums,
 //!   a Python environment of its own (target/pyenv, pinned by tools/requirements-ci.txt),
 //!   format check, clippy with warnings denied, the real models fetched and verified, the whole
-//!   test suite, then the kernel test matrix. A fresh clone needs only Rust and python3.
+//!   test suite, the model tests again at the lower x86 classes this CPU can stand in for
+//!   (`TESSERA_SIMD=avx2`; AVX-512 without VNNI and BF16), then the kernel test matrix. A fresh
+//!   clone needs only Rust and python3.
 //! - `cargo xtask bench-model SHAPE TYPE OUT`: a random-weight model of a benchmark shape
 //!   (`llama-3.2-1b`, `llama-3.1-8b`, `llama-tiny`; llama 3's vocabulary) with 2-D weights of TYPE (`f16`,
 //!   `q4_0`, `q8_0`, ...), written by the project's writer; `tessera quantize` makes the mixes
@@ -85,6 +87,7 @@ fn ci() -> Result<()> {
     cargo(&["test", "--workspace", "--no-fail-fast"])?;
     cuda_tests(&python)?;
     avx2_model_tests()?;
+    plain_avx512_model_tests()?;
     test_matrix(&[])?;
     eprintln!("xtask ci: all green in {:.0}s", start.elapsed().as_secs_f64());
     Ok(())
@@ -186,6 +189,23 @@ fn avx2_model_tests() -> Result<()> {
     std::env::set_var("TESSERA_SIMD", "avx2");
     let r = cargo(&["test", "-p", "tessera-llama", "--test", "refs", "--test", "synth"]);
     std::env::remove_var("TESSERA_SIMD");
+    r
+}
+
+/// On an AVX-512 CPU with VNNI or AVX512_BF16, the model tests again with both hidden
+/// (`TESSERA_CPU_HIDE=vnni,bf16`): the paths of AVX-512 CPUs without them (Skylake-SP and the
+/// like), against the same AVX-512 references (llama.cpp built without VNNI and BF16 gives
+/// their bits; see testdata/refs/README.md).
+fn plain_avx512_model_tests() -> Result<()> {
+    use tessera_backend_cpu::SimdLevel;
+    let extras = tessera_backend_cpu::has_vnni() || tessera_backend_cpu::has_avx512_bf16();
+    if SimdLevel::detect() < SimdLevel::Avx512 || !extras {
+        return Ok(());
+    }
+    eprintln!("==> the model tests again at TESSERA_CPU_HIDE=vnni,bf16");
+    std::env::set_var("TESSERA_CPU_HIDE", "vnni,bf16");
+    let r = cargo(&["test", "-p", "tessera-llama", "--test", "refs", "--test", "synth"]);
+    std::env::remove_var("TESSERA_CPU_HIDE");
     r
 }
 

@@ -21,7 +21,7 @@ pub use backend::{CpuBackend, CpuDevice};
 pub use params::{ComputeParams, ThreadSync};
 pub use pool::ThreadPool;
 pub use sim::{SimBackend, SimDevice};
-pub use simd::{has_vnni, kernel_family, SimdLevel};
+pub use simd::{has_avx512_bf16, has_vnni, kernel_family, SimdLevel};
 pub use tensor_ref::TensorRef;
 
 /// The bytes a weight marked [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED)

@@ -99,11 +99,37 @@ pub(crate) fn has_fma() -> bool {
     }
 }
 
-/// Whether the CPU has AVX-512 VNNI (int8 dot products in one instruction).
+/// Whether `TESSERA_CPU_HIDE` (a comma-separated list of `vnni`, `bf16`, read once) hides feature
+/// `name` from detection, so one machine can run the paths of CPUs without it: with both
+/// hidden, an AVX-512 VNNI CPU computes as an AVX-512 F/BW/VL/DQ one (Skylake-SP, Cascade
+/// Lake without BF16...) does, which is how those paths are compared with a llama.cpp build
+/// for that class.
+fn hidden(name: &str) -> bool {
+    std::env::var("TESSERA_CPU_HIDE")
+        .map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(name)))
+        .unwrap_or(false)
+}
+
+/// Whether the CPU has AVX-512 VNNI (int8 dot products in one instruction), unless
+/// `TESSERA_CPU_HIDE` lists `vnni`.
 pub fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx512vnni")
+        static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *VNNI.get_or_init(|| is_x86_feature_detected!("avx512vnni") && !hidden("vnni"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the CPU has AVX512_BF16 (`vdpbf16ps`), unless `TESSERA_CPU_HIDE` lists `bf16`.
+pub fn has_avx512_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static BF16: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *BF16.get_or_init(|| is_x86_feature_detected!("avx512bf16") && !hidden("bf16"))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

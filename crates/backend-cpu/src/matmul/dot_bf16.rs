@@ -29,7 +29,7 @@ const AVX512_BF16: u8 = 2;
 
 /// The variant for the AVX-512 level on this CPU.
 fn avx512_variant() -> u8 {
-    if std::is_x86_feature_detected!("avx512bf16") {
+    if crate::has_avx512_bf16() {
         AVX512_BF16
     } else {
         AVX512
