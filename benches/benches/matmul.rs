@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tessera_backend_cpu::{has_vnni, ComputeParams, SimdLevel, TensorRef, ThreadSync};
+use tessera_backend_cpu::{
+    has_avx512_bf16, has_vnni, ComputeParams, SimdLevel, TensorRef, ThreadSync,
+};
 use tessera_benches::random_f32;
 use tessera_tensor::{quant, DType};
 
