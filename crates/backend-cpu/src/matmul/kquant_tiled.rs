@@ -266,8 +266,15 @@ fn unpack_block(dtype: DType, blk: &[u8], u: &mut Unpacked, b: usize) {
                 Some(IntsKind::Grid { mult }) => (1, mult),
                 _ => (8, 0.125),
             };
-            for (c, (&v, &dl)) in codes.iter_mut().zip(ints.values.iter().zip(&ints.deltas)) {
-                *c = (k * i32::from(v) + i32::from(dl) + 128) as u8;
+            if k == 1 {
+                // value + 128 as a byte: the sign bit flipped.
+                for (c, &v) in codes.iter_mut().zip(&ints.values) {
+                    *c = v as u8 ^ 0x80;
+                }
+            } else {
+                for (c, (&v, &dl)) in codes.iter_mut().zip(ints.values.iter().zip(&ints.deltas)) {
+                    *c = (k * i32::from(v) + i32::from(dl) + 128) as u8;
+                }
             }
             let nsub = layout(dtype).expect("covered").nsub;
             for t in 0..nsub {

@@ -10,8 +10,7 @@
 //! types, 1/4 for IQ3_XXS and 1 for the rest ([`IntsKind`]).
 
 use super::iquants::iq_tables::{
-    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KMASK_IQ2XS,
-    KSIGNS_IQ2XS,
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
 };
 use super::ternary::unpack_trit;
 use crate::blocks::QK_K;
@@ -74,18 +73,38 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_bits(u16_at(b, i)).to_f32()
 }
 
-/// Eight unsigned grid bytes with the signs of `signs` (bit j: element j negative).
-fn signed8(out: &mut [i8], grid: [u8; 8], signs: u8) {
-    for (j, (o, g)) in out[..8].iter_mut().zip(grid).enumerate() {
-        let v = g as i8;
-        *o = if signs & KMASK_IQ2XS[j] != 0 { -v } else { v };
+/// `0xFF` in byte j where bit j of the index is set (`kmask_iq2xs[j]`), else `0x00`.
+static SIGN_MASKS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut j = 0;
+        while j < 8 {
+            if i & (1 << j) != 0 {
+                t[i] |= 0xFF << (8 * j);
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// Eight unsigned grid bytes (never 0: every grid value is positive) with the signs of
+/// `signs` (bit j: element j negative), negated eight at a time: `(g ^ 0xFF) + 1 = 256 - g`
+/// per byte, which never carries into the next byte because `g > 0`.
+fn signed8(out: &mut [i8], grid: u64, signs: u8) {
+    debug_assert!(signs == 0 || grid.to_le_bytes().iter().all(|&g| g != 0));
+    let m = SIGN_MASKS[usize::from(signs)];
+    let v = (grid ^ m).wrapping_add(m & 0x0101_0101_0101_0101);
+    for (o, b) in out[..8].iter_mut().zip(v.to_le_bytes()) {
+        *o = b as i8;
     }
 }
 
-/// Two four-value IQ3 grid entries as eight bytes.
-fn grid4x2(g1: u32, g2: u32) -> [u8; 8] {
-    let (a, b) = (g1.to_le_bytes(), g2.to_le_bytes());
-    [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+/// Two four-value IQ3 grid entries as one eight-byte entry.
+fn grid4x2(g1: u32, g2: u32) -> u64 {
+    u64::from(g1) | u64::from(g2) << 32
 }
 
 /// Decodes one block of `dtype` (its `type_size()` bytes) into `out`. Returns `false` (and
@@ -107,8 +126,7 @@ pub fn block_ints(dtype: DType, blk: &[u8], out: &mut BlockInts) -> bool {
                 sc[2 * ib + 1] = sc[2 * ib];
                 for l in 0..4 {
                     let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
-                    let g = IQ2XXS_GRID[usize::from(idx[l])].to_le_bytes();
-                    signed8(&mut v[32 * ib + 8 * l..], g, signs);
+                    signed8(&mut v[32 * ib + 8 * l..], IQ2XXS_GRID[usize::from(idx[l])], signs);
                 }
             }
         }
@@ -120,7 +138,7 @@ pub fn block_ints(dtype: DType, blk: &[u8], out: &mut BlockInts) -> bool {
                     (2 * i32::from(s & 0xF) + 1, 2 * i32::from(s >> 4) + 1);
                 for l in 0..4 {
                     let q = u16_at(blk, 2 + 2 * (4 * ib + l));
-                    let g = IQ2XS_GRID[usize::from(q & 511)].to_le_bytes();
+                    let g = IQ2XS_GRID[usize::from(q & 511)];
                     signed8(&mut v[32 * ib + 8 * l..], g, KSIGNS_IQ2XS[usize::from(q >> 9)]);
                 }
             }
@@ -135,11 +153,7 @@ pub fn block_ints(dtype: DType, blk: &[u8], out: &mut BlockInts) -> bool {
                 for l in 0..4 {
                     let idx = usize::from(qs[4 * ib + l])
                         | ((usize::from(qh[ib]) << (8 - 2 * l)) & 0x300);
-                    signed8(
-                        &mut v[32 * ib + 8 * l..],
-                        IQ2S_GRID[idx].to_le_bytes(),
-                        signs[4 * ib + l],
-                    );
+                    signed8(&mut v[32 * ib + 8 * l..], IQ2S_GRID[idx], signs[4 * ib + l]);
                 }
             }
         }
@@ -327,6 +341,21 @@ mod tests {
                         "{dtype} seed {seed} element {j}: {got} vs {w}"
                     );
                 }
+            }
+        }
+    }
+
+    /// [`signed8`] negates bytes without carries only because no grid byte is 0.
+    #[test]
+    fn no_signed_grid_has_a_zero_byte() {
+        let u64s = IQ2XXS_GRID.iter().chain(&IQ2XS_GRID).chain(&IQ2S_GRID);
+        assert!(u64s.flat_map(|g| g.to_le_bytes()).all(|b| b != 0));
+        let u32s = IQ3XXS_GRID.iter().chain(&IQ3S_GRID);
+        assert!(u32s.flat_map(|g| g.to_le_bytes()).all(|b| b != 0));
+        for (i, m) in SIGN_MASKS.iter().enumerate() {
+            for j in 0..8 {
+                let neg = i & (1 << j) != 0;
+                assert_eq!((m >> (8 * j)) & 0xFF, if neg { 0xFF } else { 0 });
             }
         }
     }
