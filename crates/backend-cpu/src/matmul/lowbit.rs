@@ -213,16 +213,6 @@ mod x86 {
         u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
     }
 
-    /// The `V` at byte `i` of a block, unaligned and unchecked: [`chunk`]'s reads, whose
-    /// offsets it bounds once (checked again in debug builds).
-    #[inline(always)]
-    fn at<V: Copy>(b: &[u8], i: usize) -> V {
-        debug_assert!(i + std::mem::size_of::<V>() <= b.len());
-        // SAFETY: `chunk` asserts the block holds the type's whole layout, and its offsets
-        // (ib < 8) stay inside it.
-        unsafe { b.as_ptr().add(i).cast::<V>().read_unaligned() }
-    }
-
     /// A chunk's grid bytes: eight-value entries (IQ2, IQ1) or four-value ones (IQ3), first
     /// lowest, as ggml's `_mm256_set_epi64x` / `_mm256_set_epi32` build them.
     pub(super) enum Grid {
@@ -255,13 +245,10 @@ mod x86 {
     /// Chunk `ib` (32 elements) of a block of `TYPES[T]` (not the ternary types).
     #[inline(always)]
     pub(super) fn chunk<const T: usize>(b: &[u8], ib: usize) -> Chunk {
-        // Every offset below is inside a block of the type for ib < 8 (the layouts; the tests
-        // decode every chunk of random blocks), so the reads need no checks of their own.
-        assert!(ib < 8 && b.len() >= TYPES[T].type_size());
         let odd = |s: u32| (2 * s + 1) as i16;
         match TYPES[T] {
             DType::IQ2_XXS => {
-                let (idx, aux) = (at::<u32>(b, 2 + 8 * ib).to_le_bytes(), at::<u32>(b, 6 + 8 * ib));
+                let (idx, aux) = (u32_at(b, 2 + 8 * ib).to_le_bytes(), u32_at(b, 6 + 8 * ib));
                 let s = odd(aux >> 28);
                 Chunk {
                     grid: Grid::U64(std::array::from_fn(|l| IQ2XXS_GRID[usize::from(idx[l])])),
@@ -270,8 +257,8 @@ mod x86 {
                 }
             }
             DType::IQ2_XS => {
-                let q = |l: usize| at::<u16>(b, 2 + 2 * (4 * ib + l));
-                let s = u32::from(at::<u8>(b, 66 + ib));
+                let q = |l: usize| u16_at(b, 2 + 2 * (4 * ib + l));
+                let s = u32::from(b[66 + ib]);
                 Chunk {
                     grid: Grid::U64(std::array::from_fn(|l| IQ2XS_GRID[usize::from(q(l) & 511)])),
                     signs: std::array::from_fn(|l| KEVEN[usize::from(q(l) >> 9)]),
@@ -279,50 +266,43 @@ mod x86 {
                 }
             }
             DType::IQ2_S => {
-                let (qh, s) = (usize::from(at::<u8>(b, 66 + ib)), u32::from(at::<u8>(b, 74 + ib)));
-                let idx = |l: usize| {
-                    usize::from(at::<u8>(b, 2 + 4 * ib + l)) | ((qh << (8 - 2 * l)) & 0x300)
-                };
+                let (qh, s) = (usize::from(b[66 + ib]), u32::from(b[74 + ib]));
+                let idx = |l: usize| usize::from(b[2 + 4 * ib + l]) | ((qh << (8 - 2 * l)) & 0x300);
                 Chunk {
                     grid: Grid::U64(std::array::from_fn(|l| IQ2S_GRID[idx(l)])),
-                    signs: std::array::from_fn(|l| {
-                        SIGNS[usize::from(at::<u8>(b, 34 + 4 * ib + l))]
-                    }),
+                    signs: std::array::from_fn(|l| SIGNS[usize::from(b[34 + 4 * ib + l])]),
                     scales: (odd(s & 0xF), odd(s >> 4)),
                 }
             }
             DType::IQ3_XXS => {
-                let aux = at::<u32>(b, 66 + 4 * ib);
+                let aux = u32_at(b, 66 + 4 * ib);
                 let s = odd(aux >> 28);
                 Chunk {
                     grid: Grid::U32(std::array::from_fn(|k| {
-                        IQ3XXS_GRID[usize::from(at::<u8>(b, 2 + 8 * ib + k))]
+                        IQ3XXS_GRID[usize::from(b[2 + 8 * ib + k])]
                     })),
                     signs: std::array::from_fn(|l| KEVEN[((aux >> (7 * l)) & 127) as usize]),
                     scales: (s, s),
                 }
             }
             DType::IQ3_S => {
-                let h = usize::from(at::<u8>(b, 66 + ib));
+                let h = usize::from(b[66 + ib]);
                 let g = |j: usize| {
                     let (l, k) = (j / 2, j % 2);
-                    let low = usize::from(at::<u8>(b, 2 + 8 * ib + j));
+                    let low = usize::from(b[2 + 8 * ib + j]);
                     IQ3S_GRID[low | ((h << (8 - 2 * l - k)) & 256)]
                 };
-                let s = odd(u32::from((at::<u8>(b, 106 + ib / 2) >> (4 * (ib % 2))) & 0xF));
+                let s = odd(u32::from((b[106 + ib / 2] >> (4 * (ib % 2))) & 0xF));
                 Chunk {
                     grid: Grid::U32(std::array::from_fn(g)),
-                    signs: std::array::from_fn(|l| {
-                        SIGNS[usize::from(at::<u8>(b, 74 + 4 * ib + l))]
-                    }),
+                    signs: std::array::from_fn(|l| SIGNS[usize::from(b[74 + 4 * ib + l])]),
                     scales: (s, s),
                 }
             }
             DType::IQ1_S => {
-                let h = at::<u16>(b, 34 + 2 * ib);
+                let h = u16_at(b, 34 + 2 * ib);
                 let idx = |l: usize| {
-                    usize::from(at::<u8>(b, 2 + 4 * ib + l))
-                        | (usize::from((h >> (3 * l)) & 7) << 8)
+                    usize::from(b[2 + 4 * ib + l]) | (usize::from((h >> (3 * l)) & 7) << 8)
                 };
                 let s = odd(u32::from((h >> 12) & 7));
                 let delta = if h & 0x8000 != 0 { -1 } else { 1 };
@@ -333,11 +313,9 @@ mod x86 {
                 }
             }
             DType::IQ1_M => {
-                let nib = |l: usize| at::<u8>(b, 32 + 2 * ib + l / 2) >> (4 * (l % 2));
-                let idx = |l: usize| {
-                    usize::from(at::<u8>(b, 4 * ib + l)) | (usize::from(nib(l) & 7) << 8)
-                };
-                let sc = at::<u16>(b, 48 + 2 * (ib / 2)) >> (6 * (ib % 2));
+                let nib = |l: usize| b[32 + 2 * ib + l / 2] >> (4 * (l % 2));
+                let idx = |l: usize| usize::from(b[4 * ib + l]) | (usize::from(nib(l) & 7) << 8);
+                let sc = u16_at(b, 48 + 2 * (ib / 2)) >> (6 * (ib % 2));
                 let delta =
                     |l: usize| if nib(l) & 8 != 0 { u64::MAX } else { 0x0101_0101_0101_0101 };
                 Chunk {
