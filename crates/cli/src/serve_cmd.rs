@@ -29,7 +29,8 @@ pub struct ServeArgs {
     threads: Option<usize>,
     /// Most tokens decoded per step (generating slots' next tokens plus prompt chunks). Under
     /// 64, a request's answer does not depend on what shares its steps (no step is large
-    /// enough for the tiled flash attention), except on K-quant models.
+    /// enough for the tiled flash attention), except on K-quant, IQ4_XS and IQ1/IQ2/IQ3
+    /// models, whose batches of 8+ rows take llama.cpp's tiled order.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     batch_size: usize,
     /// Requests that may wait for a free slot before new ones get 503.
