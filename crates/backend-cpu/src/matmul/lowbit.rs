@@ -205,12 +205,20 @@ mod x86 {
         pub scales: (i16, i16),
     }
 
+    /// The little-endian u16 at byte `i` (one bound check, one load).
     fn u16_at(b: &[u8], i: usize) -> u16 {
-        u16::from_le_bytes([b[i], b[i + 1]])
+        u16::from_le_bytes(b[i..i + 2].try_into().expect("two bytes"))
     }
 
+    /// The little-endian u32 at byte `i` (one bound check, one load: four indexed bytes
+    /// compiled to four checked byte loads).
     fn u32_at(b: &[u8], i: usize) -> u32 {
-        u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+        u32::from_le_bytes(b[i..i + 4].try_into().expect("four bytes"))
+    }
+
+    /// The little-endian u64 at byte `i` (one bound check, one load).
+    fn u64_at(b: &[u8], i: usize) -> u64 {
+        u64::from_le_bytes(b[i..i + 8].try_into().expect("eight bytes"))
     }
 
     /// A chunk's grid bytes: eight-value entries (IQ2, IQ1) or four-value ones (IQ3), first
@@ -257,7 +265,8 @@ mod x86 {
                 }
             }
             DType::IQ2_XS => {
-                let q = |l: usize| u16_at(b, 2 + 2 * (4 * ib + l));
+                let qs = u64_at(b, 2 + 8 * ib);
+                let q = |l: usize| (qs >> (16 * l)) as u16;
                 let s = u32::from(b[66 + ib]);
                 Chunk {
                     grid: Grid::U64(std::array::from_fn(|l| IQ2XS_GRID[usize::from(q(l) & 511)])),
@@ -267,43 +276,42 @@ mod x86 {
             }
             DType::IQ2_S => {
                 let (qh, s) = (usize::from(b[66 + ib]), u32::from(b[74 + ib]));
-                let idx = |l: usize| usize::from(b[2 + 4 * ib + l]) | ((qh << (8 - 2 * l)) & 0x300);
+                let (qs, sg) =
+                    (u32_at(b, 2 + 4 * ib).to_le_bytes(), u32_at(b, 34 + 4 * ib).to_le_bytes());
+                let idx = |l: usize| usize::from(qs[l]) | ((qh << (8 - 2 * l)) & 0x300);
                 Chunk {
                     grid: Grid::U64(std::array::from_fn(|l| IQ2S_GRID[idx(l)])),
-                    signs: std::array::from_fn(|l| SIGNS[usize::from(b[34 + 4 * ib + l])]),
+                    signs: std::array::from_fn(|l| SIGNS[usize::from(sg[l])]),
                     scales: (odd(s & 0xF), odd(s >> 4)),
                 }
             }
             DType::IQ3_XXS => {
-                let aux = u32_at(b, 66 + 4 * ib);
+                let (aux, qs) = (u32_at(b, 66 + 4 * ib), u64_at(b, 2 + 8 * ib).to_le_bytes());
                 let s = odd(aux >> 28);
                 Chunk {
-                    grid: Grid::U32(std::array::from_fn(|k| {
-                        IQ3XXS_GRID[usize::from(b[2 + 8 * ib + k])]
-                    })),
+                    grid: Grid::U32(std::array::from_fn(|k| IQ3XXS_GRID[usize::from(qs[k])])),
                     signs: std::array::from_fn(|l| KEVEN[((aux >> (7 * l)) & 127) as usize]),
                     scales: (s, s),
                 }
             }
             DType::IQ3_S => {
-                let h = usize::from(b[66 + ib]);
+                let (h, qs) = (usize::from(b[66 + ib]), u64_at(b, 2 + 8 * ib).to_le_bytes());
+                let sg = u32_at(b, 74 + 4 * ib).to_le_bytes();
                 let g = |j: usize| {
                     let (l, k) = (j / 2, j % 2);
-                    let low = usize::from(b[2 + 8 * ib + j]);
+                    let low = usize::from(qs[j]);
                     IQ3S_GRID[low | ((h << (8 - 2 * l - k)) & 256)]
                 };
                 let s = odd(u32::from((b[106 + ib / 2] >> (4 * (ib % 2))) & 0xF));
                 Chunk {
                     grid: Grid::U32(std::array::from_fn(g)),
-                    signs: std::array::from_fn(|l| SIGNS[usize::from(b[74 + 4 * ib + l])]),
+                    signs: std::array::from_fn(|l| SIGNS[usize::from(sg[l])]),
                     scales: (s, s),
                 }
             }
             DType::IQ1_S => {
-                let h = u16_at(b, 34 + 2 * ib);
-                let idx = |l: usize| {
-                    usize::from(b[2 + 4 * ib + l]) | (usize::from((h >> (3 * l)) & 7) << 8)
-                };
+                let (h, qs) = (u16_at(b, 34 + 2 * ib), u32_at(b, 2 + 4 * ib).to_le_bytes());
+                let idx = |l: usize| usize::from(qs[l]) | (usize::from((h >> (3 * l)) & 7) << 8);
                 let s = odd(u32::from((h >> 12) & 7));
                 let delta = if h & 0x8000 != 0 { -1 } else { 1 };
                 Chunk {
@@ -313,8 +321,9 @@ mod x86 {
                 }
             }
             DType::IQ1_M => {
-                let nib = |l: usize| b[32 + 2 * ib + l / 2] >> (4 * (l % 2));
-                let idx = |l: usize| usize::from(b[4 * ib + l]) | (usize::from(nib(l) & 7) << 8);
+                let (qh, qs) = (u16_at(b, 32 + 2 * ib), u32_at(b, 4 * ib).to_le_bytes());
+                let nib = |l: usize| (qh >> (4 * l)) as u8;
+                let idx = |l: usize| usize::from(qs[l]) | (usize::from(nib(l) & 7) << 8);
                 let sc = u16_at(b, 48 + 2 * (ib / 2)) >> (6 * (ib % 2));
                 let delta =
                     |l: usize| if nib(l) & 8 != 0 { u64::MAX } else { 0x0101_0101_0101_0101 };
