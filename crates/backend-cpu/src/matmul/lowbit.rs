@@ -480,8 +480,8 @@ mod x86 {
                     acc1 = (dsum as f32).mul_add(d, acc1);
                 }
                 IntsKind::Ternary => {
-                    let mut sumi = _mm256_setzero_si256();
-                    let ones = _mm256_set1_epi16(1);
+                    // Sums in i16, as ggml's: at most 8·2·2·127 + 16·127 in magnitude.
+                    let mut sum16 = _mm256_setzero_si256();
                     let xd;
                     if dtype == DType::TQ2_0 {
                         for half in 0..2 {
@@ -494,22 +494,24 @@ mod x86 {
                                     _mm256_set1_epi8(3),
                                 );
                                 let p = _mm256_maddubs_epi16(codes, y32(&q, 4 * half + k));
-                                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, ones));
+                                sum16 = _mm256_add_epi16(sum16, p);
                             }
                         }
                         xd = u16_at(b, 64);
                     } else {
                         for (ib, codes) in tq1_codes(b).into_iter().enumerate() {
                             let p = _mm256_maddubs_epi16(codes, y32(&q, ib));
-                            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, ones));
+                            sum16 = _mm256_add_epi16(sum16, p);
                         }
                         xd = u16_at(b, 52);
                     }
-                    // The codes are value + 1: take Σ y of elements 32l..32l+32 off lane l.
-                    let bs: [i32; 8] = std::array::from_fn(|l| q.bsum(2 * l) + q.bsum(2 * l + 1));
-                    // SAFETY: eight i32.
-                    let bs = unsafe { _mm256_loadu_si256(bs.as_ptr().cast()) };
-                    sumi = _mm256_sub_epi32(sumi, bs);
+                    // The codes are value + 1: take the block sums off (i16 lane t holds bytes
+                    // 2t, 2t + 1 of every chunk; i32 lane l then has Σ y of elements 32l..32l+32
+                    // taken off, as ggml's).
+                    let bsums = &q.raw[260..292];
+                    // SAFETY: the block's 16 i16 block sums (32 bytes).
+                    let bs = unsafe { _mm256_loadu_si256(bsums.as_ptr().cast()) };
+                    let sumi = _mm256_madd_epi16(_mm256_sub_epi16(sum16, bs), _mm256_set1_epi16(1));
                     let d = q.d * f16(xd);
                     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
                 }
