@@ -621,17 +621,26 @@ mod tests {
     const TYPES: [DType; 6] =
         [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS];
 
-    /// The grid i-quants: unpacked from the integer form `tessera_tensor` tests against the
-    /// dequantizers, so only the kernels are checked here.
-    const GRID_TYPES: [DType; 7] = [
-        DType::IQ2_XXS,
-        DType::IQ2_XS,
-        DType::IQ2_S,
-        DType::IQ3_XXS,
-        DType::IQ3_S,
-        DType::IQ1_S,
-        DType::IQ1_M,
-    ];
+    /// The grid i-quants (the integer form's types but the two ternary ones, which llama.cpp
+    /// does not tile): unpacked from the integer form `tessera_tensor` tests against the
+    /// dequantizers.
+    fn grid_types() -> impl Iterator<Item = DType> {
+        tessera_tensor::quant::ints::INT_TYPES.into_iter().take(7)
+    }
+
+    /// `nb` random blocks of `dtype`, their dequantized values and their unpacked form.
+    fn unpack_random(rng: &mut Rng, dtype: DType, nb: usize) -> (Vec<f32>, Unpacked) {
+        let lay = layout(dtype).unwrap();
+        let bytes = rng.blocks(dtype, nb);
+        let want = quant::dequantize(dtype, &bytes).unwrap();
+        let mut u = Unpacked::default();
+        u.resize(nb, lay.nsub);
+        let ts = dtype.type_size();
+        for b in 0..nb {
+            unpack_block(dtype, &bytes[b * ts..(b + 1) * ts], &mut u, b);
+        }
+        (want, u)
+    }
 
     /// Rebuilds every value from the unpacked integers with the dequantizer's own formula
     /// and compares bit for bit: codes, scales, mins and corrections are right.
@@ -640,15 +649,7 @@ mod tests {
         let mut rng = Rng(7);
         for dtype in TYPES {
             let lay = layout(dtype).unwrap();
-            let nb = 6;
-            let bytes = rng.blocks(dtype, nb);
-            let want = quant::dequantize(dtype, &bytes).unwrap();
-            let mut u = Unpacked::default();
-            u.resize(nb, lay.nsub);
-            let ts = dtype.type_size();
-            for b in 0..nb {
-                unpack_block(dtype, &bytes[b * ts..(b + 1) * ts], &mut u, b);
-            }
+            let (want, u) = unpack_random(&mut rng, dtype, 6);
             let bias = match dtype {
                 DType::Q6_K => 32,
                 DType::Q3_K => 4,
@@ -681,17 +682,9 @@ mod tests {
     #[test]
     fn grid_types_unpack_to_the_dequantized_values() {
         let mut rng = Rng(5);
-        for dtype in GRID_TYPES {
+        for dtype in grid_types() {
             let lay = layout(dtype).unwrap();
-            let nb = 4;
-            let bytes = rng.blocks(dtype, nb);
-            let want = quant::dequantize(dtype, &bytes).unwrap();
-            let mut u = Unpacked::default();
-            u.resize(nb, lay.nsub);
-            let ts = dtype.type_size();
-            for b in 0..nb {
-                unpack_block(dtype, &bytes[b * ts..(b + 1) * ts], &mut u, b);
-            }
+            let (want, u) = unpack_random(&mut rng, dtype, 4);
             for (e, &w) in want.iter().enumerate() {
                 let (b, i) = (e / QK, e % QK);
                 let scale = u.scales[b * lay.nsub + i / (QK / lay.nsub)];
@@ -735,7 +728,7 @@ mod tests {
         let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
         let mut band = Band::default();
         band.fill(nb, &refs);
-        for dtype in TYPES.into_iter().chain(GRID_TYPES) {
+        for dtype in TYPES.into_iter().chain(grid_types()) {
             let lay = layout(dtype).unwrap();
             let mut units: Vec<Unpacked> = (0..ROWS).map(|_| Unpacked::default()).collect();
             let ts = dtype.type_size();

@@ -24,7 +24,7 @@
 
 use super::VecDot;
 use tessera_tensor::blocks::QK_K;
-use tessera_tensor::quant::ints::{block_ints, ints_kind, BlockInts, IntsKind};
+use tessera_tensor::quant::ints::{block_ints, ints_kind, BlockInts, IntsKind, INT_TYPES};
 use tessera_tensor::quant::iq_tables::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
 };
@@ -34,17 +34,7 @@ use tessera_tensor::DType;
 const Q8K_SIZE: usize = 292;
 
 /// The types of this module, indexed by the kernels' const parameter.
-const TYPES: [DType; 9] = [
-    DType::IQ2_XXS,
-    DType::IQ2_XS,
-    DType::IQ2_S,
-    DType::IQ3_XXS,
-    DType::IQ3_S,
-    DType::IQ1_S,
-    DType::IQ1_M,
-    DType::TQ1_0,
-    DType::TQ2_0,
-];
+const TYPES: [DType; 9] = INT_TYPES;
 
 /// The index of `dtype` in [`TYPES`].
 fn type_index(dtype: DType) -> Option<usize> {

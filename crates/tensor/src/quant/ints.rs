@@ -52,6 +52,19 @@ pub enum IntsKind {
     Ternary,
 }
 
+/// The types [`block_ints`] decodes: the seven grid i-quants, then the two ternary types.
+pub const INT_TYPES: [DType; 9] = [
+    DType::IQ2_XXS,
+    DType::IQ2_XS,
+    DType::IQ2_S,
+    DType::IQ3_XXS,
+    DType::IQ3_S,
+    DType::IQ1_S,
+    DType::IQ1_M,
+    DType::TQ1_0,
+    DType::TQ2_0,
+];
+
 /// The [`IntsKind`] of a type [`block_ints`] decodes, or `None`.
 pub fn ints_kind(dtype: DType) -> Option<IntsKind> {
     use DType::*;
@@ -292,7 +305,7 @@ mod tests {
     #[test]
     fn ints_rebuild_the_dequantized_values() {
         use DType::*;
-        for dtype in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0] {
+        for dtype in INT_TYPES {
             let size = dtype.type_size();
             for seed in 0..20 {
                 let mut blk = bytes(size, seed * 31 + size as u64);
