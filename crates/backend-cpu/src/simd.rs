@@ -104,6 +104,7 @@ pub(crate) fn has_fma() -> bool {
 /// hidden, an AVX-512 VNNI CPU computes as an AVX-512 F/BW/VL/DQ one (Skylake-SP, Cascade
 /// Lake without BF16...) does, which is how those paths are compared with a llama.cpp build
 /// for that class.
+#[cfg(target_arch = "x86_64")]
 fn hidden(name: &str) -> bool {
     std::env::var("TESSERA_CPU_HIDE")
         .map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(name)))

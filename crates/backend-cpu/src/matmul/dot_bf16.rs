@@ -242,8 +242,8 @@ unsafe fn tiny_bf16(n: usize, x: *const u16, y: *const u16) -> f32 {
 mod tests {
     use super::*;
 
-    /// `ggml_vec_dot_bf16` of an AVX2 build and tinyBLAS's AVX2 and AVX-512F orders, in
-    /// scalar code (the AVX512_BF16 variant is checked against llama.cpp end to end only).
+    /// `ggml_vec_dot_bf16` of an AVX2 build and tinyBLAS's AVX2 order, in scalar code (the
+    /// AVX-512F and AVX512_BF16 variants are checked against llama.cpp end to end only).
     #[test]
     fn dots_follow_ggml_and_tinyblas_orders() {
         if !std::is_x86_feature_detected!("avx2") || !std::is_x86_feature_detected!("fma") {

@@ -247,32 +247,17 @@ macro_rules! kernel_picker {
         /// The kernel for `rows` (1..=4) activation rows in the GEMM chain (`gemm`) or the GEMV
         /// one.
         pub(super) fn kernel(vnni: bool, rows: usize, gemm: bool) -> GroupFn {
-            let by_rows = |f: [GroupFn; 4]| f[rows.clamp(1, 4) - 1];
+            macro_rules! by_rows {
+                ($f:ident, $gemm:expr) => {
+                    [$f::<1, $gemm> as GroupFn, $f::<2, $gemm>, $f::<3, $gemm>, $f::<4, $gemm>]
+                        [rows.clamp(1, 4) - 1]
+                };
+            }
             match (vnni, gemm) {
-                (true, true) => by_rows([
-                    $vnni::<1, true>,
-                    $vnni::<2, true>,
-                    $vnni::<3, true>,
-                    $vnni::<4, true>,
-                ]),
-                (true, false) => by_rows([
-                    $vnni::<1, false>,
-                    $vnni::<2, false>,
-                    $vnni::<3, false>,
-                    $vnni::<4, false>,
-                ]),
-                (false, true) => by_rows([
-                    $avx2::<1, true>,
-                    $avx2::<2, true>,
-                    $avx2::<3, true>,
-                    $avx2::<4, true>,
-                ]),
-                (false, false) => by_rows([
-                    $avx2::<1, false>,
-                    $avx2::<2, false>,
-                    $avx2::<3, false>,
-                    $avx2::<4, false>,
-                ]),
+                (true, true) => by_rows!($vnni, true),
+                (true, false) => by_rows!($vnni, false),
+                (false, true) => by_rows!($avx2, true),
+                (false, false) => by_rows!($avx2, false),
             }
         }
     };

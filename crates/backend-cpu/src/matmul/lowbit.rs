@@ -24,7 +24,7 @@
 
 use super::VecDot;
 use tessera_tensor::blocks::QK_K;
-use tessera_tensor::quant::ints::{block_ints, ints_kind, BlockInts, IntsKind, INT_TYPES};
+use tessera_tensor::quant::ints::{block_ints, d_bits, ints_kind, BlockInts, IntsKind, INT_TYPES};
 use tessera_tensor::quant::iq_tables::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
 };
@@ -145,6 +145,7 @@ unsafe fn generic<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
 }
 
 /// The eight sign bytes of a sign byte: `0xFF` (−1) where bit j is set, else `0x01`.
+#[cfg(target_arch = "x86_64")]
 const fn sign_bytes(s: u8) -> u64 {
     let mut out = 0u64;
     let mut j = 0;
@@ -157,6 +158,7 @@ const fn sign_bytes(s: u8) -> u64 {
 }
 
 /// [`sign_bytes`] of every byte value (IQ2_S, IQ3_S keep whole sign bytes).
+#[cfg(target_arch = "x86_64")]
 static SIGNS: [u64; 256] = {
     let mut t = [0u64; 256];
     let mut i = 0;
@@ -169,6 +171,7 @@ static SIGNS: [u64; 256] = {
 
 /// [`sign_bytes`] of `ksigns_iq2xs[i]`: seven stored signs and an eighth that makes the count
 /// of negatives even (ggml's `keven_signs_q2xs`).
+#[cfg(target_arch = "x86_64")]
 static KEVEN: [u64; 128] = {
     let mut t = [0u64; 128];
     let mut i = 0;
@@ -434,7 +437,7 @@ mod x86 {
                         sumi2 = _mm256_add_epi32(sumi2, p2);
                     }
                     let sumi = _mm256_add_epi32(sumi, sumi2);
-                    let d = f16(u16_at(b, 0)) * q.d;
+                    let d = f16(d_bits(dtype, b)) * q.d;
                     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
                 }
                 IntsKind::Iq1 => {
@@ -449,22 +452,14 @@ mod x86 {
                             let ones = _mm256_set1_epi8(1);
                             s2 = _mm256_add_epi32(s2, lanes(ones, sg, yv, sc));
                         } else {
-                            let sign = if u16_at(b, 34 + 2 * ib) & 0x8000 != 0 { -1 } else { 1 };
+                            // The chunk's delta bytes: all −1 or all +1 (one sign per 32).
+                            let sign = if c.signs[0] == u64::MAX { -1 } else { 1 };
                             dsum += (q.bsum(2 * ib) + q.bsum(2 * ib + 1))
                                 * sign
                                 * i32::from(c.scales.0);
                         }
                     }
-                    let xd = if dtype == DType::IQ1_M {
-                        let w: [u16; 4] = std::array::from_fn(|k| u16_at(b, 48 + 2 * k));
-                        (w[0] >> 12)
-                            | ((w[1] >> 8) & 0x00f0)
-                            | ((w[2] >> 4) & 0x0f00)
-                            | (w[3] & 0xf000)
-                    } else {
-                        u16_at(b, 0)
-                    };
-                    let d = q.d * f16(xd);
+                    let d = q.d * f16(d_bits(dtype, b));
                     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s1), acc);
                     acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s2), acc2);
                     acc1 = (dsum as f32).mul_add(d, acc1);
@@ -472,7 +467,6 @@ mod x86 {
                 IntsKind::Ternary => {
                     // Sums in i16, as ggml's: at most 8·2·2·127 + 16·127 in magnitude.
                     let mut sum16 = _mm256_setzero_si256();
-                    let xd;
                     if dtype == DType::TQ2_0 {
                         for half in 0..2 {
                             // SAFETY: 32 of the block's 64 code bytes.
@@ -487,13 +481,11 @@ mod x86 {
                                 sum16 = _mm256_add_epi16(sum16, p);
                             }
                         }
-                        xd = u16_at(b, 64);
                     } else {
                         for (ib, codes) in tq1_codes(b).into_iter().enumerate() {
                             let p = _mm256_maddubs_epi16(codes, y32(&q, ib));
                             sum16 = _mm256_add_epi16(sum16, p);
                         }
-                        xd = u16_at(b, 52);
                     }
                     // The codes are value + 1: take the block sums off (i16 lane t holds bytes
                     // 2t, 2t + 1 of every chunk; i32 lane l then has Σ y of elements 32l..32l+32
@@ -502,7 +494,7 @@ mod x86 {
                     // SAFETY: the block's 16 i16 block sums (32 bytes).
                     let bs = unsafe { _mm256_loadu_si256(bsums.as_ptr().cast()) };
                     let sumi = _mm256_madd_epi16(_mm256_sub_epi16(sum16, bs), _mm256_set1_epi16(1));
-                    let d = q.d * f16(xd);
+                    let d = q.d * f16(d_bits(dtype, b));
                     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
                 }
             }

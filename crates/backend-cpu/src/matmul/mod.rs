@@ -143,10 +143,9 @@ fn cpu_level() -> SimdLevel {
     *LEVEL.get_or_init(SimdLevel::detect)
 }
 
-/// Whether the CPU has AVX-512 VNNI, detected once.
+/// Whether the CPU has AVX-512 VNNI ([`crate::has_vnni`] detects it once).
 fn cpu_vnni() -> bool {
-    static VNNI: OnceLock<bool> = OnceLock::new();
-    *VNNI.get_or_init(crate::has_vnni)
+    crate::has_vnni()
 }
 
 /// `requested`, lowered to what the CPU can run, so a wrong [`ComputeParams::simd`] can never

@@ -9,6 +9,7 @@
 //! test checks: `x = d · mult · scale · (value + delta / 8)`, with `mult` 1/8 for the IQ2
 //! types, 1/4 for IQ3_XXS and 1 for the rest ([`IntsKind`]).
 
+use super::iquants::iq1m_scale;
 use super::iquants::iq_tables::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
 };
@@ -78,12 +79,9 @@ pub fn ints_kind(dtype: DType) -> Option<IntsKind> {
     })
 }
 
+#[inline]
 fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[i], b[i + 1]])
-}
-
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_bits(u16_at(b, i)).to_f32()
 }
 
 /// `0xFF` in byte j where bit j of the index is set (`kmask_iq2xs[j]`), else `0x00`.
@@ -271,18 +269,23 @@ pub fn block_ints(dtype: DType, blk: &[u8], out: &mut BlockInts) -> bool {
         }
         _ => unreachable!("ints_kind covers exactly the types above"),
     }
-    out.d = match dtype {
-        DType::IQ1_M => {
-            let w: [u16; 4] = std::array::from_fn(|i| u16_at(blk, 48 + 2 * i));
-            let bits =
-                (w[0] >> 12) | ((w[1] >> 8) & 0x00f0) | ((w[2] >> 4) & 0x0f00) | (w[3] & 0xf000);
-            f16::from_bits(bits).to_f32()
-        }
-        DType::TQ1_0 => f16_at(blk, 52),
-        DType::TQ2_0 => f16_at(blk, 64),
-        _ => f16_at(blk, 0),
-    };
+    out.d = f16::from_bits(d_bits(dtype, blk)).to_f32();
     true
+}
+
+/// The f16 bits of the block scale `d` of a block of a type [`ints_kind`] covers: at byte 0,
+/// at the block's end (TQ1_0, TQ2_0), or spread over IQ1_M's scale nibbles.
+///
+/// # Panics
+/// If `blk` is shorter than the type's block.
+#[inline]
+pub fn d_bits(dtype: DType, blk: &[u8]) -> u16 {
+    match dtype {
+        DType::IQ1_M => iq1m_scale(std::array::from_fn(|i| u16_at(blk, 48 + 2 * i))),
+        DType::TQ1_0 => u16_at(blk, 52),
+        DType::TQ2_0 => u16_at(blk, 64),
+        _ => u16_at(blk, 0),
+    }
 }
 
 #[cfg(test)]

@@ -156,14 +156,18 @@ fn dequantize_iq1_s(b: &BlockIQ1S, y: &mut [f32; QK_K]) {
     }
 }
 
+/// IQ1_M's f16 super-block scale (bits): the top nibbles of the four u16 of `scales`.
+#[inline]
+pub(crate) fn iq1m_scale(sc: [u16; 4]) -> u16 {
+    (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000)
+}
+
 /// `dequantize_row_iq1_m`: like IQ1_S with a 3-bit scale per 16 values and a delta sign per 8;
 /// the f16 super-block scale is the top nibbles of the four u16s of `scales`.
 fn dequantize_iq1_m(b: &BlockIQ1M, y: &mut [f32; QK_K]) {
     let sc: [u16; 4] =
         std::array::from_fn(|i| u16::from_le_bytes([b.scales[2 * i], b.scales[2 * i + 1]]));
-    let scale =
-        (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
-    let d = f16::from_bits(scale).to_f32();
+    let d = f16::from_bits(iq1m_scale(sc)).to_f32();
     for (ib, y) in y.chunks_exact_mut(32).enumerate() {
         let s = sc[ib / 2] >> (6 * (ib % 2));
         let dl = [d * f32::from(2 * (s & 7) + 1), d * f32::from(2 * ((s >> 3) & 7) + 1)];

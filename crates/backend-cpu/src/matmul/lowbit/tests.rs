@@ -181,6 +181,7 @@ fn avx2_kernels_follow_ggml_lanes() {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn sign_tables_match_ggml() {
     use tessera_tensor::quant::iq_tables::KSIGNS_IQ2XS;
