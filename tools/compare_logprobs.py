@@ -18,7 +18,16 @@ import json
 import sys
 import urllib.request
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a land far away,"]
+# The last prompt is over 64 tokens in these vocabularies, so its prompt pass takes llama.cpp's
+# tiled flash attention (64+ query rows) and the batched matrix kernels.
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a land far away,",
+           "The history of the printing press begins in the fifteenth century, when Johannes "
+           "Gutenberg combined movable metal type, oil-based inks and a wooden press adapted from "
+           "those used to make wine. Within fifty years printers were at work in more than two "
+           "hundred cities across Europe, and the price of books fell so far that students, "
+           "merchants and craftsmen could own them. Historians still argue about how much of "
+           "the Reformation, the scientific revolution and the rise of vernacular literature "
+           "followed from this one machine. In this essay I will argue that"]
 
 
 def complete(url, prompt, n=24):
@@ -55,7 +64,7 @@ def main():
         note = ""
         if first is not None and ta == tb:
             note = " (same text, tokens split differently there: llama-server's UTF-8 folding)"
-        print(f"{p!r}: text equal {ta == tb}, first differing token {first}, "
+        print(f"{p[:40]!r}: text equal {ta == tb}, first differing token {first}, "
               f"max logprob gap before it {gap}{note}")
 
 

@@ -48,7 +48,7 @@ pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
 /// Sum of the 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn hsum_ps(x: __m256) -> f32 {
+pub(crate) fn hsum_ps(x: __m256) -> f32 {
     let mut r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     r = _mm_add_ss(r, _mm_movehdup_ps(r));

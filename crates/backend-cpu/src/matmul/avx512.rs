@@ -102,7 +102,7 @@ unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -
 /// then lanes (0+2)+(1+3).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-pub(super) fn reduce_add(v: __m512) -> f32 {
+pub(crate) fn reduce_add(v: __m512) -> f32 {
     let h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps::<1>(v));
     let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
     let p = _mm_add_ps(q, _mm_movehl_ps(q, q));

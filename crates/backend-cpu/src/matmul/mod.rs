@@ -37,6 +37,9 @@ mod avx2;
 mod avx2_k;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+/// Horizontal sums in ggml's orders, shared with the element-wise ops.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use {avx2::hsum_ps, avx512::reduce_add as reduce_add_ps};
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod interleaved;
 #[cfg(target_arch = "x86_64")]
