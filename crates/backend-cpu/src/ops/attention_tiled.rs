@@ -229,36 +229,53 @@ fn scores(t: &mut Tile<'_>, n: usize, d: usize, simd: SimdLevel, fused: bool) {
         return unsafe { scores_fma(t, n, d) };
     }
     let _ = simd;
-    scores_generic(t, n, d, |a, b, c| a * b + c);
+    scores_generic::<2, 32>(t, n, d, |a, b, c| a * b + c);
 }
 
-/// The body of [`scores`], inlined into each instruction-set variant: two query rows at a
-/// time (eight independent vector chains with 16-lane registers).
+/// The body of [`scores`], inlined into each instruction-set variant: `R` query rows against
+/// `W` cells at a time, so each K value loaded serves `R` chains and the `R·W/lanes`
+/// accumulators stay in registers (8 of AVX2's 16, 16 of AVX-512's 32). Rows past the last
+/// whole group go one at a time; the blocking does not change any chain.
 #[inline(always)]
-fn scores_generic(t: &mut Tile<'_>, n: usize, d: usize, fma: impl Fn(f32, f32, f32) -> f32) {
-    let mut i = 0;
-    while i < n {
-        let two = i + 1 < n;
-        let mut acc = [[0f32; KV_TILE]; 2];
+fn scores_generic<const R: usize, const W: usize>(
+    t: &mut Tile<'_>,
+    n: usize,
+    d: usize,
+    fma: impl Fn(f32, f32, f32) -> f32 + Copy,
+) {
+    let whole = n - n % R;
+    for i in (0..whole).step_by(R) {
+        scores_block::<R, W>(t, i, d, fma);
+    }
+    for i in whole..n {
+        scores_block::<1, W>(t, i, d, fma);
+    }
+}
+
+/// Query rows `i..i + R` of [`scores_generic`].
+#[inline(always)]
+fn scores_block<const R: usize, const W: usize>(
+    t: &mut Tile<'_>,
+    i: usize,
+    d: usize,
+    fma: impl Fn(f32, f32, f32) -> f32,
+) {
+    let q: &[f32] = &t.q[i * d..(i + R) * d];
+    for h in (0..KV_TILE).step_by(W) {
+        let mut acc = [[0f32; W]; R];
         for c in 0..d {
-            let krow: &[f32; KV_TILE] =
-                t.kt[c * KV_TILE..(c + 1) * KV_TILE].try_into().expect("KV_TILE values");
-            let q0 = t.q[i * d + c];
-            for (a, &kv) in acc[0].iter_mut().zip(krow) {
-                *a = fma(q0, kv, *a);
-            }
-            if two {
-                let q1 = t.q[(i + 1) * d + c];
-                for (a, &kv) in acc[1].iter_mut().zip(krow) {
-                    *a = fma(q1, kv, *a);
+            let krow: &[f32; W] =
+                t.kt[c * KV_TILE + h..c * KV_TILE + h + W].try_into().expect("W values");
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let qv = q[r * d + c];
+                for (a, &kv) in acc.iter_mut().zip(krow) {
+                    *a = fma(qv, kv, *a);
                 }
             }
         }
-        t.kq[i * KV_TILE..(i + 1) * KV_TILE].copy_from_slice(&acc[0]);
-        if two {
-            t.kq[(i + 1) * KV_TILE..(i + 2) * KV_TILE].copy_from_slice(&acc[1]);
+        for (r, acc) in acc.iter().enumerate() {
+            t.kq[(i + r) * KV_TILE + h..(i + r) * KV_TILE + h + W].copy_from_slice(acc);
         }
-        i += 2;
     }
 }
 
@@ -269,7 +286,7 @@ fn scores_generic(t: &mut Tile<'_>, n: usize, d: usize, fma: impl Fn(f32, f32, f
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn scores_avx512(t: &mut Tile<'_>, n: usize, d: usize) {
-    scores_generic(t, n, d, f32::mul_add);
+    scores_generic::<4, 64>(t, n, d, f32::mul_add);
 }
 
 /// [`scores`] with AVX2 and FMA.
@@ -279,7 +296,7 @@ unsafe fn scores_avx512(t: &mut Tile<'_>, n: usize, d: usize) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn scores_fma(t: &mut Tile<'_>, n: usize, d: usize) {
-    scores_generic(t, n, d, f32::mul_add);
+    scores_generic::<2, 32>(t, n, d, f32::mul_add);
 }
 
 /// `t.vkq[i][c] = fma(kq[i][j], v[j][c], vkq[i][c])` for `j` in `0..kv`, the first `n` rows.
@@ -295,45 +312,65 @@ fn accumulate(t: &mut Tile<'_>, n: usize, kv: usize, dv: usize, simd: SimdLevel,
         return unsafe { accumulate_fma(t, n, kv, dv) };
     }
     let _ = simd;
-    accumulate_generic(t, n, kv, dv, |a, b, c| a * b + c);
+    accumulate_generic::<2, 32>(t, n, kv, dv, |a, b, c| a * b + c);
 }
 
-/// The body of [`accumulate`]: 64 output columns at a time (16 where `dv` is not a multiple
-/// of 64) kept in registers over the cells, four independent chains.
+/// The body of [`accumulate`]: `R` query rows and `W` output columns at a time (16 where
+/// `dv` is not a multiple of `W`) kept in registers over the cells, each V value loaded
+/// serving `R` chains; rows past the last whole group one at a time.
 #[inline(always)]
-fn accumulate_generic(
+fn accumulate_generic<const R: usize, const W: usize>(
     t: &mut Tile<'_>,
     n: usize,
     kv: usize,
     dv: usize,
-    fma: impl Fn(f32, f32, f32) -> f32,
+    fma: impl Fn(f32, f32, f32) -> f32 + Copy,
 ) {
-    if dv % 64 == 0 {
-        accumulate_cols::<64>(t, n, kv, dv, fma);
-    } else {
-        accumulate_cols::<16>(t, n, kv, dv, fma);
+    let whole = n - n % R;
+    let wide = dv % W == 0;
+    for i in (0..whole).step_by(R) {
+        if wide {
+            accumulate_block::<R, W>(t, i, kv, dv, fma);
+        } else {
+            accumulate_block::<R, 16>(t, i, kv, dv, fma);
+        }
+    }
+    for i in whole..n {
+        if wide {
+            accumulate_block::<1, W>(t, i, kv, dv, fma);
+        } else {
+            accumulate_block::<1, 16>(t, i, kv, dv, fma);
+        }
     }
 }
 
-/// [`accumulate_generic`] with `W` columns per pass.
+/// Query rows `i..i + R` of [`accumulate_generic`], `W` columns per pass.
 #[inline(always)]
-fn accumulate_cols<const W: usize>(
+fn accumulate_block<const R: usize, const W: usize>(
     t: &mut Tile<'_>,
-    n: usize,
+    i: usize,
     kv: usize,
     dv: usize,
     fma: impl Fn(f32, f32, f32) -> f32,
 ) {
-    for (prow, out) in t.kq.chunks_exact(KV_TILE).zip(t.vkq.chunks_exact_mut(dv)).take(n) {
-        for (c0, out) in out.chunks_exact_mut(W).enumerate() {
-            let mut acc: [f32; W] = (&*out).try_into().expect("W values");
-            for (j, &w) in prow[..kv].iter().enumerate() {
-                let vrow = &t.v[j * dv + c0 * W..j * dv + c0 * W + W];
+    let p: &[f32] = &t.kq[i * KV_TILE..(i + R) * KV_TILE];
+    let out = &mut t.vkq[i * dv..(i + R) * dv];
+    for c0 in (0..dv).step_by(W) {
+        let mut acc = [[0f32; W]; R];
+        for (r, acc) in acc.iter_mut().enumerate() {
+            acc.copy_from_slice(&out[r * dv + c0..r * dv + c0 + W]);
+        }
+        for j in 0..kv {
+            let vrow: &[f32; W] = t.v[j * dv + c0..j * dv + c0 + W].try_into().expect("W values");
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let w = p[r * KV_TILE + j];
                 for (a, &x) in acc.iter_mut().zip(vrow) {
                     *a = fma(w, x, *a);
                 }
             }
-            out.copy_from_slice(&acc);
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            out[r * dv + c0..r * dv + c0 + W].copy_from_slice(acc);
         }
     }
 }
@@ -345,7 +382,7 @@ fn accumulate_cols<const W: usize>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn accumulate_avx512(t: &mut Tile<'_>, n: usize, kv: usize, dv: usize) {
-    accumulate_generic(t, n, kv, dv, f32::mul_add);
+    accumulate_generic::<4, 64>(t, n, kv, dv, f32::mul_add);
 }
 
 /// [`accumulate`] with AVX2 and FMA.
@@ -355,5 +392,5 @@ unsafe fn accumulate_avx512(t: &mut Tile<'_>, n: usize, kv: usize, dv: usize) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn accumulate_fma(t: &mut Tile<'_>, n: usize, kv: usize, dv: usize) {
-    accumulate_generic(t, n, kv, dv, f32::mul_add);
+    accumulate_generic::<2, 32>(t, n, kv, dv, f32::mul_add);
 }
