@@ -11,7 +11,7 @@
 
 use super::iquants::iq1m_scale;
 use super::iquants::iq_tables::{
-    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
 };
 use super::ternary::unpack_trit;
 use crate::blocks::QK_K;
@@ -101,16 +101,45 @@ static SIGN_MASKS: [u64; 256] = {
     t
 };
 
-/// Eight unsigned grid bytes (never 0: every grid value is positive) with the signs of
-/// `signs` (bit j: element j negative), negated eight at a time: `(g ^ 0xFF) + 1 = 256 - g`
-/// per byte, which never carries into the next byte because `g > 0`.
-fn signed8(out: &mut [i8], grid: u64, signs: u8) {
-    debug_assert!(signs == 0 || grid.to_le_bytes().iter().all(|&g| g != 0));
-    let m = SIGN_MASKS[usize::from(signs)];
-    let v = (grid ^ m).wrapping_add(m & 0x0101_0101_0101_0101);
-    for (o, b) in out[..8].iter_mut().zip(v.to_le_bytes()) {
-        *o = b as i8;
+/// [`SIGN_MASKS`] of `KSIGNS_IQ2XS[i]` (seven sign bits and their parity as the eighth) in
+/// one lookup instead of two dependent ones.
+static KSIGN_MASKS: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0usize;
+    while i < 128 {
+        let s = i | ((i.count_ones() as usize & 1) << 7);
+        let mut j = 0;
+        while j < 8 {
+            if s & (1 << j) != 0 {
+                t[i] |= 0xFF << (8 * j);
+            }
+            j += 1;
+        }
+        i += 1;
     }
+    t
+};
+
+/// Eight unsigned grid bytes with the signs of `signs` (bit j: element j negative).
+fn signed8(out: &mut [i8], grid: u64, signs: u8) {
+    signed8_masked(out, grid, SIGN_MASKS[usize::from(signs)]);
+}
+
+/// [`signed8`] with the signs of the 7-bit `KSIGNS_IQ2XS` index `ks`.
+fn signed8_ks(out: &mut [i8], grid: u64, ks: usize) {
+    signed8_masked(out, grid, KSIGN_MASKS[ks & 127]);
+}
+
+/// Eight unsigned grid bytes (never 0: every grid value is positive) negated where the byte
+/// of the mask `m` is 0xFF, eight at a time: `(g ^ 0xFF) + 1 = 256 - g` per byte, which never
+/// carries into the next byte because `g > 0`.
+#[inline]
+fn signed8_masked(out: &mut [i8], grid: u64, m: u64) {
+    debug_assert!(m == 0 || grid.to_le_bytes().iter().all(|&g| g != 0));
+    let v = (grid ^ m).wrapping_add(m & 0x0101_0101_0101_0101);
+    // One eight-byte store (a per-byte loop stored byte by byte).
+    let out: &mut [i8; 8] = (&mut out[..8]).try_into().expect("eight values");
+    *out = v.to_le_bytes().map(|b| b as i8);
 }
 
 /// Two four-value IQ3 grid entries as one eight-byte entry.
@@ -124,20 +153,25 @@ pub fn block_ints(dtype: DType, blk: &[u8], out: &mut BlockInts) -> bool {
     if ints_kind(dtype).is_none() || blk.len() != dtype.type_size() {
         return false;
     }
-    out.deltas = [0; QK_K];
+    if !matches!(dtype, DType::IQ1_S | DType::IQ1_M) {
+        // (IQ1 sets every delta below.)
+        out.deltas = [0; QK_K];
+    }
     let v = &mut out.values;
     let sc = &mut out.scales;
     match dtype {
         DType::IQ2_XXS => {
             // d, qs[32] u16: per 32 values two u32, grid indexes then 4×7 sign indexes + scale.
+            let qs: &[u8; 64] = blk[2..66].try_into().expect("66-byte block");
             for ib in 0..8 {
-                let w = |k: usize| u32::from(u16_at(blk, 2 + 8 * ib + 2 * k));
-                let (idx, aux) = ((w(0) | w(1) << 16).to_le_bytes(), w(2) | w(3) << 16);
+                // Eight bytes as one word: grid indexes, then the signs and scale.
+                let word = u64::from_le_bytes(qs[8 * ib..8 * ib + 8].try_into().expect("8"));
+                let (idx, aux) = ((word as u32).to_le_bytes(), (word >> 32) as u32);
                 sc[2 * ib] = 2 * (aux >> 28) as i32 + 1;
                 sc[2 * ib + 1] = sc[2 * ib];
                 for l in 0..4 {
-                    let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
-                    signed8(&mut v[32 * ib + 8 * l..], IQ2XXS_GRID[usize::from(idx[l])], signs);
+                    let ks = (aux >> (7 * l)) as usize;
+                    signed8_ks(&mut v[32 * ib + 8 * l..], IQ2XXS_GRID[usize::from(idx[l])], ks);
                 }
             }
         }
@@ -150,7 +184,7 @@ pub fn block_ints(dtype: DType, blk: &[u8], out: &mut BlockInts) -> bool {
                 for l in 0..4 {
                     let q = u16_at(blk, 2 + 2 * (4 * ib + l));
                     let g = IQ2XS_GRID[usize::from(q & 511)];
-                    signed8(&mut v[32 * ib + 8 * l..], g, KSIGNS_IQ2XS[usize::from(q >> 9)]);
+                    signed8_ks(&mut v[32 * ib + 8 * l..], g, usize::from(q >> 9));
                 }
             }
         }
@@ -178,8 +212,7 @@ pub fn block_ints(dtype: DType, blk: &[u8], out: &mut BlockInts) -> bool {
                 for l in 0..4 {
                     let q = &blk[2 + 8 * ib + 2 * l..];
                     let g = grid4x2(IQ3XXS_GRID[usize::from(q[0])], IQ3XXS_GRID[usize::from(q[1])]);
-                    let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
-                    signed8(&mut v[32 * ib + 8 * l..], g, signs);
+                    signed8_ks(&mut v[32 * ib + 8 * l..], g, (aux >> (7 * l)) as usize);
                 }
             }
         }
@@ -362,6 +395,14 @@ mod tests {
     }
 
     /// [`signed8`] negates bytes without carries only because no grid byte is 0.
+    #[test]
+    fn ksign_masks_are_the_sign_masks_of_ggml_ksigns() {
+        use super::super::iquants::iq_tables::KSIGNS_IQ2XS;
+        for (i, &ks) in KSIGNS_IQ2XS.iter().enumerate() {
+            assert_eq!(KSIGN_MASKS[i], SIGN_MASKS[usize::from(ks)], "index {i}");
+        }
+    }
+
     #[test]
     fn no_signed_grid_has_a_zero_byte() {
         let u64s = IQ2XXS_GRID.iter().chain(&IQ2XS_GRID).chain(&IQ2S_GRID);
