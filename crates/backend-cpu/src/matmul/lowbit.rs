@@ -337,47 +337,70 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
     }
 
-    /// Trit codes (0..=2) of 32 TQ1_0 bytes: byte `q` of a 16-bit lane with multiplier `p`
-    /// gives `((q·p mod 256)·3) >> 8`, ggml's base-3 digit read, exactly (products < 2^16).
+    /// `q·3 mod 256` per byte, by adds (ggml's).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn trits(v: __m256i, p: __m256i) -> __m256i {
-        let low = _mm256_set1_epi16(0xFF);
-        let three = _mm256_set1_epi16(3);
-        let digit = |x: __m256i| {
-            let q = _mm256_and_si256(_mm256_mullo_epi16(x, p), low);
-            _mm256_srli_epi16::<8>(_mm256_mullo_epi16(q, three))
-        };
-        let (even, odd) = (_mm256_and_si256(v, low), _mm256_srli_epi16::<8>(v));
-        _mm256_or_si256(digit(even), _mm256_slli_epi16::<8>(digit(odd)))
+    fn times3(q: __m256i) -> __m256i {
+        _mm256_add_epi8(q, _mm256_add_epi8(q, q))
     }
 
-    /// The eight 32-element chunks of a TQ1_0 block as trit codes, in element order:
-    /// trit `n` of `qs[0..32]` is chunk `n`; trits 0..5 of `qs[32..48]` are elements
-    /// `160 + 16n..`; trits 0..4 of `qh[0..4]` are elements `240 + 4n + j`.
+    /// `q·9 mod 256` per byte: `q·8` by a 16-bit shift with the bits that crossed into the
+    /// next byte masked off, plus `q` (ggml's).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn tq1_codes(b: &[u8]) -> [__m256i; 8] {
+    fn times9(q: __m256i) -> __m256i {
+        _mm256_add_epi8(_mm256_and_si256(_mm256_slli_epi16::<3>(q), _mm256_set1_epi8(-8)), q)
+    }
+
+    /// Trit codes (0..=2) of 32 bytes already multiplied by their power of 3: `(q·3) >> 8`,
+    /// read as ggml's AVX2 does without multiplies (`avg(q', avg(q', 0)) >> 6` with
+    /// `q' = q − 1` saturating).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn digit(q: __m256i) -> __m256i {
+        let q = _mm256_subs_epu8(q, _mm256_set1_epi8(1));
+        let q = _mm256_avg_epu8(q, _mm256_avg_epu8(q, _mm256_setzero_si256()));
+        _mm256_and_si256(_mm256_srli_epi16::<6>(q), _mm256_set1_epi8(3))
+    }
+
+    /// The eight 32-element chunks of a TQ1_0 block as trit codes, in element order, as
+    /// ggml's AVX2 kernel forms them: trit `n` of `qs[0..32]` is chunk `n`; trits 0..5 of
+    /// `qs[32..48]` are elements `160 + 16n..`; trits 0..4 of `qh[0..4]` are elements
+    /// `240 + 4n + j` (the one place with 16-bit multiplies).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn tq1_codes(b: &[u8]) -> [__m256i; 8] {
         assert!(b.len() >= 54);
         // SAFETY: bytes 0..32 and 32..48 of the block (asserted above).
         let (head, tail) = unsafe {
             (_mm256_loadu_si256(b.as_ptr().cast()), _mm_loadu_si128(b.as_ptr().add(32).cast()))
         };
-        let pow = |n: i16, m: i16| _mm256_set_m128i(_mm_set1_epi16(m), _mm_set1_epi16(n));
-        let tail2 = _mm256_set_m128i(tail, tail);
-        // qh repeated: byte k of the high half is qh[k % 4], read for trit k / 4.
-        let qh = _mm_set1_epi32(u32_at(b, 48) as i32);
-        let last = _mm256_set_m128i(qh, tail);
-        let last_pow = _mm256_set_epi16(27, 27, 9, 9, 3, 3, 1, 1, 81, 81, 81, 81, 81, 81, 81, 81);
+        let (h1, h2) = (times3(head), times9(head));
+        let (h3, h4) = (times9(h1), times9(h2));
+        // The tail's five powers, two per register (the same byte arithmetic on both halves).
+        let t = _mm256_set_m128i(tail, tail);
+        let t01 = _mm256_blend_epi32::<0xF0>(t, times3(t));
+        let t23 = times9(t01);
+        let t4 = times9(times9(t));
+        let qh = _mm256_cvtepu8_epi16(_mm_set1_epi32(u32_at(b, 48) as i32));
+        let q5 = _mm256_and_si256(
+            _mm256_mullo_epi16(
+                qh,
+                _mm256_set_epi16(27, 27, 27, 27, 9, 9, 9, 9, 3, 3, 3, 3, 1, 1, 1, 1),
+            ),
+            _mm256_set1_epi16(0xFF),
+        );
+        let q5 = _mm_packus_epi16(_mm256_castsi256_si128(q5), _mm256_extracti128_si256::<1>(q5));
+        let t45 = _mm256_set_m128i(q5, _mm256_castsi256_si128(t4));
         [
-            trits(head, pow(1, 1)),
-            trits(head, pow(3, 3)),
-            trits(head, pow(9, 9)),
-            trits(head, pow(27, 27)),
-            trits(head, pow(81, 81)),
-            trits(tail2, pow(1, 3)),
-            trits(tail2, pow(9, 27)),
-            trits(last, last_pow),
+            digit(head),
+            digit(h1),
+            digit(h2),
+            digit(h3),
+            digit(h4),
+            digit(t01),
+            digit(t23),
+            digit(t45),
         ]
     }
 

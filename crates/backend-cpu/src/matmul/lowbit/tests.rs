@@ -189,3 +189,41 @@ fn sign_tables_match_ggml() {
         assert_eq!(KEVEN[i], SIGNS[usize::from(s)], "keven_signs {i}");
     }
 }
+
+/// TQ1_0's byte arithmetic (ggml's adds, masked shifts and averages) reads every byte value
+/// in every position as ggml's reference: trit `n` of byte `q` is `((q·3ⁿ mod 256)·3) >> 8`.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn tq1_codes_read_every_byte_as_ggml() {
+    if !std::arch::is_x86_feature_detected!("avx2") {
+        return;
+    }
+    let trit = |q: u8, n: u32| ((u16::from(q.wrapping_mul(3u8.pow(n))) * 3) >> 8) as u8;
+    for start in 0..256 {
+        let b: Vec<u8> = (0..54).map(|i| ((start + 37 * i) % 256) as u8).collect();
+        // SAFETY: the CPU has AVX2 (checked above).
+        let codes = unsafe { x86::tq1_codes(&b) };
+        let mut got = [0u8; 256];
+        for (chunk, c) in got.chunks_exact_mut(32).zip(codes) {
+            // SAFETY: 32 bytes into a 32-byte chunk.
+            unsafe {
+                std::arch::x86_64::_mm256_storeu_si256(chunk.as_mut_ptr().cast(), c);
+            }
+        }
+        let mut want = [0u8; 256];
+        for n in 0..5 {
+            for m in 0..32 {
+                want[32 * n + m] = trit(b[m], n as u32);
+            }
+            for m in 0..16 {
+                want[160 + 16 * n + m] = trit(b[32 + m], n as u32);
+            }
+        }
+        for n in 0..4 {
+            for j in 0..4 {
+                want[240 + 4 * n + j] = trit(b[48 + j], n as u32);
+            }
+        }
+        assert_eq!(got, want, "bytes from {start}");
+    }
+}
