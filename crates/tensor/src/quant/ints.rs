@@ -84,18 +84,25 @@ fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[i], b[i + 1]])
 }
 
-/// `0xFF` in byte j where bit j of the index is set (`kmask_iq2xs[j]`), else `0x00`.
+/// `0xFF` in byte j where bit j of `bits` is set, else `0x00`.
+const fn byte_mask(bits: usize) -> u64 {
+    let mut m = 0u64;
+    let mut j = 0;
+    while j < 8 {
+        if bits & (1 << j) != 0 {
+            m |= 0xFF << (8 * j);
+        }
+        j += 1;
+    }
+    m
+}
+
+/// [`byte_mask`] of each sign byte (`kmask_iq2xs` applied to all eight bits at once).
 static SIGN_MASKS: [u64; 256] = {
     let mut t = [0u64; 256];
     let mut i = 0;
     while i < 256 {
-        let mut j = 0;
-        while j < 8 {
-            if i & (1 << j) != 0 {
-                t[i] |= 0xFF << (8 * j);
-            }
-            j += 1;
-        }
+        t[i] = byte_mask(i);
         i += 1;
     }
     t
@@ -107,14 +114,7 @@ static KSIGN_MASKS: [u64; 128] = {
     let mut t = [0u64; 128];
     let mut i = 0usize;
     while i < 128 {
-        let s = i | ((i.count_ones() as usize & 1) << 7);
-        let mut j = 0;
-        while j < 8 {
-            if s & (1 << j) != 0 {
-                t[i] |= 0xFF << (8 * j);
-            }
-            j += 1;
-        }
+        t[i] = byte_mask(i | ((i.count_ones() as usize & 1) << 7));
         i += 1;
     }
     t
