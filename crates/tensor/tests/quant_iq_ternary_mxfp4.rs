@@ -17,20 +17,14 @@ use half::f16;
 use proptest::prelude::*;
 use support::{py_dequantize, py_quantize, test_rows, Rng};
 use tessera_tensor::blocks::{BlockIQ4NL, BlockIQ4XS, KVALUES_IQ4NL, QK_K};
+use tessera_tensor::quant::ints::grid_types;
 use tessera_tensor::quant::{can_dequantize, can_quantize, dequantize, quantize};
 use tessera_tensor::DType;
 
-const IQ_TYPES: [DType; 9] = [
-    DType::IQ2_XXS,
-    DType::IQ2_XS,
-    DType::IQ2_S,
-    DType::IQ3_XXS,
-    DType::IQ3_S,
-    DType::IQ1_S,
-    DType::IQ1_M,
-    DType::IQ4_NL,
-    DType::IQ4_XS,
-];
+/// The i-quants: the grid ones (`ints::grid_types`), then the two non-linear 4-bit ones.
+fn iq_types() -> impl Iterator<Item = DType> {
+    grid_types().chain([DType::IQ4_NL, DType::IQ4_XS])
+}
 /// The types of this family that the `gguf` package quantizes too.
 const PY_QUANTIZED: [DType; 3] = [DType::TQ1_0, DType::TQ2_0, DType::MXFP4];
 /// Every type of this family that has a quantizer.
@@ -99,7 +93,7 @@ fn random_blocks(dtype: DType, n: usize, rng: &mut Rng) -> Vec<u8> {
 #[test]
 fn dequantize_random_blocks_matches_gguf_package_exactly() {
     let mut rng = Rng::new(7);
-    for dtype in IQ_TYPES.into_iter().chain(PY_QUANTIZED) {
+    for dtype in iq_types().chain(PY_QUANTIZED) {
         assert!(can_dequantize(dtype), "{dtype}");
         let n_blocks = if dtype.block_size() == 32 { 1024 } else { 256 };
         let bytes = random_blocks(dtype, n_blocks, &mut rng);

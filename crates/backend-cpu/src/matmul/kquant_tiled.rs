@@ -625,12 +625,10 @@ mod tests {
     const TYPES: [DType; 6] =
         [DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS];
 
-    /// The grid i-quants (the integer form's types but the two ternary ones, which llama.cpp
-    /// does not tile): unpacked from the integer form `tessera_tensor` tests against the
-    /// dequantizers.
-    fn grid_types() -> impl Iterator<Item = DType> {
-        tessera_tensor::quant::ints::INT_TYPES.into_iter().take(7)
-    }
+    // The grid i-quants (the integer form's types but the two ternary ones, which llama.cpp
+    // does not tile): unpacked from the integer form `tessera_tensor` tests against the
+    // dequantizers.
+    use tessera_tensor::quant::ints::grid_types;
 
     /// `nb` random blocks of `dtype`, their dequantized values and their unpacked form.
     fn unpack_random(rng: &mut Rng, dtype: DType, nb: usize) -> (Vec<f32>, Unpacked) {

@@ -66,6 +66,11 @@ pub const INT_TYPES: [DType; 9] = [
     DType::TQ2_0,
 ];
 
+/// The grid i-quants among [`INT_TYPES`] (all but the ternary types), in its order.
+pub fn grid_types() -> impl Iterator<Item = DType> {
+    INT_TYPES.into_iter().filter(|&t| ints_kind(t) != Some(IntsKind::Ternary))
+}
+
 /// The [`IntsKind`] of a type [`block_ints`] decodes, or `None`.
 pub fn ints_kind(dtype: DType) -> Option<IntsKind> {
     use DType::*;
@@ -150,10 +155,13 @@ fn grid4x2(g1: u32, g2: u32) -> u64 {
 /// Decodes one block of `dtype` (its `type_size()` bytes) into `out`. Returns `false` (and
 /// leaves `out` alone) for a type [`ints_kind`] does not cover or a slice of the wrong size.
 pub fn block_ints(dtype: DType, blk: &[u8], out: &mut BlockInts) -> bool {
-    if ints_kind(dtype).is_none() || blk.len() != dtype.type_size() {
+    let Some(kind) = ints_kind(dtype) else {
+        return false;
+    };
+    if blk.len() != dtype.type_size() {
         return false;
     }
-    if !matches!(dtype, DType::IQ1_S | DType::IQ1_M) {
+    if kind != IntsKind::Iq1 {
         // (IQ1 sets every delta below.)
         out.deltas = [0; QK_K];
     }
@@ -394,7 +402,6 @@ mod tests {
         }
     }
 
-    /// [`signed8`] negates bytes without carries only because no grid byte is 0.
     #[test]
     fn ksign_masks_are_the_sign_masks_of_ggml_ksigns() {
         use super::super::iquants::iq_tables::KSIGNS_IQ2XS;
@@ -403,6 +410,7 @@ mod tests {
         }
     }
 
+    /// [`signed8`] negates bytes without carries only because no grid byte is 0.
     #[test]
     fn no_signed_grid_has_a_zero_byte() {
         let u64s = IQ2XXS_GRID.iter().chain(&IQ2XS_GRID).chain(&IQ2S_GRID);
