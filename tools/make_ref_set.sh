@@ -47,6 +47,8 @@ mkdir -p "$out"
 # 1. The references, both attention paths.
 "$py" tools/make_refs.py "$out/fa-on" testdata/refs/prompts.json "${models[@]}" --fa 1
 "$py" tools/make_refs.py "$out/fa-off" testdata/refs/prompts.json "${models[@]}" --fa 0
+# The full logits of both paths into the stored samples (.logits.sample; .logits.f32 deleted).
+"$py" tools/pack_logits.py "$out"
 # 2. llama.cpp's other attention path against them (the teacher-forced allowance).
 "$py" crates/llama/tools/llama_cpp_self_agreement.py "$out" "$out/self_agreement.json" "${models[@]}"
 # 3. This build against every other set: its spread file there (plain builds only).

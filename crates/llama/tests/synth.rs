@@ -51,3 +51,96 @@ fn synthetic_gpt2_matches_llama_cpp_flash() {
 fn synthetic_gpt2_matches_llama_cpp_softmax() {
     check_synth("synth-gpt2-f16", false);
 }
+
+/// A reproducible vector of `n` logit-like values (mean about -2, a few large ones).
+fn pseudo_logits(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 24) as f32
+    };
+    (0..n)
+        .map(|_| {
+            let g = (0..4).map(|_| next()).sum::<f32>() - 2.0;
+            let spike = if next() < 0.001 { 12.0 * next() } else { 0.0 };
+            3.0 * g - 2.0 + spike
+        })
+        .collect()
+}
+
+fn full_nmse(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2)).sum();
+    num / b.iter().map(|&y| f64::from(y).powi(2)).sum::<f64>()
+}
+
+/// The sampled references (tests/common/logits_sample.rs) against the full NMSE check they
+/// stand in for: the file round-trips, the allowance is the full vectors' NMSE, the estimate
+/// is close to the full NMSE for an error spread over the vocabulary, the lower bound never
+/// exceeds it, and an error confined to one entry outside the sample fails the lower bound.
+#[test]
+fn sampled_reference_logits_stand_in_for_the_full_vector() {
+    use common::logits_sample::LogitsSample;
+    for n in [3000, 49_152, 151_936, 262_144] {
+        let v = pseudo_logits(n, n as u64);
+        let noise = pseudo_logits(n, 7 + n as u64);
+        let other: Vec<f32> = v.iter().zip(&noise).map(|(&x, &e)| x + 0.02 * (e + 2.0)).collect();
+        let s = LogitsSample::from_full(&v, &other);
+        assert_eq!(LogitsSample::parse(&s.to_bytes(), "test"), s);
+        assert_eq!(s.other_nmse, full_nmse(&other, &v));
+        assert_eq!((s.nmse_estimate(&v), s.nmse_lower_bound(&v)), (0.0, 0.0));
+        let noise = pseudo_logits(n, 99 + n as u64);
+        let got: Vec<f32> = v.iter().zip(&noise).map(|(&x, &e)| x + 0.05 * (e + 2.0)).collect();
+        let (exact, est, low) =
+            (full_nmse(&got, &v), s.nmse_estimate(&got), s.nmse_lower_bound(&got));
+        // (Up to the order of summation: with stride 1 both are the full NMSE.)
+        assert!(low <= exact * (1.0 + 1e-12), "{n}: lower bound {low:e} above {exact:e}");
+        if n <= 4096 {
+            assert!((est - exact).abs() <= 1e-12 * exact, "{n}: {est:e} vs {exact:e}");
+        } else {
+            assert!((est / exact - 1.0).abs() < 0.1, "{n}: {est:e} vs {exact:e}");
+        }
+        // One entry far off, outside the top entries and the sample (with stride 1 every
+        // entry is sampled): the estimate cannot see it, the lower bound must.
+        let unsampled = |i: &usize| i % s.stride != 0 && s.top.iter().all(|t| t.0 as usize != *i);
+        let Some(i) = (0..n).rev().find(unsampled) else {
+            assert_eq!(s.stride, 1);
+            continue;
+        };
+        let mut bad = v.clone();
+        bad[i] = s.top[0].1 + 1000.0;
+        assert!(full_nmse(&bad, &v) > 1e-3);
+        assert!(s.nmse_estimate(&bad) < 1e-6);
+        assert!(s.nmse_lower_bound(&bad) > 1e-3, "{n}: {:e}", s.nmse_lower_bound(&bad));
+    }
+}
+
+/// Every stored reference's logits file parses, and both attention paths of a prompt cover
+/// the same vocabulary.
+#[test]
+fn stored_reference_logits_files_parse() {
+    use common::logits_sample::LogitsSample;
+    let synth = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/synth");
+    let mut roots = vec![synth];
+    for e in std::fs::read_dir(common::refs_dir()).unwrap() {
+        let p = e.unwrap().path();
+        if p.join("fa-on").is_dir() {
+            roots.push(p);
+        }
+    }
+    let mut n = 0;
+    for root in roots {
+        for model in std::fs::read_dir(root.join("fa-on")).unwrap() {
+            let model = model.unwrap().file_name();
+            for prompt in common::prompts() {
+                let file = format!("{prompt}.logits.sample");
+                let on = LogitsSample::read(&root.join("fa-on").join(&model).join(&file));
+                let off = LogitsSample::read(&root.join("fa-off").join(&model).join(&file));
+                assert_eq!(on.n_vocab, off.n_vocab);
+                n += 2;
+            }
+        }
+    }
+    assert_eq!(n, 4 * 2 * 3 * 3 + 2 * 2 * 3, "reference logits files");
+}

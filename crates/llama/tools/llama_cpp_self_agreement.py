@@ -11,12 +11,16 @@ itself.
 With `--reproduction OUT2.json`, llama.cpp's *same* path is run too, the same way, and how
 closely llama.cpp on this machine reproduces the reference is recorded: the NMSE of its
 last-prompt-position logits against the stored ones (0 where it does exactly) and its own
-teacher-forced disagreements. Tessera's checks allow at least that much.
+teacher-forced disagreements. Tessera's checks allow at least that much. The stored logits are
+sampled (`.logits.sample`, tools/pack_logits.py): the NMSE is estimated from the sample as the
+Tessera test estimates its own (testdata/refs/README.md, "Logits files").
 
 Usage: llama_cpp_self_agreement.py REFS_DIR OUT.json [--reproduction OUT2.json] MODEL.gguf...
 (llama-cpp-python 0.3.36 = llama.cpp b11312; weights kept out of the AMX/repack buffers.)"""
 import glob, json, os, sys
 import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../tools"))
+import pack_logits
 import llama_cpp
 import llama_cpp.llama as _L
 from llama_cpp import Llama
@@ -64,11 +68,11 @@ for mp in models:
                 r = json.load(open(jf))
                 p, g, m = r["prompt_tokens"], r["greedy_tokens"], r["greedy_top2_margins"]
                 rows = teacher_forced(llm, p, g)
-                got = np.array(rows[0], dtype=np.float64)
-                want = np.fromfile(jf[:-5] + ".logits.f32", dtype=np.float32).astype(np.float64)
+                got = np.array(rows[0], dtype=np.float32)
+                want = pack_logits.read(jf[:-5] + ".logits.sample")
                 key = f"{stem}/{os.path.basename(jf)[:-5]}/{mode}"
                 repro[key] = {
-                    "nmse": float(((got - want) ** 2).sum() / (want ** 2).sum()),
+                    "nmse": float(pack_logits.nmse_estimate(want, got)),
                     "teacher_forced": [t for t in range(len(g))
                                        if m[t] >= 0.1 and int(np.argmax(rows[t])) != g[t]],
                 }

@@ -14,5 +14,7 @@ for fa in 1 0; do
   mode=$([ $fa = 1 ] && echo fa-on || echo fa-off)
   python3 tools/make_refs.py "$out/$mode" testdata/refs/prompts.json target/synth/*.gguf --n 32 --fa $fa
 done
+# The full logits of both paths into the stored samples (.logits.sample; .logits.f32 deleted).
+python3 tools/pack_logits.py "$out"
 ( cd target/synth && sha256sum *.gguf ) > "$out/SHA256SUMS"
 echo "references in $root/$out"
