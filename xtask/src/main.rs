@@ -229,9 +229,8 @@ fn test_matrix(args: &[String]) -> Result<()> {
 fn synth_models(args: &[String]) -> Result<()> {
     let dir = PathBuf::from(args.first().map_or("target/synth", String::as_str));
     std::fs::create_dir_all(&dir)?;
-    let vocab_dir = root().join("testdata/vocab");
     for (stem, spec, vocab) in tessera_llama::synth::test_models() {
-        let v = tessera_gguf::GgufFile::open(vocab_dir.join(vocab))
+        let v = tessera_gguf::GgufFile::open(tessera_models::fixtures::vocab(vocab)?)
             .with_context(|| format!("opening the vocabulary {vocab}"))?;
         let path = dir.join(format!("{stem}.gguf"));
         tessera_llama::synth::write_random_model(&spec, v.metadata(), &path)?;
@@ -251,7 +250,7 @@ fn bench_model(args: &[String]) -> Result<()> {
     let spec = tessera_llama::synth::bench_shape(shape, dt).with_context(|| {
         format!("unknown shape '{shape}' (llama-3.2-1b, llama-3.1-8b, llama-tiny)")
     })?;
-    let vocab = root().join("testdata/vocab/ggml-vocab-llama-bpe.gguf");
+    let vocab = tessera_models::fixtures::vocab("ggml-vocab-llama-bpe.gguf")?;
     let v = tessera_gguf::GgufFile::open(&vocab)?;
     let start = Instant::now();
     let n_vocab = tessera_llama::synth::write_random_model(&spec, v.metadata(), out.as_ref())?;

@@ -1,7 +1,9 @@
 //! `testdata/`: the fixtures the tests read (README there). `SHA256SUMS` lists every file;
 //! `check` compares, `sums` rewrites it after a deliberate change, and `import DIR` copies the
 //! tokenizer fixtures and llama.cpp references from a folder laid out as testdata is
-//! (`vocab/`, `refs/`) and rewrites the sums.
+//! (`vocab/`, `refs/`) and rewrites the sums: vocabulary files (`*.gguf`) are stored gzipped
+//! (`*.gguf.gz`, unpacked for the tests by `tessera_models::fixtures::vocab`), and full logits
+//! files (`*.logits.f32`) must have been packed by tools/pack_logits.py first.
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
@@ -87,15 +89,30 @@ pub fn check(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Copies every file of `from` into `to`, gzipping GGUF files (`x.gguf` becomes `x.gguf.gz`).
 fn copy_tree(from: &Path, to: &Path) -> Result<usize> {
-    let mut n = 0;
-    for f in files(from)? {
-        let dst: PathBuf = to.join(&f);
-        std::fs::create_dir_all(dst.parent().context("a parent")?)?;
-        std::fs::copy(from.join(&f), &dst).with_context(|| format!("copying {f}"))?;
-        n += 1;
+    let fs = files(from)?;
+    if let Some(f) = fs.iter().find(|f| f.ends_with(".logits.f32")) {
+        bail!(
+            "{}: full logits files are not stored; pack them first \
+             (python3 tools/pack_logits.py SET_DIR, testdata/refs/README.md)",
+            from.join(f).display()
+        );
     }
-    Ok(n)
+    for f in &fs {
+        let src = from.join(f);
+        let dst: PathBuf = to.join(f);
+        std::fs::create_dir_all(dst.parent().context("a parent")?)?;
+        if f.ends_with(".gguf") {
+            let bytes = std::fs::read(&src).with_context(|| format!("reading {f}"))?;
+            let gz = PathBuf::from(format!("{}.gz", dst.display()));
+            std::fs::write(&gz, tessera_models::fixtures::gzip(&bytes))
+                .with_context(|| format!("writing {}", gz.display()))?;
+        } else {
+            std::fs::copy(&src, &dst).with_context(|| format!("copying {f}"))?;
+        }
+    }
+    Ok(fs.len())
 }
 
 /// `cargo xtask testdata <check | sums | import DIR>`.

@@ -160,7 +160,8 @@ enum Kind {
 }
 
 /// The synthetic models the tests compare with llama.cpp: (file stem, spec, the vocabulary
-/// fixture in `testdata/vocab` whose tokenizer they carry).
+/// fixture whose tokenizer they carry: `testdata/vocab/NAME.gz`, unpacked by
+/// `tessera_models::fixtures::vocab(NAME)`).
 pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
     vec![
         (

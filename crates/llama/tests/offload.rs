@@ -136,8 +136,7 @@ fn gemma3_offloaded_equals_cpu() {
 /// Offloaded or not, the bits are the CPU alone's; the sizes count the file's tensors only.
 #[test]
 fn synthetic_q4_0_rearranged_offloaded_equals_cpu() {
-    let vocab = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/vocab/ggml-vocab-llama-bpe.gguf");
+    let vocab = tessera_models::fixtures::vocab("ggml-vocab-llama-bpe.gguf").unwrap();
     let v = tessera_gguf::GgufFile::open(&vocab).expect("vocabulary fixture");
     let spec = tessera_llama::synth::SynthSpec {
         arch: "llama".into(),

@@ -13,11 +13,11 @@ fn every_tensor_matches_llama_cpps_quantizer() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quantize/llama_cpp.json");
     let want: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures).unwrap()).unwrap();
-    let vocab_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vocab");
     let dir = tempfile::tempdir().unwrap();
     let mut checked = 0;
     for (stem, spec, vocab) in tessera_llama::synth::test_models() {
-        let v = tessera_gguf::GgufFile::open(vocab_dir.join(vocab)).expect("vocabulary fixture");
+        let vocab = tessera_models::fixtures::vocab(vocab).unwrap();
+        let v = tessera_gguf::GgufFile::open(&vocab).expect("vocabulary fixture");
         let src = dir.path().join(format!("{stem}.gguf"));
         tessera_llama::synth::write_random_model(&spec, v.metadata(), &src).unwrap();
         for (key, tensors) in want.as_object().unwrap().iter().filter(|(k, _)| k.starts_with(stem))

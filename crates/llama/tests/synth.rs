@@ -12,7 +12,7 @@ fn check_synth(stem: &str, flash_attn: bool) {
     let (_, spec, vocab) =
         tessera_llama::synth::test_models().into_iter().find(|m| m.0 == stem).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/synth");
-    let vocab = common::refs_dir().join("../vocab").join(vocab);
+    let vocab = tessera_models::fixtures::vocab(vocab).unwrap();
     let v = tessera_gguf::GgufFile::open(&vocab).expect("vocabulary fixture");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{stem}.gguf"));

@@ -8,8 +8,13 @@
 //! `cargo xtask models` and every test that needs a model call [`ensure`], so CI always runs the
 //! model tests on exactly the files named here. Models are cached in [`cache_dir`]
 //! (`TESSERA_MODELS`, else the user's cache directory).
+//!
+//! [`fixtures`] unpacks the repository's gzipped test fixtures (the vocabulary-only GGUF
+//! files of `testdata/vocab`) on demand, into a cache under the target directory.
 
 #![deny(missing_docs)]
+
+pub mod fixtures;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};

@@ -1,7 +1,8 @@
 //! llama.cpp's tokenizer test suite (`tests/test-tokenizer-0.cpp`) on the vocabulary-only GGUF
-//! files in `testdata/vocab`: every test string must give exactly llama.cpp's ids
-//! (add_special = false, parse_special = false), and detokenizing them must give the string
-//! back wherever the tokenizer is lossless.
+//! files in `testdata/vocab` (stored gzipped, unpacked by `tessera_models::fixtures::vocab`):
+//! every test string must give exactly llama.cpp's ids (add_special = false,
+//! parse_special = false), and detokenizing them must give the string back wherever the
+//! tokenizer is lossless.
 
 use std::path::PathBuf;
 use tessera_vocab::{Vocab, VocabType};
@@ -11,7 +12,7 @@ use tessera_vocab::{Vocab, VocabType};
 const KNOWN_FAILURES: &[(&str, usize)] = &[];
 
 fn vocab_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vocab");
+    let dir = tessera_models::fixtures::vocab_dir();
     assert!(
         dir.is_dir(),
         "tokenizer fixtures not found at {}: the repository ships them in testdata/vocab",
@@ -63,7 +64,8 @@ fn expected_text(vocab: &Vocab, input: &str) -> Option<String> {
 
 fn run_fixture(name: &str) -> (usize, usize, Vec<String>) {
     let dir = vocab_dir();
-    let vocab = Vocab::from_gguf_path(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let gguf = tessera_models::fixtures::vocab(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let vocab = Vocab::from_gguf_path(gguf).unwrap_or_else(|e| panic!("{name}: {e}"));
     let cases = read_cases(&dir, name);
     let mut failures = Vec::new();
     let mut passed = 0;
@@ -143,13 +145,19 @@ fn clean(s: &str) -> String {
 #[test]
 fn llama_cpp_tokenizer_fixtures() {
     let dir = vocab_dir();
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
+    // Every `NAME.gguf.gz` with its `NAME.gguf.inp` (sorted).
+    let names: Vec<String> = tessera_models::fixtures::vocab_names()
         .expect("list fixtures")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".gguf") && dir.join(format!("{n}.inp")).exists())
+        .into_iter()
+        .filter(|n| dir.join(format!("{n}.inp")).exists())
         .collect();
-    names.sort();
     assert!(!names.is_empty(), "no fixtures in {}", dir.display());
+    // And no test strings without their vocabulary.
+    let n_inp = std::fs::read_dir(&dir)
+        .expect("list fixtures")
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".gguf.inp"))
+        .count();
+    assert_eq!(names.len(), n_inp, "a NAME.gguf.inp without its NAME.gguf.gz: {names:?}");
     let mut all_failures = Vec::new();
     for name in &names {
         let (passed, total, failures) = run_fixture(name);
