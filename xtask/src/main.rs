@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
 //!
 //! - `cargo xtask ci`: what CI runs, set-up included: the test data checked against its sums,
+//!   the git-tracked tree checked to stay under 24 MiB,
 //!   a Python environment of its own (target/pyenv, pinned by tools/requirements-ci.txt),
 //!   format check, clippy with warnings denied, the real models fetched and verified, the whole
 //!   test suite, the model tests again at the lower x86 classes this CPU can stand in for
@@ -10,8 +11,8 @@
 //!   (`llama-3.2-1b`, `llama-3.1-8b`, `llama-tiny`; llama 3's vocabulary) with 2-D weights of TYPE (`f16`,
 //!   `q4_0`, `q8_0`, ...), written by the project's writer; `tessera quantize` makes the mixes
 //!   (Q4_K_M) from an f16 one.
-//! - `cargo xtask testdata [check | sums | import DIR]`: the fixtures under testdata/
-//!   (testdata/README.md says where each came from).
+//! - `cargo xtask testdata [check | sums | import DIR | size]`: the fixtures under testdata/
+//!   (testdata/README.md says where each came from); `size`: the tracked tree's 24 MiB limit.
 //! - `cargo xtask models [NAME...]`: fetch, assemble and checksum the real models into the cache
 //!   (`TESSERA_MODELS`, default under the user's cache directory) and print their paths.
 //! - `cargo xtask synth-models DIR`: writes the random-weight qwen3 and gpt2 models the tests
@@ -52,7 +53,7 @@ fn main() -> Result<()> {
             eprintln!(
                 "usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]... | test-matrix \
                  [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512] | synth-models \
-                 [DIR] | bench-model SHAPE TYPE OUT | testdata [check|sums|import DIR] | \
+                 [DIR] | bench-model SHAPE TYPE OUT | testdata [check|sums|import DIR|size] | \
                  gpu-bundle>"
             );
             std::process::exit(2)
@@ -77,6 +78,7 @@ fn ci() -> Result<()> {
     let root = root();
     std::env::set_current_dir(&root)?;
     testdata::check(&root.join("testdata"))?;
+    testdata::check_tracked_size(&root)?;
     // Every child (cargo, the tests, pip for the models) sees this environment's python.
     let python = pyenv::ensure(&root)?;
     std::env::set_var("PATH", pyenv::path_with(&python)?);

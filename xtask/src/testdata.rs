@@ -4,6 +4,7 @@
 //! (`vocab/`, `refs/`) and rewrites the sums: vocabulary files (`*.gguf`) are stored gzipped
 //! (`*.gguf.gz`, unpacked for the tests by `tessera_models::fixtures::vocab`), and full logits
 //! files (`*.logits.f32`) must have been packed by tools/pack_logits.py first.
+//! `size` checks that the git-tracked tree stays under [`MAX_TRACKED`].
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
@@ -115,12 +116,63 @@ fn copy_tree(from: &Path, to: &Path) -> Result<usize> {
     Ok(fs.len())
 }
 
-/// `cargo xtask testdata <check | sums | import DIR>`.
+/// The most the git-tracked files may weigh together: 24 MiB. Model weights are fetched
+/// (crates/models), vocabularies stored gzipped, llama.cpp's logits as samples
+/// (testdata/refs/README.md): what is committed stays small enough to clone anywhere.
+pub const MAX_TRACKED: u64 = 24 << 20;
+
+/// Fails, naming the largest files, where the files `git ls-files` lists under `root` weigh
+/// more than [`MAX_TRACKED`] together (sizes in the work tree, as `du -b` counts them).
+pub fn check_tracked_size(root: &Path) -> Result<()> {
+    let out = std::process::Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root)
+        .output()
+        .context("running git ls-files")?;
+    if !out.status.success() {
+        bail!("git ls-files failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let mut sizes = Vec::new();
+    for name in out.stdout.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let name = String::from_utf8_lossy(name).into_owned();
+        // A file deleted from the work tree but still tracked weighs nothing here.
+        if let Ok(m) = std::fs::symlink_metadata(root.join(&name)) {
+            if !m.is_dir() {
+                sizes.push((m.len(), name));
+            }
+        }
+    }
+    let total: u64 = sizes.iter().map(|s| s.0).sum();
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    if total > MAX_TRACKED {
+        sizes.sort_by(|a, b| b.cmp(a));
+        let largest: Vec<String> =
+            sizes.iter().take(15).map(|(n, f)| format!("{:9.2} MiB  {f}", mib(*n))).collect();
+        bail!(
+            "the git-tracked files weigh {:.2} MiB together, over the {} MiB limit: store \
+             large fixtures compressed or sampled (testdata/README.md), fetch models instead \
+             of committing them. Largest:\n  {}",
+            mib(total),
+            MAX_TRACKED >> 20,
+            largest.join("\n  ")
+        );
+    }
+    eprintln!(
+        "tracked tree: {} files, {:.2} MiB (limit {} MiB)",
+        sizes.len(),
+        mib(total),
+        MAX_TRACKED >> 20
+    );
+    Ok(())
+}
+
+/// `cargo xtask testdata <check | sums | import DIR | size>`.
 pub fn command(root: &Path, args: &[String]) -> Result<()> {
     let dir = root.join("testdata");
     match args.first().map(String::as_str) {
         Some("check") | None => check(&dir),
         Some("sums") => write_sums(&dir),
+        Some("size") => check_tracked_size(root),
         Some("import") => {
             let src = PathBuf::from(args.get(1).context("testdata import DIR")?);
             let mut n = 0;
@@ -135,6 +187,8 @@ pub fn command(root: &Path, args: &[String]) -> Result<()> {
             eprintln!("testdata: {n} files copied from {}", src.display());
             write_sums(&dir)
         }
-        Some(other) => bail!("unknown testdata command `{other}`: check, sums or import DIR"),
+        Some(other) => {
+            bail!("unknown testdata command `{other}`: check, sums, import DIR or size")
+        }
     }
 }
