@@ -114,6 +114,20 @@ fn cuda_tests(python: &Path) -> Result<()> {
     }
     let flags = ["-p", "tessera-backend-cuda", "--features", "cuda"];
     cargo(&[&["clippy"][..], &flags, &["--all-targets", "--", "-D", "warnings"]].concat())?;
+    // The binaries' `cuda` features (the CLI's device registry, the test matrix's backend).
+    cargo(&[
+        "clippy",
+        "-p",
+        "tessera-cli",
+        "-p",
+        "tessera-testmatrix",
+        "--features",
+        "tessera-cli/cuda,tessera-testmatrix/cuda",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
     let old = std::env::var_os("LD_LIBRARY_PATH");
     let mut dirs = vec![lib];
     dirs.extend(old.iter().flat_map(std::env::split_paths));
@@ -159,8 +173,13 @@ fn gpu_bundle() -> Result<()> {
         std::fs::copy(&exe, dir.join("tests").join(&stem))?;
         names.push(stem);
     }
-    cargo(&["build", "--release", "-p", "tessera-cli"])?;
+    cargo(&["build", "--release", "-p", "tessera-cli", "--features", "cuda"])?;
     std::fs::copy(root.join("target/release/tessera"), dir.join("tessera"))?;
+    let tm = ["-p", "tessera-testmatrix", "--features", "cuda", "--bin", "test-matrix"];
+    cargo(&[&["build", "--release"][..], &tm].concat())?;
+    std::fs::copy(root.join("target/release/test-matrix"), dir.join("test-matrix"))?;
+    // The session's one script: tests, test matrix, models and llama.cpp beside them.
+    std::fs::copy(root.join("tools/gpu/check.sh"), dir.join("check.sh"))?;
     let mut script = String::from(
         "#!/usr/bin/env bash\n# Made by `cargo xtask gpu-bundle`: every CUDA test with nothing allowed to skip.\n\
          set -euo pipefail\ncd \"$(dirname \"$0\")\"\nexport REQUIRE_CUDA=1 REQUIRE_NVRTC=1\n\

@@ -2,65 +2,6 @@
 // activations' Q8_1 quantization, and the matrix-vector products of decoding with int8 dot
 // products (llama.cpp's MMVQ idea: activations quantized once to Q8_1, dp4a per 4 bytes).
 
-// Value j (0..32) of a 32-value block, as f32.
-__device__ __forceinline__ float deq_q4_0(const u8 *b, int j) {
-    const u8 q = b[2 + (j % 16)];
-    return h2f(rd16(b)) * ((int)(j < 16 ? q & 15 : q >> 4) - 8);
-}
-__device__ __forceinline__ float deq_q4_1(const u8 *b, int j) {
-    const u8 q = b[4 + (j % 16)];
-    return h2f(rd16(b)) * (j < 16 ? q & 15 : q >> 4) + h2f(rd16(b + 2));
-}
-__device__ __forceinline__ float deq_q5_0(const u8 *b, int j) {
-    const u32 qh = rd32(b + 2);
-    const u8 q = b[6 + (j % 16)];
-    const int v = (j < 16 ? q & 15 : q >> 4) | (((qh >> j) & 1) << 4);
-    return h2f(rd16(b)) * (v - 16);
-}
-__device__ __forceinline__ float deq_q5_1(const u8 *b, int j) {
-    const u32 qh = rd32(b + 4);
-    const u8 q = b[8 + (j % 16)];
-    const int v = (j < 16 ? q & 15 : q >> 4) | (((qh >> j) & 1) << 4);
-    return h2f(rd16(b)) * v + h2f(rd16(b + 2));
-}
-__device__ __forceinline__ float deq_q8_0(const u8 *b, int j) {
-    return h2f(rd16(b)) * (float)(i8)b[2 + j];
-}
-
-// Q4_K (256 values): ggml's get_scale_min_k4 over the 12 scale bytes.
-__device__ __forceinline__ void k4_scale_min(int j, const u8 *q, int *d, int *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-__device__ __forceinline__ float deq_q4_k(const u8 *b, int j) {
-    const float d = h2f(rd16(b)), dmin = h2f(rd16(b + 2));
-    const int chunk = j / 64, within = j % 64, sub = 2 * chunk + (within >= 32);
-    int sc, mn;
-    k4_scale_min(sub, b + 4, &sc, &mn);
-    const u8 q = b[16 + 32 * chunk + (within % 32)];
-    const int v = within < 32 ? q & 15 : q >> 4;
-    return d * sc * v - dmin * mn;
-}
-// Q6_K (256 values): ql[128], qh[64], scales[16] (i8), d.
-__device__ __forceinline__ float deq_q6_k(const u8 *b, int j) {
-    const int half = j / 128, l = j % 32, quarter = (j % 128) / 32;
-    const u8 *ql = b + 64 * half, *qh = b + 128 + 32 * half;
-    const i8 *sc = (const i8 *)(b + 192) + 8 * half;
-    int q;
-    switch (quarter) {
-    case 0: q = (ql[l] & 15) | (((qh[l] >> 0) & 3) << 4); break;
-    case 1: q = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4); break;
-    case 2: q = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4); break;
-    default: q = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4); break;
-    }
-    return h2f(rd16(b + 208)) * sc[l / 16 + 2 * quarter] * (q - 32);
-}
-
 // One kernel per type: row `blockIdx.y` of a weight (ncols values, row_bytes apart), threads
 // over its values, to f32 (get_rows: the row index comes from `ids`) or to f16 (whole matrix).
 #define DEQUANT(T, QK, BYTES, F)                                                              \

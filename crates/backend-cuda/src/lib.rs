@@ -22,15 +22,31 @@
 //! - **Behind a feature.** Without the `cuda` feature the crate carries only the kernel
 //!   sources ([`kernels`]) and the error type; the workspace builds and tests without CUDA.
 //!
-//! What is not here yet (it needs a GPU to be checked, and none has been lent so far): the
-//! `Backend`/`Device`/`Buffer` implementations that run graphs, cuBLAS, CUDA graphs.
+//! - **Every op first, fast paths after.** [`CudaBackend`] runs every op of the model graphs
+//!   through the strided kernels of `kernels/ops.cu`, which take each tensor as a descriptor
+//!   (pointer, `ne`, `nb`, type) and so handle views, permutations and broadcasts without
+//!   copies; weights of every type in the list are dequantized per element. These are
+//!   the correctness baseline the test matrix checks (`cargo xtask test-matrix --backend
+//!   cuda`); the int8 matrix-vector kernels of `quant.cu`, cuBLAS and CUDA graphs replace them
+//!   per shape where they apply. `supports_op` says no to what has no kernel, so the scheduler
+//!   keeps it on the CPU.
 
 pub mod error;
 pub mod kernels;
 
 #[cfg(feature = "cuda")]
+mod backend;
+#[cfg(feature = "cuda")]
+pub mod buffer;
+#[cfg(feature = "cuda")]
 pub mod device;
 #[cfg(feature = "cuda")]
+mod gpu;
+#[cfg(feature = "cuda")]
 pub mod nvrtc;
+#[cfg(feature = "cuda")]
+mod ops;
 
+#[cfg(feature = "cuda")]
+pub use backend::{CudaBackend, CudaDevice};
 pub use error::CudaError;

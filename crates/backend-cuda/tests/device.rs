@@ -28,3 +28,33 @@ fn opening_a_device_is_an_error_or_a_device_never_a_panic() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The backend's device: opens where CUDA is (a name, a description, memory, a buffer that
+/// round-trips bytes), a typed error elsewhere.
+#[test]
+fn a_cuda_device_opens_or_is_a_typed_error() {
+    use tessera_backend::Device;
+    let required = std::env::var_os("REQUIRE_CUDA").is_some();
+    match tessera_backend_cuda::CudaDevice::new(0) {
+        Ok(d) => {
+            assert_eq!(d.name(), "CUDA0");
+            eprintln!("{}: {}, memory {:?}", d.name(), d.description(), d.memory());
+            assert!(d.memory().1 > 0);
+            let b = d.buffer_type().alloc(1000).expect("a device buffer");
+            assert!(!b.is_host() && b.device_ptr().is_some());
+            let data: Vec<u8> = (0..200).map(|i| (i * 7) as u8).collect();
+            b.write(300, &data).unwrap();
+            let mut back = vec![0u8; 200];
+            b.read(300, &mut back).unwrap();
+            assert_eq!(back, data);
+            let mut zeros = vec![1u8; 10];
+            b.read(0, &mut zeros).unwrap();
+            assert_eq!(zeros, [0; 10], "new buffers are zeroed");
+            assert!(b.write(950, &data).is_err(), "out of bounds is an error");
+        }
+        Err(e) => {
+            assert!(!required, "REQUIRE_CUDA is set but no device opened: {e}");
+            eprintln!("SKIP (no CUDA): {e}");
+        }
+    }
+}

@@ -28,11 +28,11 @@ fn every_kernel_compiles_to_cubin_with_its_entry_points() {
     eprintln!("NVRTC {:?}", nvrtc::version().expect("version"));
     // Turing (the oldest NVRTC 13 targets), Ampere, Ada, Hopper.
     for arch in [75, 80, 89, 90] {
-        for k in kernels::ALL {
-            let cubin = nvrtc::compile_cubin(k, arch)
+        for k in kernels::all() {
+            let cubin = nvrtc::compile_cubin(&k, arch)
                 .unwrap_or_else(|e| panic!("{} for sm_{arch}: {e}", k.name));
             assert!(nvrtc::is_elf(&cubin), "{}: not an ELF CUBIN", k.name);
-            for e in k.entry_points {
+            for e in k.entry_points() {
                 let found = cubin
                     .windows(e.len() + 1)
                     .any(|w| &w[..e.len()] == e.as_bytes() && w[e.len()] == 0);
@@ -50,7 +50,6 @@ fn a_broken_kernel_is_a_typed_error_with_the_log() {
     let bad = kernels::KernelSource {
         name: "broken.cu",
         src: "extern \"C\" __global__ void f(float *x) { x[0] = undefined_name; }",
-        entry_points: &["f"],
     };
     match nvrtc::compile_cubin(&bad, 90) {
         Err(tessera_backend_cuda::CudaError::Compile { kernel, arch, log }) => {
@@ -68,15 +67,15 @@ fn the_cache_serves_memory_then_disk() {
     }
     let dir = std::env::temp_dir().join(format!("tessera-cuda-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let k = kernels::find("rms_norm_f32").expect("listed");
-    let first = nvrtc::Compiler::new(Some(dir.clone())).get(k, 90).expect("compiled");
+    let k = kernels::find("norm_op").expect("listed");
+    let first = nvrtc::Compiler::new(Some(dir.clone())).get(&k, 90).expect("compiled");
     let files: Vec<_> = std::fs::read_dir(&dir).expect("cache dir").collect();
     assert_eq!(files.len(), 1, "one cached module");
     // A new compiler (a new process, as far as the cache knows) reads it back from disk.
-    let second = nvrtc::Compiler::new(Some(dir.clone())).get(k, 90).expect("from disk");
+    let second = nvrtc::Compiler::new(Some(dir.clone())).get(&k, 90).expect("from disk");
     assert_eq!(first, second);
     // Another architecture is another key.
-    let key = |arch| nvrtc::Compiler::key(k, arch, nvrtc::version().expect("version"));
+    let key = |arch| nvrtc::Compiler::key(&k, arch, nvrtc::version().expect("version"));
     assert_ne!(key(90), key(89));
     let _ = std::fs::remove_dir_all(&dir);
 }

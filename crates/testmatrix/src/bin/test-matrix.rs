@@ -2,7 +2,8 @@
 //! level asked for, prints the table, and exits non-zero on any failure.
 //!
 //! `cargo xtask test-matrix [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512]` builds
-//! this in release and runs it.
+//! this in release and runs it. Built with the `cuda` feature, `--backend cuda` runs the same
+//! cases on each CUDA GPU instead (`--devices 0,1`); with `REQUIRE_CUDA=1` a missing GPU fails.
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -26,6 +27,12 @@ struct Args {
     /// List the cases and exit.
     #[arg(long)]
     list: bool,
+    /// `cpu`, or `cuda` (with the `cuda` feature).
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// CUDA device ordinals (`--backend cuda`).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    devices: Vec<usize>,
     /// How many failures to print in full.
     #[arg(long, default_value_t = 40)]
     max_failures: usize,
@@ -40,6 +47,24 @@ fn make_backend(config: &Config) -> Result<Box<dyn Backend>, String> {
     let mut b = CpuBackend::new(config.threads);
     b.set_simd_level(level);
     Ok(Box::new(b))
+}
+
+/// The backend of CUDA device `cudaN`; without one, an error (a failure under `REQUIRE_CUDA=1`,
+/// else the configuration is reported as skipped).
+#[cfg(feature = "cuda")]
+fn make_cuda_backend(config: &Config) -> Result<Box<dyn Backend>, String> {
+    let ordinal: usize = config
+        .variant
+        .strip_prefix("cuda")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("bad CUDA configuration '{}'", config.variant))?;
+    match tessera_backend_cuda::CudaDevice::new(ordinal) {
+        Ok(d) => Ok(Box::new(d.backend())),
+        Err(e) if std::env::var_os("REQUIRE_CUDA").is_some() => {
+            panic!("REQUIRE_CUDA is set but CUDA device {ordinal} did not open: {e}")
+        }
+        Err(e) => Err(format!("no CUDA: {e}")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -58,7 +83,24 @@ fn main() -> ExitCode {
     let set = PreparedSet::new(&cases);
     eprintln!("test-matrix: {} cases prepared in {:.2}s", cases.len(), set.elapsed.as_secs_f64());
     let mut runs = Vec::new();
-    for simd in &args.simd {
+    if args.backend == "cuda" {
+        #[cfg(feature = "cuda")]
+        for &d in &args.devices {
+            let config = Config { threads: 1, variant: format!("cuda{d}") };
+            let run = run_config(&set, &config, &mut make_cuda_backend);
+            eprintln!("  {config}: {:.2}s", run.elapsed.as_secs_f64());
+            runs.push(run);
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            eprintln!("test-matrix: built without the `cuda` feature");
+            return ExitCode::from(2);
+        }
+    } else if args.backend != "cpu" {
+        eprintln!("test-matrix: unknown backend '{}' (cpu, cuda)", args.backend);
+        return ExitCode::from(2);
+    }
+    for simd in args.simd.iter().filter(|_| args.backend == "cpu") {
         for &threads in &args.threads {
             let config = Config { threads, variant: simd.trim().to_lowercase() };
             let run = run_config(&set, &config, &mut make_backend);

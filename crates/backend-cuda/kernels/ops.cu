@@ -1,0 +1,326 @@
+// The graph ops on tensors of any layout: every kernel takes its tensors as TT descriptors
+// (types.cuh) and walks logical indexes, so views, permutations and broadcasts need no copies.
+// These are the correctness baseline every op of the model graphs has on the GPU; the fast
+// paths of decoding and prefill (quant.cu's MMVQ, cuBLAS, tiled attention) replace them per
+// shape where they apply.
+
+#define GRID_STRIDE(i, n) \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// Binary ops with src1 broadcast (ggml's repeat rule): 0 add, 1 sub, 2 mul, 3 div.
+extern "C" __global__ void binary_op(TT d, TT a, TT b, int op) {
+    GRID_STRIDE(i, n_elems(d)) {
+        i64 c[4];
+        unravel(d.ne, i, c);
+        const float x = ld(a, c[0], c[1], c[2], c[3]);
+        const float y = ld(b, c[0] % b.ne[0], c[1] % b.ne[1], c[2] % b.ne[2], c[3] % b.ne[3]);
+        float r;
+        switch (op) {
+        case 0: r = x + y; break;
+        case 1: r = x - y; break;
+        case 2: r = x * y; break;
+        default: r = x / y; break;
+        }
+        st(d, c[0], c[1], c[2], c[3], r);
+    }
+}
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// Unary ops: 0 scale (x * p0 + p1), 1 tanh-GELU, 2 erf-GELU, 3 SiLU, 4 tanh.
+extern "C" __global__ void unary_op(TT d, TT a, int op, float p0, float p1) {
+    GRID_STRIDE(i, n_elems(d)) {
+        i64 c[4];
+        unravel(d.ne, i, c);
+        const float x = ld(a, c[0], c[1], c[2], c[3]);
+        float r;
+        switch (op) {
+        case 0: r = x * p0 + p1; break;
+        case 1: r = gelu_tanh(x); break;
+        case 2: r = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); break;
+        case 3: r = silu(x); break;
+        default: r = tanhf(x); break;
+        }
+        st(d, c[0], c[1], c[2], c[3], r);
+    }
+}
+
+// Gated units: act(gate) * up; op 0 SwiGLU, 1 GeGLU. Split: gate in a, up in b; fused: a row
+// holds both halves (swapped: the second half is the gate).
+extern "C" __global__ void glu_op(TT d, TT a, TT b, int op, int swapped, int split) {
+    GRID_STRIDE(i, n_elems(d)) {
+        i64 c[4];
+        unravel(d.ne, i, c);
+        float g, u;
+        if (split) {
+            g = ld(a, c[0], c[1], c[2], c[3]);
+            u = ld(b, c[0], c[1], c[2], c[3]);
+        } else {
+            const i64 nc = d.ne[0];
+            g = ld(a, c[0] + (swapped ? nc : 0), c[1], c[2], c[3]);
+            u = ld(a, c[0] + (swapped ? 0 : nc), c[1], c[2], c[3]);
+        }
+        st(d, c[0], c[1], c[2], c[3], (op == 0 ? silu(g) : gelu_tanh(g)) * u);
+    }
+}
+
+// NORM (rms = 0) and RMS_NORM (rms = 1): one block per row.
+extern "C" __global__ void norm_op(TT d, TT a, float eps, int rms) {
+    const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const i64 n = a.ne[0];
+    float mean = 0.0f;
+    if (!rms) {
+        float s = 0.0f;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) s += ld(a, i, i1, i2, i3);
+        mean = block_sum(s) / n;
+    }
+    float s2 = 0.0f;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        const float x = ld(a, i, i1, i2, i3) - mean;
+        s2 += x * x;
+    }
+    const float scale = rsqrtf(block_sum(s2) / n + eps);
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x)
+        st(d, i, i1, i2, i3, (ld(a, i, i1, i2, i3) - mean) * scale);
+}
+
+// ALiBi slope of head h of n_head (max_bias 0: 1), as ggml.
+__device__ __forceinline__ float alibi_slope(float max_bias, i64 h, i64 n_head) {
+    if (max_bias <= 0.0f) return 1.0f;
+    const int log2 = 1 << (31 - __clz((int)n_head));
+    const float m0 = exp2f(-max_bias / log2), m1 = exp2f(-(max_bias / 2.0f) / log2);
+    return h < log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - log2) + 1));
+}
+
+// SOFT_MAX(a * scale + mask * slope) per row: one block per row, three passes.
+extern "C" __global__ void soft_max_op(TT d, TT a, TT m, int has_mask, float scale, float max_bias) {
+    const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const i64 n = a.ne[0];
+    const float slope = alibi_slope(max_bias, i2, a.ne[2]);
+#define SM_VAL(i) (ld(a, i, i1, i2, i3) * scale + (has_mask ? slope * ld(m, i, i1, i2 % m.ne[2], i3 % m.ne[3]) : 0.0f))
+    float mx = -INFINITY;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, SM_VAL(i));
+    mx = block_max(mx);
+    float s = 0.0f;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) s += expf(SM_VAL(i) - mx);
+    s = block_sum(s);
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) st(d, i, i1, i2, i3, expf(SM_VAL(i) - mx) / s);
+#undef SM_VAL
+}
+
+// ROPE: one thread per rotated pair (the dims past n_dims are copied). Mode 0: adjacent pairs;
+// 2: NeoX halves. corr0/corr1: YaRN's correction dims (host-computed in f32 as ggml does).
+extern "C" __global__ void rope_op(TT d, TT a, TT pos, TT ff, int has_ff, int n_dims, int neox,
+                                   float freq_base, float freq_scale, float ext_factor,
+                                   float attn_factor, float corr0, float corr1) {
+    const i64 half = a.ne[0] / 2;
+    GRID_STRIDE(k, half * a.ne[1] * a.ne[2] * a.ne[3]) {
+        const i64 i = k % half, r = k / half;
+        const i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+        if (2 * i >= n_dims) {
+            st(d, 2 * i, i1, i2, i3, ld(a, 2 * i, i1, i2, i3));
+            st(d, 2 * i + 1, i1, i2, i3, ld(a, 2 * i + 1, i1, i2, i3));
+            continue;
+        }
+        const float p = (float)*(const i32 *)(pos.p + i2 * pos.nb[0]);
+        const float f = has_ff ? ld(ff, i, 0, 0, 0) : 1.0f;
+        // The frequency and sin/cos in double: --use_fast_math would turn powf and sincosf
+        // into intrinsics whose error grows with the argument (positions reach 10^5).
+        const float extrap = p * (float)pow((double)freq_base, -2.0 * (double)i / n_dims) / f;
+        const float interp = freq_scale * extrap;
+        float theta = interp, mscale = attn_factor;
+        if (ext_factor != 0.0f) {
+            const float y = (i - corr0) / fmaxf(0.001f, corr1 - corr0);
+            const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext_factor;
+            theta = interp * (1.0f - ramp) + extrap * ramp;
+            mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+        }
+        double sd, cd;
+        sincos((double)theta, &sd, &cd);
+        const float sn = (float)sd * mscale, cs = (float)cd * mscale;
+        const i64 j0 = neox ? i : 2 * i, j1 = neox ? i + n_dims / 2 : 2 * i + 1;
+        const float x0 = ld(a, j0, i1, i2, i3), x1 = ld(a, j1, i1, i2, i3);
+        st(d, j0, i1, i2, i3, x0 * cs - x1 * sn);
+        st(d, j1, i1, i2, i3, x0 * sn + x1 * cs);
+    }
+}
+
+// GET_ROWS: dst[i0, i10, i11, i12] = a[i0, idx[i10, i11, i12], i11, i12] (any weight type).
+extern "C" __global__ void get_rows_op(TT d, TT a, TT idx) {
+    GRID_STRIDE(i, n_elems(d)) {
+        i64 c[4];
+        unravel(d.ne, i, c);
+        const i64 r = ld_idx(idx, c[1], c[2], c[3]);
+        st(d, c[0], c[1], c[2], c[3], ld(a, c[0], r, c[2], c[3]));
+    }
+}
+
+// SET_ROWS into a one-value type: d[i0, idx[i1, i2 % .., i3 % ..], i2, i3] = b[i0, i1, i2, i3].
+extern "C" __global__ void set_rows_op(TT d, TT b, TT idx) {
+    GRID_STRIDE(i, n_elems(b)) {
+        i64 c[4];
+        unravel(b.ne, i, c);
+        const i64 r = ld_idx(idx, c[1], c[2] % idx.ne[1], c[3] % idx.ne[2]);
+        st(d, c[0], r, c[2], c[3], ld(b, c[0], c[1], c[2], c[3]));
+    }
+}
+
+// SET_ROWS into a 32-value block type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): one thread per block.
+extern "C" __global__ void set_rows_q_op(TT d, TT b, TT idx) {
+    const i64 nblk = b.ne[0] / 32;
+    GRID_STRIDE(k, nblk * b.ne[1] * b.ne[2] * b.ne[3]) {
+        const i64 blk = k % nblk, r = k / nblk;
+        const i64 i1 = r % b.ne[1], i2 = (r / b.ne[1]) % b.ne[2], i3 = r / (b.ne[1] * b.ne[2]);
+        float x[32];
+        for (int j = 0; j < 32; ++j) x[j] = ld(b, blk * 32 + j, i1, i2, i3);
+        const i64 dr = ld_idx(idx, i1, i2 % idx.ne[1], i3 % idx.ne[2]);
+        quantize_block(d.type, x, row_ptr(d, dr, i2, i3) + blk * block_bytes(d.type));
+    }
+}
+
+// CPY / CONT / DUP into a one-value type: element i of dst (logical order) from element i of
+// src in src's own shape (the shapes may differ, the counts do not).
+extern "C" __global__ void cpy_op(TT d, TT a) {
+    GRID_STRIDE(i, n_elems(d)) {
+        i64 c[4], s[4];
+        unravel(d.ne, i, c);
+        unravel(a.ne, i, s);
+        st(d, c[0], c[1], c[2], c[3], ld(a, s[0], s[1], s[2], s[3]));
+    }
+}
+
+// CPY into a 32-value block type: one thread per destination block.
+extern "C" __global__ void cpy_q_op(TT d, TT a) {
+    const i64 nblk = d.ne[0] / 32;
+    GRID_STRIDE(k, nblk * d.ne[1] * d.ne[2] * d.ne[3]) {
+        const i64 blk = k % nblk, r = k / nblk;
+        const i64 i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
+        float x[32];
+        for (int j = 0; j < 32; ++j) {
+            i64 s[4];
+            unravel(a.ne, r * d.ne[0] + blk * 32 + j, s);
+            x[j] = ld(a, s[0], s[1], s[2], s[3]);
+        }
+        quantize_block(d.type, x, row_ptr(d, i1, i2, i3) + blk * block_bytes(d.type));
+    }
+}
+
+// Same-type copy of a quantized tensor, row by row (rows are contiguous in every block type).
+extern "C" __global__ void cpy_rows_bytes(TT d, TT a, i64 row_bytes) {
+    GRID_STRIDE(k, row_bytes * d.ne[1] * d.ne[2] * d.ne[3]) {
+        const i64 b = k % row_bytes, r = k / row_bytes;
+        i64 c[4], s[4];
+        unravel(d.ne, r * d.ne[0], c);
+        unravel(a.ne, r * a.ne[0], s);
+        row_ptr(d, c[1], c[2], c[3])[b] = row_ptr(a, s[1], s[2], s[3])[b];
+    }
+}
+
+// CONCAT along dim.
+extern "C" __global__ void concat_op(TT d, TT a, TT b, int dim) {
+    GRID_STRIDE(i, n_elems(d)) {
+        i64 c[4];
+        unravel(d.ne, i, c);
+        float v;
+        if (c[dim] < a.ne[dim]) {
+            v = ld(a, c[0], c[1], c[2], c[3]);
+        } else {
+            i64 e[4] = {c[0], c[1], c[2], c[3]};
+            e[dim] -= a.ne[dim];
+            v = ld(b, e[0], e[1], e[2], e[3]);
+        }
+        st(d, c[0], c[1], c[2], c[3], v);
+    }
+}
+
+// SUM_ROWS: one block per row.
+extern "C" __global__ void sum_rows_op(TT d, TT a) {
+    const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    float s = 0.0f;
+    for (i64 i = threadIdx.x; i < a.ne[0]; i += blockDim.x) s += ld(a, i, i1, i2, i3);
+    s = block_sum(s);
+    if (threadIdx.x == 0) st(d, 0, i1, i2, i3, s);
+}
+
+// ARGMAX (I32 out): one warp per row, the first index of the largest value.
+extern "C" __global__ void argmax_op(TT d, TT a) {
+    const i64 r = blockIdx.x;
+    const int lane = threadIdx.x;
+    float best = -INFINITY;
+    i64 at = 0x7fffffffffffffffll;
+    for (i64 i = lane; i < a.ne[0]; i += WARP) {
+        const float x = ld(a, i, r, 0, 0);
+        if (x > best) { best = x; at = i; }
+    }
+    for (int o = WARP / 2; o > 0; o >>= 1) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        const i64 oa = __shfl_xor_sync(0xffffffffu, at, o);
+        if (ob > best || (ob == best && oa < at)) { best = ob; at = oa; }
+    }
+    if (lane == 0) *(i32 *)(d.p + r * d.nb[0]) = (i32)(at == 0x7fffffffffffffffll ? 0 : at);
+}
+
+// MUL_MAT: dst[i0, i1, i2, i3] = dot(a row i0 (broadcast over dims 2, 3), b row i1); one warp
+// per output, the weights dequantized per element, f32 accumulation.
+extern "C" __global__ void mul_mat_op(TT d, TT a, TT b) {
+    const i64 o = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (o >= n_elems(d)) return;
+    const int lane = threadIdx.x % WARP;
+    i64 c[4];
+    unravel(d.ne, o, c);
+    const i64 r2 = b.ne[2] / a.ne[2], r3 = b.ne[3] / a.ne[3];
+    const u8 *wa = row_ptr(a, c[0], c[2] / r2, c[3] / r3), *xb = row_ptr(b, c[1], c[2], c[3]);
+    float acc = 0.0f;
+    for (i64 k = lane; k < a.ne[0]; k += WARP)
+        acc += ld_row(a.type, wa, k, a.nb[0]) * ld_row(b.type, xb, k, b.nb[0]);
+    acc = warp_sum(acc);
+    if (lane == 0) st(d, c[0], c[1], c[2], c[3], acc);
+}
+
+// FLASH_ATTN_EXT: one warp per (query row, head, batch); online softmax over the KV cells, each
+// lane owning every 32nd output column (head sizes up to 512). Output [dv, n_head, n_q, ne3].
+extern "C" __global__ void flash_attn_op(TT d, TT q, TT k, TT v, TT m, int has_mask, float scale,
+                                         float max_bias, float softcap) {
+    const i64 w = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    const i64 n_q = q.ne[1], n_head = q.ne[2];
+    if (w >= n_q * n_head * q.ne[3]) return;
+    const int lane = threadIdx.x % WARP;
+    const i64 h = w % n_head, iq = (w / n_head) % n_q, i3 = w / (n_head * n_q);
+    const i64 hk = h / (n_head / k.ne[2]), hv = h / (n_head / v.ne[2]);
+    const i64 dk = q.ne[0], dv = v.ne[0];
+    const float slope = alibi_slope(max_bias, h, n_head);
+    float acc[16];
+    for (int j = 0; j < 16; ++j) acc[j] = 0.0f;
+    float mx = -INFINITY, sum = 0.0f;
+    const u8 *qr = row_ptr(q, iq, h, i3);
+    for (i64 ic = 0; ic < k.ne[1]; ++ic) {
+        float mv = 0.0f;
+        if (has_mask) {
+            mv = slope * ld(m, ic, iq, h % m.ne[2], i3 % m.ne[3]);
+            if (mv == -INFINITY) continue;
+        }
+        const u8 *kr = row_ptr(k, ic, hk, i3 % k.ne[3]);
+        float dot = 0.0f;
+        for (i64 j = lane; j < dk; j += WARP) dot += ld_row(q.type, qr, j, q.nb[0]) * ld_row(k.type, kr, j, k.nb[0]);
+        float s = warp_sum(dot) * scale;
+        if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
+        s += mv;
+        const float nm = fmaxf(mx, s);
+        const float corr = expf(mx - nm), p = expf(s - nm);
+        sum = sum * corr + p;
+        const u8 *vr = row_ptr(v, ic, hv, i3 % v.ne[3]);
+        for (int j = 0; j < 16; ++j) {
+            const i64 col = lane + WARP * j;
+            if (col < dv) acc[j] = acc[j] * corr + p * ld_row(v.type, vr, col, v.nb[0]);
+        }
+        mx = nm;
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    for (int j = 0; j < 16; ++j) {
+        const i64 col = lane + WARP * j;
+        if (col < dv) st(d, col, h, iq, i3, acc[j] * inv);
+    }
+}

@@ -1,0 +1,121 @@
+//! Device memory: [`CudaBufferType`] and [`CudaBuffer`] (`ggml_backend_cuda_buffer_type`).
+//!
+//! A buffer is one `cuMemAlloc` block owned by the buffer (freed on drop); reads and writes are
+//! synchronous copies, which the driver orders after the work queued on the legacy default
+//! stream the backend computes on, so a read sees every kernel queued before it.
+
+use crate::gpu::Gpu;
+use cudarc::driver::{result, sys};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tessera_backend::{check_range, BackendError, Buffer, BufferType, BufferUsage, Result};
+
+/// Alignment of tensors in device buffers (ggml-cuda uses 128).
+pub const CUDA_ALIGNMENT: usize = 128;
+
+/// The memory of one CUDA device.
+#[derive(Debug, Clone)]
+pub struct CudaBufferType {
+    pub(crate) gpu: Arc<Gpu>,
+}
+
+impl BufferType for CudaBufferType {
+    fn name(&self) -> &str {
+        &self.gpu.name
+    }
+    fn alloc(&self, size: usize) -> Result<Arc<dyn Buffer>> {
+        let fail = |reason: String| BackendError::Alloc {
+            buffer_type: self.gpu.name.clone(),
+            size,
+            reason,
+        };
+        self.gpu.bind().map_err(|e| fail(e.to_string()))?;
+        // SAFETY: the device's context is current on this thread (bound above); the block is
+        // freed once, by the buffer's Drop.
+        let ptr =
+            unsafe { result::malloc_sync(size.max(1)) }.map_err(|e| fail(format!("{e:?}")))?;
+        let buffer =
+            CudaBuffer { gpu: self.gpu.clone(), ptr, size, weights: AtomicBool::new(false) };
+        buffer.clear(0)?;
+        Ok(Arc::new(buffer))
+    }
+    fn alignment(&self) -> usize {
+        CUDA_ALIGNMENT
+    }
+}
+
+/// A block of device memory.
+#[derive(Debug)]
+pub struct CudaBuffer {
+    gpu: Arc<Gpu>,
+    ptr: sys::CUdeviceptr,
+    size: usize,
+    weights: AtomicBool,
+}
+
+impl CudaBuffer {
+    fn driver_error(&self, what: &str, e: impl std::fmt::Debug) -> BackendError {
+        BackendError::Kernel { backend: self.gpu.name.clone(), message: format!("{what}: {e:?}") }
+    }
+}
+
+impl Drop for CudaBuffer {
+    fn drop(&mut self) {
+        if self.gpu.bind().is_ok() {
+            // SAFETY: `ptr` came from malloc_sync in this context and is freed only here.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+impl Buffer for CudaBuffer {
+    fn name(&self) -> &str {
+        &self.gpu.name
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn is_host(&self) -> bool {
+        false
+    }
+    fn device_ptr(&self) -> Option<NonNull<u8>> {
+        NonNull::new(self.ptr as usize as *mut u8)
+    }
+    fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        check_range(&self.gpu.name, "write", offset, data.len(), self.size)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
+        // SAFETY: the range was checked against the allocation; `data` is a live host slice.
+        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
+            .map_err(|e| self.driver_error("host to device copy", e))
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_range(&self.gpu.name, "read", offset, out.len(), self.size)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
+        // SAFETY: as in `write`, with `out` writable.
+        unsafe { result::memcpy_dtoh_sync(out, self.ptr + offset as u64) }
+            .map_err(|e| self.driver_error("device to host copy", e))
+    }
+    fn clear(&self, value: u8) -> Result<()> {
+        self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
+        // SAFETY: the whole allocation, which this buffer owns.
+        unsafe { result::memset_d8_sync(self.ptr, value, self.size.max(1)) }
+            .map_err(|e| self.driver_error("memset", e))
+    }
+    fn usage(&self) -> BufferUsage {
+        if self.weights.load(Ordering::Relaxed) {
+            BufferUsage::Weights
+        } else {
+            BufferUsage::Any
+        }
+    }
+    fn set_usage(&self, usage: BufferUsage) {
+        self.weights.store(usage == BufferUsage::Weights, Ordering::Relaxed);
+    }
+}

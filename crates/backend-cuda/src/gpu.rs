@@ -1,0 +1,83 @@
+//! One opened GPU, shared by its device, buffers and backends: the driver context, the stream
+//! the backend computes on, and the kernels compiled for it (loaded once per module).
+
+use crate::device::{self, DeviceInfo};
+use crate::error::{guarded, CudaError};
+use crate::kernels;
+use crate::nvrtc::Compiler;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// An opened GPU (see the module docs).
+pub struct Gpu {
+    /// `CUDA{ordinal}`.
+    pub(crate) name: String,
+    pub(crate) info: DeviceInfo,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    compiler: Compiler,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("name", &self.name).field("info", &self.info).finish()
+    }
+}
+
+impl Gpu {
+    /// Opens device `ordinal`; an error, never a panic, without a driver or device.
+    pub(crate) fn open(ordinal: usize) -> Result<Gpu, CudaError> {
+        let (ctx, info) = device::open(ordinal)?;
+        // The legacy default stream: synchronous copies are ordered after its kernels.
+        let stream = ctx.default_stream();
+        Ok(Gpu {
+            name: format!("CUDA{ordinal}"),
+            info,
+            ctx,
+            stream,
+            compiler: Compiler::new(Compiler::default_dir()),
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Makes the context current on this thread.
+    pub(crate) fn bind(&self) -> Result<(), CudaError> {
+        self.ctx.bind_to_thread().map_err(|e| CudaError::Driver(format!("{e:?}")))
+    }
+
+    /// Kernel `entry`, compiled for this device (NVRTC, cached) and loaded on first use.
+    pub(crate) fn function(&self, entry: &str) -> Result<CudaFunction, CudaError> {
+        if let Some(f) = self.functions.lock().expect("function cache").get(entry) {
+            return Ok(f.clone());
+        }
+        let source = kernels::find(entry)
+            .ok_or_else(|| CudaError::Nvrtc(format!("no kernel file defines {entry}")))?;
+        let module = {
+            let mut modules = self.modules.lock().expect("module cache");
+            match modules.get(source.name) {
+                Some(m) => m.clone(),
+                None => {
+                    let cubin = self.compiler.get(&source, self.info.arch())?;
+                    let m = guarded(|| {
+                        self.ctx
+                            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.to_vec()))
+                            .map_err(|e| {
+                                CudaError::Driver(format!("loading {}: {e:?}", source.name))
+                            })
+                    })?;
+                    modules.insert(source.name, m.clone());
+                    m
+                }
+            }
+        };
+        let f = module
+            .load_function(entry)
+            .map_err(|e| CudaError::Driver(format!("{entry}: {e:?}")))?;
+        self.functions.lock().expect("function cache").insert(entry.to_string(), f.clone());
+        Ok(f)
+    }
+}

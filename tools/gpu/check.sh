@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Every GPU check of a session in one run on the lent GPU machine (no Rust there): the CUDA
+# tests, the CUDA test matrix, Tessera's CUDA against Tessera's CPU on random-weight Llama-3
+# files (KL divergence, greedy text) and llama.cpp b11312 beside it on the same files (its own
+# CUDA-vs-CPU divergence, llama-bench), written under $OUT (default ./gpu-out).
+#
+# Needs, in the working tree copied there: .gpu/ (`cargo xtask gpu-bundle`) and gpu-ref/ (a copy
+# of the project's GPU material: llama.cpp's pruned source, the gguf wheel, make_random_llama.py).
+# Run: bash .gpu/check.sh [quick]  (each step has its own time limit; a failed step is reported
+# and the rest go on, so one run gives the whole picture). `quick`: no benchmarks, one type less.
+# Everything lands in three files under $OUT (report.md, all-logs.txt, test-matrix.log): the
+# device tool returns only a few files.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+R=$OUT/report.md
+B=$PWD/.gpu
+T=/tmp/tessera-gpu
+L=$T/logs
+QUICK=${1:-}
+mkdir -p $T $L
+export REQUIRE_CUDA=1 REQUIRE_NVRTC=1 TESSERA_CUDA_CACHE=$T/cubin
+step() { echo "## $1" | tee -a "$R"; }
+run() { # run LIMIT LOGNAME CMD...: logs to $OUT/LOGNAME.log, tail into the report
+    local limit=$1 name=$2; shift 2
+    local t0=$(date +%s)
+    timeout "$limit" "$@" > "$L/$name.log" 2>&1
+    local rc=$?
+    echo "\`$*\` -> rc $rc in $(( $(date +%s) - t0 ))s" >> "$R"
+    { echo "===== $name: $* (rc $rc)"; cat "$L/$name.log"; } >> "$OUT/all-logs.txt"
+    return $rc
+}
+echo "# GPU check $(date -u +%FT%TZ)" > "$R"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$R" 2>&1
+lscpu | grep -m1 "Model name" >> "$R"
+
+# llama.cpp b11312 in the background (about 4 minutes on 16 cores), below Tessera's priority.
+LC=/tmp/b/bin
+if [ ! -x $LC/llama-bench ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz ]; then
+  mkdir -p /tmp/src && tar xJf gpu-ref/llama.cpp-b11312-src-pruned.tar.xz -C /tmp/src
+  ( cd /tmp/src/lc && nice -n 19 cmake -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+      -DGGML_BMI2=ON && nice -n 19 cmake --build /tmp/b -j 16 \
+      --target llama-bench llama-quantize llama-perplexity ) > "$L/llama-build.log" 2>&1 &
+  BUILD=$!
+fi
+
+step "CUDA tests (REQUIRE_CUDA=1)"
+# (every_kernel_compiles... builds each module for four architectures: CI does that already.)
+for t in "$B"/tests/*; do
+  run 300 "test-$(basename "$t")" "$t" --test-threads=1 --skip every_kernel_compiles_to_cubin
+done
+grep -h "test result\|panicked\|FAILED" "$L"/test-*.log >> "$R"
+
+step "CUDA test matrix"
+run 300 test-matrix "$B/test-matrix" --backend cuda --max-failures 80
+cp "$L/test-matrix.log" "$OUT/test-matrix.log"
+grep -E "^TOTAL" "$L/test-matrix.log" >> "$R"
+"$B/tessera" --version >> "$R" 2>&1
+
+step "random-weight Llama-3.2-1B files"
+python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.whl >> "$L/pip.log" 2>&1
+gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
+[ -f $T/1b-f16.gguf ] || PYTHONPATH=$T/site run 120 make-1b python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf
+TYPES="Q4_0 Q4_K_M Q8_0"; [ -n "$QUICK" ] && TYPES="Q4_0 Q4_K_M"
+for q in $TYPES; do
+  [ -f $T/1b-$q.gguf ] || run 120 "quantize-$q" "$B/tessera" quantize $T/1b-f16.gguf $T/1b-$q.gguf $q
+done
+ls -la $T/*.gguf >> "$R" 2>&1
+TEXT=$T/text.txt
+cat README.md docs/ARCHITECTURE.md > $TEXT
+
+step "Tessera CUDA vs Tessera CPU (KL divergence, c=256, 4 chunks)"
+for q in $TYPES f16; do
+  f=$T/1b-$q.gguf
+  [ -f $f ] || continue
+  run 240 "ppl-cpu-$q" "$B/tessera" perplexity -m $f -f $TEXT -c 256 --chunks 4 --device none --kl-divergence-base $T/base-$q.kld
+  for ngl in 99 9; do
+    run 240 "kld-cuda-$q-ngl$ngl" "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl $ngl --kl-divergence-base $T/base-$q.kld --kl-divergence
+    echo "$q -ngl $ngl:" >> "$R"; grep -iE "mean +kld|same top|mean ppl|error" "$L/kld-cuda-$q-ngl$ngl.log" | head -6 >> "$R"
+  done
+done
+
+step "greedy text, CPU vs CUDA"
+for q in Q4_0 f16; do
+  f=$T/1b-$q.gguf
+  run 120 "run-cpu-$q" "$B/tessera" run -m $f -p "The capital of France is" -n 24 --temp 0 --device none
+  run 120 "run-cuda-$q" "$B/tessera" run -m $f -p "The capital of France is" -n 24 --temp 0 -ngl 99
+  # The generated text is what precedes the timing lines.
+  if cmp -s <(sed '/load time/,$d' "$L/run-cpu-$q.log") <(sed '/load time/,$d' "$L/run-cuda-$q.log"); then echo "$q: same text" >> "$R"; else echo "$q: texts differ (see logs)" >> "$R"; fi
+done
+
+step "Tessera bench -ngl 99"
+for q in $([ -z "$QUICK" ] && echo Q4_0 Q4_K_M f16); do
+  run 150 "bench-tessera-$q" "$B/tessera" bench -m $T/1b-$q.gguf -ngl 99 -p 512 -n 128 -r 3
+  grep "|" "$L/bench-tessera-$q.log" | tail -3 >> "$R"
+done
+
+step "llama.cpp b11312 beside it"
+if [ -n "${BUILD:-}" ]; then wait $BUILD; fi
+if [ -x $LC/llama-bench ]; then
+  export LD_LIBRARY_PATH=$LC
+  for q in Q4_0 Q4_K_M; do
+    f=$T/1b-$q.gguf
+    # -dev none: with -ngl 0 alone llama.cpp still runs large batches' products on the GPU
+    # (op offload), which is not a CPU base.
+    run 180 "lc-ppl-cpu-$q" $LC/llama-perplexity -m $f -f $TEXT -c 256 --chunks 4 -ngl 0 -dev none --kl-divergence-base $T/lc-base-$q.kld
+    run 180 "lc-kld-cuda-$q" $LC/llama-perplexity -m $f -c 256 --chunks 4 -ngl 99 --kl-divergence-base $T/lc-base-$q.kld --kl-divergence
+    echo "llama.cpp $q CUDA vs its CPU:" >> "$R"; grep -iE "mean *kld|same top" "$L/lc-kld-cuda-$q.log" | head -4 >> "$R"
+    run 180 "kld-tessera-cuda-vs-lc-cpu-$q" "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl 99 --kl-divergence-base $T/lc-base-$q.kld --kl-divergence
+    echo "Tessera CUDA vs llama.cpp CPU, $q:" >> "$R"; grep -iE "mean +kld|same top" "$L/kld-tessera-cuda-vs-lc-cpu-$q.log" | head -4 >> "$R"
+  done
+  for q in $([ -z "$QUICK" ] && echo Q4_0 Q4_K_M f16); do
+    run 150 "bench-lc-$q" $LC/llama-bench -m $T/1b-$q.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3
+    grep "|" "$L/bench-lc-$q.log" | tail -3 >> "$R"
+  done
+else
+  echo "llama.cpp did not build (see llama-build.log)" >> "$R"
+  tail -20 "$L/llama-build.log" >> "$R" 2>/dev/null
+fi
+echo "done $(date -u +%FT%TZ)" >> "$R"
