@@ -75,12 +75,17 @@ pub struct OffloadArgs {
     /// device name), before the layer rule; repeatable.
     #[arg(long = "override-tensor")]
     pub override_tensor: Vec<String>,
+    /// Load a file with tensors its architecture does not use, ignoring them with a warning
+    /// (by default an error: such a file is a variant Tessera does not implement, and its
+    /// answers would be silently wrong).
+    #[arg(long)]
+    pub allow_unused_tensors: bool,
 }
 
 impl OffloadArgs {
     /// The [`tessera_llama::Offload`] these flags ask for.
     pub fn offload(&self) -> Result<tessera_llama::Offload> {
-        let registry = tessera_llama::placement::registry();
+        let registry = crate::devices::registry();
         let devices =
             tessera_llama::placement::select_devices(&registry, &self.device).map_err(explain)?;
         if devices.is_empty() && self.n_gpu_layers.is_some_and(|n| n > 0) {
@@ -107,7 +112,11 @@ impl OffloadArgs {
 /// `no_repack` is llama.cpp's `--no-repack`: weights it would repack keep the plain kernels.
 pub fn load(path: &Path, no_repack: bool, offload: &OffloadArgs) -> Result<Model> {
     check_model_path(path)?;
-    let params = tessera_llama::LoadParams { offload: offload.offload()?, repack: !no_repack };
+    let params = tessera_llama::LoadParams {
+        offload: offload.offload()?,
+        repack: !no_repack,
+        allow_unused_tensors: offload.allow_unused_tensors,
+    };
     Model::load_with(path, &params).map_err(explain)
 }
 

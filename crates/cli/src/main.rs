@@ -8,6 +8,7 @@
 mod bench_cmd;
 mod common;
 mod conversation;
+mod devices;
 mod gguf_cmd;
 mod kld;
 mod perplexity_cmd;
@@ -90,9 +91,11 @@ fn version_text() -> String {
     let kernels = if cfg!(target_arch = "x86_64") { "scalar, avx2, avx512" } else { "scalar" };
     format!(
         "{} (commit {})\nSIMD: {level}{vnni}{forced}; kernels built in: {kernels}\n\
-         backends: CPU\nbuilt for {}-{}, rustc profile {}",
+         backends: {}\ndevices:\n{}\nbuilt for {}-{}, rustc profile {}",
         env!("CARGO_PKG_VERSION"),
         env!("TESSERA_GIT_COMMIT"),
+        if cfg!(feature = "cuda") { "CPU, CUDA" } else { "CPU" },
+        devices::describe(&devices::registry()),
         std::env::consts::ARCH,
         std::env::consts::OS,
         if cfg!(debug_assertions) { "debug" } else { "release" },

@@ -93,6 +93,21 @@ fn version_names_the_commit_simd_level_and_features() {
     assert!(["scalar", "avx2", "avx512"].contains(&level), "{simd}");
     assert!(out.contains("kernels built in: "), "{out}");
     assert!(out.contains("backends: CPU"), "{out}");
+    // The device registry the binary composed: the CPU last, described.
+    let devices: Vec<&str> = out
+        .lines()
+        .skip_while(|l| *l != "devices:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert!(devices.last().is_some_and(|l| l.starts_with("  CPU: ")), "{out}");
+    let sim = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("--version")
+        .env("TESSERA_SIM_DEVICES", "2")
+        .output()
+        .unwrap();
+    let sim = String::from_utf8_lossy(&sim.stdout);
+    assert!(sim.contains("  SIM0: simulated") && sim.contains("  SIM1: "), "{sim}");
     // TESSERA_SIMD lowers the level and says so.
     let forced = Command::new(env!("CARGO_BIN_EXE_tessera"))
         .arg("--version")

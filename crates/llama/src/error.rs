@@ -30,6 +30,20 @@ pub enum LlamaError {
     /// `general.architecture` names an architecture nobody registered.
     #[error("unknown architecture '{0}' (known: {1})")]
     UnknownArchitecture(String, String),
+    /// Tensors in the file that the architecture does not read (llama.cpp: "wrong number of
+    /// tensors"): computing without them would silently give other answers.
+    #[error(
+        "{arch}: the file has {} tensor(s) this architecture does not use: {} (an unsupported \
+         variant of the architecture; --allow-unused-tensors loads it anyway, ignoring them)",
+        names.len(),
+        names.join(", ")
+    )]
+    UnusedTensors {
+        /// The architecture.
+        arch: String,
+        /// The tensors, in file order (at most the first 20).
+        names: Vec<String>,
+    },
     /// A tensor the architecture needs is not in the file.
     #[error("tensor '{0}' is missing from the model")]
     MissingTensor(String),

@@ -100,14 +100,21 @@ impl Builder<'_> {
         })
     }
 
-    /// RoPE of `x` (`[head_dim, n_head, n_tokens]`) at the batch positions.
-    pub fn rope(&mut self, x: TensorId, mode: RopeMode, freq_base: f32) -> Result<TensorId> {
+    /// RoPE of `x` (`[head_dim, n_head, n_tokens]`) at the batch positions, each dimension
+    /// pair's frequency divided by `freq_factors` where given (Llama 3's `rope_freqs.weight`).
+    pub fn rope(
+        &mut self,
+        x: TensorId,
+        mode: RopeMode,
+        freq_base: f32,
+        freq_factors: Option<TensorId>,
+    ) -> Result<TensorId> {
         let hp = self.hp;
         let mut p = RopeParams::new(hp.n_rot, mode, freq_base);
         p.n_ctx_orig = hp.n_ctx_orig;
         p.freq_scale = hp.rope_freq_scale;
         p.ext_factor = hp.yarn_ext_factor;
-        Ok(self.ctx.rope(x, self.inp_pos, None, p)?)
+        Ok(self.ctx.rope(x, self.inp_pos, freq_factors, p)?)
     }
 
     /// Only the rows of the tokens whose logits are wanted (`get_rows(x, out_ids)`).

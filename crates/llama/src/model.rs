@@ -5,9 +5,9 @@ use crate::arch::{self, ModelGraph};
 use crate::hparams::HParams;
 use crate::placement::{self, LayerPlan, Offload};
 use crate::{LlamaError, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tessera_alloc::alloc_tensors;
 use tessera_backend::{Bindings, BufferUsage, Device, MappedBuffer};
 use tessera_gguf::GgufFile;
@@ -31,6 +31,9 @@ pub struct Weights {
     /// holding repacked weights rearranged.
     pub bindings: Bindings,
     by_name: HashMap<String, TensorId>,
+    /// The weights an architecture asked for ([`Weights::get`], [`Weights::find`]): after
+    /// loading, any other tensor of the file is unused, which is an error.
+    used: Arc<Mutex<HashSet<TensorId>>>,
     /// A tied output's own copy of token_embd (offloaded, or rearranged as repacked), which
     /// the sizes do not count: it is not in the file.
     duplicate: Option<TensorId>,
@@ -45,6 +48,7 @@ impl Weights {
     /// Like [`Weights::get`] for a weight that may be absent (biases, optional norms).
     pub fn find(&self, name: &str, ne: &[usize]) -> Result<Option<TensorId>> {
         let Some(&id) = self.by_name.get(name) else { return Ok(None) };
+        self.used.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
         let actual = self.ctx.get(id).ne;
         let mut want = [1usize; 4];
         want[..ne.len()].copy_from_slice(ne);
@@ -62,6 +66,11 @@ impl Weights {
         Ok(Some(id))
     }
 
+    /// The weight called `name`, whatever its shape.
+    pub fn id(&self, name: &str) -> Option<TensorId> {
+        self.by_name.get(name).copied()
+    }
+
     /// Whether a tensor of that name exists.
     pub fn contains(&self, name: &str) -> bool {
         self.by_name.contains_key(name)
@@ -70,6 +79,19 @@ impl Weights {
     /// Total bytes of all weights in the file.
     pub fn n_bytes(&self) -> usize {
         self.in_file().map(|id| self.ctx.get(id).n_bytes()).sum()
+    }
+
+    /// The file's tensors no architecture asked for, in name order.
+    fn unused(&self) -> Vec<String> {
+        let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<String> = self
+            .by_name
+            .iter()
+            .filter(|(_, id)| Some(**id) != self.duplicate && !used.contains(id))
+            .map(|(n, _)| n.clone())
+            .collect();
+        names.sort();
+        names
     }
 
     /// The weights in the file (not a tied output's copy).
@@ -89,11 +111,14 @@ pub struct LoadParams {
     /// force at load), so their products follow ggml's repacked kernels' arithmetic. `false`
     /// is llama.cpp's `--no-repack` (`use_extra_bufts = false`).
     pub repack: bool,
+    /// Load a file that has tensors the architecture does not use, ignoring them with a
+    /// warning (by default that is an error: a variant Tessera does not implement).
+    pub allow_unused_tensors: bool,
 }
 
 impl Default for LoadParams {
     fn default() -> Self {
-        LoadParams { offload: Offload::default(), repack: true }
+        LoadParams { offload: Offload::default(), repack: true, allow_unused_tensors: false }
     }
 }
 
@@ -188,15 +213,20 @@ impl Model {
             // too (its duplicate for the output). A weight whose bytes get rearranged must
             // reach MUL_MAT only: an embedding keeps the file's layout (and, tied, the output
             // gets a rearranged copy below).
+            // Only weights the CPU keeps are repacked: one placed on a device keeps the file's
+            // layout (llama.cpp asks a layer's device for its buffer types, and only the CPU's
+            // list has the repack type), whatever kernels that device runs.
+            let device = placement::tensor_device(&info.name, &layer_plan, offload)?;
             let rearrange = tessera_backend_cpu::repack_rearranges(info.dtype);
             let embedding = info.name.contains("embd");
-            let repacked = repacks(info.dtype, &ne) && !(rearrange && embedding);
+            let repacked =
+                device.is_none() && repacks(info.dtype, &ne) && !(rearrange && embedding);
             if repacked {
                 ctx.set_flags(id, Flags::REPACKED);
                 n_repacked += 1;
             }
             let off = info.data_offset as usize;
-            match placement::tensor_device(&info.name, &layer_plan, offload)? {
+            match device {
                 None if repacked && rearrange => rearranged.push((id, off)),
                 None => bindings.bind(&ctx, id, buffer.clone(), off)?,
                 Some(d) => on_device[d].push((id, off)),
@@ -211,7 +241,7 @@ impl Model {
             (by_name.get("token_embd.weight"), by_name.contains_key("output.weight"))
         {
             let src = ctx.get(emb).clone();
-            let repacked = repacks(src.dtype, &src.ne);
+            let repacked = layer_plan.output.is_none() && repacks(src.dtype, &src.ne);
             let rearrange = repacked && tessera_backend_cpu::repack_rearranges(src.dtype);
             if layer_plan.output.is_some() || rearrange {
                 let id = ctx.new_tensor(src.dtype, &src.ne)?;
@@ -283,9 +313,21 @@ impl Model {
                 ),
             }
         }
-        let weights = Weights { ctx, bindings, by_name, duplicate };
+        let weights = Weights { ctx, bindings, by_name, used: Arc::default(), duplicate };
         let vocab = Vocab::from_metadata(md)?;
         let graph = builder.load(&weights, &hparams)?;
+        let unused = weights.unused();
+        if !unused.is_empty() {
+            if !params.allow_unused_tensors {
+                let names = unused.into_iter().take(20).collect();
+                return Err(LlamaError::UnusedTensors { arch: arch_name, names });
+            }
+            tracing::warn!(
+                arch = %arch_name,
+                tensors = %unused.join(", "),
+                "ignoring tensors this architecture does not use (--allow-unused-tensors)"
+            );
+        }
         let name = md.get("general.name").and_then(|v| v.as_str()).unwrap_or("").to_string();
         let chat_template =
             md.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(str::to_string);

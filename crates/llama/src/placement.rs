@@ -1,5 +1,5 @@
 //! Where weights and each layer's KV cache live: llama.cpp's `-ngl`, `-ts`, `--device` and
-//! `-ot`, and the registry of devices a program can pick from.
+//! `-ot`, and picking devices from the registry a program composes (`--device`).
 //!
 //! llama.cpp's rule (`llama_model::load_tensors`), followed exactly: the input layer (token
 //! and position embeddings) stays on the CPU; with `n_gpu_layers = N` over `n_layer` repeating
@@ -13,7 +13,7 @@
 use crate::{LlamaError, Result};
 use std::sync::Arc;
 use tessera_backend::{Device, DeviceKind, Registry};
-use tessera_backend_cpu::{CpuDevice, SimDevice};
+use tessera_backend_cpu::CpuDevice;
 
 /// A `-ot` rule: tensors whose name matches `pattern` go to the buffer type `buffer_type`
 /// (`"CPU"` or a device's name).
@@ -148,21 +148,6 @@ pub fn host_device() -> Arc<dyn Device> {
     Arc::new(CpuDevice)
 }
 
-/// The devices this program can use, in priority order with the CPU last: `TESSERA_SIM_DEVICES=N`
-/// adds N simulated accelerators (`SIM0`..) before the CPU. (The CUDA backend adds its devices
-/// here when built in.)
-pub fn registry() -> Registry {
-    let mut r = Registry::new();
-    let n_sim: usize =
-        std::env::var("TESSERA_SIM_DEVICES").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for i in 0..n_sim {
-        r.add(Arc::new(SimDevice::new(i, threads)));
-    }
-    r.add(host_device());
-    r
-}
-
 /// The non-CPU devices of `registry` named in `names` (llama.cpp's `--device A,B`; `"none"`
 /// for none), or all of them when `names` is empty.
 pub fn select_devices(registry: &Registry, names: &[String]) -> Result<Vec<Arc<dyn Device>>> {
@@ -190,6 +175,7 @@ pub fn select_devices(registry: &Registry, names: &[String]) -> Result<Vec<Arc<d
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_backend_cpu::SimDevice;
 
     fn offload(n_dev: usize, ngl: usize, ts: &[f32]) -> Offload {
         Offload {

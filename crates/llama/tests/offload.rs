@@ -4,6 +4,13 @@
 //! equal those of the CPU alone bit for bit, and so does the greedy text. The reference builds
 //! every graph afresh; the offloaded runs reuse the decode steps' graphs (llama.cpp's graph
 //! reuse), so the equality covers reuse too.
+//!
+//! Weights are compared in the file's layout (`--no-repack`): repacking is the CPU's own
+//! layout and arithmetic, which a device never gets (llama.cpp repacks only what stays on the
+//! CPU), so with repacking on an offloaded run mixes the two arithmetics and cannot equal
+//! either bit for bit. `synthetic_q4_0_offloaded_gets_plain_bytes` checks that case: the
+//! device's weights are the file's bytes, the CPU's are interleaved, the greedy text is the
+//! CPU's.
 
 use std::sync::Arc;
 use tessera_backend::Device;
@@ -25,7 +32,18 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 fn run(path: &std::path::Path, offload: Offload, flash_attn: bool, graph_reuse: bool) -> Run {
-    let model = Model::load_with(path, &LoadParams { offload, repack: true }).unwrap();
+    run_with(path, offload, flash_attn, graph_reuse, false)
+}
+
+fn run_with(
+    path: &std::path::Path,
+    offload: Offload,
+    flash_attn: bool,
+    graph_reuse: bool,
+    repack: bool,
+) -> Run {
+    let model =
+        Model::load_with(path, &LoadParams { offload, repack, ..LoadParams::default() }).unwrap();
     let params = ContextParams {
         n_ctx: 256,
         n_threads: 2,
@@ -130,12 +148,13 @@ fn gemma3_offloaded_equals_cpu() {
     check(tessera_models::GEMMA3, true);
 }
 
-/// A Q4_0 llama with tied embeddings (random weights, the project's writer): repacked Q4_0
-/// weights are rearranged at load (eight rows interleaved) into host or device memory, and the
-/// tied output gets a rearranged copy of its own while GET_ROWS reads token_embd as in the file.
-/// Offloaded or not, the bits are the CPU alone's; the sizes count the file's tensors only.
+/// A Q4_0 llama with tied embeddings (random weights, the project's writer), half its layers
+/// offloaded with repacking on: the weights on the device hold the file's plain bytes, those the
+/// CPU keeps are interleaved (eight rows), the tied output on the device is a plain copy, and
+/// the greedy tokens equal the CPU alone's. With repacking off, offloaded or not, the bits are
+/// the CPU alone's.
 #[test]
-fn synthetic_q4_0_rearranged_offloaded_equals_cpu() {
+fn synthetic_q4_0_offloaded_gets_plain_bytes() {
     let vocab = tessera_models::fixtures::vocab("ggml-vocab-llama-bpe.gguf").unwrap();
     let v = tessera_gguf::GgufFile::open(&vocab).expect("vocabulary fixture");
     let spec = tessera_llama::synth::SynthSpec {
@@ -154,15 +173,44 @@ fn synthetic_q4_0_rearranged_offloaded_equals_cpu() {
     tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
     let file = tessera_gguf::GgufFile::open(&path).unwrap();
     assert!(!file.tensors().iter().any(|t| t.name == "output.weight"), "tied embeddings");
-    let file_bytes: usize = file.tensors().iter().map(|t| t.n_bytes as usize).sum();
-    let model =
-        Model::load_with(&path, &LoadParams { offload: Offload::default(), repack: true }).unwrap();
+    check_file(&path, "synth-llama-q4_0", true);
     let level = tessera_backend_cpu::SimdLevel::from_env();
     if !tessera_backend_cpu::repack_applies(tessera_tensor::DType::Q4_0, 256, level) {
-        return; // no repacking at this level (scalar): nothing rearranged to check
+        return; // no repacking at this level (scalar): nothing interleaved to check
     }
-    assert!(model.n_repacked > 0);
-    assert!(model.weights.contains("output.weight"), "the tied output's own copy");
-    assert_eq!(model.weights.n_bytes(), file_bytes, "sizes count the file's tensors once");
-    check_file(&path, "synth-llama-q4_0", true);
+    let in_file = |name: &str| {
+        let t = file.tensor(name).unwrap();
+        file.tensor_data(t).to_vec()
+    };
+    // (bytes, in host memory) of each weight of a load with `-ngl ngl`, repacking on.
+    let load = |ngl: usize| {
+        let offload = sim(ngl, SimDevice::new(0, 2));
+        let model =
+            Model::load_with(&path, &LoadParams { offload, repack: true, ..LoadParams::default() })
+                .unwrap();
+        let w = &model.weights;
+        let bytes_of = |name: &str| {
+            let id = w.id(name).unwrap_or_else(|| panic!("{name}"));
+            let s = w.bindings.storage(&w.ctx, id).unwrap();
+            let mut out = vec![0u8; w.ctx.get(id).n_bytes()];
+            s.buffer.read(s.offset, &mut out).unwrap();
+            (out, s.buffer.is_host())
+        };
+        let names = ["blk.0.attn_q.weight", "blk.1.attn_q.weight", "output.weight"];
+        names.map(bytes_of)
+    };
+    // -ngl 1: blk.1 on the device, blk.0 and the output head on the CPU.
+    let [b0, b1, out] = load(1);
+    assert!(!b1.1 && b1.0 == in_file("blk.1.attn_q.weight"), "the device gets plain bytes");
+    assert!(b0.1 && b0.0 != in_file("blk.0.attn_q.weight"), "the CPU's weights are interleaved");
+    assert!(out.1 && out.0 != in_file("token_embd.weight"), "the CPU's head is interleaved");
+    // -ngl 3 (2 layers + output): everything on the device, in the file's layout.
+    let [b0, b1, out] = load(3);
+    assert!(!b0.1 && b0.0 == in_file("blk.0.attn_q.weight"));
+    assert!(!b1.1 && b1.0 == in_file("blk.1.attn_q.weight"));
+    assert!(!out.1 && out.0 == in_file("token_embd.weight"), "the device's head: a plain copy");
+    let offload = sim(1, SimDevice::new(0, 2));
+    let base = run_with(&path, Offload::default(), true, false, true);
+    let got = run_with(&path, offload, true, true, true);
+    assert_eq!(got.2, base.2, "greedy tokens, half offloaded with repacking on");
 }

@@ -95,9 +95,9 @@ impl ModelGraph for Gemma3Graph {
             let v = b.ctx.reshape(v, &[hp.head_dim_v, hp.n_head_kv[il], n_tok])?;
             let q = b.rms_norm(q, Some(l.q_norm))?;
             let q = b.name(q, "Qcur_normed", il);
-            let q = b.rope(q, RopeMode::Neox, base)?;
+            let q = b.rope(q, RopeMode::Neox, base, None)?;
             let k = b.rms_norm(k, Some(l.k_norm))?;
-            let k = b.rope(k, RopeMode::Neox, base)?;
+            let k = b.rope(k, RopeMode::Neox, base, None)?;
             let q = b.name(q, "Qcur", il);
             let k = b.name(k, "Kcur", il);
             let q = b.ctx.scale(q, hp.attention_scale, 0.0)?;

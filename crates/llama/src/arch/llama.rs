@@ -38,6 +38,9 @@ pub(crate) struct Outer {
     pub output_norm: TensorId,
     pub output: TensorId,
     pub output_b: Option<TensorId>,
+    /// Llama 3's RoPE frequency factors (`rope_freqs.weight`, `n_rot / 2` values), read by
+    /// the `llama` architecture only.
+    pub rope_freqs: Option<TensorId>,
 }
 
 pub(crate) fn load_outer(w: &Weights, hp: &HParams) -> Result<Outer> {
@@ -49,6 +52,7 @@ pub(crate) fn load_outer(w: &Weights, hp: &HParams) -> Result<Outer> {
         output_norm: w.get("output_norm.weight", &[e])?,
         output,
         output_b: w.find("output.bias", &[v])?,
+        rope_freqs: None,
     })
 }
 
@@ -116,9 +120,9 @@ pub(crate) fn forward(
         if let Some(kn) = l.k_norm {
             k = b.rms_norm(k, Some(kn))?;
         }
-        let q = b.rope(q, mode, hp.rope_freq_base)?;
+        let q = b.rope(q, mode, hp.rope_freq_base, outer.rope_freqs)?;
         let q = b.name(q, "Qcur", il);
-        let k = b.rope(k, mode, hp.rope_freq_base)?;
+        let k = b.rope(k, mode, hp.rope_freq_base, outer.rope_freqs)?;
         let k = b.name(k, "Kcur", il);
         let a = b.attention(il, q, k, v, kq_scale)?;
         let mut cur = b.linear(l.wo, l.bo, a)?;
@@ -171,6 +175,10 @@ impl Architecture for Llama {
         "llama"
     }
     fn load(&self, w: &Weights, hp: &HParams) -> Result<Box<dyn ModelGraph>> {
-        load_llama_like(w, hp, RopeMode::Norm, false)
+        let mut outer = load_outer(w, hp)?;
+        // llama.cpp's LLM_ARCH_LLAMA reads them (Llama 3.1+ files carry them); the other
+        // llama-like architectures do not, so there the tensor is unused, which is an error.
+        outer.rope_freqs = w.find("rope_freqs.weight", &[hp.n_rot / 2])?;
+        Ok(Box::new(LlamaGraph { outer, blocks: load_blocks(w, hp, false)?, mode: RopeMode::Norm }))
     }
 }
