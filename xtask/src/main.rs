@@ -191,7 +191,8 @@ fn gpu_bundle() -> Result<()> {
     script.push_str("./tessera --version\necho \"gpu bundle: all green\"\n");
     std::fs::write(dir.join("run.sh"), script)?;
     eprintln!(
-        "gpu-bundle: {} test binaries + tessera in {}; run `bash .gpu/run.sh` there",
+        "gpu-bundle: {} test binaries, tessera and test-matrix (CUDA) in {}; run `bash .gpu/check.sh` \
+         there (everything) or `bash .gpu/run.sh` (the tests alone)",
         names.len(),
         dir.display()
     );
