@@ -67,7 +67,7 @@ gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
 [ -f $T/1b-f16.gguf ] || PYTHONPATH=$T/site run 120 make-1b python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf
 TYPES="Q4_0 Q4_K_M Q8_0"; [ -n "$QUICK" ] && TYPES="Q4_0 Q4_K_M"
 for q in $TYPES; do
-  [ -f $T/1b-$q.gguf ] || run 120 "quantize-$q" "$B/tessera" quantize $T/1b-f16.gguf $T/1b-$q.gguf $q
+  [ -f $T/1b-$q.gguf ] || run 240 "quantize-$q" "$B/tessera" quantize $T/1b-f16.gguf $T/1b-$q.gguf $q
 done
 ls -la $T/*.gguf >> "$R" 2>&1
 TEXT=$T/text.txt
