@@ -20,8 +20,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tessera_backend::{
-    Backend, BackendError, Bindings, Buffer, BufferType, BufferUsage, Device, DeviceKind,
-    HostBuffer, Result, HOST_ALIGNMENT,
+    check_range, copy_via_host, Backend, BackendError, Bindings, Buffer, BufferType, BufferUsage,
+    Device, DeviceKind, HostBuffer, Result, HOST_ALIGNMENT,
 };
 use tessera_tensor::graph::{Context, Graph, Op, TensorDesc, TensorId};
 
@@ -96,6 +96,31 @@ impl Buffer for SimBuffer {
     }
     fn set_usage(&self, usage: BufferUsage) {
         self.weights.store(usage == BufferUsage::Weights, Ordering::Relaxed);
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+    /// Into another simulated device's memory directly (a peer copy), as a GPU copies between
+    /// its own buffers or to a peer; to and from host memory through its pointer.
+    fn copy_to(
+        &self,
+        offset: usize,
+        dst: &dyn Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<bool> {
+        match dst.as_any().and_then(|a| a.downcast_ref::<SimBuffer>()) {
+            Some(d) => {
+                check_range(&self.name, "copy", offset, len, self.mem.size())?;
+                let p = self.mem.host_ptr().expect("host memory has a pointer");
+                // SAFETY: the range lies in this buffer's memory (checked above); no live
+                // tensor is written there while the scheduler copies it.
+                let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr().add(offset), len) };
+                d.mem.write(dst_offset, bytes)?;
+                Ok(true)
+            }
+            None => copy_via_host(self, offset, dst, dst_offset, len),
+        }
     }
 }
 

@@ -9,7 +9,9 @@ use cudarc::driver::{result, sys};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tessera_backend::{check_range, BackendError, Buffer, BufferType, BufferUsage, Result};
+use tessera_backend::{
+    check_range, copy_via_host, BackendError, Buffer, BufferType, BufferUsage, Result,
+};
 
 /// Alignment of tensors in device buffers (ggml-cuda uses 128).
 pub const CUDA_ALIGNMENT: usize = 128;
@@ -117,5 +119,36 @@ impl Buffer for CudaBuffer {
     }
     fn set_usage(&self, usage: BufferUsage) {
         self.weights.store(usage == BufferUsage::Weights, Ordering::Relaxed);
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+    /// Into another buffer of the same GPU with one device-to-device copy; to and from host
+    /// memory with one transfer.
+    fn copy_to(
+        &self,
+        offset: usize,
+        dst: &dyn Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<bool> {
+        let Some(d) = dst.as_any().and_then(|a| a.downcast_ref::<CudaBuffer>()) else {
+            return copy_via_host(self, offset, dst, dst_offset, len);
+        };
+        if !Arc::ptr_eq(&self.gpu, &d.gpu) {
+            return copy_via_host(self, offset, dst, dst_offset, len);
+        }
+        check_range(&self.gpu.name, "copy", offset, len, self.size)?;
+        check_range(&d.gpu.name, "copy", dst_offset, len, d.size)?;
+        if len == 0 {
+            return Ok(true);
+        }
+        self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
+        // SAFETY: both ranges lie in live allocations of this context (checked above).
+        unsafe {
+            result::memcpy_dtod_sync(d.ptr + dst_offset as u64, self.ptr + offset as u64, len)
+        }
+        .map_err(|e| self.driver_error("device to device copy", e))?;
+        Ok(true)
     }
 }

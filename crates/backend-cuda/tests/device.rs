@@ -51,6 +51,18 @@ fn a_cuda_device_opens_or_is_a_typed_error() {
             b.read(0, &mut zeros).unwrap();
             assert_eq!(zeros, [0; 10], "new buffers are zeroed");
             assert!(b.write(950, &data).is_err(), "out of bounds is an error");
+            // Device to device in one copy, and to host memory in one transfer.
+            let c = d.buffer_type().alloc(1000).expect("a second buffer");
+            assert!(b.copy_to(300, &*c, 10, 200).unwrap(), "a direct device-to-device copy");
+            let mut back = vec![0u8; 200];
+            c.read(10, &mut back).unwrap();
+            assert_eq!(back, data);
+            let host = tessera_backend::HostBuffer::new(1000, Default::default()).unwrap();
+            assert!(c.copy_to(10, &host, 0, 200).unwrap());
+            let mut back = vec![0u8; 200];
+            tessera_backend::Buffer::read(&host, 0, &mut back).unwrap();
+            assert_eq!(back, data);
+            assert!(c.copy_to(900, &host, 0, 200).is_err(), "out of bounds is an error");
         }
         Err(e) => {
             assert!(!required, "REQUIRE_CUDA is set but no device opened: {e}");

@@ -82,6 +82,55 @@ pub trait Buffer: Send + Sync + Debug {
     /// buffers it fills with weights, so schedulers run weight ops beside them. Buffers whose
     /// usage is fixed ignore it.
     fn set_usage(&self, _usage: BufferUsage) {}
+    /// This buffer as `Any`, for buffer types that copy directly between their own buffers
+    /// (device to device); `None` by default.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+    /// Copies `len` bytes at `offset` into `dst` at `dst_offset` without staging them through
+    /// a temporary host copy, where this buffer knows how (`ggml_backend_buffer_cpy_tensor`):
+    /// `Ok(true)` when copied, `Ok(false)` when the caller must stage (`read`, then `write`).
+    /// The default handles either side being host memory ([`copy_via_host`]); device buffers
+    /// add copies between their own kind.
+    fn copy_to(
+        &self,
+        offset: usize,
+        dst: &dyn Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<bool> {
+        copy_via_host(self, offset, dst, dst_offset, len)
+    }
+}
+
+/// The copy of [`Buffer::copy_to`] where `src` or `dst` is host memory: one `write` from `src`'s
+/// bytes, or one `read` into `dst`'s; `Ok(false)` where neither side is host memory.
+pub fn copy_via_host(
+    src: &(impl Buffer + ?Sized),
+    offset: usize,
+    dst: &dyn Buffer,
+    dst_offset: usize,
+    len: usize,
+) -> Result<bool> {
+    check_range(src.name(), "copy", offset, len, src.size())?;
+    check_range(dst.name(), "copy", dst_offset, len, dst.size())?;
+    if let Some(p) = src.host_ptr() {
+        // SAFETY: the range lies in `src`'s memory (checked above), which lives as long as
+        // `src`; no live tensor is written there while the scheduler copies it (the
+        // allocator's invariant), so reading it as a slice is sound.
+        let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr().add(offset), len) };
+        dst.write(dst_offset, bytes)?;
+        return Ok(true);
+    }
+    if let (Some(q), false) = (dst.host_ptr(), dst.is_read_only()) {
+        // SAFETY: the range lies in `dst`'s memory (checked above); nothing else reads or
+        // writes those bytes during the copy (the allocator's invariant: they belong to the
+        // one tensor being copied into).
+        let out = unsafe { std::slice::from_raw_parts_mut(q.as_ptr().add(dst_offset), len) };
+        src.read(offset, out)?;
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 /// Checks that `[offset, offset + len)` lies in a buffer of `size` bytes.

@@ -28,6 +28,6 @@ mod host;
 
 pub use backend::{Backend, CompletedEvent, Device, DeviceKind, Event, Registry};
 pub use bindings::{Bindings, Storage};
-pub use buffer::{check_range, Buffer, BufferType, BufferUsage};
+pub use buffer::{check_range, copy_via_host, Buffer, BufferType, BufferUsage};
 pub use error::{BackendError, Result};
 pub use host::{HostBuffer, HostBufferType, MappedBuffer, HOST_ALIGNMENT};

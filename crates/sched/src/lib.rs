@@ -58,5 +58,5 @@ mod scheduler;
 mod split;
 
 pub use error::{Result, SchedError};
-pub use scheduler::{EvalCallback, EvalPhase, SchedParams, Scheduler};
+pub use scheduler::{CopyStats, EvalCallback, EvalPhase, SchedParams, Scheduler};
 pub use split::{Schedule, Split, SplitInput};

@@ -21,12 +21,25 @@ pub struct SchedParams {
     /// Let higher-priority backends take ops whose weights are in host memory when their
     /// `offload_op` asks (llama.cpp's `op_offload`, on by default).
     pub op_offload: bool,
+    /// Copy split inputs buffer to buffer where the buffers can (device to device, or one
+    /// transfer to or from host memory: `Buffer::copy_to`); `false` stages every copy through
+    /// a host buffer (`read`, then `write`), for comparison.
+    pub direct_copies: bool,
 }
 
 impl Default for SchedParams {
     fn default() -> Self {
-        SchedParams { n_copies: 1, op_offload: true }
+        SchedParams { n_copies: 1, op_offload: true, direct_copies: true }
     }
+}
+
+/// How the split inputs were copied so far ([`Scheduler::copy_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Copied buffer to buffer (`Buffer::copy_to`).
+    pub direct: usize,
+    /// Staged through host memory (`read`, then `write`).
+    pub staged: usize,
 }
 
 /// Asked of an [`EvalCallback`].
@@ -58,6 +71,7 @@ pub struct Scheduler {
     events: Vec<Vec<Option<Box<dyn Event>>>>,
     eval_cb: Option<EvalCallback>,
     staging: Vec<u8>,
+    copies: CopyStats,
     id: u64,
 }
 
@@ -103,8 +117,14 @@ impl Scheduler {
             events,
             eval_cb: None,
             staging: Vec::new(),
+            copies: CopyStats::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
+    }
+
+    /// How the split inputs were copied since the scheduler was made.
+    pub fn copy_stats(&self) -> CopyStats {
+        self.copies
     }
 
     /// Number of backends.
@@ -236,7 +256,12 @@ impl Scheduler {
                 if let Some(sb) = schedule.backend_of(input.src).filter(|&sb| sb != b) {
                     self.backends[sb].synchronize()?;
                 }
-                copy_tensor(ctx, bindings, input.src, copy, &mut self.staging)?;
+                let direct = self.params.direct_copies;
+                if copy_tensor(ctx, bindings, input.src, copy, &mut self.staging, direct)? {
+                    self.copies.direct += 1;
+                } else {
+                    self.copies.staged += 1;
+                }
             }
             match self.eval_cb.as_mut() {
                 None => self.backends[b].graph_compute(ctx, &split.graph, bindings)?,
@@ -269,14 +294,16 @@ impl Scheduler {
     }
 }
 
-/// Copies `src`'s bytes (its whole span) into `dst`'s storage through `staging`.
+/// Copies `src`'s bytes (its whole span) into `dst`'s storage: buffer to buffer where `direct`
+/// and the buffers can (`true`), else through `staging` (`false`).
 fn copy_tensor(
     ctx: &Context,
     bindings: &Bindings,
     src: TensorId,
     dst: TensorId,
     staging: &mut Vec<u8>,
-) -> Result<()> {
+    direct: bool,
+) -> Result<bool> {
     let unbound = |id: TensorId| tessera_backend::BackendError::Unbound {
         name: ctx.get(id).name.clone(),
         index: id.index(),
@@ -284,10 +311,13 @@ fn copy_tensor(
     let s = bindings.storage(ctx, src).ok_or_else(|| unbound(src))?;
     let d = bindings.storage(ctx, dst).ok_or_else(|| unbound(dst))?;
     let n = ctx.get(src).n_bytes();
+    if direct && s.buffer.copy_to(s.offset, &*d.buffer, d.offset, n)? {
+        return Ok(true);
+    }
     staging.resize(n, 0);
     s.buffer.read(s.offset, &mut staging[..n])?;
     d.buffer.write(d.offset, &staging[..n])?;
-    Ok(())
+    Ok(false)
 }
 
 /// A split computed in pieces, pausing after each node the callback asks for; `false` when the

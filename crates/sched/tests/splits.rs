@@ -236,7 +236,7 @@ fn copy_slots_rotate_and_keep_the_bits() {
         Box::new(SimDevice::new(0, 1).backend().unwrap()),
         Box::new(tessera_backend_cpu::CpuBackend::new(1)),
     ];
-    let params = tessera_sched::SchedParams { n_copies: 2, op_offload: true };
+    let params = tessera_sched::SchedParams { n_copies: 2, ..Default::default() };
     let mut sched = Scheduler::new(backends, params).unwrap();
     let want = run(&mut cpu_only(), 4, [Place::Host; 4]).0;
     let mut slots = Vec::new();
@@ -259,6 +259,36 @@ fn copy_slots_rotate_and_keep_the_bits() {
         assert_eq!(bits(&b.get_f32(&g.ctx, g.out).unwrap()), bits(&want));
     }
     assert_eq!(slots, [0, 1, 0]);
-    let bad = tessera_sched::SchedParams { n_copies: 5, op_offload: true };
+    let bad = tessera_sched::SchedParams { n_copies: 5, ..Default::default() };
     assert!(Scheduler::new(vec![Box::new(tessera_backend_cpu::CpuBackend::new(1))], bad).is_err());
+}
+
+/// Between two simulated devices the split input goes buffer to buffer (a peer copy, no host
+/// staging), and from the CPU with one write from host memory; the results are the staged
+/// copies' and the CPU alone's, bit for bit.
+#[test]
+fn device_to_device_copies_skip_host_staging() {
+    let want = run(&mut cpu_only(), 4, [Place::Host; 4]).0;
+    let two_sims = |direct: bool| {
+        let backends: Vec<Box<dyn tessera_backend::Backend>> = vec![
+            Box::new(SimDevice::new(0, 1).backend().unwrap()),
+            Box::new(SimDevice::new(1, 1).backend().unwrap()),
+            Box::new(tessera_backend_cpu::CpuBackend::new(1)),
+        ];
+        let params = tessera_sched::SchedParams { direct_copies: direct, ..Default::default() };
+        Scheduler::new(backends, params).unwrap()
+    };
+    // weight_0, weight_1 on SIM0 and weight_2, weight_3 on SIM1: add_1 goes SIM0 -> SIM1, the
+    // input from the CPU to SIM0.
+    let places = [Place::Sim, Place::Sim, Place::Sim1, Place::Sim1];
+    let mut direct = two_sims(true);
+    let (got, n_splits, n_copies, of) = run(&mut direct, 4, places);
+    assert_eq!(of, [Some(0), Some(0), Some(1), Some(1)]);
+    assert_eq!((n_splits, n_copies), (2, 2));
+    assert_eq!(bits(&got), bits(&want));
+    assert_eq!(direct.copy_stats(), tessera_sched::CopyStats { direct: 2, staged: 0 });
+    let mut staged = two_sims(false);
+    let (got, ..) = run(&mut staged, 4, places);
+    assert_eq!(bits(&got), bits(&want));
+    assert_eq!(staged.copy_stats(), tessera_sched::CopyStats { direct: 0, staged: 2 });
 }

@@ -13,6 +13,8 @@ use tessera_tensor::graph::{Context, TensorId};
 pub enum Place {
     Host,
     Sim,
+    /// A second simulated device, `SIM1`.
+    Sim1,
 }
 
 /// `[SIM0, CPU]` with the given simulated device.
@@ -33,6 +35,7 @@ pub fn bind_weight(ctx: &Context, b: &mut Bindings, id: TensorId, place: Place, 
     let buft: Arc<dyn BufferType> = match place {
         Place::Host => Arc::new(HostBufferType),
         Place::Sim => Arc::new(tessera_backend_cpu::sim::SimBufferType::new("SIM0")),
+        Place::Sim1 => Arc::new(tessera_backend_cpu::sim::SimBufferType::new("SIM1")),
     };
     let buf = buft.alloc(ctx.get(id).n_bytes()).unwrap();
     buf.set_usage(BufferUsage::Weights);
