@@ -113,6 +113,17 @@ pub fn run(a: RunArgs) -> Result<()> {
             .filter(|(_, &b)| b > 0)
             .map(|(d, &b)| format!("{} {}", d.name(), common::human_bytes(b)))
             .collect();
+        for d in &model.devices {
+            let memory = match d.memory() {
+                (_, 0) => "memory not reported".to_string(),
+                (free, total) => format!(
+                    "{} free of {}",
+                    common::human_bytes(free as usize),
+                    common::human_bytes(total as usize)
+                ),
+            };
+            eprintln!("device {}: {} ({memory})", d.name(), d.description());
+        }
         eprintln!(
             "backends: {} | layers offloaded: {ngl}/{}{}",
             common::backends(&model),
