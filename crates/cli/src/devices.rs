@@ -12,6 +12,12 @@ pub fn registry() -> Registry {
     let mut r = Registry::new();
     #[cfg(feature = "cuda")]
     match tessera_backend_cuda::device::device_count() {
+        // Kernels are compiled at run time: a driver without NVRTC cannot run anything, and
+        // offloading to it by default (-ngl defaults to all layers) would fail every run.
+        Ok(n) if n > 0 && tessera_backend_cuda::nvrtc::available().is_err() => tracing::warn!(
+            "{n} CUDA device(s) found but libnvrtc is missing (CUDA toolkit's NVRTC, or the \
+             nvidia-cuda-nvrtc wheel on the loader path): running on the CPU"
+        ),
         Ok(n) => {
             for i in 0..n {
                 match tessera_backend_cuda::CudaDevice::new(i) {
