@@ -41,8 +41,10 @@
 //!   stay valid and outputs are read as usual through the [`Bindings`](tessera_backend::Bindings).
 //! - **Every evaluation is scheduled afresh.** The passes are linear in the graph; a model that
 //!   rebuilds its graph per micro-batch reschedules it too.
-//! - **Copies go through host staging** (`Buffer::read` then `Buffer::write`): correct for
-//!   any pair of buffers; a device-to-device path is a backend's to add.
+//! - **Copies go buffer to buffer where the buffers can** (`Buffer::copy_to`: device to device
+//!   within a backend's own kind, one transfer where either side is host memory) and through
+//!   the scheduler's host staging buffer otherwise (`read`, then `write`);
+//!   [`Scheduler::copy_stats`] counts both, `SchedParams::direct_copies = false` stages all.
 //! - **Events per backend and copy slot** order the copies against earlier computes; with the
 //!   synchronous CPU backends here they are always complete.
 //!
