@@ -31,7 +31,24 @@ run() { # run LIMIT LOGNAME CMD...: logs to $OUT/LOGNAME.log, tail into the repo
     { echo "===== $name: $* (rc $rc)"; cat "$L/$name.log"; } >> "$OUT/all-logs.txt"
     return $rc
 }
+# Parts of real models sent over earlier calls (tools/gpu/parts.sh): stored under /tmp; with
+# `parts` nothing else is done.
+if [ -d gpu-parts ]; then mkdir -p $T/parts && cp gpu-parts/* $T/parts/; fi
+if [ "$QUICK" = parts ]; then ls -la $T/parts > "$OUT/parts.txt"; exit 0; fi
+mkdir -p $T/real
+for sum in $T/parts/*.sha256; do
+  [ -f "$sum" ] || continue
+  name=$(awk '{print $2}' "$sum")
+  [ -f "$T/real/$name" ] && continue
+  cat $T/parts/$name.part* > "$T/real/$name.tmp" 2>/dev/null
+  if [ "$(sha256sum "$T/real/$name.tmp" | awk '{print $1}')" = "$(awk '{print $1}' "$sum")" ]; then
+    mv "$T/real/$name.tmp" "$T/real/$name"
+  else
+    rm -f "$T/real/$name.tmp"
+  fi
+done
 echo "# GPU check $(date -u +%FT%TZ)" > "$R"
+ls $T/real/*.gguf >> "$R" 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$R" 2>&1
 lscpu | grep -m1 "Model name" >> "$R"
 
@@ -82,6 +99,20 @@ for q in $TYPES f16; do
     run 240 "kld-cuda-$q-ngl$ngl" "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl $ngl --kl-divergence-base $T/base-$q.kld --kl-divergence
     echo "$q -ngl $ngl:" >> "$R"; grep -iE "mean +kld|same top|mean ppl|error" "$L/kld-cuda-$q-ngl$ngl.log" | head -6 >> "$R"
   done
+done
+
+step "real models: Tessera CUDA vs Tessera CPU (c=256, 4 chunks)"
+for f in $T/real/*.gguf; do
+  [ -f "$f" ] || continue
+  n=$(basename "$f" .gguf)
+  run 240 "ppl-cpu-$n" "$B/tessera" perplexity -m $f -f $TEXT -c 256 --chunks 4 --device none --kl-divergence-base $T/base-$n.kld
+  for ngl in 99 8; do
+    run 240 "kld-cuda-$n-ngl$ngl" "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl $ngl --kl-divergence-base $T/base-$n.kld --kl-divergence
+    echo "$n -ngl $ngl:" >> "$R"; grep -iE "mean +kld|same top|mean ppl|error" "$L/kld-cuda-$n-ngl$ngl.log" | head -6 >> "$R"
+  done
+  run 120 "run-cpu-$n" "$B/tessera" run -m $f -p "The capital of France is" -n 32 --temp 0 --device none
+  run 120 "run-cuda-$n" "$B/tessera" run -m $f -p "The capital of France is" -n 32 --temp 0 -ngl 99
+  if cmp -s <(sed '/load time/,$d' "$L/run-cpu-$n.log") <(sed '/load time/,$d' "$L/run-cuda-$n.log"); then echo "$n: same text" >> "$R"; else echo "$n: texts differ (see logs)" >> "$R"; fi
 done
 
 step "greedy text, CPU vs CUDA"
