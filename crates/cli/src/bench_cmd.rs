@@ -221,13 +221,27 @@ pub fn run(a: BenchArgs) -> Result<()> {
 /// llama-bench's model column: `arch size-label type`, e.g. `llama 135M Q4_1`.
 fn model_desc(model: &Model) -> String {
     let md = model.metadata();
-    let label = md.get("general.size_label").and_then(|v| v.as_str()).unwrap_or("?B");
+    let label = md
+        .get("general.size_label")
+        .and_then(|v| v.as_str())
+        .map_or_else(|| size_label(model.n_params()), str::to_string);
     let ftype = md
         .get("general.file_type")
         .and_then(|v| v.as_integer())
         .map(|t| file_type_name(t as u32))
         .unwrap_or("?");
     format!("{} {} {}", model.hparams.arch, label, ftype)
+}
+
+/// A size label from the parameter count where the file has none (`general.size_label`):
+/// whole billions as llama.cpp's type names read (1.24 B -> `1B`, 8.03 B -> `8B`), millions
+/// below that (`135M`).
+fn size_label(n_params: usize) -> String {
+    if n_params >= 1_000_000_000 {
+        format!("{}B", n_params / 1_000_000_000)
+    } else {
+        format!("{}M", n_params.div_ceil(1_000_000))
+    }
 }
 
 /// llama.cpp's `llama_ftype` names.
@@ -251,5 +265,17 @@ fn file_type_name(t: u32) -> &'static str {
         18 => "Q6_K",
         32 => "BF16",
         _ => "?",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_labels_read_as_llama_cpps_where_the_file_has_none() {
+        assert_eq!(size_label(1_235_814_400), "1B");
+        assert_eq!(size_label(8_030_261_248), "8B");
+        assert_eq!(size_label(134_515_008), "135M");
     }
 }
