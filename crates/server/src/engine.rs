@@ -101,6 +101,8 @@ pub struct Engine {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Tokens a slot's context holds.
     pub n_ctx_slot: usize,
+    /// Slots (`-np`): requests decoded together.
+    pub n_slots: usize,
 }
 
 impl Engine {
@@ -148,7 +150,7 @@ impl Engine {
             .recv()
             .map_err(|_| ServerError::Context("the engine thread ended at start".into()))?
             .map_err(ServerError::Context)?;
-        Ok(Engine { tx, stop, thread: Some(thread), n_ctx_slot })
+        Ok(Engine { tx, stop, thread: Some(thread), n_ctx_slot, n_slots: n_parallel })
     }
 
     /// Queues a job; 503 when the queue is full.

@@ -62,6 +62,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/metrics", get(metrics))
+        .route("/props", get(props))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -130,6 +131,23 @@ async fn models(State(st): St) -> Json<Value> {
                 "size": st.model.weights.n_bytes(),
             }
         }]
+    }))
+}
+
+/// llama-server's `GET /props`: what clients (its web UI, agents) read to size requests and
+/// render chats: per-slot context, slot count, chat template, build.
+async fn props(State(st): St) -> Json<Value> {
+    Json(json!({
+        "default_generation_settings": {
+            "n_ctx": st.engine.n_ctx_slot,
+            "model": st.model_name,
+        },
+        "total_slots": st.engine.n_slots,
+        "model_alias": st.model_name,
+        "chat_template": st.template.clone().unwrap_or_default(),
+        "n_ctx_train": st.model.hparams.n_ctx_train,
+        "build_info": format!("tessera {}", env!("CARGO_PKG_VERSION")),
+        "modalities": {"vision": false, "audio": false},
     }))
 }
 

@@ -45,6 +45,11 @@ fn endpoints_answer_like_llama_server() {
     assert_eq!(get(a, "/health").json()["status"], "ok");
     let models = get(a, "/v1/models").json();
     assert_eq!(models["data"][0]["id"], "smollm2");
+    // llama-server's /props: per-slot context, slots, the chat template.
+    let props = get(a, "/props").json();
+    assert_eq!(props["total_slots"], 2);
+    assert!(props["default_generation_settings"]["n_ctx"].as_u64().is_some_and(|n| n > 0));
+    assert!(props["chat_template"].as_str().is_some_and(|t| t.contains("im_start")), "{props}");
     let toks = post(a, "/tokenize", &json!({"content": "The capital of France is"})).json();
     // llama.cpp's ids for this text (testdata/refs).
     assert_eq!(toks["tokens"], json!([504, 3575, 282, 4649, 314]));
