@@ -17,13 +17,12 @@
 use crate::CpuBackend;
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tessera_backend::{
-    check_range, copy_via_host, Backend, BackendError, Bindings, Buffer, BufferType, BufferUsage,
-    Device, DeviceKind, HostBuffer, Result, HOST_ALIGNMENT,
+    check_range, copy_via_host, op_batch_size, Backend, BackendError, Bindings, Buffer, BufferType,
+    BufferUsage, Device, DeviceKind, HostBuffer, Result, UsageCell, HOST_ALIGNMENT,
 };
-use tessera_tensor::graph::{Context, Graph, Op, TensorDesc, TensorId};
+use tessera_tensor::graph::{Context, Graph, TensorDesc, TensorId};
 
 /// Which ops a simulated device refuses (by the node's descriptor).
 pub type RefuseFn = Arc<dyn Fn(&TensorDesc) -> bool + Send + Sync>;
@@ -49,7 +48,7 @@ impl BufferType for SimBufferType {
         Ok(Arc::new(SimBuffer {
             name: self.name.clone(),
             mem: HostBuffer::new(size, BufferUsage::Any)?,
-            weights: AtomicBool::new(false),
+            usage: UsageCell::default(),
         }))
     }
     fn alignment(&self) -> usize {
@@ -62,7 +61,7 @@ impl BufferType for SimBufferType {
 pub struct SimBuffer {
     name: String,
     mem: HostBuffer,
-    weights: AtomicBool,
+    usage: UsageCell,
 }
 
 impl Buffer for SimBuffer {
@@ -88,14 +87,10 @@ impl Buffer for SimBuffer {
         self.mem.clear(value)
     }
     fn usage(&self) -> BufferUsage {
-        if self.weights.load(Ordering::Relaxed) {
-            BufferUsage::Weights
-        } else {
-            BufferUsage::Any
-        }
+        self.usage.get()
     }
     fn set_usage(&self, usage: BufferUsage) {
-        self.weights.store(usage == BufferUsage::Weights, Ordering::Relaxed);
+        self.usage.set(usage);
     }
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
@@ -111,13 +106,9 @@ impl Buffer for SimBuffer {
     ) -> Result<bool> {
         match dst.as_any().and_then(|a| a.downcast_ref::<SimBuffer>()) {
             Some(d) => {
+                // Both memories are host memory underneath: one write from this one's bytes.
                 check_range(&self.name, "copy", offset, len, self.mem.size())?;
-                let p = self.mem.host_ptr().expect("host memory has a pointer");
-                // SAFETY: the range lies in this buffer's memory (checked above); no live
-                // tensor is written there while the scheduler copies it.
-                let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr().add(offset), len) };
-                d.mem.write(dst_offset, bytes)?;
-                Ok(true)
+                copy_via_host(&self.mem, offset, &d.mem, dst_offset, len)
             }
             None => copy_via_host(self, offset, dst, dst_offset, len),
         }
@@ -156,15 +147,6 @@ impl Buffer for Alias {
     }
     fn clear(&self, value: u8) -> Result<()> {
         self._owner.clear(value)
-    }
-}
-
-/// Rows in one batch of `node` (ggml-cuda's `get_op_batch_size`): what `offload_op` weighs.
-fn op_batch_size(node: &TensorDesc) -> usize {
-    match node.op {
-        Op::GetRows => 0,
-        Op::MulMat => node.ne[1],
-        _ => node.ne[1] * node.ne[2] * node.ne[3],
     }
 }
 

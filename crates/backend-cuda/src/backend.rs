@@ -7,9 +7,9 @@ use crate::CudaError;
 use cudarc::driver::result;
 use std::sync::Arc;
 use tessera_backend::{
-    Backend, BackendError, Bindings, Buffer, BufferType, Device, DeviceKind, Result,
+    op_batch_size, Backend, BackendError, Bindings, Buffer, BufferType, Device, DeviceKind, Result,
 };
-use tessera_tensor::graph::{Context, Graph, Op, TensorId};
+use tessera_tensor::graph::{Context, Graph, TensorId};
 
 /// A CUDA GPU as a [`Device`], named `CUDA{ordinal}`.
 #[derive(Debug, Clone)]
@@ -70,16 +70,6 @@ pub struct CudaBackend {
     gpu: Arc<Gpu>,
 }
 
-/// Rows in one batch of `node` (ggml-cuda's `get_op_batch_size`).
-fn op_batch_size(ctx: &Context, node: TensorId) -> usize {
-    let d = ctx.get(node);
-    match d.op {
-        Op::GetRows => 0,
-        Op::MulMat => d.ne[1],
-        _ => d.ne[1] * d.ne[2] * d.ne[3],
-    }
-}
-
 impl Backend for CudaBackend {
     fn name(&self) -> &str {
         &self.gpu.name
@@ -97,7 +87,7 @@ impl Backend for CudaBackend {
         !buft.is_host() && buft.name() == self.gpu.name
     }
     fn offload_op(&self, ctx: &Context, node: TensorId) -> bool {
-        op_batch_size(ctx, node) >= 32
+        op_batch_size(ctx.get(node)) >= 32
     }
     fn graph_compute(&mut self, ctx: &Context, graph: &Graph, bindings: &Bindings) -> Result<()> {
         for &node in graph.nodes() {

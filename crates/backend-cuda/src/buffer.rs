@@ -7,10 +7,9 @@
 use crate::gpu::Gpu;
 use cudarc::driver::{result, sys};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tessera_backend::{
-    check_range, copy_via_host, BackendError, Buffer, BufferType, BufferUsage, Result,
+    check_range, copy_via_host, BackendError, Buffer, BufferType, BufferUsage, Result, UsageCell,
 };
 
 /// Alignment of tensors in device buffers (ggml-cuda uses 128).
@@ -37,8 +36,7 @@ impl BufferType for CudaBufferType {
         // freed once, by the buffer's Drop.
         let ptr =
             unsafe { result::malloc_sync(size.max(1)) }.map_err(|e| fail(format!("{e:?}")))?;
-        let buffer =
-            CudaBuffer { gpu: self.gpu.clone(), ptr, size, weights: AtomicBool::new(false) };
+        let buffer = CudaBuffer { gpu: self.gpu.clone(), ptr, size, usage: UsageCell::default() };
         buffer.clear(0)?;
         Ok(Arc::new(buffer))
     }
@@ -53,7 +51,7 @@ pub struct CudaBuffer {
     gpu: Arc<Gpu>,
     ptr: sys::CUdeviceptr,
     size: usize,
-    weights: AtomicBool,
+    usage: UsageCell,
 }
 
 impl CudaBuffer {
@@ -111,14 +109,10 @@ impl Buffer for CudaBuffer {
             .map_err(|e| self.driver_error("memset", e))
     }
     fn usage(&self) -> BufferUsage {
-        if self.weights.load(Ordering::Relaxed) {
-            BufferUsage::Weights
-        } else {
-            BufferUsage::Any
-        }
+        self.usage.get()
     }
     fn set_usage(&self, usage: BufferUsage) {
-        self.weights.store(usage == BufferUsage::Weights, Ordering::Relaxed);
+        self.usage.set(usage);
     }
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)

@@ -129,16 +129,6 @@ fn warps(n: usize, per_block: usize) -> LaunchConfig {
     }
 }
 
-/// YaRN's correction dims in f32, as `ggml_rope_yarn_corr_dims`.
-fn yarn_corr_dims(p: &RopeParams) -> [f32; 2] {
-    let n_dims = p.n_dims as f32;
-    let corr = |n_rot: f32| {
-        n_dims * (p.n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
-            / (2.0 * p.freq_base.ln())
-    };
-    [corr(p.beta_fast).floor().max(0.0), corr(p.beta_slow).ceil().min(n_dims - 1.0)]
-}
-
 /// Launches kernel `$entry` with `$cfg` and the arguments, in the kernel's parameter order.
 macro_rules! launch {
     ($self:ident, $entry:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
@@ -336,7 +326,7 @@ impl Launcher<'_> {
         let has_ff = i32::from(d.src[2].is_some());
         let n_dims = p.n_dims as i32;
         let neox = i32::from(p.mode == RopeMode::Neox);
-        let [c0, c1] = yarn_corr_dims(p);
+        let [c0, c1] = p.yarn_corr_dims();
         let pairs = d.n_elements() / 2;
         launch!(
             self,

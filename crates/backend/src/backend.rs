@@ -56,6 +56,17 @@ pub trait Backend: Send {
     }
 }
 
+/// Rows in one batch of `node` (ggml-cuda's `get_op_batch_size`): what a GPU backend's
+/// [`Backend::offload_op`] weighs (GET_ROWS never, MUL_MAT by its columns, the rest by rows).
+pub fn op_batch_size(node: &tessera_tensor::graph::TensorDesc) -> usize {
+    use tessera_tensor::graph::Op;
+    match node.op {
+        Op::GetRows => 0,
+        Op::MulMat => node.ne[1],
+        _ => node.ne[1] * node.ne[2] * node.ne[3],
+    }
+}
+
 /// A point in a backend's queue that others can wait for.
 pub trait Event: Send {
     /// Whether the work before the event is done.

@@ -103,6 +103,26 @@ pub trait Buffer: Send + Sync + Debug {
     }
 }
 
+/// The usage of a buffer a loader marks ([`Buffer::usage`] / [`Buffer::set_usage`] for device
+/// buffers): weights or anything.
+#[derive(Debug, Default)]
+pub struct UsageCell(std::sync::atomic::AtomicBool);
+
+impl UsageCell {
+    /// What the buffer holds: [`BufferUsage::Weights`] once marked so, else `Any`.
+    pub fn get(&self) -> BufferUsage {
+        if self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            BufferUsage::Weights
+        } else {
+            BufferUsage::Any
+        }
+    }
+    /// Marks the buffer (only `Weights` is remembered, as the schedulers ask only that).
+    pub fn set(&self, usage: BufferUsage) {
+        self.0.store(usage == BufferUsage::Weights, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The copy of [`Buffer::copy_to`] where `src` or `dst` is host memory: one `write` from `src`'s
 /// bytes, or one `read` into `dst`'s; `Ok(false)` where neither side is host memory.
 pub fn copy_via_host(

@@ -26,8 +26,8 @@ mod buffer;
 mod error;
 mod host;
 
-pub use backend::{Backend, CompletedEvent, Device, DeviceKind, Event, Registry};
+pub use backend::{op_batch_size, Backend, CompletedEvent, Device, DeviceKind, Event, Registry};
 pub use bindings::{Bindings, Storage};
-pub use buffer::{check_range, copy_via_host, Buffer, BufferType, BufferUsage};
+pub use buffer::{check_range, copy_via_host, Buffer, BufferType, BufferUsage, UsageCell};
 pub use error::{BackendError, Result};
 pub use host::{HostBuffer, HostBufferType, MappedBuffer, HOST_ALIGNMENT};

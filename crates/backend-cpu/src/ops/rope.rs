@@ -8,18 +8,6 @@ use super::rowio::{load, row_at, store, with_rows};
 use crate::{ComputeParams, TensorRef};
 use tessera_tensor::graph::{RopeMode, RopeParams};
 
-/// ggml's `ggml_rope_yarn_corr_dims`.
-fn yarn_corr_dims(p: &RopeParams) -> [f32; 2] {
-    let n_dims = p.n_dims as f32;
-    let corr_dim = |n_rot: f32| {
-        n_dims * (p.n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
-            / (2.0 * p.freq_base.ln())
-    };
-    let start = corr_dim(p.beta_fast).floor();
-    let end = corr_dim(p.beta_slow).ceil();
-    [start.max(0.0), end.min(n_dims - 1.0)]
-}
-
 fn yarn_ramp(low: f32, high: f32, i0: usize) -> f32 {
     let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
     1.0 - y.clamp(0.0, 1.0)
@@ -89,7 +77,7 @@ pub(crate) fn rope(
     ff: Option<TensorRef>,
     params: &RopeParams,
 ) {
-    let corr = yarn_corr_dims(params);
+    let corr = params.yarn_corr_dims();
     let (ne0, n_dims) = (a.ne[0], params.n_dims);
     // ggml is built with FMA contraction: `x0*c - x1*s` becomes fma(x0, c, -(x1*s)) and
     // `x0*s + x1*c` becomes fma(x0, s, x1*c). Do the same wherever the CPU has FMA (the SIMD

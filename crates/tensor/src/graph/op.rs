@@ -70,6 +70,19 @@ impl RopeParams {
             beta_slow: 1.0,
         }
     }
+
+    /// YaRN's correction dims, `ggml_rope_yarn_corr_dims`: computed in f32 exactly as ggml
+    /// does, since their floor and ceil decide which dims are ramped.
+    pub fn yarn_corr_dims(&self) -> [f32; 2] {
+        let n_dims = self.n_dims as f32;
+        let corr_dim = |n_rot: f32| {
+            n_dims * (self.n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * self.freq_base.ln())
+        };
+        let start = corr_dim(self.beta_fast).floor();
+        let end = corr_dim(self.beta_slow).ceil();
+        [start.max(0.0), end.min(n_dims - 1.0)]
+    }
 }
 
 /// An op with its parameters. Sources are in the tensor's `src` slots, in ggml's order.
