@@ -31,6 +31,18 @@ run() { # run LIMIT LOGNAME CMD...: logs to $OUT/LOGNAME.log, tail into the repo
     { echo "===== $name: $* (rc $rc)"; cat "$L/$name.log"; } >> "$OUT/all-logs.txt"
     return $rc
 }
+# greedy_pair NAME FILE N: N greedy tokens on the CPU alone and with -ngl 99, the texts compared
+# (what precedes the timing lines).
+greedy_pair() {
+  local name=$1 f=$2 n=$3
+  run 120 "run-cpu-$name" "$B/tessera" run -m "$f" -p "The capital of France is" -n "$n" --temp 0 --device none
+  run 120 "run-cuda-$name" "$B/tessera" run -m "$f" -p "The capital of France is" -n "$n" --temp 0 -ngl 99
+  if cmp -s <(sed '/load time/,$d' "$L/run-cpu-$name.log") <(sed '/load time/,$d' "$L/run-cuda-$name.log"); then
+    echo "$name: same text" >> "$R"
+  else
+    echo "$name: texts differ (see logs)" >> "$R"
+  fi
+}
 # Parts of real models sent over earlier calls (tools/gpu/parts.sh): stored under /tmp; with
 # `parts` nothing else is done.
 if [ -d gpu-parts ]; then mkdir -p $T/parts && cp gpu-parts/* $T/parts/; fi
@@ -110,18 +122,12 @@ for f in $T/real/*.gguf; do
     run 240 "kld-cuda-$n-ngl$ngl" "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl $ngl --kl-divergence-base $T/base-$n.kld --kl-divergence
     echo "$n -ngl $ngl:" >> "$R"; grep -iE "mean +kld|same top|mean ppl|error" "$L/kld-cuda-$n-ngl$ngl.log" | head -6 >> "$R"
   done
-  run 120 "run-cpu-$n" "$B/tessera" run -m $f -p "The capital of France is" -n 32 --temp 0 --device none
-  run 120 "run-cuda-$n" "$B/tessera" run -m $f -p "The capital of France is" -n 32 --temp 0 -ngl 99
-  if cmp -s <(sed '/load time/,$d' "$L/run-cpu-$n.log") <(sed '/load time/,$d' "$L/run-cuda-$n.log"); then echo "$n: same text" >> "$R"; else echo "$n: texts differ (see logs)" >> "$R"; fi
+  greedy_pair "$n" "$f" 32
 done
 
 step "greedy text, CPU vs CUDA"
 for q in Q4_0 f16; do
-  f=$T/1b-$q.gguf
-  run 120 "run-cpu-$q" "$B/tessera" run -m $f -p "The capital of France is" -n 24 --temp 0 --device none
-  run 120 "run-cuda-$q" "$B/tessera" run -m $f -p "The capital of France is" -n 24 --temp 0 -ngl 99
-  # The generated text is what precedes the timing lines.
-  if cmp -s <(sed '/load time/,$d' "$L/run-cpu-$q.log") <(sed '/load time/,$d' "$L/run-cuda-$q.log"); then echo "$q: same text" >> "$R"; else echo "$q: texts differ (see logs)" >> "$R"; fi
+  greedy_pair "$q" "$T/1b-$q.gguf" 24
 done
 
 step "Tessera bench -ngl 99"

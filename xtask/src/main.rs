@@ -113,16 +113,18 @@ fn cuda_tests(python: &Path) -> Result<()> {
         );
     }
     let flags = ["-p", "tessera-backend-cuda", "--features", "cuda"];
-    cargo(&[&["clippy"][..], &flags, &["--all-targets", "--", "-D", "warnings"]].concat())?;
-    // The binaries' `cuda` features (the CLI's device registry, the test matrix's backend).
+    // The crate and the binaries' `cuda` features (the CLI's registry, the test matrix's
+    // backend) in one run.
     cargo(&[
         "clippy",
+        "-p",
+        "tessera-backend-cuda",
         "-p",
         "tessera-cli",
         "-p",
         "tessera-testmatrix",
         "--features",
-        "tessera-cli/cuda,tessera-testmatrix/cuda",
+        "tessera-backend-cuda/cuda,tessera-cli/cuda,tessera-testmatrix/cuda",
         "--all-targets",
         "--",
         "-D",
