@@ -26,7 +26,11 @@ try:
     driver.set_page_load_timeout(30)
     driver.get(base + "/")
     assert driver.title == "Tessera chat", driver.title
-    wait = WebDriverWait(driver, 60)
+    # Generous: CI runs this beside other tests on two cores in a debug build.
+    wait = WebDriverWait(driver, 240)
+    # A bounded first reply: sampling is seeded at random, and an unbounded answer can run
+    # to the context's end.
+    driver.find_element(By.ID, "max_tokens").send_keys("48")
     box = driver.find_element(By.ID, "input")
     box.send_keys("Hello! What is the capital of France?")
     driver.find_element(By.ID, "send").click()
@@ -36,8 +40,10 @@ try:
     reply = driver.find_element(By.CSS_SELECTOR, ".msg.assistant").text
     stats = driver.find_element(By.ID, "stats").text
     assert "tokens/s" in stats, stats
+    assert int(stats.split()[0]) <= 48, stats  # the page sent max_tokens
     assert "Error" not in reply, reply
     # Second turn: the conversation is kept (two user bubbles), and Stop cuts the reply.
+    driver.find_element(By.ID, "max_tokens").clear()  # unbounded: only Stop ends it
     box.send_keys("Now tell me a very long story about it.")
     driver.find_element(By.ID, "send").click()
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".msg.assistant")) == 2
@@ -45,6 +51,7 @@ try:
     driver.find_element(By.ID, "stop").click()
     wait.until(EC.element_to_be_clickable((By.ID, "send")))
     assert len(driver.find_elements(By.CSS_SELECTOR, ".msg.user")) == 2
+    assert "(stopped)" in driver.find_element(By.ID, "stats").text
     print("browser chat: ok:", repr(reply[:60]), "|", stats)
 finally:
     driver.quit()
