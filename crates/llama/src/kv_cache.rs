@@ -195,9 +195,12 @@ impl KvCache {
     }
 
     /// Removes sequence `seq` (all sequences when `None`) from the cells with positions in
-    /// `[p0, p1)` (`llama_memory_seq_rm`).
+    /// `[p0, p1)` (`llama_memory_seq_rm`); as there, a negative `p0` means 0 and a negative
+    /// `p1` the end.
     pub fn seq_rm(&mut self, seq: Option<u32>, p0: i32, p1: i32) {
         let mask = seq.map_or(u64::MAX, |s| 1u64 << s);
+        let p0 = p0.max(0);
+        let p1 = if p1 < 0 { i32::MAX } else { p1 };
         for c in &mut self.cells {
             if !c.is_empty() && c.pos >= p0 && c.pos < p1 {
                 c.seqs &= !mask;

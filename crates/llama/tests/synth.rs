@@ -144,3 +144,32 @@ fn stored_reference_logits_files_parse() {
     }
     assert_eq!(n, 4 * 2 * 3 * 3 + 2 * 2 * 3, "reference logits files");
 }
+
+/// `seq_rm` reads a negative end as "to the end" and a negative start as 0, as llama.cpp's
+/// `llama_memory_seq_rm`: a caller dropping the cells after a kept prefix with `-1` (the
+/// conversation's prompt cache) must not leave them to be attended.
+#[test]
+fn seq_rm_takes_negative_bounds_as_open() {
+    let (_, spec, vocab) = tessera_llama::synth::test_models()
+        .into_iter()
+        .find(|m| m.0 == "synth-qwen3-q8_0")
+        .unwrap();
+    let vocab = tessera_models::fixtures::vocab(vocab).unwrap();
+    let v = tessera_gguf::GgufFile::open(&vocab).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
+    let model = Model::load(&path).unwrap();
+    let mut ctx = tessera_llama::LlamaContext::new(
+        &model,
+        tessera_llama::ContextParams { n_ctx: 256, n_threads: 1, ..Default::default() },
+    )
+    .unwrap();
+    ctx.decode(&tessera_llama::Batch::from_tokens(&[1, 2, 3, 4, 5, 6, 7, 8], 0, 0)).unwrap();
+    assert_eq!(ctx.kv_cache().used(), 8);
+    ctx.kv_cache_mut().seq_rm(Some(0), 3, -1);
+    assert_eq!(ctx.kv_cache().used(), 3);
+    assert_eq!(ctx.kv_cache().seq_pos_max(0), Some(2));
+    ctx.kv_cache_mut().seq_rm(None, -1, -1);
+    assert_eq!(ctx.kv_cache().used(), 0);
+}
