@@ -17,7 +17,8 @@ use tessera_tensor::DType;
 /// How a context is set up (llama.cpp's `llama_context_params`).
 #[derive(Debug, Clone)]
 pub struct ContextParams {
-    /// Cells of KV cache (rounded up to a multiple of 256).
+    /// Cells of KV cache (rounded up to a multiple of 256); 0: the model's training context,
+    /// as llama.cpp's `n_ctx = 0`.
     pub n_ctx: usize,
     /// Largest micro-batch.
     pub n_ubatch: usize,
@@ -94,6 +95,9 @@ impl<'m> LlamaContext<'m> {
     /// A context over `model`.
     pub fn new(model: &'m Model, mut params: ContextParams) -> Result<Self> {
         let hp = &model.hparams;
+        if params.n_ctx == 0 {
+            params.n_ctx = hp.n_ctx_train;
+        }
         params.n_ctx = params.n_ctx.max(1).next_multiple_of(256);
         params.n_ubatch = params.n_ubatch.clamp(1, params.n_ctx);
         if params.type_v.block_size() > 1 {
