@@ -91,14 +91,7 @@ impl Default for Sampling {
     }
 }
 
-/// What to generate from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Prompt {
-    /// Chat messages (role, text), rendered through the chat template.
-    Chat(Vec<(String, String)>),
-    /// Raw text (`/v1/completions`).
-    Text(String),
-}
+pub use crate::prompt::{Prompt, PromptPart};
 
 /// A validated generation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,7 +202,12 @@ fn constraint(o: &Map<String, Value>) -> Result<Option<(Constraint, &'static str
     Ok(found.pop())
 }
 
-fn opt_num(o: &Map<String, Value>, key: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
+pub(crate) fn opt_num(
+    o: &Map<String, Value>,
+    key: &str,
+    min: f64,
+    max: f64,
+) -> Result<Option<f64>, ApiError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => {
@@ -225,7 +223,12 @@ fn opt_num(o: &Map<String, Value>, key: &str, min: f64, max: f64) -> Result<Opti
     }
 }
 
-fn opt_int(o: &Map<String, Value>, key: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+pub(crate) fn opt_int(
+    o: &Map<String, Value>,
+    key: &str,
+    min: i64,
+    max: i64,
+) -> Result<Option<i64>, ApiError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => match n.as_i64() {
@@ -239,7 +242,7 @@ fn opt_int(o: &Map<String, Value>, key: &str, min: i64, max: i64) -> Result<Opti
     }
 }
 
-fn opt_bool(o: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
+pub(crate) fn opt_bool(o: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -249,7 +252,7 @@ fn opt_bool(o: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError>
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
+pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -460,28 +463,71 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
     common(o, Prompt::Chat(out), true)
 }
 
-/// `POST /v1/completions`.
-pub fn parse_completion(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
-    let prompt = match o.get("prompt") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
-            a[0].as_str().unwrap_or_default().to_string()
-        }
-        Some(Value::Array(_)) => {
-            return Err(ApiError::field(
-                "prompt",
-                "only one prompt string per request is supported",
-            ))
-        }
-        None | Some(Value::Null) => return Err(ApiError::field("prompt", "is required")),
+/// `POST /v1/completions`: one request per prompt (`prompt` may be a string, token ids,
+/// llama-server's mix of both, or a list of any of these).
+pub fn parse_completion(o: &Map<String, Value>) -> Result<Vec<GenRequest>, ApiError> {
+    let prompts = crate::prompt::parse_prompts(o.get("prompt"))?;
+    let first = common(o, Prompt::Text(String::new()), false)?;
+    Ok(prompts.into_iter().map(|prompt| GenRequest { prompt, ..first.clone() }).collect())
+}
+
+/// llama-server's `POST /completion`: one prompt (string, token ids or their mix).
+pub fn parse_native(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+    let mut prompts = crate::prompt::parse_prompts(o.get("prompt"))?;
+    if prompts.len() != 1 {
+        return Err(ApiError::field(
+            "prompt",
+            "one prompt per request on /completion (send several to /v1/completions)",
+        ));
+    }
+    common(o, prompts.remove(0), false)
+}
+
+/// llama-server's `POST /infill`: `input_prefix`, `input_suffix`, optional `input_extra`
+/// (`[{"filename", "text"}]`, other files of the project) and `prompt` (text already typed
+/// after the cursor's prefix).
+pub fn parse_infill(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+    let text = |k: &str| match o.get(k) {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
         Some(other) => {
-            return Err(ApiError::field(
-                "prompt",
-                format!("expected a string, got {}", type_name(other)),
-            ))
+            Err(ApiError::field(k, format!("expected a string, got {}", type_name(other))))
         }
     };
-    common(o, Prompt::Text(prompt), false)
+    let prefix = text("input_prefix")?;
+    let suffix = text("input_suffix")?;
+    let typed = text("prompt")?;
+    let mut extra = Vec::new();
+    match o.get("input_extra") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) => {
+            for (i, c) in a.iter().enumerate() {
+                let f = |k: &str| format!("input_extra[{i}].{k}");
+                let get = |k: &str| match c.get(k) {
+                    None | Some(Value::Null) => Ok(String::new()),
+                    Some(Value::String(s)) => Ok(s.clone()),
+                    Some(other) => Err(ApiError::field(
+                        &f(k),
+                        format!("expected a string, got {}", type_name(other)),
+                    )),
+                };
+                if !c.is_object() {
+                    return Err(ApiError::field(
+                        &format!("input_extra[{i}]"),
+                        "expected {\"filename\": ..., \"text\": ...}",
+                    ));
+                }
+                extra.push((get("filename")?, get("text")?));
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "input_extra",
+                format!("expected an array, got {}", type_name(other)),
+            ))
+        }
+    }
+    common(o, Prompt::Infill { prefix, suffix, extra, typed }, false)
 }
 
 /// llama-server's `POST /tokenize` body: `content`, `add_special`, `with_pieces`.

@@ -3,6 +3,12 @@
 //! generating slot and prompt chunks of slots still reading their prompt (llama-server's
 //! continuous batching), then samples each slot that produced logits and streams the text.
 //!
+//! The cache is unified, as llama-server's: one request may use all of `-c`. When a step
+//! needs more cells than are free, the cached tokens of idle slots go first (least recently
+//! used first); a generating request that still finds no cell ends with `length`; a prompt
+//! that cannot advance while nothing generates (the cache full of other prompts) fails with
+//! 503, so the engine always progresses.
+//!
 //! A slot keeps its cells after a request: the next request routed to it (the idle slot whose
 //! cached tokens share the longest prefix with the new prompt) evaluates only what differs
 //! (the prompt cache). A request whose client went away is dropped at the next step.
@@ -12,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::ServerError;
 use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender, TrySendError};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_llama::sampling::{SamplerChain, SamplingParams};
 use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
@@ -21,7 +27,7 @@ use tokio::sync::mpsc::UnboundedSender;
 /// How the engine runs.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// KV cells in all (shared by the slots; each slot may use `n_ctx / n_parallel`).
+    /// KV cells in all, shared by the slots (one request may use them all).
     pub n_ctx: usize,
     /// Slots (`-np`).
     pub n_parallel: usize,
@@ -69,9 +75,60 @@ pub enum Event {
         cached_tokens: usize,
         /// Tokens generated.
         completion_tokens: usize,
+        /// llama-server's `timings`.
+        timings: Timings,
     },
     /// Failed.
     Failed(ApiError),
+}
+
+/// How long a request took, llama-server's `timings` object.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    /// Prompt tokens reused from the slot's cache.
+    pub cache_n: usize,
+    /// Prompt tokens evaluated.
+    pub prompt_n: usize,
+    /// Milliseconds from the slot taking the request to the first sampled token.
+    pub prompt_ms: f64,
+    /// Tokens generated.
+    pub predicted_n: usize,
+    /// Milliseconds from the first sampled token to the end.
+    pub predicted_ms: f64,
+}
+
+impl Timings {
+    /// The JSON object llama-server puts in its replies.
+    pub fn json(&self) -> serde_json::Value {
+        let per_tok = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+        let per_sec = |ms: f64, n: usize| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+        serde_json::json!({
+            "cache_n": self.cache_n,
+            "prompt_n": self.prompt_n,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": per_tok(self.prompt_ms, self.prompt_n),
+            "prompt_per_second": per_sec(self.prompt_ms, self.prompt_n),
+            "predicted_n": self.predicted_n,
+            "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": per_tok(self.predicted_ms, self.predicted_n),
+            "predicted_per_second": per_sec(self.predicted_ms, self.predicted_n),
+        })
+    }
+}
+
+/// What `GET /slots` shows of one slot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlotInfo {
+    /// The slot's index (its KV sequence).
+    pub id: usize,
+    /// Serving a request now.
+    pub is_processing: bool,
+    /// Tokens whose K/V the cache holds for this slot.
+    pub n_cached: usize,
+    /// The current (or last) request's prompt tokens.
+    pub n_prompt: usize,
+    /// Tokens the current (or last) request has generated.
+    pub n_decoded: usize,
 }
 
 /// A request for the engine.
@@ -98,9 +155,11 @@ pub struct Job {
 pub struct Engine {
     tx: Sender<Job>,
     stop: Arc<AtomicBool>,
+    abort: Arc<AtomicBool>,
+    slots: Arc<Mutex<Vec<SlotInfo>>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// Tokens a slot's context holds.
-    pub n_ctx_slot: usize,
+    /// Tokens one request may use: the whole cache (it is unified).
+    pub n_ctx: usize,
     /// Slots (`-np`): requests decoded together.
     pub n_slots: usize,
 }
@@ -112,9 +171,21 @@ impl Engine {
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
     ) -> crate::Result<Engine> {
-        let n_parallel = cfg.n_parallel.clamp(1, tessera_llama::MAX_SEQ);
+        if cfg.n_parallel == 0 || cfg.n_parallel > tessera_llama::MAX_SEQ {
+            return Err(ServerError::Config(format!(
+                "-np {}: the slot count must be 1 to {}",
+                cfg.n_parallel,
+                tessera_llama::MAX_SEQ
+            )));
+        }
+        let n_parallel = cfg.n_parallel;
         let (tx, rx) = channel::bounded::<Job>(cfg.queue.max(1));
         let stop = Arc::new(AtomicBool::new(false));
+        let abort = Arc::new(AtomicBool::new(false));
+        let slots = Arc::new(Mutex::new(
+            (0..n_parallel).map(|id| SlotInfo { id, ..SlotInfo::default() }).collect(),
+        ));
+        let (abort2, slots2) = (abort.clone(), slots.clone());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
         let stop2 = stop.clone();
         let thread =
@@ -133,24 +204,36 @@ impl Engine {
                         return;
                     }
                 };
-                let n_ctx_slot = ctx.params().n_ctx / n_parallel;
-                let _ = ready_tx.send(Ok(n_ctx_slot));
+                let n_ctx = ctx.params().n_ctx;
+                let _ = ready_tx.send(Ok(n_ctx));
                 let mut w = Worker {
                     model: &model,
                     ctx,
                     slots: (0..n_parallel).map(|i| Slot::new(i as u32)).collect(),
-                    n_ctx_slot,
+                    n_ctx,
                     n_batch: cfg.n_batch.max(1),
                     metrics,
                     clock: 0,
+                    info: slots2,
                 };
-                w.run(&rx, &stop2);
+                w.run(&rx, &stop2, &abort2);
             })?;
-        let n_ctx_slot = ready_rx
+        let n_ctx = ready_rx
             .recv()
             .map_err(|_| ServerError::Context("the engine thread ended at start".into()))?
             .map_err(ServerError::Context)?;
-        Ok(Engine { tx, stop, thread: Some(thread), n_ctx_slot, n_slots: n_parallel })
+        Ok(Engine { tx, stop, abort, slots, thread: Some(thread), n_ctx, n_slots: n_parallel })
+    }
+
+    /// What each slot is doing (`GET /slots`).
+    pub fn slots(&self) -> Vec<SlotInfo> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Ends every running and waiting request now with a 503 (the shutdown deadline passed,
+    /// or a second signal came); later requests are refused the same way.
+    pub fn abort(&self) {
+        self.abort.store(true, Ordering::SeqCst);
     }
 
     /// Queues a job; 503 when the queue is full.
@@ -162,9 +245,7 @@ impl Engine {
                 "the server is busy: too many requests are waiting; retry later",
             )
             .with_code("server_busy"),
-            TrySendError::Disconnected(_) => {
-                ApiError::new(503, "server_error", "the server is shutting down")
-            }
+            TrySendError::Disconnected(_) => shutting_down(),
         })
     }
 
@@ -182,6 +263,10 @@ impl Engine {
     }
 }
 
+fn shutting_down() -> ApiError {
+    ApiError::new(503, "server_error", "the server is shutting down").with_code("shutting_down")
+}
+
 impl Drop for Engine {
     fn drop(&mut self) {
         self.shutdown();
@@ -190,6 +275,9 @@ impl Drop for Engine {
 
 struct Active {
     job: Job,
+    /// When the slot took the request, and when it sampled its first token.
+    t_start: Instant,
+    t_first: Option<Instant>,
     /// Prompt tokens already in the cache.
     n_past: usize,
     n_cached: usize,
@@ -220,10 +308,13 @@ struct Worker<'m> {
     model: &'m Model,
     ctx: LlamaContext<'m>,
     slots: Vec<Slot>,
-    n_ctx_slot: usize,
+    /// Cells in the cache: what one request may use.
+    n_ctx: usize,
     n_batch: usize,
     metrics: Arc<Metrics>,
     clock: u64,
+    /// Published for `GET /slots`.
+    info: Arc<Mutex<Vec<SlotInfo>>>,
 }
 
 /// Bytes at the end of `text` that could begin one of `stops`.
@@ -258,8 +349,23 @@ fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>)
 }
 
 impl Worker<'_> {
-    fn run(&mut self, rx: &Receiver<Job>, stop: &AtomicBool) {
+    fn run(&mut self, rx: &Receiver<Job>, stop: &AtomicBool, abort: &AtomicBool) {
         loop {
+            if abort.load(Ordering::SeqCst) {
+                if self.slots.iter().any(|s| s.active.is_some()) {
+                    tracing::warn!("shutdown deadline: ending the running requests");
+                }
+                self.fail_all(shutting_down());
+                while let Ok(job) = rx.try_recv() {
+                    let _ = job.events.send(Event::Failed(shutting_down()));
+                }
+                self.publish();
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
             // Take new jobs while slots are free: without waiting while others decode, with a
             // short wait (to notice a stop) when idle.
             while self.slots.iter().any(|s| s.active.is_none()) {
@@ -282,6 +388,20 @@ impl Worker<'_> {
             self.metrics.set_queue(rx.len());
             if self.slots.iter().any(|s| s.active.is_some()) {
                 self.step();
+            }
+            self.publish();
+        }
+    }
+
+    /// Copies the slots' state where `GET /slots` reads it.
+    fn publish(&self) {
+        let mut info = self.info.lock().unwrap_or_else(|e| e.into_inner());
+        for (s, i) in self.slots.iter().zip(info.iter_mut()) {
+            i.n_cached = s.cache.len();
+            i.is_processing = s.active.is_some();
+            if let Some(a) = &s.active {
+                i.n_prompt = a.job.prompt.len();
+                i.n_decoded = a.n_gen;
             }
         }
     }
@@ -327,6 +447,8 @@ impl Worker<'_> {
         tracing::debug!(slot = i, prompt = job.prompt.len(), cached = keep, "request assigned");
         slot.active = Some(Active {
             job,
+            t_start: Instant::now(),
+            t_first: None,
             n_past: keep,
             n_cached: keep,
             sampler,
@@ -348,11 +470,31 @@ impl Worker<'_> {
         if !rest.is_empty() {
             let _ = a.job.events.send(Event::Token { text: rest, logprob: None });
         }
+        let now = Instant::now();
+        let t_first = a.t_first.unwrap_or(now);
+        let timings = Timings {
+            cache_n: a.n_cached,
+            prompt_n: a.job.prompt.len() - a.n_cached,
+            prompt_ms: (t_first - a.t_start).as_secs_f64() * 1e3,
+            predicted_n: a.n_gen,
+            predicted_ms: (now - t_first).as_secs_f64() * 1e3,
+        };
+        tracing::info!(
+            slot = i,
+            prompt = a.job.prompt.len(),
+            cached = a.n_cached,
+            prompt_ms = format!("{:.1}", timings.prompt_ms),
+            generated = a.n_gen,
+            gen_tok_s = format!("{:.1}", a.n_gen as f64 * 1e3 / timings.predicted_ms.max(1e-9)),
+            finish = reason,
+            "request done"
+        );
         let _ = a.job.events.send(Event::Done {
             finish_reason: reason,
             prompt_tokens: a.job.prompt.len(),
             cached_tokens: a.n_cached,
             completion_tokens: a.n_gen,
+            timings,
         });
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
     }
@@ -377,21 +519,52 @@ impl Worker<'_> {
             }
         }
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
+        // Room: what this step would take, capped by the batch size.
+        let generating = self
+            .slots
+            .iter()
+            .filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some()))
+            .count();
+        let reading: usize = self
+            .slots
+            .iter()
+            .filter_map(|s| s.active.as_ref().filter(|a| a.next.is_none()))
+            .map(|a| a.job.prompt.len() - a.n_past)
+            .sum();
+        let mut free = self.make_room((generating + reading).min(self.n_batch.max(generating)));
         let mut batch = Batch::new();
         // (slot, tokens added, batch index of its logits)
         let mut plan: Vec<(usize, Vec<u32>, Option<usize>)> = Vec::new();
+        let mut no_room = Vec::new();
         let mut budget = self.n_batch;
         for (i, s) in self.slots.iter().enumerate() {
             let Some(a) = &s.active else { continue };
             if let Some(t) = a.next {
+                if free == 0 {
+                    no_room.push(i);
+                    continue;
+                }
+                free -= 1;
                 batch.add(t, s.cache.len() as i32, s.seq, true);
                 plan.push((i, vec![t], Some(batch.len() - 1)));
                 budget = budget.saturating_sub(1);
             }
         }
+        for i in no_room {
+            tracing::warn!(slot = i, "the KV cache is full: the reply ends here (raise -c)");
+            self.finish(i, "length");
+        }
+        budget = budget.min(free);
+        let mut newest_reader: Option<usize> = None;
         for (i, s) in self.slots.iter().enumerate() {
             let Some(a) = &s.active else { continue };
-            if a.next.is_some() || budget == 0 {
+            if a.next.is_some() {
+                continue;
+            }
+            if newest_reader.is_none_or(|j| self.slots[j].last_used < s.last_used) {
+                newest_reader = Some(i);
+            }
+            if budget == 0 {
                 continue;
             }
             let end = (a.n_past + budget).min(a.job.prompt.len());
@@ -405,6 +578,27 @@ impl Worker<'_> {
             plan.push((i, chunk, last.then(|| batch.len() - 1)));
         }
         if batch.is_empty() {
+            // Only prompts, and no cell for any of them: nothing will free one, so the
+            // newest request gives its cells back to the others.
+            if let Some(i) = newest_reader {
+                let s = &mut self.slots[i];
+                if let Some(a) = s.active.take() {
+                    tracing::warn!(
+                        slot = i,
+                        "the KV cache is full of other prompts: request refused"
+                    );
+                    let e = ApiError::new(
+                        503,
+                        "server_error",
+                        "the KV cache is full with other requests' prompts; retry later, or \
+                         raise -c",
+                    )
+                    .with_code("context_full");
+                    let _ = a.job.events.send(Event::Failed(e));
+                }
+                self.ctx.kv_cache_mut().seq_rm(Some(s.seq), 0, i32::MAX);
+                s.cache.clear();
+            }
             return;
         }
         let t0 = Instant::now();
@@ -429,6 +623,28 @@ impl Worker<'_> {
         self.metrics.set_kv_in_slots(self.slots.iter().map(|s| s.cache.len()).sum());
     }
 
+    /// Frees cells until `want` are free, dropping idle slots' cached tokens, least recently
+    /// used first; returns the free cells.
+    fn make_room(&mut self, want: usize) -> usize {
+        let kv = self.ctx.kv_cache();
+        let mut free = kv.size() - kv.used();
+        while free < want {
+            let Some(i) = (0..self.slots.len())
+                .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].cache.is_empty())
+                .min_by_key(|&i| self.slots[i].last_used)
+            else {
+                break;
+            };
+            let s = &mut self.slots[i];
+            tracing::debug!(slot = i, cells = s.cache.len(), "evicting an idle slot's cache");
+            self.ctx.kv_cache_mut().seq_rm(Some(s.seq), 0, i32::MAX);
+            s.cache.clear();
+            let kv = self.ctx.kv_cache();
+            free = kv.size() - kv.used();
+        }
+        free
+    }
+
     /// After a step: records the tokens slot `i` added to the cache and, if it produced
     /// logits, samples its next token and streams the text; a finish reason when it is done.
     fn advance(&mut self, i: usize, added: &[u32], out: Option<usize>) -> Option<&'static str> {
@@ -441,6 +657,7 @@ impl Worker<'_> {
         }
         let raw = self.ctx.logits_ith(out?).expect("asked for");
         if a.next.is_none() {
+            a.t_first = Some(Instant::now());
             for &t in &a.job.prompt {
                 a.sampler.accept(t);
             }
@@ -537,7 +754,7 @@ impl Worker<'_> {
         let text = a.text[a.sent..end].to_string();
         a.sent = end;
         let _ = a.job.events.send(Event::Token { text, logprob });
-        let full = slot.cache.len() + 1 >= self.n_ctx_slot;
+        let full = slot.cache.len() + 1 >= self.n_ctx;
         (a.job.max_tokens.is_some_and(|m| a.n_gen >= m) || full).then_some("length")
     }
 }

@@ -13,6 +13,10 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
+    /// A setting is out of range (`-np 0`) or unusable (a chat template that does not
+    /// render).
+    #[error("{0}")]
+    Config(String),
     /// The model's context (KV cache, backends) could not be made.
     #[error("model context: {0}")]
     Context(String),

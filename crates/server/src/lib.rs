@@ -8,15 +8,22 @@
 //!   llama-server's `GET /health`, `POST /tokenize`, `POST /detokenize`, `GET /metrics`
 //!   (Prometheus text) and its sampling fields (`top_k`, `min_p`, `repeat_penalty`,
 //!   `n_probs`); a chat page at `/`.
-//! - **Continuous batching** ([`engine`]): `-np` slots share one KV cache as sequences; every
+//! - **Continuous batching** ([`engine`]): `-np` slots share one unified KV cache as
+//!   sequences (one request may use all of `-c`, as in llama-server); every
 //!   step decodes one token of each generating slot together with prompt chunks of newly
 //!   arrived requests. A bounded queue answers 503 when full. A slot keeps its cells after a
 //!   request, so the next request with the same beginning (a multi-turn chat) evaluates only
 //!   the new part.
 //! - **Bad input** gets a 4xx with OpenAI's error object naming the field ([`api`]), never a
 //!   panic; bodies over 1 MiB get 413; with `--api-key` every endpoint but `/health` needs
-//!   the bearer key; a client that disconnects frees its slot at the next step; SIGINT or
-//!   SIGTERM stops accepting connections, lets running replies finish, and exits cleanly.
+//!   the bearer key (or `X-Api-Key`); a client that disconnects frees its slot at the next
+//!   step; SIGINT or SIGTERM stops accepting connections and lets running replies finish
+//!   within a deadline (`--shutdown-timeout`), after which, or at a second signal, they end
+//!   with a 503.
+//! - llama-server's own endpoints too: `/completion`, `/infill` (the model's FIM tokens),
+//!   `/apply-template`, `/props`, `/slots`; CORS for browser front ends on other origins; one
+//!   log line per request and per finished generation (`RUST_LOG`), and llama-server's
+//!   `timings` in every reply.
 //!
 //! Design decisions: one engine thread owns the model's context (the model runs many threads
 //! of its own; HTTP handlers never block on it), and talks to handlers through a bounded
@@ -30,8 +37,10 @@ pub mod constrain;
 pub mod engine;
 mod error;
 pub mod gbnf;
+mod generate;
 pub mod http;
 pub mod metrics;
+pub mod prompt;
 
 pub use error::{Result, ServerError};
 
@@ -65,14 +74,19 @@ pub struct ServerConfig {
     pub api_key: Option<String>,
     /// A chat template replacing the GGUF's (`--chat-template-file`).
     pub chat_template: Option<String>,
-    /// The model's name in responses.
+    /// The model's name in responses (`--alias`).
     pub model_name: String,
+    /// After SIGINT/SIGTERM (or [`Server::stop`]), how long running replies may go on before
+    /// they are ended with a 503; a second signal ends them at once.
+    pub shutdown_timeout: std::time::Duration,
 }
 
 /// A started server: its address, and a way to stop it.
 pub struct Server {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// The KV cache's cells (what one request may use).
+    pub n_ctx: usize,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -106,9 +120,51 @@ impl Drop for Server {
     }
 }
 
+/// Resolves at SIGINT or SIGTERM (never without `handle_signals`).
+async fn signal(handle_signals: bool) {
+    if !handle_signals {
+        return std::future::pending::<()>().await;
+    }
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 /// Starts the engine and the HTTP server on their own threads; returns once it listens.
 /// With `handle_signals`, SIGINT and SIGTERM stop it gracefully.
 pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Result<Server> {
+    let template = cfg.chat_template.clone().or_else(|| model.chat_template.clone());
+    if let Some(t) = &template {
+        // A template that cannot render a plain exchange would fail every chat request.
+        tessera_llama::chat::apply(
+            t,
+            &[("user", "hi"), ("assistant", "hello"), ("user", "?")],
+            true,
+            &model.vocab,
+        )
+        .map_err(|e| {
+            let whose = if cfg.chat_template.is_some() {
+                "--chat-template-file"
+            } else {
+                "the model's chat template"
+            };
+            ServerError::Config(format!("{whose} does not render: {e}"))
+        })?;
+    }
     let metrics = Arc::new(metrics::Metrics::default());
     let engine = engine::Engine::start(
         model.clone(),
@@ -122,7 +178,6 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         },
         metrics.clone(),
     )?;
-    let template = cfg.chat_template.clone().or_else(|| model.chat_template.clone());
     let constrainer = constrain::Constrainer::new(model.clone())?;
     let state = Arc::new(http::AppState {
         model,
@@ -139,32 +194,31 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             |source| ServerError::Bind { addr: format!("{}:{}", cfg.host, cfg.port), source },
         )?;
     let addr = listener.local_addr()?;
+    let n_ctx = state.engine.n_ctx;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let app = http::router(state.clone());
+    let deadline = cfg.shutdown_timeout;
+    let st2 = state.clone();
     let thread = std::thread::Builder::new().name("tessera-http".into()).spawn(move || {
         rt.block_on(async move {
             let stop = async move {
-                let signals = async {
-                    if !handle_signals {
-                        return std::future::pending::<()>().await;
-                    }
-                    #[cfg(unix)]
-                    {
-                        use tokio::signal::unix::{signal, SignalKind};
-                        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-                        tokio::select! {
-                            _ = tokio::signal::ctrl_c() => {}
-                            _ = term.recv() => {}
-                        }
-                    }
-                    #[cfg(not(unix))]
-                    let _ = tokio::signal::ctrl_c().await;
-                };
                 tokio::select! {
                     _ = rx => {}
-                    _ = signals => {}
+                    _ = signal(handle_signals) => {}
                 }
-                tracing::info!("shutting down: finishing running requests");
+                tracing::info!(
+                    "shutting down: running replies may finish within {:.0} s (a second \
+                     signal ends them now)",
+                    deadline.as_secs_f64()
+                );
+                // The deadline, or a second signal, ends what still runs.
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = tokio::time::sleep(deadline) => {}
+                        _ = signal(handle_signals) => {}
+                    }
+                    st2.engine.abort();
+                });
             };
             if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
                 tracing::error!(error = %e, "server error");
@@ -174,5 +228,5 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         drop(state);
     })?;
     tracing::info!(%addr, "listening");
-    Ok(Server { addr, shutdown: Some(tx), thread: Some(thread) })
+    Ok(Server { addr, n_ctx, shutdown: Some(tx), thread: Some(thread) })
 }

@@ -1,8 +1,21 @@
-//! Counters and gauges for `GET /metrics` (Prometheus text, llama-server's metric names with a
-//! `tessera:` prefix).
+//! Counters and gauges for `GET /metrics` (Prometheus text): every metric as `tessera:NAME`,
+//! and those llama-server has also under its own name, `llamacpp:NAME`, so dashboards built
+//! for llama-server work unchanged.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+/// The metrics llama-server exports (as `llamacpp:NAME`) that Tessera has too.
+const LLAMA_SERVER_METRICS: [&str; 8] = [
+    "prompt_tokens_total",
+    "tokens_predicted_total",
+    "prompt_tokens_seconds",
+    "predicted_tokens_seconds",
+    "kv_cache_usage_ratio",
+    "kv_cache_tokens",
+    "requests_processing",
+    "requests_deferred",
+];
 
 /// The server's counters, updated by the engine and the handlers.
 #[derive(Debug, Default)]
@@ -119,9 +132,14 @@ impl Metrics {
         ];
         let mut s = String::new();
         for (name, kind, help, v) in rows {
-            s.push_str(&format!(
-                "# HELP tessera:{name} {help}\n# TYPE tessera:{name} {kind}\ntessera:{name} {v}\n"
-            ));
+            for prefix in ["tessera", "llamacpp"] {
+                if prefix == "llamacpp" && !LLAMA_SERVER_METRICS.contains(&name) {
+                    continue;
+                }
+                s.push_str(&format!(
+                    "# HELP {prefix}:{name} {help}\n# TYPE {prefix}:{name} {kind}\n{prefix}:{name} {v}\n"
+                ));
+            }
         }
         s
     }

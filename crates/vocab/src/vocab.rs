@@ -160,6 +160,31 @@ impl Vocab {
         self.special.mask
     }
 
+    /// Fill-in-the-middle prefix token (`<|fim_prefix|>`, `<fim_prefix>`, ...).
+    pub fn fim_pre(&self) -> Option<u32> {
+        self.special.fim_pre
+    }
+
+    /// Fill-in-the-middle suffix token.
+    pub fn fim_suf(&self) -> Option<u32> {
+        self.special.fim_suf
+    }
+
+    /// Fill-in-the-middle middle token (generation starts after it).
+    pub fn fim_mid(&self) -> Option<u32> {
+        self.special.fim_mid
+    }
+
+    /// Fill-in-the-middle repository-name token.
+    pub fn fim_rep(&self) -> Option<u32> {
+        self.special.fim_rep
+    }
+
+    /// Fill-in-the-middle file-separator token.
+    pub fn fim_sep(&self) -> Option<u32> {
+        self.special.fim_sep
+    }
+
     /// Whether `tokenize(.., add_special = true, ..)` prepends BOS.
     pub fn add_bos(&self) -> bool {
         self.flags.add_bos

@@ -23,7 +23,12 @@ pub fn model() -> Arc<Model> {
 
 /// A server with `np` slots, a queue of `queue`, and an optional key, on a free port.
 pub fn server(np: usize, queue: usize, api_key: Option<&str>) -> Server {
-    let cfg = ServerConfig {
+    tessera_server::start(model(), config(np, queue, api_key), false).expect("server")
+}
+
+/// The configuration [`server`] uses.
+pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
+    ServerConfig {
         host: "127.0.0.1".into(),
         port: 0,
         n_ctx: 1024 * np,
@@ -37,8 +42,8 @@ pub fn server(np: usize, queue: usize, api_key: Option<&str>) -> Server {
         api_key: api_key.map(str::to_string),
         chat_template: None,
         model_name: "smollm2".into(),
-    };
-    tessera_server::start(model(), cfg, false).expect("server")
+        shutdown_timeout: std::time::Duration::from_secs(30),
+    }
 }
 
 /// A response: status, headers (lower-case names), body.

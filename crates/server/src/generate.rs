@@ -1,0 +1,414 @@
+//! The generating endpoints: OpenAI's `/v1/chat/completions` and `/v1/completions` (several
+//! prompts in one request give several choices) and llama-server's own `/completion` and
+//! `/infill`, each as one JSON body or as server-sent events.
+
+use crate::api::{self, ApiError, GenRequest, Prompt};
+use crate::engine::{Event, Job, Logprob, Timings};
+use crate::http::{body_or_413, new_id, now, AppState};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+
+type St = State<Arc<AppState>>;
+type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
+
+/// Renders and tokenizes the prompt, checks it fits the context, queues the job.
+fn start(st: &AppState, req: &GenRequest) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+    let vocab = &st.model.vocab;
+    let rendered = match &req.prompt {
+        Prompt::Chat(msgs) => Some(crate::http::render_chat(st, msgs)?),
+        _ => None,
+    };
+    let tokens = req.prompt.tokens(vocab, rendered.as_deref())?;
+    let field = req.prompt.field();
+    if tokens.is_empty() {
+        return Err(ApiError::field(field, "the prompt is empty"));
+    }
+    let limit = st.engine.n_ctx;
+    if tokens.len() >= limit {
+        let mut e = ApiError::field(
+            field,
+            format!("the prompt has {} tokens; the context holds {limit} (raise -c)", tokens.len()),
+        );
+        e.code = Some("context_length_exceeded");
+        return Err(e);
+    }
+    let matcher = match &req.constraint {
+        Some((c, param)) => Some(st.constrainer.matcher(c, param)?),
+        None => None,
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    st.engine.submit(Job {
+        prompt: tokens,
+        max_tokens: req.max_tokens,
+        sampling: req.sampling.clone(),
+        stop: req.stop.clone(),
+        logprobs: req.logprobs,
+        events: tx,
+        matcher,
+        ignore_eos: req.ignore_eos,
+    })?;
+    st.metrics.add_request();
+    Ok(rx)
+}
+
+/// A finished request, gathered from its events.
+struct Outcome {
+    text: String,
+    logprobs: Vec<Logprob>,
+    finish_reason: &'static str,
+    prompt_tokens: usize,
+    cached_tokens: usize,
+    completion_tokens: usize,
+    timings: Timings,
+}
+
+async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, ApiError> {
+    let mut text = String::new();
+    let mut logprobs = Vec::new();
+    loop {
+        match rx.recv().await {
+            Some(Event::Token { text: t, logprob }) => {
+                text.push_str(&t);
+                logprobs.extend(logprob);
+            }
+            Some(Event::Done {
+                finish_reason,
+                prompt_tokens,
+                cached_tokens,
+                completion_tokens,
+                timings,
+            }) => {
+                return Ok(Outcome {
+                    text,
+                    logprobs,
+                    finish_reason,
+                    prompt_tokens,
+                    cached_tokens,
+                    completion_tokens,
+                    timings,
+                })
+            }
+            Some(Event::Failed(e)) => return Err(e),
+            None => return Err(ApiError::new(500, "server_error", "the engine stopped")),
+        }
+    }
+}
+
+fn logprob_json(lp: &Logprob, chat: bool) -> Value {
+    let top: Vec<Value> =
+        lp.top.iter().map(|(t, b, l)| json!({"token": t, "logprob": l, "bytes": b})).collect();
+    if chat {
+        json!({"token": lp.token, "logprob": lp.logprob, "bytes": lp.bytes, "top_logprobs": top})
+    } else {
+        json!({"token": lp.token, "logprob": lp.logprob, "top_logprobs": top})
+    }
+}
+
+fn usage(prompt: usize, cached: usize, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    })
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(State(st): St, body: Body) -> Result<Response, ApiError> {
+    let o = api::parse_body(&body_or_413(body)?)?;
+    let req = api::parse_chat(&o)?;
+    openai(st, vec![req], true).await
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(State(st): St, body: Body) -> Result<Response, ApiError> {
+    let o = api::parse_body(&body_or_413(body)?)?;
+    let reqs = api::parse_completion(&o)?;
+    openai(st, reqs, false).await
+}
+
+/// llama-server's `POST /completion`.
+pub async fn completion(State(st): St, body: Body) -> Result<Response, ApiError> {
+    let o = api::parse_body(&body_or_413(body)?)?;
+    native(st, api::parse_native(&o)?).await
+}
+
+/// llama-server's `POST /infill`.
+pub async fn infill(State(st): St, body: Body) -> Result<Response, ApiError> {
+    let o = api::parse_body(&body_or_413(body)?)?;
+    native(st, api::parse_infill(&o)?).await
+}
+
+fn openai_logprobs(lps: &[Logprob], chat: bool) -> Value {
+    if chat {
+        json!({"content": lps.iter().map(|l| logprob_json(l, true)).collect::<Vec<_>>()})
+    } else {
+        json!({
+            "tokens": lps.iter().map(|l| l.token.clone()).collect::<Vec<_>>(),
+            "token_logprobs": lps.iter().map(|l| l.logprob).collect::<Vec<_>>(),
+            "top_logprobs": lps.iter().map(|l| l.top.iter().map(|(t, _, p)| (t.clone(), json!(p))).collect::<serde_json::Map<_, _>>()).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The OpenAI endpoints: every request of `reqs` is one choice (index in order).
+async fn openai(
+    st: Arc<AppState>,
+    reqs: Vec<GenRequest>,
+    chat: bool,
+) -> Result<Response, ApiError> {
+    let first = reqs[0].clone();
+    let mut rxs = Vec::with_capacity(reqs.len());
+    for r in &reqs {
+        rxs.push(start(&st, r)?);
+    }
+    let id = new_id(if chat { "chatcmpl" } else { "cmpl" });
+    let created = now();
+    let model = first.model.clone().unwrap_or_else(|| st.model_name.clone());
+    if !first.stream {
+        let mut choices = Vec::new();
+        let (mut p, mut c, mut g) = (0, 0, 0);
+        let mut timings = None;
+        for (index, rx) in rxs.into_iter().enumerate() {
+            let o = collect(rx).await?;
+            let logprobs = first.logprobs.map(|_| openai_logprobs(&o.logprobs, chat));
+            choices.push(if chat {
+                json!({"index": index, "message": {"role": "assistant", "content": o.text}, "finish_reason": o.finish_reason, "logprobs": logprobs})
+            } else {
+                json!({"index": index, "text": o.text, "finish_reason": o.finish_reason, "logprobs": logprobs})
+            });
+            (p, c, g) = (p + o.prompt_tokens, c + o.cached_tokens, g + o.completion_tokens);
+            timings.get_or_insert(o.timings);
+        }
+        let mut body = json!({
+            "id": id,
+            "object": if chat { "chat.completion" } else { "text_completion" },
+            "created": created,
+            "model": model,
+            "choices": choices,
+            "usage": usage(p, c, g),
+        });
+        if let (Some(t), 1) = (timings, reqs.len()) {
+            body["timings"] = t.json();
+        }
+        return Ok(Json(body).into_response());
+    }
+    let include_usage = first.include_usage;
+    let want_lp = first.logprobs.is_some();
+    let object = if chat { "chat.completion.chunk" } else { "text_completion" };
+    let n = rxs.len();
+    let chunk = move |choice: Value, extra: Option<(&str, Value)>| -> SseEvent {
+        let mut v = json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]});
+        if let Some((k, x)) = extra {
+            if k == "usage" {
+                v["choices"] = json!([]);
+            }
+            v[k] = x;
+        }
+        SseEvent::default().data(v.to_string())
+    };
+    let (sse_tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
+    if chat {
+        let _ = sse_tx.send(chunk(
+            json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}),
+            None,
+        ));
+    }
+    let merged = merge(rxs);
+    tokio::spawn(async move {
+        let mut merged = merged;
+        let mut done = 0;
+        let (mut p, mut c, mut g) = (0, 0, 0);
+        loop {
+            let item = tokio::select! {
+                ev = merged.recv() => ev,
+                _ = sse_tx.closed() => return,
+            };
+            let Some((index, ev)) = item else { return };
+            let mut out = Vec::new();
+            match ev {
+                Event::Token { text, logprob } => {
+                    if text.is_empty() && !(want_lp && logprob.is_some()) {
+                        continue;
+                    }
+                    let lp = logprob.filter(|_| want_lp).map(|l| {
+                        if chat {
+                            json!({"content": [logprob_json(&l, true)]})
+                        } else {
+                            json!({"tokens": [l.token], "token_logprobs": [l.logprob]})
+                        }
+                    });
+                    out.push(chunk(
+                        if chat {
+                            json!({"index": index, "delta": {"content": text}, "finish_reason": null, "logprobs": lp})
+                        } else {
+                            json!({"index": index, "text": text, "finish_reason": null, "logprobs": lp})
+                        },
+                        None,
+                    ));
+                }
+                Event::Done {
+                    finish_reason,
+                    prompt_tokens,
+                    cached_tokens,
+                    completion_tokens,
+                    timings,
+                } => {
+                    let choice = if chat {
+                        json!({"index": index, "delta": {}, "finish_reason": finish_reason})
+                    } else {
+                        json!({"index": index, "text": "", "finish_reason": finish_reason})
+                    };
+                    out.push(chunk(choice, Some(("timings", timings.json()))));
+                    (p, c, g) = (p + prompt_tokens, c + cached_tokens, g + completion_tokens);
+                    done += 1;
+                    if done == n {
+                        if include_usage {
+                            out.push(chunk(Value::Null, Some(("usage", usage(p, c, g)))));
+                        }
+                        out.push(SseEvent::default().data("[DONE]"));
+                    }
+                }
+                Event::Failed(e) => {
+                    out.push(SseEvent::default().data(e.body().to_string()));
+                    out.push(SseEvent::default().data("[DONE]"));
+                    done = n;
+                }
+            }
+            for e in out {
+                if sse_tx.send(e).is_err() {
+                    return;
+                }
+            }
+            if done == n {
+                return;
+            }
+        }
+    });
+    Ok(sse_response(sse_rx))
+}
+
+/// The events of several requests on one channel, tagged with their index. A request's
+/// forwarder stops (dropping its engine channel, which frees its slot) once the merged
+/// receiver is gone.
+fn merge(rxs: Vec<mpsc::UnboundedReceiver<Event>>) -> mpsc::UnboundedReceiver<(usize, Event)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    for (i, mut r) in rxs.into_iter().enumerate() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                let ev = tokio::select! {
+                    ev = r.recv() => ev,
+                    _ = tx.closed() => return,
+                };
+                let Some(ev) = ev else { return };
+                let last = !matches!(ev, Event::Token { .. });
+                if tx.send((i, ev)).is_err() || last {
+                    return;
+                }
+            }
+        });
+    }
+    rx
+}
+
+fn sse_response(rx: mpsc::UnboundedReceiver<SseEvent>) -> Response {
+    let stream = UnboundedReceiverStream::new(rx).map(Ok::<_, Infallible>);
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CACHE_CONTROL, "no-cache".parse().expect("header"));
+    (headers, Sse::new(stream).keep_alive(KeepAlive::default())).into_response()
+}
+
+/// llama-server's `stop_type`: `eos`, `word` (a stop string) or `limit`.
+fn stop_type(finish_reason: &str, text_hit_stop: bool) -> &'static str {
+    match finish_reason {
+        "length" => "limit",
+        _ if text_hit_stop => "word",
+        _ => "eos",
+    }
+}
+
+/// `/completion` and `/infill`: llama-server's own body (`content`, `stop`, `timings`, ...);
+/// streamed as `data: {...}` events without `[DONE]`, the last with `"stop": true`.
+async fn native(st: Arc<AppState>, req: GenRequest) -> Result<Response, ApiError> {
+    let rx = start(&st, &req)?;
+    let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
+    let has_stops = !req.stop.is_empty();
+    let last = move |finish_reason: &'static str,
+                     prompt: usize,
+                     cached: usize,
+                     generated: usize,
+                     timings: Timings,
+                     content: String| {
+        json!({
+            "content": content,
+            "stop": true,
+            "model": model,
+            "stop_type": stop_type(finish_reason, has_stops && finish_reason == "stop"),
+            "tokens_predicted": generated,
+            "tokens_evaluated": prompt,
+            "tokens_cached": cached,
+            "truncated": false,
+            "timings": timings.json(),
+        })
+    };
+    if !req.stream {
+        let o = collect(rx).await?;
+        return Ok(Json(last(
+            o.finish_reason,
+            o.prompt_tokens,
+            o.cached_tokens,
+            o.completion_tokens,
+            o.timings,
+            o.text,
+        ))
+        .into_response());
+    }
+    let (sse_tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
+    let mut merged = merge(vec![rx]);
+    tokio::spawn(async move {
+        loop {
+            let item = tokio::select! {
+                ev = merged.recv() => ev,
+                _ = sse_tx.closed() => return,
+            };
+            let Some((_, ev)) = item else { return };
+            let (data, end) = match ev {
+                Event::Token { text, .. } if text.is_empty() => continue,
+                Event::Token { text, .. } => (json!({"content": text, "stop": false}), false),
+                Event::Done {
+                    finish_reason,
+                    prompt_tokens,
+                    cached_tokens,
+                    completion_tokens,
+                    timings,
+                } => (
+                    last(
+                        finish_reason,
+                        prompt_tokens,
+                        cached_tokens,
+                        completion_tokens,
+                        timings,
+                        String::new(),
+                    ),
+                    true,
+                ),
+                Event::Failed(e) => (e.body(), true),
+            };
+            if sse_tx.send(SseEvent::default().data(data.to_string())).is_err() || end {
+                return;
+            }
+        }
+    });
+    Ok(sse_response(sse_rx))
+}

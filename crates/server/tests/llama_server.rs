@@ -1,0 +1,265 @@
+//! What llama-server's users rely on, on SmolLM2-135M: one unified KV cache (a request may use
+//! all of `-c`), CORS, `X-Api-Key`, llama-server's own endpoints (`/completion`, `/infill`,
+//! `/apply-template`, `/slots`), several prompts in one `/v1/completions`, `timings` in
+//! replies, `llamacpp:` metrics, the start-up checks and the shutdown deadline.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// A prompt of about `n` tokens (SmolLM2 reads " w" words as one token each, plus BOS).
+fn words(n: usize) -> String {
+    (0..n).map(|i| ["apple", "river", "stone", "cloud"][i % 4]).collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn one_request_may_use_the_whole_unified_cache() {
+    // Two slots over 2048 cells: under llama.cpp's old split each would get 1024.
+    let srv = server(2, 8, None);
+    let a = srv.addr;
+    let n_ctx = get(a, "/props").json()["default_generation_settings"]["n_ctx"].as_u64().unwrap();
+    assert_eq!(n_ctx, 2048);
+    let r = post(
+        a,
+        "/v1/completions",
+        &json!({"prompt": words(1500), "max_tokens": 4, "temperature": 0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let prompt_tokens = r.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens > 1100, "{prompt_tokens}");
+    // The long prompt's cells stay cached in its (now idle) slot; another long prompt in the
+    // other slot needs them, so the idle cache gives way instead of the request failing.
+    let r = post(
+        a,
+        "/v1/completions",
+        &json!({"prompt": format!("x {}", words(1200)), "max_tokens": 4}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Over the whole cache is still refused, naming the field.
+    let r = post(a, "/v1/completions", &json!({"prompt": words(2100), "max_tokens": 4}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+    wait_idle(a, 60);
+    srv.stop();
+}
+
+#[test]
+fn browsers_on_other_origins_may_call_it() {
+    let srv = server(1, 4, Some("k"));
+    let a = srv.addr;
+    // The preflight carries no key and must pass.
+    let r = request(
+        a,
+        "OPTIONS",
+        "/v1/chat/completions",
+        b"",
+        &[
+            ("Origin", "http://localhost:3000"),
+            ("Access-Control-Request-Method", "POST"),
+            ("Access-Control-Request-Headers", "authorization, content-type"),
+        ],
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(r.header("access-control-allow-origin"), Some("http://localhost:3000"));
+    assert_eq!(r.header("access-control-allow-headers"), Some("authorization, content-type"));
+    assert!(r.header("access-control-allow-methods").unwrap().contains("POST"));
+    // The real request gets the header too, even when refused.
+    let r = request(a, "GET", "/v1/models", b"", &[("Origin", "http://localhost:3000")]);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("access-control-allow-origin"), Some("http://localhost:3000"));
+    // X-Api-Key is a key too (Anthropic-style clients).
+    let r = request(a, "GET", "/v1/models", b"", &[("X-Api-Key", "k")]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = request(a, "GET", "/v1/models", b"", &[("X-Api-Key", "wrong")]);
+    assert_eq!(r.status, 401);
+    srv.stop();
+}
+
+#[test]
+fn llama_server_endpoints_answer() {
+    let srv = server(2, 8, None);
+    let a = srv.addr;
+    // /completion: llama-server's body.
+    let r =
+        post(a, "/completion", &json!({"prompt": "The sea is", "n_predict": 8, "temperature": 0}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert!(v["content"].is_string() && v["stop"] == true, "{v}");
+    assert!(v["tokens_predicted"].as_u64().unwrap() <= 8);
+    let n_prompt = post(a, "/tokenize", &json!({"content": "The sea is", "add_special": true}))
+        .json()["tokens"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(v["tokens_evaluated"], n_prompt, "{v}");
+    let t = &v["timings"];
+    assert_eq!(t["predicted_n"], v["tokens_predicted"]);
+    assert!(t["prompt_ms"].as_f64().unwrap() > 0.0 && t["predicted_per_second"].is_number());
+    assert!(["eos", "limit", "word"].contains(&v["stop_type"].as_str().unwrap()));
+    // Streamed: content pieces, the last one with stop: true and timings, no [DONE].
+    let r = post(
+        a,
+        "/completion",
+        &json!({"prompt": "The sea is", "n_predict": 8, "stream": true, "temperature": 0}),
+    );
+    let data = sse_data(&r.body);
+    let events: Vec<Value> = data.iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["stop"], true, "{}", r.body);
+    assert!(last["timings"]["predicted_n"].is_number());
+    let streamed: String = events.iter().filter_map(|e| e["content"].as_str()).collect();
+    assert_eq!(streamed, v["content"].as_str().unwrap(), "greedy: streamed = whole");
+    // Token ids as the prompt: the same tokens give the same reply.
+    let ids = post(a, "/tokenize", &json!({"content": "The sea is", "add_special": true})).json()
+        ["tokens"]
+        .clone();
+    let r = post(a, "/completion", &json!({"prompt": ids, "n_predict": 8, "temperature": 0}));
+    assert_eq!(r.json()["content"], v["content"], "{}", r.body);
+
+    // /infill needs fill-in-the-middle tokens, which SmolLM2 lacks: a clear 400.
+    let r = post(a, "/infill", &json!({"input_prefix": "def f():", "input_suffix": ""}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("no fill-in-the-middle tokens"), "{}", r.body);
+
+    // /apply-template: the chat template's text.
+    let r = post(a, "/apply-template", &json!({"messages": [{"role": "user", "content": "hi"}]}));
+    let p = r.json()["prompt"].as_str().unwrap().to_string();
+    assert!(
+        p.contains("<|im_start|>user\nhi<|im_end|>") && p.ends_with("<|im_start|>assistant\n"),
+        "{p}"
+    );
+
+    // Several prompts: one choice each, in order; the same prompt alone gives the same text.
+    let one = post(
+        a,
+        "/v1/completions",
+        &json!({"prompt": "Once upon", "max_tokens": 6, "temperature": 0}),
+    )
+    .json()["choices"][0]["text"]
+        .clone();
+    let r = post(
+        a,
+        "/v1/completions",
+        &json!({"prompt": ["The sea is", "Once upon"], "max_tokens": 6, "temperature": 0}),
+    );
+    let v = r.json();
+    let ch = v["choices"].as_array().unwrap();
+    assert_eq!(ch.len(), 2, "{v}");
+    assert_eq!((ch[0]["index"].as_u64(), ch[1]["index"].as_u64()), (Some(0), Some(1)));
+    assert_eq!(ch[1]["text"], one);
+    // Streamed: chunks of both choices, one [DONE] at the end.
+    let r = post(
+        a,
+        "/v1/completions",
+        &json!({"prompt": ["The sea is", "Once upon"], "max_tokens": 6, "temperature": 0, "stream": true}),
+    );
+    let data = sse_data(&r.body);
+    assert_eq!(data.iter().filter(|d| *d == "[DONE]").count(), 1);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let mut texts = [String::new(), String::new()];
+    for d in &data[..data.len() - 1] {
+        let e: Value = serde_json::from_str(d).unwrap();
+        let c = &e["choices"][0];
+        texts[c["index"].as_u64().unwrap() as usize].push_str(c["text"].as_str().unwrap());
+    }
+    assert_eq!(texts[1], one.as_str().unwrap());
+
+    // timings in the OpenAI replies too, as llama-server adds them.
+    let r = post(
+        a,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}),
+    );
+    assert!(r.json()["timings"]["prompt_n"].as_u64().unwrap() > 0, "{}", r.body);
+
+    // /slots: each slot, idle now.
+    let s = get(a, "/slots").json();
+    let s = s.as_array().unwrap();
+    assert_eq!(s.len(), 2);
+    assert!(s.iter().all(|x| x["is_processing"] == false && x["n_ctx"] == 2048), "{s:?}");
+    assert!(s.iter().any(|x| x["n_cached"].as_u64().unwrap() > 0));
+    // llama-server's metric names, beside Tessera's.
+    let m = get(a, "/metrics").body;
+    for name in [
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "llamacpp:requests_processing",
+    ] {
+        assert!(m.lines().any(|l| l.starts_with(name)), "{name} missing:\n{m}");
+    }
+    wait_idle(a, 30);
+    srv.stop();
+}
+
+#[test]
+fn bad_settings_fail_at_start_not_at_every_request() {
+    let e = tessera_server::start(model(), config(0, 4, None), false).err().expect("-np 0");
+    assert!(e.to_string().contains("-np 0"), "{e}");
+    let mut cfg = config(1, 4, None);
+    cfg.chat_template = Some("{% if messages %}unclosed".into());
+    let e = tessera_server::start(model(), cfg, false).err().expect("a broken template");
+    assert!(e.to_string().contains("--chat-template-file"), "{e}");
+}
+
+#[test]
+fn stopping_ends_running_replies_at_the_deadline() {
+    let mut cfg = config(1, 4, None);
+    cfg.shutdown_timeout = Duration::from_secs(1);
+    let srv = tessera_server::start(model(), cfg, false).expect("server");
+    let a = srv.addr;
+    // A reply that would run to the end of the context.
+    let h = std::thread::spawn(move || {
+        post(
+            a,
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Tell a story."}], "stream": true, "ignore_eos": true}),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    srv.stop();
+    let waited = t.elapsed();
+    let r = h.join().unwrap();
+    assert!(waited < Duration::from_secs(10), "stop took {waited:?}");
+    let data = sse_data(&r.body);
+    let err = data.iter().find(|d| d.contains("\"error\"")).unwrap_or_else(|| panic!("{}", r.body));
+    assert!(err.contains("shutting down"), "{err}");
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+}
+
+/// `/infill` on a code model (Qwen2.5-Coder-0.5B): its FIM tokens around the prefix and
+/// suffix, the extra files behind `<|file_sep|>`; greedy, the middle of an obvious function.
+#[test]
+fn infill_fills_the_middle_with_the_models_fim_tokens() {
+    let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
+    let model = std::sync::Arc::new(tessera_llama::Model::load(path).expect("load"));
+    let srv = tessera_server::start(model, config(1, 4, None), false).expect("server");
+    let a = srv.addr;
+    let body = |extra: Value| {
+        json!({
+            "input_prefix": "def add(a, b):\n    return ",
+            "input_suffix": "\n\nprint(add(1, 2))\n",
+            "input_extra": extra,
+            "n_predict": 8,
+            "temperature": 0,
+        })
+    };
+    let r = post(a, "/infill", &body(json!([])));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    let middle = v["content"].as_str().unwrap();
+    assert!(middle.contains("a + b") || middle.contains("a+b"), "{v}");
+    let plain = |t: &str| {
+        post(a, "/tokenize", &json!({"content": t})).json()["tokens"].as_array().unwrap().len()
+    };
+    // FIM_PRE prefix FIM_SUF suffix FIM_MID: three special tokens around the two texts.
+    let n = plain("def add(a, b):\n    return ") + plain("\n\nprint(add(1, 2))\n") + 3;
+    assert_eq!(v["tokens_evaluated"], n, "{v}");
+    // An extra file goes before, behind the file separator.
+    let r = post(a, "/infill", &body(json!([{"filename": "util.py", "text": "X = 1\n"}])));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json()["tokens_evaluated"].as_u64().unwrap() > n as u64 + 3, "{}", r.body);
+    srv.stop();
+}
