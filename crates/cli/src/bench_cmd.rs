@@ -37,8 +37,8 @@ pub struct BenchArgs {
     /// Threads (comma-separated list allowed).
     #[arg(short = 't', long, value_delimiter = ',')]
     threads: Vec<usize>,
-    /// Flash attention (0 or 1).
-    #[arg(long = "flash-attn", short = 'f', default_value_t = 1)]
+    /// Flash attention, as llama-bench's `-fa`: 0 or 1 (`on`/`off` are taken too).
+    #[arg(long = "flash-attn", default_value = "1", value_parser = parse_fa)]
     flash_attn: u8,
     /// Keep the weights llama.cpp would repack (Q4_0, Q4_K, IQ4_NL on AVX2) on the plain
     /// kernels, as llama.cpp's `--no-repack` (`-nr`); by default their products follow
@@ -51,6 +51,15 @@ pub struct BenchArgs {
     /// Output format.
     #[arg(short = 'o', long, default_value = "md", value_parser = ["md", "json"])]
     output: String,
+}
+
+/// llama-bench's `-fa 0|1`, and llama-cli's `on|off|auto`.
+fn parse_fa(s: &str) -> Result<u8, String> {
+    match s {
+        "1" | "on" | "auto" => Ok(1),
+        "0" | "off" => Ok(0),
+        _ => Err(format!("'{s}': use 0 or 1 (or on, off, auto)")),
+    }
 }
 
 struct Row {
@@ -134,27 +143,76 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if let Some(&np) = a.n_parallel.iter().find(|&&np| np == 0 || np > tessera_llama::MAX_SEQ) {
         return Err(anyhow!("--npl {np}: sequences must be 1..={}", tessera_llama::MAX_SEQ));
     }
+    if a.repetitions == 0 {
+        return Err(anyhow!("-r 0: each test needs at least one repetition"));
+    }
+    let n_train = model.hparams.n_ctx_train;
+    let longest = a.n_prompt.iter().max().copied().unwrap_or(0)
+        + a.n_gen.iter().max().copied().unwrap_or(0)
+            * a.n_parallel.iter().max().copied().unwrap_or(1);
+    if longest > n_train {
+        return Err(anyhow!(
+            "the longest test needs {longest} context cells, more than the model's training \
+             context ({n_train}): lower -p / -n"
+        ));
+    }
     let threads =
         if a.threads.is_empty() { vec![common::threads(None)] } else { a.threads.clone() };
+    let desc = model_desc(&model);
+    let size = common::human_bytes(model.weights.n_bytes());
+    let params = format!("{:.2} M", model.n_params() as f64 / 1e6);
+    let backend = common::backends(&model);
+    let ngl = common::ngl(&model);
+    let md = a.output == "md";
+    let print_row = |r: &Row| {
+        println!(
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} | {:>2} | {:>15} | {:>20} |",
+            desc,
+            size,
+            params,
+            backend,
+            ngl,
+            r.threads,
+            a.flash_attn,
+            r.test,
+            format!("{:.2} ± {:.2}", r.mean(), r.stdev())
+        );
+    };
+    if md {
+        // Rows print as their tests finish, as llama-bench's do.
+        println!(
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} | {:>2} | {:>15} | {:>20} |",
+            "model", "size", "params", "backend", "ngl", "threads", "fa", "test", "t/s"
+        );
+        println!(
+            "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->2}: | {:->6}: | {:->1}: | {:->14}: | {:->19}: |",
+            "", "", "", "", "", "", "", "", ""
+        );
+    }
     let mut rows = Vec::new();
     for &t in &threads {
         for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
             let samples = run_test(&model, t, a.flash_attn != 0, p, 0, 1, a.repetitions)?;
             let test = format!("pp{p}");
-            rows.push(Row { test, threads: t, n_prompt: p, n_gen: 0, n_parallel: 1, samples });
+            let row = Row { test, threads: t, n_prompt: p, n_gen: 0, n_parallel: 1, samples };
+            if md {
+                print_row(&row);
+            }
+            rows.push(row);
         }
         for &n in a.n_gen.iter().filter(|&&n| n > 0) {
             for &np in &a.n_parallel {
                 let samples = run_test(&model, t, a.flash_attn != 0, 0, n, np, a.repetitions)?;
                 let test = if np == 1 { format!("tg{n}") } else { format!("tg{n} x{np}") };
-                rows.push(Row { test, threads: t, n_prompt: 0, n_gen: n, n_parallel: np, samples });
+                let row = Row { test, threads: t, n_prompt: 0, n_gen: n, n_parallel: np, samples };
+                if md {
+                    print_row(&row);
+                }
+                rows.push(row);
             }
         }
     }
-    let desc = model_desc(&model);
-    let size = common::human_bytes(model.weights.n_bytes());
-    let params = format!("{:.2} M", model.n_params() as f64 / 1e6);
-    if a.output == "json" {
+    if !md {
         let v: Vec<serde_json::Value> = rows
             .iter()
             .map(|r| {
@@ -183,30 +241,6 @@ pub fn run(a: BenchArgs) -> Result<()> {
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
-    }
-    println!(
-        "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} | {:>2} | {:>15} | {:>20} |",
-        "model", "size", "params", "backend", "ngl", "threads", "fa", "test", "t/s"
-    );
-    println!(
-        "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->2}: | {:->6}: | {:->1}: | {:->14}: | {:->19}: |",
-        "", "", "", "", "", "", "", "", ""
-    );
-    let backend = common::backends(&model);
-    let ngl = common::ngl(&model);
-    for r in &rows {
-        println!(
-            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} | {:>2} | {:>15} | {:>20} |",
-            desc,
-            size,
-            params,
-            backend,
-            ngl,
-            r.threads,
-            a.flash_attn,
-            r.test,
-            format!("{:.2} ± {:.2}", r.mean(), r.stdev())
-        );
     }
     println!();
     println!(

@@ -10,6 +10,9 @@
 //!
 //! Ctrl-C while a reply streams stops that reply and keeps the session (the partial reply stays
 //! in the history, as llama-cli keeps it); Ctrl-C at the prompt, Ctrl-D or `/exit` ends it.
+//! `/clear` starts over, `/regen` asks for the last reply again, `/help` lists the commands.
+//! On a terminal the prompt has line editing and history (rustyline: arrows, Ctrl-R);
+//! from a pipe, lines are read as they are.
 
 use crate::common::Streamer;
 use anyhow::{anyhow, Result};
@@ -111,6 +114,30 @@ impl<'m> Conversation<'m> {
         self.ctx.params().n_ctx
     }
 
+    /// Forgets every turn (the system prompt stays) and empties the KV cache.
+    pub fn clear(&mut self) {
+        self.messages.retain(|(r, _)| r == "system");
+        self.ctx.kv_cache_mut().seq_rm(None, 0, -1);
+        self.cached.clear();
+        self.n_past = 0;
+        self.in_cache.clear();
+    }
+
+    /// Drops the last reply and its question; returns the question, to ask again (`None`
+    /// before the first reply).
+    pub fn take_last_turn(&mut self) -> Option<String> {
+        let n = self.messages.len();
+        if n < 2 || self.messages[n - 1].0 != "assistant" || self.messages[n - 2].0 != "user" {
+            return None;
+        }
+        self.messages.pop();
+        let (_, question) = self.messages.pop()?;
+        // The next rendering is no longer an extension of the cached text: the turn keeps
+        // the longest common run of cached tokens (the history before the question).
+        self.in_cache.clear();
+        Some(question)
+    }
+
     /// One turn: the user's `text`, the reply streamed to `out` token by token.
     pub fn turn(
         &mut self,
@@ -135,7 +162,9 @@ impl<'m> Conversation<'m> {
                 return Err(e);
             }
         };
-        let tokens = if full.starts_with(&self.in_cache) {
+        // An empty `in_cache` over a used cache means the history was rewritten (/regen).
+        let extends = self.n_past == 0 || !self.in_cache.is_empty();
+        let tokens = if extends && full.starts_with(&self.in_cache) {
             let delta = &full[self.in_cache.len()..];
             self.model.vocab.tokenize(delta, self.n_past == 0, true)
         } else {
@@ -247,29 +276,109 @@ fn read_message(input: &mut impl BufRead) -> Result<Option<String>> {
     }
 }
 
+/// The commands `/help` lists.
+const HELP: &str = "commands:\n  /clear   forget the conversation (the system prompt stays)\n  \
+                    /regen   ask for the last reply again\n  /help    this list\n  \
+                    /exit    end (also /quit, Ctrl-D, Ctrl-C at the prompt)\n\
+                    end a line with \\ to continue the message on the next line";
+
+/// Where messages come from: an editable line on a terminal, plain lines from a pipe.
+enum Input {
+    Terminal(Box<rustyline::DefaultEditor>),
+    Piped(std::io::StdinLock<'static>),
+}
+
+impl Input {
+    fn open() -> Result<Input> {
+        use std::io::IsTerminal;
+        if std::io::stdin().is_terminal() {
+            let ed = rustyline::DefaultEditor::new()
+                .map_err(|e| anyhow!("opening the terminal for line editing: {e}"))?;
+            Ok(Input::Terminal(Box::new(ed)))
+        } else {
+            Ok(Input::Piped(std::io::stdin().lock()))
+        }
+    }
+
+    /// The next message; `None` at Ctrl-D or Ctrl-C at the prompt.
+    fn message(&mut self) -> Result<Option<String>> {
+        match self {
+            Input::Piped(input) => {
+                print!("\n> ");
+                std::io::stdout().flush()?;
+                read_message(input)
+            }
+            Input::Terminal(ed) => {
+                use rustyline::error::ReadlineError;
+                println!();
+                let mut text = String::new();
+                loop {
+                    let prompt = if text.is_empty() { "> " } else { ". " };
+                    match ed.readline(prompt) {
+                        Ok(line) => {
+                            if let Some(cont) = line.strip_suffix('\\') {
+                                text.push_str(cont);
+                                text.push('\n');
+                                continue;
+                            }
+                            text.push_str(&line);
+                            // Messages, not commands, are what Up brings back.
+                            if !text.trim().is_empty() && !text.starts_with('/') {
+                                let _ = ed.add_history_entry(text.as_str());
+                            }
+                            return Ok(Some(text));
+                        }
+                        Err(ReadlineError::Eof | ReadlineError::Interrupted) => return Ok(None),
+                        Err(e) => return Err(anyhow!("reading the prompt: {e}")),
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Runs the conversation loop on stdin/stdout until `/exit`, Ctrl-D or Ctrl-C at the prompt.
 pub fn run(mut conv: Conversation<'_>, mut sampler: SamplerChain) -> Result<()> {
+    // The editor first: it sets its own SIGINT handler when created (and restores it when
+    // dropped); ours must be the one in force while a reply streams.
+    let mut input = Input::open()?;
     install_interrupt_handler()?;
     eprintln!(
         "== conversation mode: type a message and press Enter; Ctrl-C stops a reply, \
-         /exit or Ctrl-D ends (end a line with \\ to continue it) =="
+         /exit or Ctrl-D ends, /help lists the commands =="
     );
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
     let mut turn = 0;
     loop {
-        print!("\n> ");
-        std::io::stdout().flush()?;
-        let Some(msg) = read_message(&mut input)? else {
+        let Some(mut msg) = input.message()? else {
             println!();
             break;
         };
         let trimmed = msg.trim();
-        if trimmed == "/exit" || trimmed == "/quit" {
-            break;
-        }
-        if trimmed.is_empty() {
-            continue;
+        match trimmed {
+            "/exit" | "/quit" => break,
+            "" => continue,
+            "/help" | "/?" => {
+                eprintln!("{HELP}");
+                continue;
+            }
+            "/clear" => {
+                conv.clear();
+                turn = 0;
+                eprintln!("[conversation cleared]");
+                continue;
+            }
+            "/regen" => match conv.take_last_turn() {
+                Some(q) => msg = q,
+                None => {
+                    eprintln!("[nothing to regenerate yet]");
+                    continue;
+                }
+            },
+            t if t.starts_with('/') && !t.contains(char::is_whitespace) => {
+                eprintln!("unknown command {t}; /help lists the commands");
+                continue;
+            }
+            _ => {}
         }
         turn += 1;
         let mut out = Streamer::default();

@@ -60,6 +60,7 @@ enum Command {
 /// commands copied from llama.cpp's documentation work as they are.
 const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-cnv", "--conversation"),
+    ("-no-cnv", "--no-conversation"),
     ("-sys", "--system-prompt"),
     ("-fa", "--flash-attn"),
     ("-nr", "--no-repack"),
@@ -70,14 +71,36 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-np", "--parallel"),
 ];
 
-/// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`).
+/// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`), and
+/// `run` put in where flags come without a subcommand (`tessera -m M -p hi`, as llama-cli).
 fn normalize_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    args.into_iter()
+    let mut out: Vec<std::ffi::OsString> = args
+        .into_iter()
         .map(|a| match LLAMA_CPP_FLAGS.iter().find(|(short, _)| a == *short) {
             Some((_, long)) => (*long).into(),
             None => a,
         })
-        .collect()
+        .collect();
+    let own = ["-h", "--help", "-V", "--version"];
+    if out
+        .get(1)
+        .is_some_and(|a| a.to_str().is_some_and(|a| a.starts_with('-') && !own.contains(&a)))
+    {
+        out.insert(1, "run".into());
+    }
+    out
+}
+
+/// Writing to a closed pipe (`tessera run ... | head`) ends the program quietly, as it ends
+/// C programs like llama-cli, instead of a panic in `print!`. Not for `serve`, whose sockets
+/// report a closed peer as an error.
+#[cfg(unix)]
+fn default_sigpipe() {
+    // SAFETY: FFI call setting SIGPIPE's disposition to the default before any thread is
+    // started; SIG_DFL is a valid handler value and signal() has no other preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 /// What `tessera --version` prints: version, git commit, the SIMD level this CPU runs and the
@@ -109,13 +132,24 @@ fn main() -> ExitCode {
         .long_version(version)
         .get_matches_from(normalize_args(std::env::args_os()));
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    #[cfg(unix)]
+    if !matches!(cli.command, Command::Serve(_)) {
+        default_sigpipe();
+    }
+    // The server logs each request by default (an operator's first question); the other
+    // commands only warnings. RUST_LOG overrides, --log-disable silences.
+    let (default, silent) = match &cli.command {
+        Command::Serve(a) => ("warn,tessera_server=info", a.log_disable),
+        Command::Run(a) => ("warn", a.log_disable),
+        _ => ("warn", false),
+    };
+    let filter = if silent {
+        tracing_subscriber::EnvFilter::new("off")
+    } else {
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+    };
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let result = match cli.command {
         Command::Run(a) => run_cmd::run(a),
         Command::Bench(a) => bench_cmd::run(a),
@@ -151,5 +185,34 @@ mod tests {
             ["tessera", "run", "-cnv", "-fa", "off"].map(std::ffi::OsString::from),
         ));
         assert!(cli.is_ok());
+    }
+
+    #[test]
+    fn flags_without_a_subcommand_run() {
+        let out = normalize_args(["tessera", "-m", "x.gguf", "-p", "hi"].map(Into::into));
+        assert_eq!(out[1], "run");
+        let out = normalize_args(["tessera", "--help"].map(Into::into));
+        assert_eq!(out.len(), 2);
+        let out = normalize_args(["tessera", "bench", "-p", "8"].map(Into::into));
+        assert_eq!(out[1], "bench");
+    }
+
+    #[test]
+    fn llama_cpp_habits_parse() {
+        let ok = |args: &[&str]| {
+            let mut v = vec!["tessera"];
+            v.extend_from_slice(args);
+            Cli::try_parse_from(normalize_args(v.into_iter().map(std::ffi::OsString::from)))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        ok(&["run", "--seed", "-1", "--temp", "-1", "-no-cnv", "-e", "--ignore-eos"]).unwrap();
+        ok(&["run", "--jinja", "-fa", "auto", "--log-disable", "--no-display-prompt"]).unwrap();
+        ok(&["run", "-f", "prompt.txt", "-c", "0"]).unwrap();
+        ok(&["perplexity", "-f", "wiki.txt", "-fa", "on"]).unwrap();
+        ok(&["bench", "-fa", "0", "-p", "16"]).unwrap();
+        ok(&["serve", "-a", "my-model", "-np", "2", "-fa", "auto", "--log-disable"]).unwrap();
+        assert!(ok(&["run", "-p", "a", "-f", "b"]).is_err());
+        assert!(ok(&["run", "-cnv", "-no-cnv"]).is_err());
     }
 }

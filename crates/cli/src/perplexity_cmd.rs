@@ -40,7 +40,7 @@ pub struct PerplexityArgs {
     #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
     chunks: i64,
     /// Flash attention on or off.
-    #[arg(long = "flash-attn", short = 'F', default_value = "on", value_parser = ["on", "off"])]
+    #[arg(long = "flash-attn", default_value = "auto", value_parser = ["on", "off", "auto"])]
     flash_attn: String,
     /// Keep the weights llama.cpp would repack (Q4_0, Q4_K, IQ4_NL on AVX2) on the plain
     /// kernels, as llama.cpp's `--no-repack` (`-nr`); by default their products follow
@@ -69,7 +69,7 @@ fn chunk_context<'m>(
         n_ctx,
         n_ubatch: n_ctx,
         n_threads: common::threads(a.threads),
-        flash_attn: a.flash_attn == "on",
+        flash_attn: a.flash_attn != "off",
         ..Default::default()
     };
     LlamaContext::new(model, params).map_err(|e| anyhow!("{e}"))

@@ -20,18 +20,28 @@ pub struct RunArgs {
     /// Prompt (default "Once upon a time"); with -cnv, the system prompt, as llama-cli.
     #[arg(short = 'p', long)]
     prompt: Option<String>,
+    /// Read the prompt from a file (llama.cpp's -f).
+    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with = "prompt")]
+    file: Option<PathBuf>,
+    /// Process escapes (\n, \t, \\, \", \xHH ...) in the prompt and system prompt: on by
+    /// default, as in llama.cpp; -e is accepted.
+    #[arg(short = 'e', long = "escape", overrides_with = "no_escape")]
+    escape: bool,
+    /// Take the prompt's backslashes literally.
+    #[arg(long = "no-escape")]
+    no_escape: bool,
     /// Tokens to generate (-1: until end of generation or the context is full); default 128,
     /// and -1 for each reply in conversation mode.
     #[arg(short = 'n', long = "n-predict", allow_negative_numbers = true)]
     n_predict: Option<i64>,
-    /// Context size (KV cells).
+    /// Context size (KV cells); 0: the model's training context.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
     ctx_size: usize,
     /// Threads (default: all cores).
     #[arg(short = 't', long)]
     threads: Option<usize>,
-    /// Temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8)]
+    /// Temperature (0 or below: greedy).
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     temp: f32,
     /// Top-k (0: off).
     #[arg(long = "top-k", default_value_t = 40)]
@@ -57,17 +67,34 @@ pub struct RunArgs {
     /// Presence penalty.
     #[arg(long = "presence-penalty", default_value_t = 0.0)]
     presence_penalty: f32,
-    /// RNG seed (default: random).
-    #[arg(short = 's', long)]
-    seed: Option<u32>,
+    /// RNG seed (-1 or none: random).
+    #[arg(short = 's', long, allow_negative_numbers = true)]
+    seed: Option<i64>,
+    /// Never end at an end-of-generation token (they are never sampled).
+    #[arg(long = "ignore-eos")]
+    ignore_eos: bool,
+    /// Accepted for llama.cpp's command lines: chat templates always run through Tessera's
+    /// Jinja engine.
+    #[arg(long)]
+    jinja: bool,
+    /// Do not echo the prompt before the reply.
+    #[arg(long = "no-display-prompt")]
+    no_display_prompt: bool,
+    /// No log output: neither notes nor the timing lines on stderr.
+    #[arg(long = "log-disable")]
+    pub log_disable: bool,
     /// Wrap the prompt in the model's chat template as a user message; without -p, start a
     /// conversation (as -cnv).
     #[arg(long)]
     chat: bool,
     /// Conversation mode (llama-cli's -cnv): chat turn by turn in the terminal, the history
-    /// kept in the KV cache; Ctrl-C stops a reply, /exit or Ctrl-D ends.
+    /// kept in the KV cache; Ctrl-C stops a reply, /exit or Ctrl-D ends. The default, as in
+    /// llama-cli, when the model has a chat template and stdin is a terminal.
     #[arg(long = "conversation", visible_alias = "cnv")]
     conversation: bool,
+    /// Never start a conversation: complete the prompt once (llama-cli's -no-cnv).
+    #[arg(long = "no-conversation", conflicts_with = "conversation")]
+    no_conversation: bool,
     /// System prompt of the conversation (llama-cli's -sys).
     #[arg(long = "system-prompt", visible_alias = "sys")]
     system_prompt: Option<String>,
@@ -87,13 +114,74 @@ pub struct RunArgs {
     /// put them on.
     #[arg(long = "sched-dot", value_name = "FILE")]
     sched_dot: Option<std::path::PathBuf>,
-    /// Flash attention on or off (llama.cpp's -fa).
-    #[arg(long = "flash-attn", short = 'f', default_value = "on", value_parser = ["on", "off"])]
+    /// Flash attention: on, off or auto (llama.cpp's -fa; auto is on: every model Tessera
+    /// runs supports it on every backend).
+    #[arg(long = "flash-attn", default_value = "auto", value_parser = ["on", "off", "auto"])]
     flash_attn: String,
 }
 
+/// llama.cpp's `string_process_escapes`: `\n`, `\r`, `\t`, `\'`, `\"`, `\\`, `\a`, `\b`,
+/// `\f`, `\v`, `\xHH`; any other backslash stays as it is.
+pub fn process_escapes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.peek().copied() {
+            Some(e @ ('n' | 'r' | 't' | '\'' | '"' | '\\' | 'a' | 'b' | 'f' | 'v')) => {
+                it.next();
+                out.push(match e {
+                    'n' => '\n',
+                    'r' => '\r',
+                    't' => '\t',
+                    'a' => '\x07',
+                    'b' => '\x08',
+                    'f' => '\x0c',
+                    'v' => '\x0b',
+                    other => other,
+                });
+            }
+            Some('x') => {
+                let hex: String = it.clone().skip(1).take(2).collect();
+                match u8::from_str_radix(&hex, 16) {
+                    Ok(b) if hex.len() == 2 && b.is_ascii() => {
+                        it.nth(2);
+                        out.push(b as char);
+                    }
+                    _ => out.push('\\'),
+                }
+            }
+            _ => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// The prompt: `-p`, or the file of `-f` (named in the error if unreadable), escapes
+/// processed unless `--no-escape`.
+fn prompt_text(a: &RunArgs) -> Result<Option<String>> {
+    let raw =
+        match (&a.prompt, &a.file) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Some(f)) => Some(std::fs::read_to_string(f).map_err(|e| {
+                anyhow::anyhow!("{}: cannot read the prompt file: {e}", f.display())
+            })?),
+            (None, None) => None,
+        };
+    // A file is taken as it is (llama.cpp does not process escapes in -f files either).
+    let escape = !a.no_escape && a.file.is_none();
+    Ok(raw.map(|p| if escape { process_escapes(&p) } else { p }))
+}
+
 /// Runs the command.
-pub fn run(a: RunArgs) -> Result<()> {
+pub fn run(mut a: RunArgs) -> Result<()> {
+    a.prompt = prompt_text(&a)?;
+    if !a.no_escape {
+        a.system_prompt = a.system_prompt.as_deref().map(process_escapes);
+    }
     let path = common::resolve_model(a.model.as_deref())?;
     let t_load = Instant::now();
     let model = common::load(&path, a.no_repack, &a.offload)?;
@@ -138,12 +226,30 @@ pub fn run(a: RunArgs) -> Result<()> {
     let params = ContextParams {
         n_ctx: a.ctx_size,
         n_threads: threads,
-        flash_attn: a.flash_attn == "on",
+        flash_attn: a.flash_attn != "off",
         ..Default::default()
     };
     let ctx = LlamaContext::new(&model, params).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let sampler = make_sampler(&a);
-    if a.conversation || (a.chat && a.prompt.is_none()) {
+    let n_ctx = ctx.params().n_ctx;
+    let n_train = model.hparams.n_ctx_train;
+    if a.verbose {
+        eprintln!("context: {n_ctx} cells (the model was trained on {n_train})");
+    }
+    if n_ctx > n_train && !a.log_disable {
+        eprintln!(
+            "warning: the context ({n_ctx}) is larger than the model's training context \
+             ({n_train}); quality may degrade past it"
+        );
+    }
+    let sampler = make_sampler(&a)?;
+    let auto_chat = {
+        use std::io::IsTerminal;
+        !a.no_conversation
+            && !a.chat
+            && model.chat_template.is_some()
+            && std::io::stdin().is_terminal()
+    };
+    if a.conversation || (a.chat && a.prompt.is_none()) || auto_chat {
         let limit = match a.n_predict {
             Some(n) if n >= 0 => n as usize,
             _ => usize::MAX,
@@ -153,16 +259,20 @@ pub fn run(a: RunArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         return conversation::run(conv, sampler);
     }
-    one_shot(a, &path, &model, ctx, sampler, load_ms)
+    one_shot(a, n_ctx, &path, &model, ctx, sampler, load_ms)
 }
 
-/// The sampler chain of the options (greedy at temperature 0), seeded as asked or randomly.
-fn make_sampler(a: &RunArgs) -> SamplerChain {
-    let seed = a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
+/// The sampler chain of the options (greedy at temperature 0 or below), seeded as asked or
+/// randomly (`-1`).
+fn make_sampler(a: &RunArgs) -> Result<SamplerChain> {
+    let seed = match a.seed {
+        None | Some(-1) => std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos())
-    });
+            .map_or(0, |d| d.subsec_nanos()),
+        Some(s) => u32::try_from(s).map_err(|_| {
+            anyhow::anyhow!("--seed {s}: give 0 to {} (or -1 for a random seed)", u32::MAX)
+        })?,
+    };
     let sp = SamplingParams {
         temp: a.temp,
         top_k: a.top_k,
@@ -181,12 +291,13 @@ fn make_sampler(a: &RunArgs) -> SamplerChain {
     if a.verbose {
         eprintln!("sampler: {} (seed {seed})", sampler.describe());
     }
-    sampler
+    Ok(sampler)
 }
 
 /// One prompt, one streamed continuation, then llama-cli's timing lines.
 fn one_shot(
     a: RunArgs,
+    n_ctx: usize,
     path: &std::path::Path,
     model: &tessera_llama::Model,
     mut ctx: LlamaContext<'_>,
@@ -205,7 +316,6 @@ fn one_shot(
         prompt.to_string()
     };
     let tokens = model.vocab.tokenize(&text, true, true);
-    let n_ctx = ctx.params().n_ctx;
     if tokens.is_empty() {
         bail!("the prompt is empty after tokenization");
     }
@@ -220,7 +330,13 @@ fn one_shot(
     }
 
     let mut out = Streamer::default();
-    out.push(text.as_bytes());
+    if !a.no_display_prompt {
+        // As llama.cpp echoes it: the prompt's tokens as text, special tokens (a chat
+        // template's markers, BOS) not shown.
+        for &t in &tokens {
+            out.push(&model.vocab.token_to_piece(t, false));
+        }
+    }
     let t0 = Instant::now();
     ctx.decode(&Batch::from_tokens(&tokens, 0, 0)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let pp = t0.elapsed().as_secs_f64();
@@ -252,7 +368,17 @@ fn one_shot(
     let mut n_gen = 0;
     while n_gen < limit && pos < n_ctx {
         let logits = ctx.logits_ith(last).expect("the last token asked for logits");
-        let tok = sampler.sample(logits);
+        let tok = if a.ignore_eos {
+            let mut l = logits.to_vec();
+            for t in model.vocab.eog_tokens() {
+                if let Some(v) = l.get_mut(t as usize) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+            sampler.sample(&l)
+        } else {
+            sampler.sample(logits)
+        };
         sampler.accept(tok);
         if model.vocab.is_eog(tok) {
             break;
@@ -266,6 +392,9 @@ fn one_shot(
     }
     let tg = t1.elapsed().as_secs_f64();
     out.finish();
+    if a.log_disable {
+        return Ok(());
+    }
     eprintln!();
     eprintln!("load time        = {load_ms:10.2} ms");
     eprintln!(

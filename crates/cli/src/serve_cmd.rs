@@ -18,12 +18,23 @@ pub struct ServeArgs {
     /// Port.
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// KV cache cells in all, shared by the slots (each gets ctx-size / parallel).
+    /// KV cache cells, one unified cache the slots share (one request may use them all);
+    /// 0: the model's training context.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
     ctx_size: usize,
-    /// Slots: requests decoded together (continuous batching).
+    /// Slots: requests decoded together (continuous batching), 1 or more.
     #[arg(long = "parallel", default_value_t = 4)]
     parallel: usize,
+    /// The model's name in `/v1/models` and replies (default: the file's name).
+    #[arg(short = 'a', long = "alias")]
+    alias: Option<String>,
+    /// Seconds running replies may take to finish after SIGINT/SIGTERM; then (or at a second
+    /// signal) they end with a 503 and the server exits.
+    #[arg(long = "shutdown-timeout", default_value_t = 10.0)]
+    shutdown_timeout: f64,
+    /// No log output (llama.cpp's --log-disable); by default one line per request.
+    #[arg(long = "log-disable")]
+    pub log_disable: bool,
     /// Threads (default: every core).
     #[arg(short = 't', long)]
     threads: Option<usize>,
@@ -42,8 +53,9 @@ pub struct ServeArgs {
     /// A Jinja chat template to use instead of the model's.
     #[arg(long = "chat-template-file")]
     chat_template_file: Option<PathBuf>,
-    /// Flash attention: on or off.
-    #[arg(long = "flash-attn", short = 'f', default_value = "on", value_parser = ["on", "off"])]
+    /// Flash attention: on, off or auto (llama.cpp's `-fa`; auto is on: every model
+    /// Tessera runs supports it on every backend).
+    #[arg(long = "flash-attn", default_value = "auto", value_parser = ["on", "off", "auto"])]
     flash_attn: String,
     /// Keep weights llama.cpp would repack on the plain kernels (llama.cpp's --no-repack).
     #[arg(long = "no-repack")]
@@ -63,24 +75,32 @@ pub fn run(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
-    let name = path.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
+    let name = match &a.alias {
+        Some(n) => n.clone(),
+        None => path.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned()),
+    };
+    if !(a.shutdown_timeout >= 0.0 && a.shutdown_timeout.is_finite()) {
+        anyhow::bail!("--shutdown-timeout {}: give seconds, 0 or more", a.shutdown_timeout);
+    }
     let cfg = tessera_server::ServerConfig {
         host: a.host.clone(),
         port: a.port,
         n_ctx: a.ctx_size,
         n_parallel: a.parallel,
         n_threads: common::threads(a.threads),
-        flash_attn: a.flash_attn == "on",
+        flash_attn: a.flash_attn != "off",
         queue: a.queue,
         n_batch: a.batch_size,
         api_key: a.api_key.clone(),
         chat_template,
         model_name: name,
+        shutdown_timeout: std::time::Duration::from_secs_f64(a.shutdown_timeout),
     };
     let server = tessera_server::start(model, cfg, true).map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!(
-        "tessera serve: listening on http://{} ({} slots; chat page at /, OpenAI API at /v1)",
-        server.addr, a.parallel
+        "tessera serve: listening on http://{} ({} slots sharing a {}-token context; chat page \
+         at /, OpenAI API at /v1)",
+        server.addr, a.parallel, server.n_ctx
     );
     server.wait();
     eprintln!("tessera serve: stopped");

@@ -13,6 +13,8 @@ const TIMEOUT_MS: u64 = 180_000;
 
 fn start(model: &str, n_predict: &str) -> PtySession {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    // A terminal with line editing (CI may have no TERM at all).
+    cmd.env("TERM", "xterm");
     cmd.args(["run", "-m", model, "-cnv", "--temp", "0", "-n", n_predict, "-t", "2", "-c", "1024"]);
     spawn_with_options(
         cmd,
@@ -91,5 +93,43 @@ fn ctrl_c_stops_a_reply_and_keeps_the_session() {
     // Ctrl-D ends it.
     p.exp_string("> ").unwrap();
     p.send_control('d').unwrap();
+    p.exp_eof().unwrap();
+}
+
+/// The conversation's commands and line editing: `/help` lists them; `/regen` asks the last
+/// question again (greedy, so the same reply: the KV cache dropped the old one exactly);
+/// `/clear` forgets the conversation; the Up arrow brings back the last message.
+#[test]
+fn commands_and_history_work_at_the_prompt() {
+    let mut p = start(&qwen(), "24");
+    p.exp_string("> ").unwrap();
+    p.send_line("/help").unwrap();
+    p.exp_string("/regen").expect("/help lists the commands");
+    let (reply1, _, _, used1) = turn(&mut p, 1, "My name is Alice. Say hello to me.");
+    p.exp_string("> ").unwrap();
+    p.send_line("/regen").unwrap();
+    let pat = r"\[turn 2: (\d+) new prompt tokens evaluated, (\d+) generated \([0-9.]+ t/s\), (\d+)/1024 context used[^\]]*\]";
+    let (before, stats) = p.exp_regex(pat).expect("/regen answers again");
+    let c = Regex::new(pat).unwrap().captures(&stats).unwrap();
+    assert_eq!(c[3].parse::<usize>().unwrap(), used1, "the old reply's cells were dropped");
+    let again = before.replace("\r\n", "\n");
+    assert!(again.trim().ends_with(reply1.trim()), "greedy regen differs: {again:?} vs {reply1:?}");
+    p.exp_string("> ").unwrap();
+    p.send_line("/clear").unwrap();
+    p.exp_string("[conversation cleared]").unwrap();
+    // Up arrow, Enter: the last message (the one /regen re-asked) is sent again, to a
+    // conversation that starts over.
+    p.exp_string("> ").unwrap();
+    p.send("\x1b[A").unwrap();
+    p.flush().unwrap();
+    p.exp_string("Say hello to me.").expect("Up shows the last message");
+    p.send("\r").unwrap();
+    p.flush().unwrap();
+    let (_, stats) = p.exp_regex(r"\[turn 1: [^\]]*\]").expect("history recalls the message");
+    let used: usize =
+        Regex::new(r"(\d+)/1024").unwrap().captures(&stats).unwrap()[1].parse().unwrap();
+    assert_eq!(used, used1, "after /clear the same question costs the same: {stats}");
+    p.exp_string("> ").unwrap();
+    p.send_line("/exit").unwrap();
     p.exp_eof().unwrap();
 }

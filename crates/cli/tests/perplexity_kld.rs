@@ -58,7 +58,7 @@ fn kl_divergence_base_round_trips_and_compares_attention_paths() {
             "--kl-divergence",
             "-t",
             "2",
-            "-F",
+            "-fa",
             fa,
         ])
     };
