@@ -7,7 +7,7 @@ use tessera_tensor::TensorError;
 #[non_exhaustive]
 pub enum BackendError {
     /// A buffer could not be allocated.
-    #[error("{buffer_type}: cannot allocate {size} bytes: {reason}")]
+    #[error("{buffer_type}: cannot allocate {} ({size} bytes): {reason}", human_size(*size))]
     Alloc {
         /// The buffer type.
         buffer_type: String,
@@ -86,3 +86,33 @@ pub enum BackendError {
 
 /// Shorthand for `Result<T, BackendError>`.
 pub type Result<T, E = BackendError> = std::result::Result<T, E>;
+
+/// A byte count as people read it: `512 B`, `1.50 KiB`, `91.94 MiB`, `7.25 GiB`.
+pub fn human_size(n: usize) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {}", UNITS[u])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_people_read_them() {
+        assert_eq!(human_size(512), "512 B");
+        assert_eq!(human_size(1536), "1.50 KiB");
+        assert_eq!(human_size(3 << 30), "3.00 GiB");
+        let e =
+            BackendError::Alloc { buffer_type: "CPU".into(), size: 5 << 30, reason: "x".into() };
+        assert_eq!(e.to_string(), "CPU: cannot allocate 5.00 GiB (5368709120 bytes): x");
+    }
+}

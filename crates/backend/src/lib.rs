@@ -29,5 +29,5 @@ mod host;
 pub use backend::{op_batch_size, Backend, CompletedEvent, Device, DeviceKind, Event, Registry};
 pub use bindings::{Bindings, Storage};
 pub use buffer::{check_range, copy_via_host, Buffer, BufferType, BufferUsage, UsageCell};
-pub use error::{BackendError, Result};
+pub use error::{human_size, BackendError, Result};
 pub use host::{HostBuffer, HostBufferType, MappedBuffer, HOST_ALIGNMENT};

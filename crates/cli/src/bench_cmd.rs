@@ -109,7 +109,7 @@ fn run_test(
 ) -> Result<Vec<f64>> {
     let n_ctx = n_prompt + n_gen * n_parallel + 1;
     let params = ContextParams { n_ctx, n_threads: threads, flash_attn: fa, ..Default::default() };
-    let mut ctx = LlamaContext::new(model, params).map_err(|e| anyhow!("{e}"))?;
+    let mut ctx = LlamaContext::new(model, params).map_err(common::explain)?;
     let n_vocab = model.hparams.n_vocab;
     let mut samples = Vec::new();
     for rep in 0..=reps {

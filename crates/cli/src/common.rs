@@ -48,7 +48,12 @@ pub fn check_model_path(path: &Path) -> Result<()> {
 /// hint where one helps.
 pub fn explain(e: impl std::fmt::Display) -> anyhow::Error {
     let msg = e.to_string();
-    if msg.contains("not a GGUF file") {
+    if msg.contains("cannot allocate") {
+        anyhow::anyhow!(
+            "{msg}; a smaller context (-c) needs less memory, and fewer offloaded layers (-ngl) \
+             less device memory"
+        )
+    } else if msg.contains("not a GGUF file") {
         anyhow::anyhow!(
             "{msg}; tessera runs GGUF models (convert others with llama.cpp's convert_hf_to_gguf.py)"
         )

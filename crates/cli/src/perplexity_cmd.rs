@@ -72,7 +72,7 @@ fn chunk_context<'m>(
         flash_attn: a.flash_attn != "off",
         ..Default::default()
     };
-    LlamaContext::new(model, params).map_err(|e| anyhow!("{e}"))
+    LlamaContext::new(model, params).map_err(common::explain)
 }
 
 /// Runs the command.

@@ -229,7 +229,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         flash_attn: a.flash_attn != "off",
         ..Default::default()
     };
-    let ctx = LlamaContext::new(&model, params).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ctx = LlamaContext::new(&model, params).map_err(common::explain)?;
     let n_ctx = ctx.params().n_ctx;
     let n_train = model.hparams.n_ctx_train;
     if a.verbose {

@@ -96,7 +96,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         model_name: name,
         shutdown_timeout: std::time::Duration::from_secs_f64(a.shutdown_timeout),
     };
-    let server = tessera_server::start(model, cfg, true).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let server = tessera_server::start(model, cfg, true).map_err(common::explain)?;
     eprintln!(
         "tessera serve: listening on http://{} ({} slots sharing a {}-token context; chat page \
          at /, OpenAI API at /v1)",

@@ -27,6 +27,15 @@ pub enum LlamaError {
         /// Why it cannot be used.
         reason: String,
     },
+    /// A setting from the caller (llama.cpp's flag names: `--device`, `--override-tensor`) is
+    /// unusable.
+    #[error("{flag}: {reason}")]
+    Setting {
+        /// The flag.
+        flag: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// `general.architecture` names an architecture nobody registered.
     #[error("unknown architecture '{0}' (known: {1})")]
     UnknownArchitecture(String, String),

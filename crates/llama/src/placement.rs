@@ -28,7 +28,7 @@ pub struct TensorOverride {
 impl TensorOverride {
     /// Parses llama.cpp's `REGEX=BUFFER_TYPE`.
     pub fn parse(spec: &str) -> Result<Self> {
-        let bad = |reason: String| LlamaError::BadValue { key: "--override-tensor".into(), reason };
+        let bad = |reason: String| LlamaError::Setting { flag: "--override-tensor".into(), reason };
         let (re, bt) = spec
             .rsplit_once('=')
             .ok_or_else(|| bad(format!("'{spec}' is not REGEX=BUFFER_TYPE")))?;
@@ -129,8 +129,8 @@ pub fn tensor_device(name: &str, plan: &LayerPlan, offload: &Offload) -> Result<
             }
             return match offload.devices.iter().position(|d| d.name() == o.buffer_type) {
                 Some(i) => Ok(Some(i)),
-                None => Err(LlamaError::BadValue {
-                    key: "--override-tensor".into(),
+                None => Err(LlamaError::Setting {
+                    flag: "--override-tensor".into(),
                     reason: format!(
                         "buffer type '{}' for {name}: not CPU nor one of the devices in use ({})",
                         o.buffer_type,
@@ -161,12 +161,19 @@ pub fn select_devices(registry: &Registry, names: &[String]) -> Result<Vec<Arc<d
     names
         .iter()
         .map(|n| {
-            accel().find(|d| d.name() == n).cloned().ok_or_else(|| LlamaError::BadValue {
-                key: "--device".into(),
-                reason: format!(
-                    "no device '{n}' (available: {})",
-                    accel().map(|d| d.name().to_string()).collect::<Vec<_>>().join(", ")
-                ),
+            accel().find(|d| d.name() == n).cloned().ok_or_else(|| {
+                let names: Vec<String> = accel().map(|d| d.name().to_string()).collect();
+                let available = if names.is_empty() {
+                    "none: only the CPU is present (a CUDA device needs a build with the \
+                     `cuda` feature and an NVIDIA driver)"
+                        .to_string()
+                } else {
+                    names.join(", ")
+                };
+                LlamaError::Setting {
+                    flag: "--device".into(),
+                    reason: format!("no device '{n}' (available: {available})"),
+                }
             })
         })
         .collect()
