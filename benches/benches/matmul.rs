@@ -178,7 +178,15 @@ fn mul_mat(
     let wsize = matmul::work_size(w, x);
     let wdata = work.as_mut_ptr() as usize;
     pool.run(&|ith| {
-        let p = ComputeParams { ith, nth: pool.n, wdata: wdata as *mut u8, wsize, sync, simd };
+        let p = ComputeParams {
+            ith,
+            nth: pool.n,
+            wdata: wdata as *mut u8,
+            wsize,
+            sync,
+            simd,
+            batch_invariant: false,
+        };
         matmul::mul_mat(&p, d, w, x);
     });
 }

@@ -27,6 +27,7 @@ pub struct CpuBackend {
     pin: bool,
     work: Vec<Line>,
     abort: Arc<AtomicBool>,
+    batch_invariant: bool,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -57,7 +58,14 @@ impl CpuBackend {
                 size: n_threads,
                 reason: e.to_string(),
             })?;
-        Ok(CpuBackend { pool, simd: SimdLevel::from_env(), pin, work: Vec::new(), abort })
+        Ok(CpuBackend {
+            pool,
+            simd: SimdLevel::from_env(),
+            pin,
+            work: Vec::new(),
+            abort,
+            batch_invariant: false,
+        })
     }
 
     /// Number of threads.
@@ -166,6 +174,11 @@ impl Backend for CpuBackend {
         CpuBackend::set_n_threads(self, n)
     }
 
+    fn set_batch_invariant(&mut self, on: bool) -> Result<()> {
+        self.batch_invariant = on;
+        Ok(())
+    }
+
     fn graph_compute(&mut self, ctx: &Context, graph: &Graph, bindings: &Bindings) -> Result<()> {
         let mut nodes = Vec::with_capacity(graph.nodes().len());
         let mut wsize = 0usize;
@@ -211,6 +224,7 @@ impl Backend for CpuBackend {
         let wdata = self.work.as_mut_ptr().cast::<u8>();
         let wbytes = self.work.len() * 64;
         let (nth, simd, abort) = (self.pool.n_threads(), self.simd, &*self.abort);
+        let batch_invariant = self.batch_invariant;
         let pool = &self.pool;
         let wptr = SendPtr(wdata);
         let result = pool.run(&|ith| {
@@ -221,6 +235,7 @@ impl Backend for CpuBackend {
                 wsize: wbytes,
                 sync: pool.sync(),
                 simd,
+                batch_invariant,
             };
             for (i, node) in nodes.iter().enumerate() {
                 ops::compute(&p, node);

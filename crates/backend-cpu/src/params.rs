@@ -28,6 +28,9 @@ pub struct ComputeParams<'a> {
     pub sync: &'a dyn ThreadSync,
     /// The SIMD level kernels must use.
     pub simd: SimdLevel,
+    /// Kernels chosen per row, never by the batch's size: a row gets the bits it gets alone
+    /// (no tiled attention, no tiled K-quant order, F16/BF16 through the one-column dots).
+    pub batch_invariant: bool,
 }
 
 impl ComputeParams<'_> {

@@ -45,6 +45,20 @@ pub trait Backend: Send {
         Ok(())
     }
 
+    /// Batch-invariant arithmetic: every output row computed with the bits it gets alone,
+    /// whatever else is in the batch (kernels are chosen per row, never by the batch's size),
+    /// at some cost in speed. Off by default (the reference implementation's kernel choices).
+    /// A backend that cannot guarantee it refuses to turn it on.
+    fn set_batch_invariant(&mut self, on: bool) -> Result<()> {
+        if on {
+            return Err(crate::BackendError::Setting {
+                backend: self.name().to_string(),
+                what: "batch-invariant arithmetic is not available on this backend".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Waits for queued work (a no-op for synchronous backends).
     fn synchronize(&mut self) -> Result<()> {
         Ok(())

@@ -68,6 +68,14 @@ pub enum BackendError {
         /// Types and shapes.
         detail: String,
     },
+    /// A setting the backend cannot honour (e.g. batch-invariant arithmetic).
+    #[error("{backend}: {what}")]
+    Setting {
+        /// The backend.
+        backend: String,
+        /// What it cannot do.
+        what: String,
+    },
     /// A tensor-level error.
     #[error(transparent)]
     Tensor(#[from] TensorError),

@@ -48,6 +48,10 @@ pub struct BenchArgs {
     /// Device placement (`-ngl`, `--device`, `-ts`, `-ot`).
     #[command(flatten)]
     offload: common::OffloadArgs,
+    /// Batch-invariant kernels (`tessera serve --deterministic`), to measure what the mode
+    /// costs.
+    #[arg(long)]
+    deterministic: bool,
     /// Output format.
     #[arg(short = 'o', long, default_value = "md", value_parser = ["md", "json"])]
     output: String,
@@ -98,8 +102,10 @@ fn tokens(n: usize, n_vocab: usize) -> Vec<u32> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_test(
     model: &Model,
+    deterministic: bool,
     threads: usize,
     fa: bool,
     n_prompt: usize,
@@ -108,7 +114,13 @@ fn run_test(
     reps: usize,
 ) -> Result<Vec<f64>> {
     let n_ctx = n_prompt + n_gen * n_parallel + 1;
-    let params = ContextParams { n_ctx, n_threads: threads, flash_attn: fa, ..Default::default() };
+    let params = ContextParams {
+        n_ctx,
+        n_threads: threads,
+        flash_attn: fa,
+        batch_invariant: deterministic,
+        ..Default::default()
+    };
     let mut ctx = LlamaContext::new(model, params).map_err(common::explain)?;
     let n_vocab = model.hparams.n_vocab;
     let mut samples = Vec::new();
@@ -192,7 +204,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut rows = Vec::new();
     for &t in &threads {
         for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
-            let samples = run_test(&model, t, a.flash_attn != 0, p, 0, 1, a.repetitions)?;
+            let samples =
+                run_test(&model, a.deterministic, t, a.flash_attn != 0, p, 0, 1, a.repetitions)?;
             let test = format!("pp{p}");
             let row = Row { test, threads: t, n_prompt: p, n_gen: 0, n_parallel: 1, samples };
             if md {
@@ -202,7 +215,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
         for &n in a.n_gen.iter().filter(|&&n| n > 0) {
             for &np in &a.n_parallel {
-                let samples = run_test(&model, t, a.flash_attn != 0, 0, n, np, a.repetitions)?;
+                let samples = run_test(
+                    &model,
+                    a.deterministic,
+                    t,
+                    a.flash_attn != 0,
+                    0,
+                    n,
+                    np,
+                    a.repetitions,
+                )?;
                 let test = if np == 1 { format!("tg{n}") } else { format!("tg{n} x{np}") };
                 let row = Row { test, threads: t, n_prompt: 0, n_gen: n, n_parallel: np, samples };
                 if md {
@@ -230,6 +252,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     "n_repacked": model.n_repacked,
                     "n_threads": r.threads,
                     "flash_attn": a.flash_attn != 0,
+                    "deterministic": a.deterministic,
                     "n_prompt": r.n_prompt,
                     "n_gen": r.n_gen,
                     "n_parallel": r.n_parallel,

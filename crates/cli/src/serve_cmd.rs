@@ -32,6 +32,12 @@ pub struct ServeArgs {
     /// signal) they end with a 503 and the server exits.
     #[arg(long = "shutdown-timeout", default_value_t = 10.0)]
     shutdown_timeout: f64,
+    /// Same answers under any load: a request gets the same tokens alone or among others, at
+    /// any -b and -np (batch-invariant kernels: no tiled attention or tiled K-quant order;
+    /// costs prompt-processing speed). Without it, the kernels are llama.cpp's, whose choice
+    /// depends on the step's size.
+    #[arg(long)]
+    deterministic: bool,
     /// No log output (llama.cpp's --log-disable); by default one line per request.
     #[arg(long = "log-disable")]
     pub log_disable: bool,
@@ -92,6 +98,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         queue: a.queue,
         n_batch: a.batch_size,
         api_key: a.api_key.clone(),
+        deterministic: a.deterministic,
         chat_template,
         model_name: name,
         shutdown_timeout: std::time::Duration::from_secs_f64(a.shutdown_timeout),

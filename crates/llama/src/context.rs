@@ -34,6 +34,12 @@ pub struct ContextParams {
     /// shape (llama.cpp's graph reuse; `TESSERA_GRAPH_REUSE_DISABLE=1` turns it off, as
     /// `LLAMA_GRAPH_REUSE_DISABLE` does llama.cpp's).
     pub graph_reuse: bool,
+    /// Batch-invariant arithmetic ([`Backend::set_batch_invariant`]): a token's logits do not
+    /// depend on what else is in its batch (the server's `--deterministic`), at a cost in
+    /// speed; off, the kernels are llama.cpp's choices (its bits).
+    ///
+    /// [`Backend::set_batch_invariant`]: tessera_backend::Backend::set_batch_invariant
+    pub batch_invariant: bool,
 }
 
 impl Default for ContextParams {
@@ -46,6 +52,7 @@ impl Default for ContextParams {
             type_k: DType::F16,
             type_v: DType::F16,
             graph_reuse: std::env::var_os("TESSERA_GRAPH_REUSE_DISABLE").is_none(),
+            batch_invariant: false,
         }
     }
 }
@@ -131,10 +138,16 @@ impl<'m> LlamaContext<'m> {
         for dev in &model.devices {
             let mut b = dev.init_backend()?;
             b.set_n_threads(params.n_threads)?;
+            if params.batch_invariant {
+                b.set_batch_invariant(true)?;
+            }
             backends.push(b);
         }
         let mut cpu = crate::placement::host_device().init_backend()?;
         cpu.set_n_threads(params.n_threads)?;
+        if params.batch_invariant {
+            cpu.set_batch_invariant(true)?;
+        }
         backends.push(cpu);
         let sched = Scheduler::new(backends, SchedParams::default())?;
         tracing::info!(

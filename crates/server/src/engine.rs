@@ -39,6 +39,9 @@ pub struct EngineConfig {
     pub n_batch: usize,
     /// Requests waiting for a slot before new ones get 503.
     pub queue: usize,
+    /// Batch-invariant arithmetic (`--deterministic`): a request's tokens do not depend on
+    /// what shares its steps.
+    pub deterministic: bool,
 }
 
 /// One token's log-probability and the most likely alternatives.
@@ -195,6 +198,7 @@ impl Engine {
                     n_threads: cfg.n_threads,
                     flash_attn: cfg.flash_attn,
                     n_ubatch: cfg.n_batch.min(512),
+                    batch_invariant: cfg.deterministic,
                     ..ContextParams::default()
                 };
                 let ctx = match LlamaContext::new(&model, params) {

@@ -72,6 +72,9 @@ pub struct ServerConfig {
     pub n_batch: usize,
     /// `--api-key`.
     pub api_key: Option<String>,
+    /// `--deterministic`: a request gets the same tokens alone or among others, at any `-b`
+    /// and slot count (batch-invariant kernels, at a cost in throughput).
+    pub deterministic: bool,
     /// A chat template replacing the GGUF's (`--chat-template-file`).
     pub chat_template: Option<String>,
     /// The model's name in responses (`--alias`).
@@ -175,6 +178,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             flash_attn: cfg.flash_attn,
             n_batch: cfg.n_batch,
             queue: cfg.queue,
+            deterministic: cfg.deterministic,
         },
         metrics.clone(),
     )?;

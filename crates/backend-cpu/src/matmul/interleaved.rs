@@ -364,8 +364,9 @@ pub(super) fn mul_mat(
     // Tiles of activation rows, `tile(t) = (first row, rows, GEMM chain)`: in one plane, the
     // rows 0..full (llama.cpp's GEMM rows, a multiple of four) in fours, then the rest; over
     // several planes one row at a time, its chain by its row in the plane.
+    // In batch-invariant mode every row takes the GEMV chain, the one a row alone takes.
     let ne11 = src1.ne[1];
-    let full = ne11 - ne11 % 4;
+    let full = if p.batch_invariant { 0 } else { ne11 - ne11 % 4 };
     let one_plane = src1.ne[2] * src1.ne[3] == 1;
     let ntiles = if one_plane { full / MAX_ROWS + (n1 - full).div_ceil(MAX_ROWS) } else { n1 };
     let tile = |t: usize| {

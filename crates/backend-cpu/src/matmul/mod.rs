@@ -244,7 +244,9 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     check_shapes(dst, src0, src1);
     let simd = effective(p.simd);
     let mut kernel = kernel(src0.dtype, simd);
-    if src0.dtype == DType::F16 && src1.ne[1] == 1 && simd >= SimdLevel::Avx2 {
+    // Batch-invariant mode takes the one-column kernels for every batch.
+    let one_column = src1.ne[1] == 1 || p.batch_invariant;
+    if src0.dtype == DType::F16 && one_column && simd >= SimdLevel::Avx2 {
         // llama.cpp hands one-column products to ggml_vec_dot_f16, not to tinyBLAS.
         // Every row goes through it: the wider kernels sum in tinyBLAS's order.
         if let Kernel::Dot { dot, dot4, tile, .. } = &mut kernel {
@@ -254,7 +256,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         }
     }
     #[cfg(target_arch = "x86_64")]
-    if src0.dtype == DType::BF16 && src1.ne[1] == 1 && simd >= SimdLevel::Avx2 {
+    if src0.dtype == DType::BF16 && one_column && simd >= SimdLevel::Avx2 {
         // The same for BF16: ggml_vec_dot_bf16 of the build this level stands for.
         if let Kernel::Dot { dot, dot4, tile, .. } = &mut kernel {
             *dot = dot_bf16::one_column(simd >= SimdLevel::Avx512);
@@ -298,7 +300,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         return interleaved::mul_mat(p, dst, src0, &act, vnni);
     }
     #[cfg(target_arch = "x86_64")]
-    if simd >= SimdLevel::Avx2 && kquant_tiled::applies(src0, src1) {
+    if simd >= SimdLevel::Avx2 && !p.batch_invariant && kquant_tiled::applies(src0, src1) {
         return kquant_tiled::mul_mat(p, dst, src0, &act, vnni);
     }
     #[cfg(target_arch = "x86_64")]

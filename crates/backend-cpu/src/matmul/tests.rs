@@ -131,6 +131,17 @@ const SENTINEL: u32 = 0x7fc0_5a5a;
 
 /// Runs `mul_mat` on `nth` threads; checks no write lands outside dst; returns dst.
 fn run(src0: &Host, src1: &Host, nth: usize, simd: SimdLevel) -> Vec<f32> {
+    run_with(src0, src1, nth, simd, false)
+}
+
+/// [`run`], in batch-invariant mode or not.
+fn run_with(
+    src0: &Host,
+    src1: &Host,
+    nth: usize,
+    simd: SimdLevel,
+    batch_invariant: bool,
+) -> Vec<f32> {
     const PAD: usize = 19;
     let (a, b) = (src0.tref(), src1.tref());
     let ne = [a.ne[1], b.ne[1], b.ne[2], b.ne[3]];
@@ -146,7 +157,15 @@ fn run(src0: &Host, src1: &Host, nth: usize, simd: SimdLevel) -> Vec<f32> {
         for ith in 0..nth {
             let sync = &sync;
             s.spawn(move || {
-                let p = ComputeParams { ith, nth, wdata: wdata as *mut u8, wsize, sync, simd };
+                let p = ComputeParams {
+                    ith,
+                    nth,
+                    wdata: wdata as *mut u8,
+                    wsize,
+                    sync,
+                    simd,
+                    batch_invariant,
+                };
                 mul_mat(&p, &d, &a, &b);
             });
         }
@@ -754,6 +773,43 @@ fn repacked_products_follow_the_repacked_chains() {
                     let got = run(&src0, &src1, nth, simd);
                     if got.iter().zip(&want).any(|(a, b)| a.to_bits() != b.to_bits()) {
                         failures.push(format!("{dtype} n={n} {simd} {nth} threads"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// In batch-invariant mode every activation row gets the bits it gets alone, for every weight
+/// type, level, thread count and batch size (the K-quants' tiled order and F16/BF16's
+/// tinyBLAS order included, which the default mode takes from 8 and 2 rows).
+#[test]
+fn batch_invariant_rows_get_the_bits_they_get_alone() {
+    let mut rng = Rng(0xba7c);
+    let mut failures = Vec::new();
+    for dtype in weight_types() {
+        let (k, m) = (512, 19);
+        let wbytes = weights(dtype, k * m, &mut rng, false);
+        let src0 = Host::packed(dtype, [k, m, 1, 1], &wbytes);
+        let rows: Vec<Vec<f32>> = (0..70).map(|_| rng.f32s(k)).collect();
+        let batch = |n: usize| {
+            let v: Vec<f32> = rows[..n].iter().flatten().copied().collect();
+            Host::packed(DType::F32, [k, n, 1, 1], &f32_bytes(&v))
+        };
+        for simd in SimdLevel::available() {
+            let alone: Vec<Vec<f32>> = (0..70)
+                .map(|r| {
+                    let one = Host::packed(DType::F32, [k, 1, 1, 1], &f32_bytes(&rows[r]));
+                    run_with(&src0, &one, 1, simd, true)
+                })
+                .collect();
+            for n in [2, 8, 13, 70] {
+                let got = run_with(&src0, &batch(n), 2, simd, true);
+                for (r, row) in got.chunks(m).enumerate() {
+                    if row.iter().zip(&alone[r]).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                        failures.push(format!("{dtype} {simd} {n} rows: row {r} differs"));
+                        break;
                     }
                 }
             }

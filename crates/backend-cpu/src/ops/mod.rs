@@ -73,7 +73,9 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
         Op::FlashAttnExt { scale, max_bias, softcap } => {
             let qkv = [node.s(0), node.s(1), node.s(2)];
             let params = [scale, max_bias, softcap];
-            if attention_tiled::applies(qkv[0], qkv[1], qkv[2]) {
+            // The tiled algorithm (from 64 query rows) sums in another order than the
+            // one-row one: not in batch-invariant mode.
+            if !p.batch_invariant && attention_tiled::applies(qkv[0], qkv[1], qkv[2]) {
                 attention_tiled::flash_attn_ext_tiled(p, dst, qkv, node.src[3], params)
             } else {
                 attention::flash_attn_ext(p, dst, qkv, node.src[3], params)

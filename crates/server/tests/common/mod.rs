@@ -43,6 +43,7 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         chat_template: None,
         model_name: "smollm2".into(),
         shutdown_timeout: std::time::Duration::from_secs(30),
+        deterministic: false,
     }
 }
 
