@@ -38,6 +38,13 @@ pub struct ServeArgs {
     /// depends on the step's size.
     #[arg(long)]
     deterministic: bool,
+    /// Where a reply's `<think>...</think>` goes: `deepseek` (or `auto`) into
+    /// `reasoning_content`, `none` left in `content` (llama-server's flag).
+    #[arg(long = "reasoning-format", default_value = "auto", value_parser = ["auto", "deepseek", "none"])]
+    reasoning_format: String,
+    /// -1: think freely; 0: ask the chat template not to think (`enable_thinking: false`).
+    #[arg(long = "reasoning-budget", default_value_t = -1, allow_negative_numbers = true)]
+    reasoning_budget: i32,
     /// No log output (llama.cpp's --log-disable); by default one line per request.
     #[arg(long = "log-disable")]
     pub log_disable: bool,
@@ -99,6 +106,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
         n_batch: a.batch_size,
         api_key: a.api_key.clone(),
         deterministic: a.deterministic,
+        reasoning_format: if a.reasoning_format == "none" {
+            tessera_server::reasoning::ReasoningFormat::None
+        } else {
+            tessera_server::reasoning::ReasoningFormat::Deepseek
+        },
+        reasoning_budget: a.reasoning_budget,
         chat_template,
         model_name: name,
         shutdown_timeout: std::time::Duration::from_secs_f64(a.shutdown_timeout),

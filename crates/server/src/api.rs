@@ -91,7 +91,7 @@ impl Default for Sampling {
     }
 }
 
-pub use crate::prompt::{Prompt, PromptPart};
+pub use crate::prompt::{ChatMessage, Prompt, PromptPart};
 
 /// A validated generation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +116,10 @@ pub struct GenRequest {
     pub constraint: Option<(Constraint, &'static str)>,
     /// llama-server's `ignore_eos`: end-of-generation tokens are never sampled.
     pub ignore_eos: bool,
+    /// Tools the model may call (chat only; `None` without tools).
+    pub tools: Option<crate::tools::ToolUse>,
+    /// llama-server's `chat_template_kwargs`: more variables for the chat template.
+    pub template_kwargs: Map<String, Value>,
 }
 
 /// `response_format` (OpenAI's `json_object` / `json_schema`, llama-server's
@@ -280,6 +284,9 @@ pub fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 
 /// The fields both endpoints share.
 fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenRequest, ApiError> {
+    if !chat && o.get("tools").is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::field("tools", "tool calls need /v1/chat/completions"));
+    }
     if let Some(n) = opt_int(o, "n", 1, i64::MAX)? {
         if n != 1 {
             return Err(ApiError::field("n", "only 1 choice per request is supported"));
@@ -371,6 +378,8 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
         model,
         constraint,
         ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
+        tools: None,
+        template_kwargs: Map::new(),
     })
 }
 
@@ -458,9 +467,55 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
                 ))
             }
         };
-        out.push((role, content));
+        let mut msg = ChatMessage::new(&role, &content);
+        if let Some(calls) = m.get("tool_calls").filter(|v| !v.is_null()) {
+            if role != "assistant" {
+                return Err(ApiError::field(
+                    &p("tool_calls"),
+                    "only assistant messages make calls",
+                ));
+            }
+            msg.tool_calls = crate::tools::parse_message_calls(calls, &p("tool_calls"))?;
+        }
+        for (key, slot) in [("tool_call_id", &mut msg.tool_call_id), ("name", &mut msg.name)] {
+            match m.get(key) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(s)) => *slot = Some(s.clone()),
+                Some(other) => {
+                    return Err(ApiError::field(
+                        &p(key),
+                        format!("expected a string, got {}", type_name(other)),
+                    ))
+                }
+            }
+        }
+        out.push(msg);
     }
-    common(o, Prompt::Chat(out), true)
+    let mut req = common(o, Prompt::Chat(out), true)?;
+    req.tools = crate::tools::parse(o)?;
+    match o.get("chat_template_kwargs") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(k)) => req.template_kwargs = k.clone(),
+        Some(other) => {
+            return Err(ApiError::field(
+                "chat_template_kwargs",
+                format!("expected an object, got {}", type_name(other)),
+            ))
+        }
+    }
+    if let Some(t) = &req.tools {
+        let forced = matches!(
+            t.choice,
+            crate::tools::ToolChoice::Required | crate::tools::ToolChoice::Named(_)
+        );
+        if forced && req.constraint.is_some() {
+            return Err(ApiError::field(
+                "tool_choice",
+                "a required call cannot be combined with response_format, json_schema or grammar",
+            ));
+        }
+    }
+    Ok(req)
 }
 
 /// `POST /v1/completions`: one request per prompt (`prompt` may be a string, token ids,

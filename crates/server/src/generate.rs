@@ -3,8 +3,11 @@
 //! `/infill`, each as one JSON body or as server-sent events.
 
 use crate::api::{self, ApiError, GenRequest, Prompt};
+use crate::constrain::Constraint;
 use crate::engine::{Event, Job, Logprob, Timings};
 use crate::http::{body_or_413, new_id, now, AppState};
+use crate::reasoning::{ReasoningFormat, ThinkSplit};
+use crate::tools::{Format, StreamSplit, ToolChoice};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -21,13 +24,20 @@ use tokio_stream::StreamExt;
 type St = State<Arc<AppState>>;
 type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
-/// Renders and tokenizes the prompt, checks it fits the context, queues the job.
-fn start(st: &AppState, req: &GenRequest) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+/// Renders and tokenizes the prompt, checks it fits the context, queues the job; says whether
+/// the rendered chat prompt leaves the reply inside `<think>`.
+fn start(
+    st: &AppState,
+    req: &GenRequest,
+) -> Result<(mpsc::UnboundedReceiver<Event>, bool), ApiError> {
     let vocab = &st.model.vocab;
     let rendered = match &req.prompt {
-        Prompt::Chat(msgs) => Some(crate::http::render_chat(st, msgs)?),
+        Prompt::Chat(msgs) => {
+            Some(crate::http::render_chat(st, msgs, req.tools.as_ref(), &req.template_kwargs)?)
+        }
         _ => None,
     };
+    let opened = rendered.as_deref().is_some_and(crate::reasoning::prompt_opens_thinking);
     let tokens = req.prompt.tokens(vocab, rendered.as_deref())?;
     let field = req.prompt.field();
     if tokens.is_empty() {
@@ -42,9 +52,10 @@ fn start(st: &AppState, req: &GenRequest) -> Result<mpsc::UnboundedReceiver<Even
         e.code = Some("context_length_exceeded");
         return Err(e);
     }
-    let matcher = match &req.constraint {
-        Some((c, param)) => Some(st.constrainer.matcher(c, param)?),
-        None => None,
+    let matcher = match (&req.constraint, forced_call_grammar(st, req)) {
+        (Some((c, param)), _) => Some(st.constrainer.matcher(c, param)?),
+        (None, Some(lark)) => Some(st.constrainer.matcher(&Constraint::Lark(lark), "tools")?),
+        (None, None) => None,
     };
     let (tx, rx) = mpsc::unbounded_channel();
     st.engine.submit(Job {
@@ -58,7 +69,24 @@ fn start(st: &AppState, req: &GenRequest) -> Result<mpsc::UnboundedReceiver<Even
         ignore_eos: req.ignore_eos,
     })?;
     st.metrics.add_request();
-    Ok(rx)
+    Ok((rx, opened))
+}
+
+/// With `tool_choice` `required` or a named function: the grammar of a reply that is a call.
+fn forced_call_grammar(st: &AppState, req: &GenRequest) -> Option<String> {
+    let t = req.tools.as_ref()?;
+    if !matches!(t.choice, ToolChoice::Required | ToolChoice::Named(_)) {
+        return None;
+    }
+    let format = Format::of(st.template.as_deref()?);
+    Some(crate::tools::grammar(format, &t.tools, &t.choice, t.parallel))
+}
+
+/// The format of calls a chat request's reply may hold, and its tools (`None` without
+/// tools, or with `tool_choice` `none`).
+fn tool_format(st: &AppState, req: &GenRequest) -> Option<(Format, Vec<crate::tools::Tool>)> {
+    let t = req.tools.as_ref().filter(|t| t.choice != ToolChoice::None)?;
+    Some((Format::of(st.template.as_deref()?), t.tools.clone()))
 }
 
 /// A finished request, gathered from its events.
@@ -168,10 +196,15 @@ async fn openai(
     chat: bool,
 ) -> Result<Response, ApiError> {
     let first = reqs[0].clone();
+    let tools = if chat { tool_format(&st, &first) } else { None };
     let mut rxs = Vec::with_capacity(reqs.len());
+    let mut opened = Vec::with_capacity(reqs.len());
     for r in &reqs {
-        rxs.push(start(&st, r)?);
+        let (rx, o) = start(&st, r)?;
+        rxs.push(rx);
+        opened.push(o);
     }
+    let think = chat && st.reasoning_format == ReasoningFormat::Deepseek;
     let id = new_id(if chat { "chatcmpl" } else { "cmpl" });
     let created = now();
     let model = first.model.clone().unwrap_or_else(|| st.model_name.clone());
@@ -182,11 +215,28 @@ async fn openai(
         for (index, rx) in rxs.into_iter().enumerate() {
             let o = collect(rx).await?;
             let logprobs = first.logprobs.map(|_| openai_logprobs(&o.logprobs, chat));
-            choices.push(if chat {
-                json!({"index": index, "message": {"role": "assistant", "content": o.text}, "finish_reason": o.finish_reason, "logprobs": logprobs})
+            let (reasoning, text) = if think {
+                crate::reasoning::split(&o.text, opened[index])
+            } else {
+                (None, o.text.clone())
+            };
+            let calls = match &tools {
+                Some((format, list)) => crate::tools::parse_reply(*format, &text, list),
+                None => (text.clone(), Vec::new()),
+            };
+            let mut choice = if !calls.1.is_empty() {
+                let content = if calls.0.is_empty() { Value::Null } else { calls.0.into() };
+                let tc: Vec<Value> = calls.1.iter().map(|c| c.openai(None)).collect();
+                json!({"index": index, "message": {"role": "assistant", "content": content, "tool_calls": tc}, "finish_reason": "tool_calls", "logprobs": logprobs})
+            } else if chat {
+                json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": o.finish_reason, "logprobs": logprobs})
             } else {
                 json!({"index": index, "text": o.text, "finish_reason": o.finish_reason, "logprobs": logprobs})
-            });
+            };
+            if let Some(r) = reasoning {
+                choice["message"]["reasoning_content"] = r.into();
+            }
+            choices.push(choice);
             (p, c, g) = (p + o.prompt_tokens, c + o.cached_tokens, g + o.completion_tokens);
             timings.get_or_insert(o.timings);
         }
@@ -225,6 +275,11 @@ async fn openai(
         ));
     }
     let merged = merge(rxs);
+    let mut splits: Vec<Option<StreamSplit>> =
+        (0..n).map(|_| tools.as_ref().map(|(f, _)| StreamSplit::new(*f))).collect();
+    let tool_list = tools.map(|(_, l)| l).unwrap_or_default();
+    let mut thinks: Vec<Option<ThinkSplit>> =
+        opened.iter().map(|&o| think.then(|| ThinkSplit::new(o))).collect();
     tokio::spawn(async move {
         let mut merged = merged;
         let mut done = 0;
@@ -238,24 +293,40 @@ async fn openai(
             let mut out = Vec::new();
             match ev {
                 Event::Token { text, logprob } => {
-                    if text.is_empty() && !(want_lp && logprob.is_some()) {
-                        continue;
-                    }
-                    let lp = logprob.filter(|_| want_lp).map(|l| {
-                        if chat {
-                            json!({"content": [logprob_json(&l, true)]})
-                        } else {
-                            json!({"tokens": [l.token], "token_logprobs": [l.logprob]})
+                    let text = match &mut thinks[index] {
+                        Some(t) => {
+                            let (r, c) = t.push(&text);
+                            if !r.is_empty() {
+                                out.push(chunk(
+                                    json!({"index": index, "delta": {"reasoning_content": r}, "finish_reason": null}),
+                                    None,
+                                ));
+                            }
+                            c
                         }
-                    });
-                    out.push(chunk(
-                        if chat {
-                            json!({"index": index, "delta": {"content": text}, "finish_reason": null, "logprobs": lp})
-                        } else {
-                            json!({"index": index, "text": text, "finish_reason": null, "logprobs": lp})
-                        },
-                        None,
-                    ));
+                        None => text,
+                    };
+                    let text = match &mut splits[index] {
+                        Some(s) => s.push(&text),
+                        None => text,
+                    };
+                    if !text.is_empty() || (want_lp && logprob.is_some()) {
+                        let lp = logprob.filter(|_| want_lp).map(|l| {
+                            if chat {
+                                json!({"content": [logprob_json(&l, true)]})
+                            } else {
+                                json!({"tokens": [l.token], "token_logprobs": [l.logprob]})
+                            }
+                        });
+                        out.push(chunk(
+                            if chat {
+                                json!({"index": index, "delta": {"content": text}, "finish_reason": null, "logprobs": lp})
+                            } else {
+                                json!({"index": index, "text": text, "finish_reason": null, "logprobs": lp})
+                            },
+                            None,
+                        ));
+                    }
                 }
                 Event::Done {
                     finish_reason,
@@ -264,6 +335,41 @@ async fn openai(
                     completion_tokens,
                     timings,
                 } => {
+                    let mut tail = String::new();
+                    if let Some(t) = &mut thinks[index] {
+                        let (r, c) = t.finish();
+                        if !r.is_empty() {
+                            out.push(chunk(
+                                json!({"index": index, "delta": {"reasoning_content": r}, "finish_reason": null}),
+                                None,
+                            ));
+                        }
+                        tail = c;
+                    }
+                    let (rest, calls) = match &mut splits[index] {
+                        Some(s) => {
+                            let mut shown = s.push(&tail);
+                            let (r, c) = s.finish(&tool_list);
+                            shown.push_str(&r);
+                            (shown, c)
+                        }
+                        None => (tail, Vec::new()),
+                    };
+                    if !rest.is_empty() {
+                        out.push(chunk(
+                            json!({"index": index, "delta": {"content": rest}, "finish_reason": null}),
+                            None,
+                        ));
+                    }
+                    let finish_reason = if calls.is_empty() { finish_reason } else { "tool_calls" };
+                    if !calls.is_empty() {
+                        let tc: Vec<Value> =
+                            calls.iter().enumerate().map(|(k, c)| c.openai(Some(k))).collect();
+                        out.push(chunk(
+                            json!({"index": index, "delta": {"tool_calls": tc}, "finish_reason": null}),
+                            None,
+                        ));
+                    }
                     let choice = if chat {
                         json!({"index": index, "delta": {}, "finish_reason": finish_reason})
                     } else {
@@ -341,7 +447,7 @@ fn stop_type(finish_reason: &str, text_hit_stop: bool) -> &'static str {
 /// `/completion` and `/infill`: llama-server's own body (`content`, `stop`, `timings`, ...);
 /// streamed as `data: {...}` events without `[DONE]`, the last with `"stop": true`.
 async fn native(st: Arc<AppState>, req: GenRequest) -> Result<Response, ApiError> {
-    let rx = start(&st, &req)?;
+    let (rx, _) = start(&st, &req)?;
     let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
     let has_stops = !req.stop.is_empty();
     let last = move |finish_reason: &'static str,

@@ -35,6 +35,10 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// `--api-key`.
     pub api_key: Option<String>,
+    /// `--reasoning-format`.
+    pub reasoning_format: crate::reasoning::ReasoningFormat,
+    /// The templates' `enable_thinking` (`--reasoning-budget 0` turns it off).
+    pub enable_thinking: bool,
 }
 
 type St = State<Arc<AppState>>;
@@ -216,15 +220,48 @@ async fn slots(State(st): St) -> Json<Value> {
     ))
 }
 
-/// The chat template applied to `msgs`, with the generation prompt; a template failure is
-/// the request's error.
-pub(crate) fn render_chat(st: &AppState, msgs: &[(String, String)]) -> Result<String, ApiError> {
+/// The chat template applied to `msgs` (with `tools` unless `tool_choice` is `none`), with
+/// the generation prompt; a template failure is the request's error. A template that renders
+/// no tools gets them described in a system message (the generic format).
+pub(crate) fn render_chat(
+    st: &AppState,
+    msgs: &[api::ChatMessage],
+    tools: Option<&crate::tools::ToolUse>,
+    kwargs: &serde_json::Map<String, Value>,
+) -> Result<String, ApiError> {
+    use crate::tools::{Format, ToolChoice};
     let tpl = st.template.as_deref().ok_or_else(|| {
         ApiError::new(400, "invalid_request_error", "the model has no chat template; use /v1/completions or start the server with --chat-template-file")
     })?;
-    let pairs: Vec<(&str, &str)> = msgs.iter().map(|(r, c)| (r.as_str(), c.as_str())).collect();
-    tessera_llama::chat::apply(tpl, &pairs, true, &st.model.vocab)
-        .map_err(|e| ApiError::field("messages", format!("the chat template failed: {e}")))
+    let tools = tools.filter(|t| t.choice != ToolChoice::None);
+    let mut values: Vec<Value> = msgs.iter().map(api::ChatMessage::template_value).collect();
+    let mut tool_list = None;
+    if let Some(t) = tools {
+        if Format::of(tpl) == Format::Generic {
+            let text = crate::tools::generic_system_prompt(&t.tools);
+            match values.first_mut() {
+                Some(first) if first["role"] == "system" => {
+                    let old = first["content"].as_str().unwrap_or_default().to_string();
+                    first["content"] = format!("{old}\n\n{text}").into();
+                }
+                _ => values.insert(0, json!({"role": "system", "content": text})),
+            }
+        } else {
+            tool_list = Some(crate::tools::template_tools(&t.tools));
+        }
+    }
+    let mut vars = serde_json::Map::new();
+    vars.insert("enable_thinking".into(), st.enable_thinking.into());
+    vars.extend(kwargs.clone());
+    tessera_llama::chat::apply_structured(
+        tpl,
+        &values,
+        tool_list.as_ref(),
+        true,
+        &st.model.vocab,
+        Some(&vars),
+    )
+    .map_err(|e| ApiError::field("messages", format!("the chat template failed: {e}")))
 }
 
 /// llama-server's `POST /apply-template`: the prompt the chat template makes of `messages`.
@@ -237,7 +274,7 @@ async fn apply_template(
     let api::Prompt::Chat(msgs) = &req.prompt else {
         return Err(ApiError::field("messages", "is required"));
     };
-    Ok(Json(json!({ "prompt": render_chat(&st, msgs)? })))
+    Ok(Json(json!({ "prompt": render_chat(&st, msgs, req.tools.as_ref(), &req.template_kwargs)? })))
 }
 
 /// Reads a body that failed to arrive whole (over the limit) as a 413.

@@ -41,6 +41,8 @@ mod generate;
 pub mod http;
 pub mod metrics;
 pub mod prompt;
+pub mod reasoning;
+pub mod tools;
 
 pub use error::{Result, ServerError};
 
@@ -82,6 +84,11 @@ pub struct ServerConfig {
     /// After SIGINT/SIGTERM (or [`Server::stop`]), how long running replies may go on before
     /// they are ended with a 503; a second signal ends them at once.
     pub shutdown_timeout: std::time::Duration,
+    /// `--reasoning-format`: where a reply's `<think>` goes.
+    pub reasoning_format: reasoning::ReasoningFormat,
+    /// `--reasoning-budget`: -1 thinks freely, 0 asks the template not to think
+    /// (`enable_thinking: false`).
+    pub reasoning_budget: i32,
 }
 
 /// A started server: its address, and a way to stop it.
@@ -150,6 +157,12 @@ async fn signal(handle_signals: bool) {
 /// Starts the engine and the HTTP server on their own threads; returns once it listens.
 /// With `handle_signals`, SIGINT and SIGTERM stop it gracefully.
 pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Result<Server> {
+    if cfg.reasoning_budget != -1 && cfg.reasoning_budget != 0 {
+        return Err(ServerError::Config(format!(
+            "--reasoning-budget {}: only -1 (unrestricted) and 0 (no thinking) are supported",
+            cfg.reasoning_budget
+        )));
+    }
     let template = cfg.chat_template.clone().or_else(|| model.chat_template.clone());
     if let Some(t) = &template {
         // A template that cannot render a plain exchange would fail every chat request.
@@ -191,6 +204,8 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         engine,
         metrics,
         api_key: cfg.api_key.clone(),
+        reasoning_format: cfg.reasoning_format,
+        enable_thinking: cfg.reasoning_budget != 0,
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let listener =

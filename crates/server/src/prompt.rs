@@ -15,11 +15,57 @@ pub enum PromptPart {
     Token(u64),
 }
 
+/// One chat message as the template sees it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// Its text.
+    pub content: String,
+    /// An assistant's calls.
+    pub tool_calls: Vec<crate::tools::ToolCall>,
+    /// A tool result's call id.
+    pub tool_call_id: Option<String>,
+    /// A tool result's function name.
+    pub name: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message of `role` with `content`.
+    pub fn new(role: &str, content: &str) -> Self {
+        ChatMessage { role: role.into(), content: content.into(), ..Default::default() }
+    }
+
+    /// The object chat templates read: `role`, `content`, and `tool_calls` (arguments as
+    /// objects, as Hugging Face templates expect), `tool_call_id`, `name` where set.
+    pub fn template_value(&self) -> Value {
+        let mut v = serde_json::json!({"role": self.role, "content": self.content});
+        if !self.tool_calls.is_empty() {
+            v["tool_calls"] = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    serde_json::json!({"id": c.id, "type": "function", "function": {
+                        "name": c.name, "arguments": c.arguments,
+                    }})
+                })
+                .collect();
+        }
+        if let Some(id) = &self.tool_call_id {
+            v["tool_call_id"] = id.clone().into();
+        }
+        if let Some(n) = &self.name {
+            v["name"] = n.clone().into();
+        }
+        v
+    }
+}
+
 /// What to generate from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Prompt {
-    /// Chat messages (role, text), rendered through the chat template.
-    Chat(Vec<(String, String)>),
+    /// Chat messages, rendered through the chat template.
+    Chat(Vec<ChatMessage>),
     /// Raw text (`/v1/completions`, `/completion`).
     Text(String),
     /// Token ids and texts in order.

@@ -263,3 +263,81 @@ fn infill_fills_the_middle_with_the_models_fim_tokens() {
     assert!(r.json()["tokens_evaluated"].as_u64().unwrap() > n as u64 + 3, "{}", r.body);
     srv.stop();
 }
+
+/// Tool calls through the official `openai` client on Qwen2.5-Coder-0.5B-Instruct (its
+/// template renders tools): required, named, auto, streamed and not, a tool result back
+/// (tests/py/tool_calls.py).
+#[test]
+fn the_openai_client_calls_tools() {
+    let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
+    let model = std::sync::Arc::new(tessera_llama::Model::load(path).expect("load"));
+    let srv = tessera_server::start(model, config(1, 4, None), false).expect("server");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/tool_calls.py");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{}", srv.addr))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "{} failed:\n{}{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    srv.stop();
+}
+
+/// Reasoning apart from the answer: a chat template that opens `<think>` (as DeepSeek-R1's
+/// does) puts the whole (unfinished) reply in `reasoning_content`, streamed as its own deltas;
+/// `--reasoning-format none` leaves it in `content`; `chat_template_kwargs` and the
+/// `enable_thinking` variable reach the template; `--reasoning-budget` other than -1/0 is
+/// refused at start.
+#[test]
+fn thoughts_come_apart_from_the_answer() {
+    let tpl = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+               {% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking %}<think>\n{% endif %}\
+               {% if style %}[{{ style }}]{% endif %}{% endif %}";
+    let mut cfg = config(1, 4, None);
+    cfg.chat_template = Some(tpl.into());
+    let srv = tessera_server::start(model(), cfg.clone(), false).expect("server");
+    let a = srv.addr;
+    let body = |stream: bool| json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0, "stream": stream});
+    let v = post(a, "/v1/chat/completions", &body(false)).json();
+    let m = &v["choices"][0]["message"];
+    let thought = m["reasoning_content"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(!thought.is_empty() && m["content"] == "", "{v}");
+    let r = post(a, "/v1/chat/completions", &body(true));
+    let mut streamed = String::new();
+    for d in sse_data(&r.body).iter().filter(|d| *d != "[DONE]") {
+        let e: Value = serde_json::from_str(d).unwrap();
+        let delta = &e["choices"][0]["delta"];
+        assert!(delta["content"].as_str().unwrap_or_default().is_empty(), "{d}");
+        streamed.push_str(delta["reasoning_content"].as_str().unwrap_or_default());
+    }
+    assert_eq!(streamed, thought);
+    // The request's template variables reach the template.
+    let p = post(
+        a,
+        "/apply-template",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"style": "brief", "enable_thinking": false}}),
+    )
+    .json()["prompt"]
+    .as_str()
+    .unwrap()
+    .to_string();
+    assert!(p.ends_with("assistant\n[brief]"), "{p}");
+    srv.stop();
+
+    cfg.reasoning_format = tessera_server::reasoning::ReasoningFormat::None;
+    let srv = tessera_server::start(model(), cfg.clone(), false).expect("server");
+    let v = post(srv.addr, "/v1/chat/completions", &body(false)).json();
+    assert!(v["choices"][0]["message"]["reasoning_content"].is_null(), "{v}");
+    assert_eq!(v["choices"][0]["message"]["content"].as_str(), Some(thought), "{v}");
+    srv.stop();
+
+    cfg.reasoning_budget = 100;
+    let e = tessera_server::start(model(), cfg, false).err().expect("budget 100");
+    assert!(e.to_string().contains("--reasoning-budget 100"), "{e}");
+}

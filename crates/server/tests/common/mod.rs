@@ -44,6 +44,8 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         model_name: "smollm2".into(),
         shutdown_timeout: std::time::Duration::from_secs(30),
         deterministic: false,
+        reasoning_format: tessera_server::reasoning::ReasoningFormat::Deepseek,
+        reasoning_budget: -1,
     }
 }
 
