@@ -212,6 +212,24 @@ impl KvCache {
         self.head = 0;
     }
 
+    /// Adds sequence `dst` to the cells of sequence `src` with positions in `[p0, p1)`
+    /// (`llama_memory_seq_cp`): the two share those cells (no data moves), so `dst` can
+    /// continue from `src`'s prefix. Negative bounds are open, as in [`seq_rm`](Self::seq_rm).
+    pub fn seq_cp(&mut self, src: u32, dst: u32, p0: i32, p1: i32) {
+        let p0 = p0.max(0);
+        let p1 = if p1 < 0 { i32::MAX } else { p1 };
+        for c in &mut self.cells {
+            if c.seqs & (1u64 << src) != 0 && c.pos >= p0 && c.pos < p1 {
+                c.seqs |= 1u64 << dst;
+            }
+        }
+    }
+
+    /// Cells holding sequence `seq`.
+    pub fn seq_cells(&self, seq: u32) -> usize {
+        self.cells.iter().filter(|c| c.seqs & (1u64 << seq) != 0).count()
+    }
+
     /// Empties every cell.
     pub fn clear(&mut self) {
         self.cells.fill(Cell::EMPTY);

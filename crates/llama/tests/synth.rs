@@ -173,3 +173,44 @@ fn seq_rm_takes_negative_bounds_as_open() {
     ctx.kv_cache_mut().seq_rm(None, -1, -1);
     assert_eq!(ctx.kv_cache().used(), 0);
 }
+
+/// A sequence that shares another's prefix cells (`seq_cp`) continues from them: with
+/// batch-invariant kernels, its next token's logits are bit for bit those the first sequence
+/// got for the same token at the same position, computed in a batch of eight.
+#[test]
+fn a_shared_prefix_continues_as_the_original() {
+    let (_, spec, vocab) = tessera_llama::synth::test_models()
+        .into_iter()
+        .find(|m| m.0 == "synth-qwen3-q8_0")
+        .unwrap();
+    let vocab = tessera_models::fixtures::vocab(vocab).unwrap();
+    let v = tessera_gguf::GgufFile::open(&vocab).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
+    let model = Model::load(&path).unwrap();
+    let params = tessera_llama::ContextParams {
+        n_ctx: 256,
+        n_threads: 2,
+        batch_invariant: true,
+        ..Default::default()
+    };
+    let mut ctx = tessera_llama::LlamaContext::new(&model, params).unwrap();
+    let toks = [11u32, 22, 33, 44, 55, 66, 77, 88];
+    let mut batch = tessera_llama::Batch::new();
+    for (i, &t) in toks.iter().enumerate() {
+        batch.add(t, i as i32, 0, true);
+    }
+    ctx.decode(&batch).unwrap();
+    let want = ctx.logits_ith(5).unwrap().to_vec();
+    ctx.kv_cache_mut().seq_cp(0, 1, 0, 5);
+    assert_eq!(ctx.kv_cache().seq_cells(1), 5);
+    assert_eq!(ctx.kv_cache().used(), 8, "shared, not copied");
+    ctx.decode(&tessera_llama::Batch::from_tokens(&[toks[5]], 5, 1)).unwrap();
+    let got = ctx.logits_ith(0).unwrap();
+    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+    // Dropping the original leaves the shared cells to the copy.
+    ctx.kv_cache_mut().seq_rm(Some(0), -1, -1);
+    assert_eq!(ctx.kv_cache().used(), 6);
+    assert_eq!(ctx.kv_cache().seq_cells(1), 6);
+}

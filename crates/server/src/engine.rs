@@ -421,10 +421,32 @@ impl Worker<'_> {
             return;
         };
         // At least the last prompt token is evaluated, for its logits.
-        let keep = common(&self.slots[i]).min(job.prompt.len() - 1);
+        let mut keep = common(&self.slots[i]).min(job.prompt.len() - 1);
+        // Another slot (idle or busy) may hold a longer prefix: share its cells (the cache is
+        // unified; cells carry every sequence that reads them) instead of computing it again.
+        let donor = (0..self.slots.len())
+            .filter(|&j| j != i)
+            .map(|j| (common(&self.slots[j]).min(job.prompt.len() - 1), j))
+            .filter(|&(n, _)| n > keep)
+            .max();
+        let kv = self.ctx.kv_cache_mut();
+        let seq = self.slots[i].seq;
+        if let Some((n, j)) = donor {
+            kv.seq_rm(Some(seq), -1, -1);
+            kv.seq_cp(self.slots[j].seq, seq, 0, n as i32);
+            self.slots[i].cache = job.prompt[..n].to_vec();
+            tracing::debug!(
+                slot = i,
+                from = j,
+                cells = n,
+                "prompt prefix shared from another slot"
+            );
+            keep = n;
+        } else {
+            kv.seq_rm(Some(seq), keep as i32, -1);
+            self.slots[i].cache.truncate(keep);
+        }
         let slot = &mut self.slots[i];
-        self.ctx.kv_cache_mut().seq_rm(Some(slot.seq), keep as i32, i32::MAX);
-        slot.cache.truncate(keep);
         self.clock += 1;
         slot.last_used = self.clock;
         let sp = &job.sampling;
@@ -624,7 +646,24 @@ impl Worker<'_> {
             }
         }
         self.metrics.set_kv_used(self.ctx.kv_cache().used(), self.ctx.kv_cache().size());
-        self.metrics.set_kv_in_slots(self.slots.iter().map(|s| s.cache.len()).sum());
+        self.metrics.set_kv_in_slots(self.cells_accounted());
+    }
+
+    /// Cells every sequence holding them accounts for (a slot's cache covers positions
+    /// `0..len`): equal to the cells in use unless a cell leaked (shared cells count once).
+    fn cells_accounted(&self) -> usize {
+        self.ctx
+            .kv_cache()
+            .cells()
+            .iter()
+            .filter(|c| !c.is_empty())
+            .filter(|c| {
+                (0..self.slots.len()).all(|s| {
+                    c.seqs & (1u64 << self.slots[s].seq) == 0
+                        || (c.pos as usize) < self.slots[s].cache.len()
+                })
+            })
+            .count()
     }
 
     /// Frees cells until `want` are free, dropping idle slots' cached tokens, least recently

@@ -29,12 +29,18 @@ enum State {
 pub struct ThinkSplit {
     state: State,
     buf: String,
+    /// After `</think>`: the answer's leading whitespace is dropped.
+    skip_ws: bool,
 }
 
 impl ThinkSplit {
     /// A split for a reply whose prompt ended inside `<think>` (`opened`) or not.
     pub fn new(opened: bool) -> Self {
-        ThinkSplit { state: if opened { State::Think } else { State::Start }, buf: String::new() }
+        ThinkSplit {
+            state: if opened { State::Think } else { State::Start },
+            buf: String::new(),
+            skip_ws: false,
+        }
     }
 
     /// Adds a piece; returns (reasoning, content) that may be shown now.
@@ -58,8 +64,9 @@ impl ThinkSplit {
                 State::Think => {
                     if let Some(p) = self.buf.find(CLOSE) {
                         reasoning.push_str(&self.buf[..p]);
-                        self.buf = self.buf[p + CLOSE.len()..].trim_start().to_string();
+                        self.buf = self.buf[p + CLOSE.len()..].to_string();
                         self.state = State::Content;
+                        self.skip_ws = true;
                         continue;
                     }
                     let keep = (1..CLOSE.len().min(self.buf.len() + 1))
@@ -75,6 +82,15 @@ impl ThinkSplit {
                     break;
                 }
                 State::Content => {
+                    if self.skip_ws {
+                        let t = self.buf.trim_start();
+                        if t.is_empty() {
+                            self.buf.clear();
+                            break;
+                        }
+                        self.buf = t.to_string();
+                        self.skip_ws = false;
+                    }
                     content.push_str(&self.buf);
                     self.buf.clear();
                     break;

@@ -341,3 +341,38 @@ fn thoughts_come_apart_from_the_answer() {
     let e = tessera_server::start(model(), cfg, false).err().expect("budget 100");
     assert!(e.to_string().contains("--reasoning-budget 100"), "{e}");
 }
+
+/// A prompt that shares a long prefix with what another slot holds (here: a busy one) takes
+/// those cells instead of computing them again: `cached_tokens` covers the prefix and the
+/// prompt time is a fraction of the first request's.
+#[test]
+fn a_prefix_held_by_another_slot_is_reused() {
+    let srv = server(2, 8, None);
+    let a = srv.addr;
+    let prefix = words(600);
+    let first = json!({"prompt": format!("{prefix} First question?"), "max_tokens": 64, "ignore_eos": true, "temperature": 0});
+    let h = std::thread::spawn(move || post(a, "/v1/completions", &first).json());
+    // Wait until the first request generates (its slot busy with the prefix cached).
+    let t = Instant::now();
+    while !get(a, "/slots").json().as_array().unwrap().iter().any(|s| {
+        s["is_processing"] == true && s["next_token"]["n_decoded"].as_u64().unwrap_or(0) > 0
+    }) {
+        assert!(t.elapsed() < Duration::from_secs(120), "the first request did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second =
+        json!({"prompt": format!("{prefix} Second question?"), "max_tokens": 2, "temperature": 0});
+    let v = post(a, "/v1/completions", &second).json();
+    let n_prompt = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    let first = h.join().unwrap();
+    let n_prefix = n_prompt - 4;
+    assert!(cached * 10 >= n_prefix * 9, "{cached} of a {n_prefix}-token prefix reused: {v}");
+    let (t1, t2) = (
+        first["timings"]["prompt_ms"].as_f64().unwrap(),
+        v["timings"]["prompt_ms"].as_f64().unwrap(),
+    );
+    assert!(t2 < t1, "prompt time {t2} ms with the prefix shared, {t1} ms without");
+    wait_idle(a, 60);
+    srv.stop();
+}
