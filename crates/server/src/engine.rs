@@ -80,6 +80,8 @@ pub enum Event {
         completion_tokens: usize,
         /// llama-server's `timings`.
         timings: Timings,
+        /// The stop string that ended the reply (`finish_reason` is then `stop`).
+        stop_word: Option<String>,
     },
     /// Failed.
     Failed(ApiError),
@@ -282,6 +284,8 @@ struct Active {
     /// When the slot took the request, and when it sampled its first token.
     t_start: Instant,
     t_first: Option<Instant>,
+    /// The stop string that ended the reply, if one did.
+    stop_word: Option<String>,
     /// Prompt tokens already in the cache.
     n_past: usize,
     n_cached: usize,
@@ -475,6 +479,7 @@ impl Worker<'_> {
             job,
             t_start: Instant::now(),
             t_first: None,
+            stop_word: None,
             n_past: keep,
             n_cached: keep,
             sampler,
@@ -521,6 +526,7 @@ impl Worker<'_> {
             cached_tokens: a.n_cached,
             completion_tokens: a.n_gen,
             timings,
+            stop_word: a.stop_word.take(),
         });
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
     }
@@ -780,9 +786,10 @@ impl Worker<'_> {
             .job
             .stop
             .iter()
-            .filter_map(|s| a.text[from..].find(s.as_str()).map(|p| p + from))
-            .min();
-        if let Some(p) = hit {
+            .filter_map(|s| a.text[from..].find(s.as_str()).map(|p| (p + from, s)))
+            .min_by_key(|&(p, _)| p);
+        if let Some((p, s)) = hit {
+            a.stop_word = Some(s.clone());
             a.text.truncate(p);
             let text = a.text[a.sent..].to_string();
             a.sent = a.text.len();

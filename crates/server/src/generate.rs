@@ -26,7 +26,7 @@ type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
 /// Renders and tokenizes the prompt, checks it fits the context, queues the job; says whether
 /// the rendered chat prompt leaves the reply inside `<think>`.
-fn start(
+pub(crate) fn start(
     st: &AppState,
     req: &GenRequest,
 ) -> Result<(mpsc::UnboundedReceiver<Event>, bool), ApiError> {
@@ -84,23 +84,27 @@ fn forced_call_grammar(st: &AppState, req: &GenRequest) -> Option<String> {
 
 /// The format of calls a chat request's reply may hold, and its tools (`None` without
 /// tools, or with `tool_choice` `none`).
-fn tool_format(st: &AppState, req: &GenRequest) -> Option<(Format, Vec<crate::tools::Tool>)> {
+pub(crate) fn tool_format(
+    st: &AppState,
+    req: &GenRequest,
+) -> Option<(Format, Vec<crate::tools::Tool>)> {
     let t = req.tools.as_ref().filter(|t| t.choice != ToolChoice::None)?;
     Some((Format::of(st.template.as_deref()?), t.tools.clone()))
 }
 
 /// A finished request, gathered from its events.
-struct Outcome {
-    text: String,
-    logprobs: Vec<Logprob>,
-    finish_reason: &'static str,
-    prompt_tokens: usize,
-    cached_tokens: usize,
-    completion_tokens: usize,
-    timings: Timings,
+pub(crate) struct Outcome {
+    pub(crate) text: String,
+    pub(crate) logprobs: Vec<Logprob>,
+    pub(crate) finish_reason: &'static str,
+    pub(crate) prompt_tokens: usize,
+    pub(crate) cached_tokens: usize,
+    pub(crate) completion_tokens: usize,
+    pub(crate) timings: Timings,
+    pub(crate) stop_word: Option<String>,
 }
 
-async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, ApiError> {
+pub(crate) async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, ApiError> {
     let mut text = String::new();
     let mut logprobs = Vec::new();
     loop {
@@ -115,6 +119,7 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, ApiE
                 cached_tokens,
                 completion_tokens,
                 timings,
+                stop_word,
             }) => {
                 return Ok(Outcome {
                     text,
@@ -124,6 +129,7 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, ApiE
                     cached_tokens,
                     completion_tokens,
                     timings,
+                    stop_word,
                 })
             }
             Some(Event::Failed(e)) => return Err(e),
@@ -334,6 +340,7 @@ async fn openai(
                     cached_tokens,
                     completion_tokens,
                     timings,
+                    ..
                 } => {
                     let mut tail = String::new();
                     if let Some(t) = &mut thinks[index] {
@@ -407,7 +414,9 @@ async fn openai(
 /// The events of several requests on one channel, tagged with their index. A request's
 /// forwarder stops (dropping its engine channel, which frees its slot) once the merged
 /// receiver is gone.
-fn merge(rxs: Vec<mpsc::UnboundedReceiver<Event>>) -> mpsc::UnboundedReceiver<(usize, Event)> {
+pub(crate) fn merge(
+    rxs: Vec<mpsc::UnboundedReceiver<Event>>,
+) -> mpsc::UnboundedReceiver<(usize, Event)> {
     let (tx, rx) = mpsc::unbounded_channel();
     for (i, mut r) in rxs.into_iter().enumerate() {
         let tx = tx.clone();
@@ -428,7 +437,7 @@ fn merge(rxs: Vec<mpsc::UnboundedReceiver<Event>>) -> mpsc::UnboundedReceiver<(u
     rx
 }
 
-fn sse_response(rx: mpsc::UnboundedReceiver<SseEvent>) -> Response {
+pub(crate) fn sse_response(rx: mpsc::UnboundedReceiver<SseEvent>) -> Response {
     let stream = UnboundedReceiverStream::new(rx).map(Ok::<_, Infallible>);
     let mut headers = HeaderMap::new();
     headers.insert(header::CACHE_CONTROL, "no-cache".parse().expect("header"));
@@ -498,6 +507,7 @@ async fn native(st: Arc<AppState>, req: GenRequest) -> Result<Response, ApiError
                     cached_tokens,
                     completion_tokens,
                     timings,
+                    ..
                 } => (
                     last(
                         finish_reason,

@@ -61,6 +61,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(generate::completions))
         .route("/completions", post(generate::completions))
         .route("/completion", post(generate::completion))
+        .route("/v1/messages", post(crate::anthropic::messages))
         .route("/infill", post(generate::infill))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))

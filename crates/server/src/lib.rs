@@ -32,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+pub mod anthropic;
 pub mod api;
 pub mod constrain;
 pub mod engine;

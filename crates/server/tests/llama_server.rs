@@ -376,3 +376,30 @@ fn a_prefix_held_by_another_slot_is_reused() {
     wait_idle(a, 60);
     srv.stop();
 }
+
+/// Anthropic's Messages API through the official `anthropic` client on Qwen2.5-Coder-0.5B:
+/// a message, a stream, stop sequences, a system prompt, tool_use (forced, named and
+/// streamed), a tool_result round trip, errors in Anthropic's shape
+/// (tests/py/anthropic_client.py).
+#[test]
+fn the_anthropic_client_works() {
+    let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
+    let model = std::sync::Arc::new(tessera_llama::Model::load(path).expect("load"));
+    let srv = tessera_server::start(model, config(1, 4, None), false).expect("server");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/anthropic_client.py");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{}", srv.addr))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "{} failed:\n{}{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    srv.stop();
+}

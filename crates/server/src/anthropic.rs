@@ -1,0 +1,417 @@
+//! Anthropic's Messages API (`POST /v1/messages`), as llama-server serves it: the request is
+//! read into the same chat request as OpenAI's (system prompt, `tool_use` and `tool_result`
+//! blocks as tool calls and tool messages, `tools` with `input_schema`, `tool_choice` auto /
+//! any / tool / none, `stop_sequences`, `thinking`), and answered with Anthropic's message
+//! (`content` blocks: `thinking`, `text`, `tool_use`; `stop_reason`; `usage`) or its
+//! streaming events (`message_start`, `content_block_start` / `_delta` / `_stop`,
+//! `message_delta`, `message_stop`). Errors are Anthropic's `{"type": "error", ...}`.
+
+use crate::api::{self, type_name, ApiError};
+use crate::engine::Event;
+use crate::generate::{collect, merge, sse_response, start, tool_format};
+use crate::http::{body_or_413, AppState};
+use crate::reasoning::{ReasoningFormat, ThinkSplit};
+use crate::tools::StreamSplit;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
+
+/// An error as Anthropic's clients read it.
+fn error_response(e: ApiError) -> Response {
+    let kind = match e.status {
+        401 => "authentication_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    };
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = json!({"type": "error", "error": {"type": kind, "message": e.message}});
+    (status, Json(body)).into_response()
+}
+
+/// `POST /v1/messages`.
+pub async fn messages(State(st): State<Arc<AppState>>, body: Body) -> Response {
+    match run(st, body).await {
+        Ok(r) => r,
+        Err(e) => error_response(e),
+    }
+}
+
+/// The text of a `content` that is a string or a list of text blocks.
+fn text_of(v: &Value, field: &str) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(blocks) => {
+            let mut s = String::new();
+            for (j, b) in blocks.iter().enumerate() {
+                match (b.get("type").and_then(Value::as_str), b.get("text").and_then(Value::as_str))
+                {
+                    (Some("text"), Some(t)) => s.push_str(t),
+                    (t, _) => {
+                        return Err(ApiError::field(
+                            &format!("{field}[{j}]"),
+                            format!("expected a text block, got {}", t.unwrap_or("no type")),
+                        ))
+                    }
+                }
+            }
+            Ok(s)
+        }
+        other => Err(ApiError::field(
+            field,
+            format!("expected a string or text blocks, got {}", type_name(other)),
+        )),
+    }
+}
+
+/// The Anthropic body as the OpenAI chat body the rest of the server reads.
+fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    let mut out = Map::new();
+    let mut msgs = Vec::new();
+    if let Some(sys) = o.get("system").filter(|v| !v.is_null()) {
+        msgs.push(json!({"role": "system", "content": text_of(sys, "system")?}));
+    }
+    let Some(Value::Array(input)) = o.get("messages") else {
+        return Err(ApiError::field("messages", "is required: an array of messages"));
+    };
+    for (i, m) in input.iter().enumerate() {
+        let f = |k: &str| format!("messages[{i}].{k}");
+        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+        if role != "user" && role != "assistant" {
+            return Err(ApiError::field(&f("role"), format!("'{role}' is not user or assistant")));
+        }
+        let blocks = match m.get("content") {
+            Some(Value::String(s)) => {
+                msgs.push(json!({"role": role, "content": s}));
+                continue;
+            }
+            Some(Value::Array(b)) => b,
+            _ => return Err(ApiError::field(&f("content"), "is required: a string or blocks")),
+        };
+        let (mut text, mut calls) = (String::new(), Vec::new());
+        for (j, b) in blocks.iter().enumerate() {
+            let bf = |k: &str| format!("messages[{i}].content[{j}].{k}");
+            match b.get("type").and_then(Value::as_str) {
+                Some("text") => text.push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
+                Some("thinking" | "redacted_thinking") => {}
+                Some("tool_use") if role == "assistant" => {
+                    let name = b
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| ApiError::field(&bf("name"), "is required"))?;
+                    let input = b.get("input").cloned().unwrap_or(json!({}));
+                    if !input.is_object() {
+                        return Err(ApiError::field(&bf("input"), "expected an object"));
+                    }
+                    calls.push(
+                        json!({"id": b.get("id").cloned().unwrap_or_default(), "type": "function",
+                        "function": {"name": name, "arguments": input}}),
+                    );
+                }
+                Some("tool_result") if role == "user" => {
+                    let id = b
+                        .get("tool_use_id")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| ApiError::field(&bf("tool_use_id"), "is required"))?;
+                    let content =
+                        text_of(b.get("content").unwrap_or(&Value::Null), &bf("content"))?;
+                    msgs.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                }
+                Some(t) => {
+                    return Err(ApiError::field(
+                        &bf("type"),
+                        format!("'{t}' blocks are not supported in {role} messages"),
+                    ))
+                }
+                None => return Err(ApiError::field(&bf("type"), "is required")),
+            }
+        }
+        if !text.is_empty() || !calls.is_empty() {
+            let mut msg = json!({"role": role, "content": text});
+            if !calls.is_empty() {
+                msg["tool_calls"] = Value::Array(calls);
+            }
+            msgs.push(msg);
+        }
+    }
+    out.insert("messages".into(), Value::Array(msgs));
+    match o.get("max_tokens") {
+        Some(v @ Value::Number(_)) => {
+            out.insert("max_tokens".into(), v.clone());
+        }
+        _ => return Err(ApiError::field("max_tokens", "is required: a positive integer")),
+    }
+    for k in ["temperature", "top_p", "top_k", "stream", "model"] {
+        if let Some(v) = o.get(k) {
+            out.insert(k.into(), v.clone());
+        }
+    }
+    if let Some(v) = o.get("stop_sequences") {
+        out.insert("stop".into(), v.clone());
+    }
+    if let Some(Value::Array(tools)) = o.get("tools") {
+        let list: Vec<Value> = tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.get("name").cloned().unwrap_or_default(),
+                    "description": t.get("description").cloned().unwrap_or_default(),
+                    "parameters": t.get("input_schema").cloned().unwrap_or(Value::Null),
+                }})
+            })
+            .collect();
+        out.insert("tools".into(), Value::Array(list));
+    } else if let Some(other) = o.get("tools").filter(|v| !v.is_null()) {
+        return Err(ApiError::field(
+            "tools",
+            format!("expected an array, got {}", type_name(other)),
+        ));
+    }
+    if let Some(tc) = o.get("tool_choice").filter(|v| !v.is_null()) {
+        let choice = match tc.get("type").and_then(Value::as_str) {
+            Some("auto") => json!("auto"),
+            Some("any") => json!("required"),
+            Some("none") => json!("none"),
+            Some("tool") => {
+                json!({"type": "function", "function": {"name": tc.get("name").cloned().unwrap_or_default()}})
+            }
+            _ => {
+                return Err(ApiError::field(
+                    "tool_choice.type",
+                    "is not one of auto, any, tool, none",
+                ))
+            }
+        };
+        out.insert("tool_choice".into(), choice);
+        if tc.get("disable_parallel_tool_use") == Some(&Value::Bool(true)) {
+            out.insert("parallel_tool_calls".into(), Value::Bool(false));
+        }
+    }
+    match o.get("thinking").and_then(|t| t.get("type")).and_then(Value::as_str) {
+        None => {}
+        Some(t @ ("enabled" | "disabled")) => {
+            out.insert("chat_template_kwargs".into(), json!({"enable_thinking": t == "enabled"}));
+        }
+        Some(t) => {
+            return Err(ApiError::field(
+                "thinking.type",
+                format!("'{t}' is not enabled or disabled"),
+            ))
+        }
+    }
+    Ok(out)
+}
+
+fn ev(name: &str, data: Value) -> SseEvent {
+    SseEvent::default().event(name).data(data.to_string())
+}
+
+/// The content blocks of a streamed message: which is open (its index and kind), and the
+/// next index.
+#[derive(Default)]
+struct Blocks {
+    open: Option<(usize, &'static str)>,
+    next: usize,
+}
+
+impl Blocks {
+    /// Text of `kind` (`thinking` or `text`), opening its block (and closing another) first.
+    fn emit(&mut self, out: &mut Vec<SseEvent>, kind: &'static str, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        if self.open.map(|(_, k)| k) != Some(kind) {
+            self.close(out);
+            let block = if kind == "thinking" {
+                json!({"type": "thinking", "thinking": "", "signature": ""})
+            } else {
+                json!({"type": "text", "text": ""})
+            };
+            out.push(ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": self.next, "content_block": block}),
+            ));
+            self.open = Some((self.next, kind));
+            self.next += 1;
+        }
+        let delta = if kind == "thinking" {
+            json!({"type": "thinking_delta", "thinking": text})
+        } else {
+            json!({"type": "text_delta", "text": text})
+        };
+        let i = self.open.map_or(0, |(i, _)| i);
+        out.push(ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": i, "delta": delta}),
+        ));
+    }
+
+    /// Closes the open block.
+    fn close(&mut self, out: &mut Vec<SseEvent>) {
+        if let Some((i, _)) = self.open.take() {
+            out.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": i})));
+        }
+    }
+
+    /// A whole `tool_use` block: start, the input as one JSON delta, stop.
+    fn tool_use(&mut self, out: &mut Vec<SseEvent>, c: &crate::tools::ToolCall) {
+        let i = self.next;
+        self.next += 1;
+        let block =
+            json!({"type": "tool_use", "id": new_id("toolu_"), "name": c.name, "input": {}});
+        out.push(ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": i, "content_block": block}),
+        ));
+        out.push(ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": i,
+                   "delta": {"type": "input_json_delta", "partial_json": c.arguments.to_string()}}),
+        ));
+        out.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": i})));
+    }
+}
+
+fn stop_reason(finish: &str, stop_word: &Option<String>, calls: bool) -> &'static str {
+    match finish {
+        _ if calls => "tool_use",
+        "length" => "max_tokens",
+        _ if stop_word.is_some() => "stop_sequence",
+        _ => "end_turn",
+    }
+}
+
+fn new_id(prefix: &str) -> String {
+    crate::tools::new_call_id().replacen("call_", prefix, 1)
+}
+
+async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
+    let o = api::parse_body(&body_or_413(body)?)?;
+    let req = api::parse_chat(&to_openai(&o)?)?;
+    let tools = tool_format(&st, &req);
+    let (rx, opened) = start(&st, &req)?;
+    let think = st.reasoning_format == ReasoningFormat::Deepseek;
+    let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
+    let id = new_id("msg_");
+    if !req.stream {
+        let out = collect(rx).await?;
+        let (reasoning, text) =
+            if think { crate::reasoning::split(&out.text, opened) } else { (None, out.text) };
+        let (text, calls) = match &tools {
+            Some((f, list)) => crate::tools::parse_reply(*f, &text, list),
+            None => (text, Vec::new()),
+        };
+        let mut content = Vec::new();
+        if let Some(r) = reasoning {
+            content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+        }
+        if !text.is_empty() || calls.is_empty() {
+            content.push(json!({"type": "text", "text": text}));
+        }
+        for c in &calls {
+            content.push(json!({"type": "tool_use", "id": new_id("toolu_"), "name": c.name, "input": c.arguments}));
+        }
+        return Ok(Json(json!({
+            "id": id, "type": "message", "role": "assistant", "model": model,
+            "content": content,
+            "stop_reason": stop_reason(out.finish_reason, &out.stop_word, !calls.is_empty()),
+            "stop_sequence": out.stop_word,
+            "usage": {"input_tokens": out.prompt_tokens, "output_tokens": out.completion_tokens,
+                      "cache_read_input_tokens": out.cached_tokens},
+        }))
+        .into_response());
+    }
+    let (tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
+    let _ = tx.send(ev(
+        "message_start",
+        json!({"type": "message_start", "message": {
+        "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+    ));
+    let mut merged = merge(vec![rx]);
+    tokio::spawn(async move {
+        let mut thinker = think.then(|| ThinkSplit::new(opened));
+        let mut split = tools.as_ref().map(|(f, _)| StreamSplit::new(*f));
+        let list = tools.map(|(_, l)| l).unwrap_or_default();
+        let mut blocks = Blocks::default();
+        loop {
+            let item = tokio::select! {
+                e = merged.recv() => e,
+                _ = tx.closed() => return,
+            };
+            let Some((_, event)) = item else { return };
+            let mut out = Vec::new();
+            let mut end = false;
+            match event {
+                Event::Token { text, .. } => {
+                    let text = match &mut thinker {
+                        Some(t) => {
+                            let (r, c) = t.push(&text);
+                            blocks.emit(&mut out, "thinking", &r);
+                            c
+                        }
+                        None => text,
+                    };
+                    let text = match &mut split {
+                        Some(s) => s.push(&text),
+                        None => text,
+                    };
+                    blocks.emit(&mut out, "text", &text);
+                }
+                Event::Done { finish_reason, completion_tokens, stop_word, .. } => {
+                    let mut tail = String::new();
+                    if let Some(t) = &mut thinker {
+                        let (r, c) = t.finish();
+                        blocks.emit(&mut out, "thinking", &r);
+                        tail = c;
+                    }
+                    let (rest, calls) = match &mut split {
+                        Some(s) => {
+                            let mut shown = s.push(&tail);
+                            let (r, c) = s.finish(&list);
+                            shown.push_str(&r);
+                            (shown, c)
+                        }
+                        None => (tail, Vec::new()),
+                    };
+                    blocks.emit(&mut out, "text", &rest);
+                    blocks.close(&mut out);
+                    for c in &calls {
+                        blocks.tool_use(&mut out, c);
+                    }
+                    out.push(ev("message_delta", json!({"type": "message_delta",
+                        "delta": {"stop_reason": stop_reason(finish_reason, &stop_word, !calls.is_empty()), "stop_sequence": stop_word},
+                        "usage": {"output_tokens": completion_tokens}})));
+                    out.push(ev("message_stop", json!({"type": "message_stop"})));
+                    end = true;
+                }
+                Event::Failed(e) => {
+                    out.push(ev("error", json!({"type": "error", "error": {"type": "api_error", "message": e.message}})));
+                    end = true;
+                }
+            }
+            for e in out {
+                if tx.send(e).is_err() {
+                    return;
+                }
+            }
+            if end {
+                return;
+            }
+        }
+    });
+    Ok(sse_response(sse_rx))
+}
