@@ -62,6 +62,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/completions", post(generate::completions))
         .route("/completion", post(generate::completion))
         .route("/v1/messages", post(crate::anthropic::messages))
+        .route("/v1/responses", post(crate::responses::responses))
         .route("/infill", post(generate::infill))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))

@@ -43,6 +43,7 @@ pub mod http;
 pub mod metrics;
 pub mod prompt;
 pub mod reasoning;
+pub mod responses;
 pub mod tools;
 
 pub use error::{Result, ServerError};

@@ -403,3 +403,29 @@ fn the_anthropic_client_works() {
     );
     srv.stop();
 }
+
+/// OpenAI's Responses API through the official client on Qwen2.5-Coder-0.5B: text, streamed
+/// events, instructions, a required function call and its output back
+/// (tests/py/responses_client.py).
+#[test]
+fn the_responses_api_works() {
+    let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
+    let model = std::sync::Arc::new(tessera_llama::Model::load(path).expect("load"));
+    let srv = tessera_server::start(model, config(1, 4, None), false).expect("server");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/responses_client.py");
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{}", srv.addr))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "{} failed:\n{}{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    srv.stop();
+}

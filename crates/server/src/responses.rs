@@ -1,0 +1,411 @@
+//! OpenAI's Responses API (`POST /v1/responses`), stateless: `input` (a string, or items:
+//! messages with text parts, `function_call` and `function_call_output`), `instructions`,
+//! `max_output_tokens`, function `tools` and `tool_choice`; answered as a response object
+//! (`output` items: `reasoning`, `message` with `output_text`, `function_call`) or as its
+//! streaming events (`response.created` ... `response.completed`). Nothing is stored, so
+//! `previous_response_id` is refused: send the whole conversation as `input`.
+
+use crate::api::{self, type_name, ApiError};
+use crate::engine::Event;
+use crate::generate::{collect, merge, sse_response, start, tool_format};
+use crate::http::{body_or_413, now, AppState};
+use crate::reasoning::{ReasoningFormat, ThinkSplit};
+use crate::tools::{StreamSplit, ToolCall};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
+
+fn id(prefix: &str) -> String {
+    crate::tools::new_call_id().replacen("call_", prefix, 1)
+}
+
+/// The text of a message's `content`: a string or a list of text parts.
+fn text_of(v: &Value, field: &str) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(parts) => {
+            let mut s = String::new();
+            for (j, p) in parts.iter().enumerate() {
+                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str))
+                {
+                    (Some("input_text" | "output_text" | "text"), Some(t)) => s.push_str(t),
+                    (t, _) => {
+                        return Err(ApiError::field(
+                            &format!("{field}[{j}].type"),
+                            format!("'{}' parts are not supported (text only)", t.unwrap_or("?")),
+                        ))
+                    }
+                }
+            }
+            Ok(s)
+        }
+        other => Err(ApiError::field(
+            field,
+            format!("expected a string or text parts, got {}", type_name(other)),
+        )),
+    }
+}
+
+/// The request as the OpenAI chat body the rest of the server reads.
+fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    if o.get("previous_response_id").is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::field(
+            "previous_response_id",
+            "responses are not stored here: send the whole conversation as input",
+        ));
+    }
+    let mut msgs = Vec::new();
+    if let Some(i) = o.get("instructions").filter(|v| !v.is_null()) {
+        msgs.push(json!({"role": "system", "content": text_of(i, "instructions")?}));
+    }
+    match o.get("input") {
+        Some(Value::String(s)) => msgs.push(json!({"role": "user", "content": s})),
+        Some(Value::Array(items)) => {
+            for (i, it) in items.iter().enumerate() {
+                let f = |k: &str| format!("input[{i}].{k}");
+                match it.get("type").and_then(Value::as_str).unwrap_or("message") {
+                    "message" => {
+                        let role = it.get("role").and_then(Value::as_str).unwrap_or_default();
+                        let content = text_of(it.get("content").unwrap_or(&Value::Null), &f("content"))?;
+                        msgs.push(json!({"role": role, "content": content}));
+                    }
+                    "function_call" => {
+                        let call = json!({"id": it.get("call_id").cloned().unwrap_or_default(), "type": "function",
+                            "function": {"name": it.get("name").cloned().unwrap_or_default(),
+                                         "arguments": it.get("arguments").cloned().unwrap_or(json!("{}"))}});
+                        // Consecutive calls belong to one assistant turn.
+                        match msgs.last_mut() {
+                            Some(last) if last["role"] == "assistant" && last.get("tool_calls").is_some() => {
+                                if let Some(a) = last["tool_calls"].as_array_mut() {
+                                    a.push(call);
+                                }
+                            }
+                            _ => msgs.push(json!({"role": "assistant", "content": "", "tool_calls": [call]})),
+                        }
+                    }
+                    "function_call_output" => {
+                        let output = it.get("output").and_then(Value::as_str).ok_or_else(|| {
+                            ApiError::field(&f("output"), "is required: a string")
+                        })?;
+                        msgs.push(json!({"role": "tool", "tool_call_id": it.get("call_id").cloned().unwrap_or_default(), "content": output}));
+                    }
+                    "reasoning" => {}
+                    t => {
+                        return Err(ApiError::field(
+                            &f("type"),
+                            format!("'{t}' items are not supported (message, function_call, function_call_output)"),
+                        ))
+                    }
+                }
+            }
+        }
+        None | Some(Value::Null) => return Err(ApiError::field("input", "is required")),
+        Some(other) => {
+            return Err(ApiError::field(
+                "input",
+                format!("expected a string or an array of items, got {}", type_name(other)),
+            ))
+        }
+    }
+    let mut out = Map::new();
+    out.insert("messages".into(), Value::Array(msgs));
+    for k in ["temperature", "top_p", "stream", "model", "parallel_tool_calls"] {
+        if let Some(v) = o.get(k) {
+            out.insert(k.into(), v.clone());
+        }
+    }
+    if let Some(v) = o.get("max_output_tokens").filter(|v| !v.is_null()) {
+        out.insert("max_tokens".into(), v.clone());
+    }
+    if let Some(tools) = o.get("tools").filter(|v| !v.is_null()) {
+        let Value::Array(tools) = tools else {
+            return Err(ApiError::field(
+                "tools",
+                format!("expected an array, got {}", type_name(tools)),
+            ));
+        };
+        let mut list = Vec::new();
+        for (i, t) in tools.iter().enumerate() {
+            if t.get("type").and_then(Value::as_str) != Some("function") {
+                return Err(ApiError::field(
+                    &format!("tools[{i}].type"),
+                    "only \"function\" tools are supported",
+                ));
+            }
+            list.push(json!({"type": "function", "function": {
+                "name": t.get("name").cloned().unwrap_or_default(),
+                "description": t.get("description").cloned().unwrap_or_default(),
+                "parameters": t.get("parameters").cloned().unwrap_or(Value::Null),
+            }}));
+        }
+        out.insert("tools".into(), Value::Array(list));
+    }
+    if let Some(tc) = o.get("tool_choice").filter(|v| !v.is_null()) {
+        let choice = match tc {
+            Value::String(_) => tc.clone(),
+            Value::Object(c) => {
+                json!({"type": "function", "function": {"name": c.get("name").cloned().unwrap_or_default()}})
+            }
+            other => {
+                return Err(ApiError::field(
+                    "tool_choice",
+                    format!("expected a string or an object, got {}", type_name(other)),
+                ))
+            }
+        };
+        out.insert("tool_choice".into(), choice);
+    }
+    Ok(out)
+}
+
+fn call_item(c: &ToolCall) -> Value {
+    json!({"type": "function_call", "id": id("fc_"), "call_id": c.id, "name": c.name,
+           "arguments": c.arguments.to_string(), "status": "completed"})
+}
+
+fn message_item(item_id: &str, text: &str) -> Value {
+    json!({"type": "message", "id": item_id, "status": "completed", "role": "assistant",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+fn reasoning_item(text: &str) -> Value {
+    json!({"type": "reasoning", "id": id("rs_"), "summary": [],
+           "content": [{"type": "reasoning_text", "text": text}]})
+}
+
+/// The response object around `output`.
+#[allow(clippy::too_many_arguments)]
+fn response(
+    resp_id: &str,
+    created: u64,
+    model: &str,
+    output: Vec<Value>,
+    finish: &str,
+    prompt: usize,
+    cached: usize,
+    generated: usize,
+) -> Value {
+    let complete = finish != "length";
+    json!({
+        "id": resp_id, "object": "response", "created_at": created, "model": model,
+        "status": if complete { "completed" } else { "incomplete" },
+        "incomplete_details": if complete { Value::Null } else { json!({"reason": "max_output_tokens"}) },
+        "output": output, "error": null, "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+        "usage": {"input_tokens": prompt, "output_tokens": generated, "total_tokens": prompt + generated,
+                  "input_tokens_details": {"cached_tokens": cached},
+                  "output_tokens_details": {"reasoning_tokens": 0}},
+    })
+}
+
+/// `POST /v1/responses`.
+pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
+    let o = api::parse_body(&body_or_413(body)?)?;
+    let req = api::parse_chat(&to_chat(&o)?)?;
+    let tools = tool_format(&st, &req);
+    let (rx, opened) = start(&st, &req)?;
+    let think = st.reasoning_format == ReasoningFormat::Deepseek;
+    let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
+    let (resp_id, created) = (id("resp_"), now());
+    if !req.stream {
+        let out = collect(rx).await?;
+        let (reasoning, text) =
+            if think { crate::reasoning::split(&out.text, opened) } else { (None, out.text) };
+        let (text, calls) = match &tools {
+            Some((f, list)) => crate::tools::parse_reply(*f, &text, list),
+            None => (text, Vec::new()),
+        };
+        let mut output = Vec::new();
+        if let Some(r) = reasoning {
+            output.push(reasoning_item(&r));
+        }
+        if !text.is_empty() || calls.is_empty() {
+            output.push(message_item(&id("msg_"), &text));
+        }
+        output.extend(calls.iter().map(call_item));
+        let r = response(
+            &resp_id,
+            created,
+            &model,
+            output,
+            out.finish_reason,
+            out.prompt_tokens,
+            out.cached_tokens,
+            out.completion_tokens,
+        );
+        return Ok(Json(r).into_response());
+    }
+    let (tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
+    let mut merged = merge(vec![rx]);
+    tokio::spawn(async move {
+        let mut seq = 0u64;
+        let mut send = |tx: &mpsc::UnboundedSender<SseEvent>, mut data: Value| {
+            data["sequence_number"] = json!(seq);
+            seq += 1;
+            let name = data["type"].as_str().unwrap_or_default().to_string();
+            tx.send(SseEvent::default().event(name).data(data.to_string())).is_ok()
+        };
+        let shell = response(&resp_id, created, &model, Vec::new(), "stop", 0, 0, 0);
+        let mut start_shell = shell.clone();
+        start_shell["status"] = json!("in_progress");
+        send(&tx, json!({"type": "response.created", "response": start_shell.clone()}));
+        send(&tx, json!({"type": "response.in_progress", "response": start_shell}));
+        let mut thinker = think.then(|| ThinkSplit::new(opened));
+        let mut split = tools.as_ref().map(|(f, _)| StreamSplit::new(*f));
+        let list = tools.map(|(_, l)| l).unwrap_or_default();
+        let msg_id = id("msg_");
+        let (mut reasoning, mut text) = (String::new(), String::new());
+        let mut msg_open = false;
+        // Text shown: opens the message item on its first piece.
+        let mut show = |tx: &mpsc::UnboundedSender<SseEvent>,
+                        send: &mut dyn FnMut(&mpsc::UnboundedSender<SseEvent>, Value) -> bool,
+                        piece: &str,
+                        text: &mut String| {
+            if piece.is_empty() {
+                return;
+            }
+            if !msg_open {
+                msg_open = true;
+                let item = json!({"type": "message", "id": msg_id, "status": "in_progress", "role": "assistant", "content": []});
+                send(
+                    tx,
+                    json!({"type": "response.output_item.added", "output_index": 0, "item": item}),
+                );
+                send(
+                    tx,
+                    json!({"type": "response.content_part.added", "item_id": msg_id, "output_index": 0, "content_index": 0,
+                                "part": {"type": "output_text", "text": "", "annotations": []}}),
+                );
+            }
+            text.push_str(piece);
+            send(
+                tx,
+                json!({"type": "response.output_text.delta", "item_id": msg_id, "output_index": 0, "content_index": 0, "delta": piece}),
+            );
+        };
+        loop {
+            let item = tokio::select! {
+                e = merged.recv() => e,
+                _ = tx.closed() => return,
+            };
+            let Some((_, event)) = item else { return };
+            match event {
+                Event::Token { text: piece, .. } => {
+                    let piece = match &mut thinker {
+                        Some(t) => {
+                            let (r, c) = t.push(&piece);
+                            reasoning.push_str(&r);
+                            c
+                        }
+                        None => piece,
+                    };
+                    let piece = match &mut split {
+                        Some(s) => s.push(&piece),
+                        None => piece,
+                    };
+                    show(&tx, &mut send, &piece, &mut text);
+                }
+                Event::Done {
+                    finish_reason,
+                    prompt_tokens,
+                    cached_tokens,
+                    completion_tokens,
+                    ..
+                } => {
+                    let mut tail = String::new();
+                    if let Some(t) = &mut thinker {
+                        let (r, c) = t.finish();
+                        reasoning.push_str(&r);
+                        tail = c;
+                    }
+                    let (rest, calls) = match &mut split {
+                        Some(s) => {
+                            let mut shown = s.push(&tail);
+                            let (r, c) = s.finish(&list);
+                            shown.push_str(&r);
+                            (shown, c)
+                        }
+                        None => (tail, Vec::new()),
+                    };
+                    show(&tx, &mut send, &rest, &mut text);
+                    let mut output = Vec::new();
+                    if !reasoning.is_empty() {
+                        output.push(reasoning_item(&reasoning));
+                    }
+                    if msg_open {
+                        let item = message_item(&msg_id, &text);
+                        send(
+                            &tx,
+                            json!({"type": "response.output_text.done", "item_id": msg_id, "output_index": 0, "content_index": 0, "text": text}),
+                        );
+                        send(
+                            &tx,
+                            json!({"type": "response.content_part.done", "item_id": msg_id, "output_index": 0, "content_index": 0,
+                                         "part": item["content"][0].clone()}),
+                        );
+                        send(
+                            &tx,
+                            json!({"type": "response.output_item.done", "output_index": 0, "item": item.clone()}),
+                        );
+                        output.push(item);
+                    }
+                    for c in &calls {
+                        let index = output.len();
+                        let item = call_item(c);
+                        let mut added = item.clone();
+                        added["arguments"] = json!("");
+                        added["status"] = json!("in_progress");
+                        send(
+                            &tx,
+                            json!({"type": "response.output_item.added", "output_index": index, "item": added}),
+                        );
+                        send(
+                            &tx,
+                            json!({"type": "response.function_call_arguments.delta", "item_id": item["id"], "output_index": index, "delta": item["arguments"]}),
+                        );
+                        send(
+                            &tx,
+                            json!({"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": index, "arguments": item["arguments"]}),
+                        );
+                        send(
+                            &tx,
+                            json!({"type": "response.output_item.done", "output_index": index, "item": item.clone()}),
+                        );
+                        output.push(item);
+                    }
+                    let done = response(
+                        &resp_id,
+                        created,
+                        &model,
+                        output,
+                        finish_reason,
+                        prompt_tokens,
+                        cached_tokens,
+                        completion_tokens,
+                    );
+                    let kind = if done["status"] == "completed" {
+                        "response.completed"
+                    } else {
+                        "response.incomplete"
+                    };
+                    send(&tx, json!({"type": kind, "response": done}));
+                    return;
+                }
+                Event::Failed(e) => {
+                    send(
+                        &tx,
+                        json!({"type": "error", "code": e.code, "message": e.message, "param": e.param}),
+                    );
+                    return;
+                }
+            }
+        }
+    });
+    Ok(sse_response(sse_rx))
+}
