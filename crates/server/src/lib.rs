@@ -20,6 +20,9 @@
 //!   step; SIGINT or SIGTERM stops accepting connections and lets running replies finish
 //!   within a deadline (`--shutdown-timeout`), after which, or at a second signal, they end
 //!   with a 503.
+//! - Agents' APIs: tool calls (`tools`, `tool_choice`, `tool_calls`; [`tools`]), reasoning
+//!   apart from the answer ([`reasoning`]), Anthropic's `POST /v1/messages` ([`anthropic`])
+//!   and OpenAI's `POST /v1/responses` ([`responses`]), all over the same engine.
 //! - llama-server's own endpoints too: `/completion`, `/infill` (the model's FIM tokens),
 //!   `/apply-template`, `/props`, `/slots`; CORS for browser front ends on other origins; one
 //!   log line per request and per finished generation (`RUST_LOG`), and llama-server's
