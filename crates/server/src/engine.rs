@@ -495,6 +495,16 @@ impl Worker<'_> {
     fn finish(&mut self, i: usize, reason: &'static str) {
         let slot = &mut self.slots[i];
         let Some(mut a) = slot.active.take() else { return };
+        // `/slots` shows the slot idle before the client hears the end.
+        if let Some(info) = self.info.lock().unwrap_or_else(|e| e.into_inner()).get_mut(i) {
+            *info = SlotInfo {
+                id: i,
+                is_processing: false,
+                n_cached: slot.cache.len(),
+                n_prompt: a.job.prompt.len(),
+                n_decoded: a.n_gen,
+            };
+        }
         // Whatever was held back for a possible stop string is text after all.
         let rest = a.text[a.sent..].to_string();
         a.sent = a.text.len();
