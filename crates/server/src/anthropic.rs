@@ -8,10 +8,9 @@
 
 use crate::api::{self, type_name, ApiError};
 use crate::engine::Event;
-use crate::generate::{collect, merge, sse_response, start, tool_format};
+use crate::generate::{collect, merge, reply_shape, sse_response, start};
 use crate::http::{body_or_413, AppState};
-use crate::reasoning::{ReasoningFormat, ThinkSplit};
-use crate::tools::StreamSplit;
+use crate::reply::ReplySplit;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -300,19 +299,13 @@ fn new_id(prefix: &str) -> String {
 async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
     let o = api::parse_body(&body_or_413(body)?)?;
     let req = api::parse_chat(&to_openai(&o)?)?;
-    let tools = tool_format(&st, &req);
     let (rx, opened) = start(&st, &req)?;
-    let think = st.reasoning_format == ReasoningFormat::Deepseek;
+    let shape = reply_shape(&st, &req, opened);
     let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
     let id = new_id("msg_");
     if !req.stream {
         let out = collect(rx).await?;
-        let (reasoning, text) =
-            if think { crate::reasoning::split(&out.text, opened) } else { (None, out.text) };
-        let (text, calls) = match &tools {
-            Some((f, list)) => crate::tools::parse_reply(*f, &text, list),
-            None => (text, Vec::new()),
-        };
+        let (reasoning, text, calls) = crate::reply::split(&shape, &out.text);
         let mut content = Vec::new();
         if let Some(r) = reasoning {
             content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
@@ -343,9 +336,7 @@ async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
     ));
     let mut merged = merge(vec![rx]);
     tokio::spawn(async move {
-        let mut thinker = think.then(|| ThinkSplit::new(opened));
-        let mut split = tools.as_ref().map(|(f, _)| StreamSplit::new(*f));
-        let list = tools.map(|(_, l)| l).unwrap_or_default();
+        let mut split = ReplySplit::new(&shape);
         let mut blocks = Blocks::default();
         loop {
             let item = tokio::select! {
@@ -357,36 +348,13 @@ async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
             let mut end = false;
             match event {
                 Event::Token { text, .. } => {
-                    let text = match &mut thinker {
-                        Some(t) => {
-                            let (r, c) = t.push(&text);
-                            blocks.emit(&mut out, "thinking", &r);
-                            c
-                        }
-                        None => text,
-                    };
-                    let text = match &mut split {
-                        Some(s) => s.push(&text),
-                        None => text,
-                    };
+                    let (r, text) = split.push(&text);
+                    blocks.emit(&mut out, "thinking", &r);
                     blocks.emit(&mut out, "text", &text);
                 }
                 Event::Done { finish_reason, completion_tokens, stop_word, .. } => {
-                    let mut tail = String::new();
-                    if let Some(t) = &mut thinker {
-                        let (r, c) = t.finish();
-                        blocks.emit(&mut out, "thinking", &r);
-                        tail = c;
-                    }
-                    let (rest, calls) = match &mut split {
-                        Some(s) => {
-                            let mut shown = s.push(&tail);
-                            let (r, c) = s.finish(&list);
-                            shown.push_str(&r);
-                            (shown, c)
-                        }
-                        None => (tail, Vec::new()),
-                    };
+                    let (r, rest, calls) = split.finish();
+                    blocks.emit(&mut out, "thinking", &r);
                     blocks.emit(&mut out, "text", &rest);
                     blocks.close(&mut out);
                     for c in &calls {

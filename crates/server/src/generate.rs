@@ -6,8 +6,9 @@ use crate::api::{self, ApiError, GenRequest, Prompt};
 use crate::constrain::Constraint;
 use crate::engine::{Event, Job, Logprob, Timings};
 use crate::http::{body_or_413, new_id, now, AppState};
-use crate::reasoning::{ReasoningFormat, ThinkSplit};
-use crate::tools::{Format, StreamSplit, ToolChoice};
+use crate::reasoning::ReasoningFormat;
+use crate::reply::{ReplyShape, ReplySplit};
+use crate::tools::{Format, ToolChoice};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -84,12 +85,18 @@ fn forced_call_grammar(st: &AppState, req: &GenRequest) -> Option<String> {
 
 /// The format of calls a chat request's reply may hold, and its tools (`None` without
 /// tools, or with `tool_choice` `none`).
-pub(crate) fn tool_format(
-    st: &AppState,
-    req: &GenRequest,
-) -> Option<(Format, Vec<crate::tools::Tool>)> {
+fn tool_format(st: &AppState, req: &GenRequest) -> Option<(Format, Vec<crate::tools::Tool>)> {
     let t = req.tools.as_ref().filter(|t| t.choice != ToolChoice::None)?;
     Some((Format::of(st.template.as_deref()?), t.tools.clone()))
+}
+
+/// What a chat request's reply may hold (`opened`: from [`start`]).
+pub(crate) fn reply_shape(st: &AppState, req: &GenRequest, opened: bool) -> ReplyShape {
+    ReplyShape {
+        think: st.reasoning_format == ReasoningFormat::Deepseek,
+        opened,
+        tools: tool_format(st, req),
+    }
 }
 
 /// A finished request, gathered from its events.
@@ -202,7 +209,6 @@ async fn openai(
     chat: bool,
 ) -> Result<Response, ApiError> {
     let first = reqs[0].clone();
-    let tools = if chat { tool_format(&st, &first) } else { None };
     let mut rxs = Vec::with_capacity(reqs.len());
     let mut opened = Vec::with_capacity(reqs.len());
     for r in &reqs {
@@ -210,7 +216,12 @@ async fn openai(
         rxs.push(rx);
         opened.push(o);
     }
-    let think = chat && st.reasoning_format == ReasoningFormat::Deepseek;
+    // Completions are text: no thoughts or calls taken apart.
+    let plain = ReplyShape { think: false, opened: false, tools: None };
+    let shapes: Vec<ReplyShape> = opened
+        .iter()
+        .map(|&o| if chat { reply_shape(&st, &first, o) } else { plain.clone() })
+        .collect();
     let id = new_id(if chat { "chatcmpl" } else { "cmpl" });
     let created = now();
     let model = first.model.clone().unwrap_or_else(|| st.model_name.clone());
@@ -221,18 +232,10 @@ async fn openai(
         for (index, rx) in rxs.into_iter().enumerate() {
             let o = collect(rx).await?;
             let logprobs = first.logprobs.map(|_| openai_logprobs(&o.logprobs, chat));
-            let (reasoning, text) = if think {
-                crate::reasoning::split(&o.text, opened[index])
-            } else {
-                (None, o.text.clone())
-            };
-            let calls = match &tools {
-                Some((format, list)) => crate::tools::parse_reply(*format, &text, list),
-                None => (text.clone(), Vec::new()),
-            };
-            let mut choice = if !calls.1.is_empty() {
-                let content = if calls.0.is_empty() { Value::Null } else { calls.0.into() };
-                let tc: Vec<Value> = calls.1.iter().map(|c| c.openai(None)).collect();
+            let (reasoning, text, calls) = crate::reply::split(&shapes[index], &o.text);
+            let mut choice = if !calls.is_empty() {
+                let content = if text.is_empty() { Value::Null } else { text.into() };
+                let tc: Vec<Value> = calls.iter().map(|c| c.openai(None)).collect();
                 json!({"index": index, "message": {"role": "assistant", "content": content, "tool_calls": tc}, "finish_reason": "tool_calls", "logprobs": logprobs})
             } else if chat {
                 json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": o.finish_reason, "logprobs": logprobs})
@@ -281,11 +284,7 @@ async fn openai(
         ));
     }
     let merged = merge(rxs);
-    let mut splits: Vec<Option<StreamSplit>> =
-        (0..n).map(|_| tools.as_ref().map(|(f, _)| StreamSplit::new(*f))).collect();
-    let tool_list = tools.map(|(_, l)| l).unwrap_or_default();
-    let mut thinks: Vec<Option<ThinkSplit>> =
-        opened.iter().map(|&o| think.then(|| ThinkSplit::new(o))).collect();
+    let mut splits: Vec<ReplySplit> = shapes.iter().map(ReplySplit::new).collect();
     tokio::spawn(async move {
         let mut merged = merged;
         let mut done = 0;
@@ -299,23 +298,13 @@ async fn openai(
             let mut out = Vec::new();
             match ev {
                 Event::Token { text, logprob } => {
-                    let text = match &mut thinks[index] {
-                        Some(t) => {
-                            let (r, c) = t.push(&text);
-                            if !r.is_empty() {
-                                out.push(chunk(
-                                    json!({"index": index, "delta": {"reasoning_content": r}, "finish_reason": null}),
-                                    None,
-                                ));
-                            }
-                            c
-                        }
-                        None => text,
-                    };
-                    let text = match &mut splits[index] {
-                        Some(s) => s.push(&text),
-                        None => text,
-                    };
+                    let (r, text) = splits[index].push(&text);
+                    if !r.is_empty() {
+                        out.push(chunk(
+                            json!({"index": index, "delta": {"reasoning_content": r}, "finish_reason": null}),
+                            None,
+                        ));
+                    }
                     if !text.is_empty() || (want_lp && logprob.is_some()) {
                         let lp = logprob.filter(|_| want_lp).map(|l| {
                             if chat {
@@ -342,26 +331,13 @@ async fn openai(
                     timings,
                     ..
                 } => {
-                    let mut tail = String::new();
-                    if let Some(t) = &mut thinks[index] {
-                        let (r, c) = t.finish();
-                        if !r.is_empty() {
-                            out.push(chunk(
-                                json!({"index": index, "delta": {"reasoning_content": r}, "finish_reason": null}),
-                                None,
-                            ));
-                        }
-                        tail = c;
+                    let (r, rest, calls) = splits[index].finish();
+                    if !r.is_empty() {
+                        out.push(chunk(
+                            json!({"index": index, "delta": {"reasoning_content": r}, "finish_reason": null}),
+                            None,
+                        ));
                     }
-                    let (rest, calls) = match &mut splits[index] {
-                        Some(s) => {
-                            let mut shown = s.push(&tail);
-                            let (r, c) = s.finish(&tool_list);
-                            shown.push_str(&r);
-                            (shown, c)
-                        }
-                        None => (tail, Vec::new()),
-                    };
                     if !rest.is_empty() {
                         out.push(chunk(
                             json!({"index": index, "delta": {"content": rest}, "finish_reason": null}),

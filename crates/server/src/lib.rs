@@ -46,6 +46,7 @@ pub mod http;
 pub mod metrics;
 pub mod prompt;
 pub mod reasoning;
+pub mod reply;
 pub mod responses;
 pub mod tools;
 

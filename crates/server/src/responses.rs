@@ -7,10 +7,10 @@
 
 use crate::api::{self, type_name, ApiError};
 use crate::engine::Event;
-use crate::generate::{collect, merge, sse_response, start, tool_format};
+use crate::generate::{collect, merge, reply_shape, sse_response, start};
 use crate::http::{body_or_413, now, AppState};
-use crate::reasoning::{ReasoningFormat, ThinkSplit};
-use crate::tools::{StreamSplit, ToolCall};
+use crate::reply::ReplySplit;
+use crate::tools::ToolCall;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
@@ -208,19 +208,13 @@ fn response(
 pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
     let o = api::parse_body(&body_or_413(body)?)?;
     let req = api::parse_chat(&to_chat(&o)?)?;
-    let tools = tool_format(&st, &req);
     let (rx, opened) = start(&st, &req)?;
-    let think = st.reasoning_format == ReasoningFormat::Deepseek;
+    let shape = reply_shape(&st, &req, opened);
     let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
     let (resp_id, created) = (id("resp_"), now());
     if !req.stream {
         let out = collect(rx).await?;
-        let (reasoning, text) =
-            if think { crate::reasoning::split(&out.text, opened) } else { (None, out.text) };
-        let (text, calls) = match &tools {
-            Some((f, list)) => crate::tools::parse_reply(*f, &text, list),
-            None => (text, Vec::new()),
-        };
+        let (reasoning, text, calls) = crate::reply::split(&shape, &out.text);
         let mut output = Vec::new();
         if let Some(r) = reasoning {
             output.push(reasoning_item(&r));
@@ -256,9 +250,7 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
         start_shell["status"] = json!("in_progress");
         send(&tx, json!({"type": "response.created", "response": start_shell.clone()}));
         send(&tx, json!({"type": "response.in_progress", "response": start_shell}));
-        let mut thinker = think.then(|| ThinkSplit::new(opened));
-        let mut split = tools.as_ref().map(|(f, _)| StreamSplit::new(*f));
-        let list = tools.map(|(_, l)| l).unwrap_or_default();
+        let mut split = ReplySplit::new(&shape);
         let msg_id = id("msg_");
         let (mut reasoning, mut text) = (String::new(), String::new());
         let mut msg_open = false;
@@ -297,18 +289,8 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
             let Some((_, event)) = item else { return };
             match event {
                 Event::Token { text: piece, .. } => {
-                    let piece = match &mut thinker {
-                        Some(t) => {
-                            let (r, c) = t.push(&piece);
-                            reasoning.push_str(&r);
-                            c
-                        }
-                        None => piece,
-                    };
-                    let piece = match &mut split {
-                        Some(s) => s.push(&piece),
-                        None => piece,
-                    };
+                    let (r, piece) = split.push(&piece);
+                    reasoning.push_str(&r);
                     show(&tx, &mut send, &piece, &mut text);
                 }
                 Event::Done {
@@ -318,21 +300,8 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
                     completion_tokens,
                     ..
                 } => {
-                    let mut tail = String::new();
-                    if let Some(t) = &mut thinker {
-                        let (r, c) = t.finish();
-                        reasoning.push_str(&r);
-                        tail = c;
-                    }
-                    let (rest, calls) = match &mut split {
-                        Some(s) => {
-                            let mut shown = s.push(&tail);
-                            let (r, c) = s.finish(&list);
-                            shown.push_str(&r);
-                            (shown, c)
-                        }
-                        None => (tail, Vec::new()),
-                    };
+                    let (r, rest, calls) = split.finish();
+                    reasoning.push_str(&r);
                     show(&tx, &mut send, &rest, &mut text);
                     let mut output = Vec::new();
                     if !reasoning.is_empty() {
