@@ -145,11 +145,8 @@ fn stored_reference_logits_files_parse() {
     assert_eq!(n, 4 * 2 * 3 * 3 + 2 * 2 * 3, "reference logits files");
 }
 
-/// `seq_rm` reads a negative end as "to the end" and a negative start as 0, as llama.cpp's
-/// `llama_memory_seq_rm`: a caller dropping the cells after a kept prefix with `-1` (the
-/// conversation's prompt cache) must not leave them to be attended.
-#[test]
-fn seq_rm_takes_negative_bounds_as_open() {
+/// The synthetic qwen3 model, written to a temporary directory (kept alive with it).
+fn synth_qwen3() -> (tempfile::TempDir, Model) {
     let (_, spec, vocab) = tessera_llama::synth::test_models()
         .into_iter()
         .find(|m| m.0 == "synth-qwen3-q8_0")
@@ -160,6 +157,15 @@ fn seq_rm_takes_negative_bounds_as_open() {
     let path = dir.path().join("m.gguf");
     tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
     let model = Model::load(&path).unwrap();
+    (dir, model)
+}
+
+/// `seq_rm` reads a negative end as "to the end" and a negative start as 0, as llama.cpp's
+/// `llama_memory_seq_rm`: a caller dropping the cells after a kept prefix with `-1` (the
+/// conversation's prompt cache) must not leave them to be attended.
+#[test]
+fn seq_rm_takes_negative_bounds_as_open() {
+    let (_dir, model) = synth_qwen3();
     let mut ctx = tessera_llama::LlamaContext::new(
         &model,
         tessera_llama::ContextParams { n_ctx: 256, n_threads: 1, ..Default::default() },
@@ -179,16 +185,7 @@ fn seq_rm_takes_negative_bounds_as_open() {
 /// got for the same token at the same position, computed in a batch of eight.
 #[test]
 fn a_shared_prefix_continues_as_the_original() {
-    let (_, spec, vocab) = tessera_llama::synth::test_models()
-        .into_iter()
-        .find(|m| m.0 == "synth-qwen3-q8_0")
-        .unwrap();
-    let vocab = tessera_models::fixtures::vocab(vocab).unwrap();
-    let v = tessera_gguf::GgufFile::open(&vocab).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.gguf");
-    tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
-    let model = Model::load(&path).unwrap();
+    let (_dir, model) = synth_qwen3();
     let params = tessera_llama::ContextParams {
         n_ctx: 256,
         n_threads: 2,

@@ -66,6 +66,5 @@ fn q4_1_answers_do_not_depend_on_load() {
 
 #[test]
 fn q4_k_m_answers_do_not_depend_on_load() {
-    let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
-    answers_alone_and_together(Arc::new(Model::load(path).expect("load")));
+    answers_alone_and_together(qwen());
 }

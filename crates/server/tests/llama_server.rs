@@ -233,9 +233,7 @@ fn stopping_ends_running_replies_at_the_deadline() {
 /// suffix, the extra files behind `<|file_sep|>`; greedy, the middle of an obvious function.
 #[test]
 fn infill_fills_the_middle_with_the_models_fim_tokens() {
-    let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
-    let model = std::sync::Arc::new(tessera_llama::Model::load(path).expect("load"));
-    let srv = tessera_server::start(model, config(1, 4, None), false).expect("server");
+    let srv = tessera_server::start(qwen(), config(1, 4, None), false).expect("server");
     let a = srv.addr;
     let body = |extra: Value| {
         json!({
@@ -269,23 +267,8 @@ fn infill_fills_the_middle_with_the_models_fim_tokens() {
 /// (tests/py/tool_calls.py).
 #[test]
 fn the_openai_client_calls_tools() {
-    let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
-    let model = std::sync::Arc::new(tessera_llama::Model::load(path).expect("load"));
-    let srv = tessera_server::start(model, config(1, 4, None), false).expect("server");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/tool_calls.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(format!("http://{}", srv.addr))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "{} failed:\n{}{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let srv = tessera_server::start(qwen(), config(1, 4, None), false).expect("server");
+    run_python("tool_calls.py", &[&format!("http://{}", srv.addr)]);
     srv.stop();
 }
 
@@ -383,24 +366,8 @@ fn a_prefix_held_by_another_slot_is_reused() {
 /// (tests/py/anthropic_client.py).
 #[test]
 fn the_anthropic_client_works() {
-    let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
-    let model = std::sync::Arc::new(tessera_llama::Model::load(path).expect("load"));
-    let srv = tessera_server::start(model, config(1, 4, None), false).expect("server");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/anthropic_client.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(format!("http://{}", srv.addr))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "{} failed:\n{}{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let srv = tessera_server::start(qwen(), config(1, 4, None), false).expect("server");
+    run_python("anthropic_client.py", &[&format!("http://{}", srv.addr)]);
     srv.stop();
 }
 
@@ -409,23 +376,7 @@ fn the_anthropic_client_works() {
 /// (tests/py/responses_client.py).
 #[test]
 fn the_responses_api_works() {
-    let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
-    let model = std::sync::Arc::new(tessera_llama::Model::load(path).expect("load"));
-    let srv = tessera_server::start(model, config(1, 4, None), false).expect("server");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/responses_client.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(format!("http://{}", srv.addr))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "{} failed:\n{}{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let srv = tessera_server::start(qwen(), config(1, 4, None), false).expect("server");
+    run_python("responses_client.py", &[&format!("http://{}", srv.addr)]);
     srv.stop();
 }

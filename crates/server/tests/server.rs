@@ -494,22 +494,7 @@ fn structured_output_always_parses_and_validates() {
 #[test]
 fn the_openai_python_client_works() {
     let srv = server(2, 8, Some("sk-tessera-test"));
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/openai_client.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(format!("http://{}", srv.addr))
-        .arg("sk-tessera-test")
-        .arg("json")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "{} failed (needs `pip install -r tools/requirements-ci.txt`, which cargo xtask ci does):\n{}{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python("openai_client.py", &[&format!("http://{}", srv.addr), "sk-tessera-test", "json"]);
     srv.stop();
 }
 
@@ -530,20 +515,7 @@ fn the_chat_page_streams_a_reply_in_a_browser() {
          chromium-driver; .ci/run installs them), or TESSERA_SKIP_BROWSER=1"
     );
     let srv = server(2, 8, None);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/browser_chat.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(format!("http://{}", srv.addr))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "{} failed:\n{}{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python("browser_chat.py", &[&format!("http://{}", srv.addr)]);
     wait_idle(srv.addr, 30);
     srv.stop();
 }

@@ -21,6 +21,36 @@ pub fn model() -> Arc<Model> {
     .clone()
 }
 
+/// Qwen2.5-Coder-0.5B-Instruct (its template renders tools; it has FIM tokens), loaded once
+/// per test binary.
+pub fn qwen() -> Arc<Model> {
+    static M: OnceLock<Arc<Model>> = OnceLock::new();
+    M.get_or_init(|| {
+        let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
+        Arc::new(Model::load(path).expect("load"))
+    })
+    .clone()
+}
+
+/// Runs `tests/py/{script}` with `PYTHON` (which `cargo xtask ci` sets) on `args`; panics with
+/// its output when it fails.
+pub fn run_python(script: &str, args: &[&str]) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(script);
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python)
+        .arg(&path)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "{} failed (needs `pip install -r tools/requirements-ci.txt`, which cargo xtask ci does):\n{}{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A server with `np` slots, a queue of `queue`, and an optional key, on a free port.
 pub fn server(np: usize, queue: usize, api_key: Option<&str>) -> Server {
     tessera_server::start(model(), config(np, queue, api_key), false).expect("server")
