@@ -161,16 +161,21 @@ fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
         out.insert("stop".into(), v.clone());
     }
     if let Some(Value::Array(tools)) = o.get("tools") {
-        let list: Vec<Value> = tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.get("name").cloned().unwrap_or_default(),
-                    "description": t.get("description").cloned().unwrap_or_default(),
-                    "parameters": t.get("input_schema").cloned().unwrap_or(Value::Null),
-                }})
-            })
-            .collect();
+        let mut list = Vec::new();
+        for (i, t) in tools.iter().enumerate() {
+            // Anthropic's server tools (web search, code execution, ...) run on its side.
+            if let Some(kind) = t.get("type").and_then(Value::as_str).filter(|k| *k != "custom") {
+                return Err(ApiError::field(
+                    &format!("tools[{i}].type"),
+                    format!("'{kind}' tools are not supported (client tools only)"),
+                ));
+            }
+            list.push(json!({"type": "function", "function": {
+                "name": t.get("name").cloned().unwrap_or_default(),
+                "description": t.get("description").cloned().unwrap_or_default(),
+                "parameters": t.get("input_schema").cloned().unwrap_or(Value::Null),
+            }}));
+        }
         out.insert("tools".into(), Value::Array(list));
     } else if let Some(other) = o.get("tools").filter(|v| !v.is_null()) {
         return Err(ApiError::field(

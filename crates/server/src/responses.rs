@@ -147,6 +147,39 @@ fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
         }
         out.insert("tools".into(), Value::Array(list));
     }
+    // Structured output (`text.format`) becomes `response_format`; anything the chat path
+    // cannot honour is refused by name.
+    if let Some(format) = o.get("text").and_then(|t| t.get("format")).filter(|v| !v.is_null()) {
+        match format.get("type").and_then(Value::as_str) {
+            Some("text") => {}
+            Some("json_object") => {
+                out.insert("response_format".into(), json!({"type": "json_object"}));
+            }
+            Some("json_schema") => {
+                let schema = format
+                    .get("schema")
+                    .cloned()
+                    .ok_or_else(|| ApiError::field("text.format.schema", "is required"))?;
+                out.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": {"schema": schema}}),
+                );
+            }
+            other => {
+                return Err(ApiError::field(
+                    "text.format.type",
+                    format!("{other:?} is not one of text, json_object, json_schema"),
+                ))
+            }
+        }
+    }
+    if o.get("reasoning").is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::field(
+            "reasoning",
+            "reasoning settings are not supported: the model thinks as its chat template says \
+             (the server's --reasoning-budget 0 turns thinking off)",
+        ));
+    }
     if let Some(tc) = o.get("tool_choice").filter(|v| !v.is_null()) {
         let choice = match tc {
             Value::String(_) => tc.clone(),
@@ -377,4 +410,29 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
         }
     });
     Ok(sse_response(sse_rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_map_to_chat_or_fail_by_name() {
+        let o = |v: Value| v.as_object().unwrap().clone();
+        let chat = to_chat(&o(
+            json!({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x",
+            "schema": {"type": "object"}}}}),
+        ))
+        .unwrap();
+        assert_eq!(chat["response_format"]["json_schema"]["schema"], json!({"type": "object"}));
+        for (body, field) in [
+            (json!({"input": "hi", "reasoning": {"effort": "low"}}), "reasoning"),
+            (json!({"input": "hi", "text": {"format": {"type": "yaml"}}}), "text.format.type"),
+            (json!({"input": "hi", "previous_response_id": "resp_1"}), "previous_response_id"),
+            (json!({"input": [{"type": "web_search_call"}]}), "input[0].type"),
+        ] {
+            let e = to_chat(&o(body.clone())).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(field), "{body}: {}", e.message);
+        }
+    }
 }
