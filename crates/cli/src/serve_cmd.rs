@@ -45,6 +45,14 @@ pub struct ServeArgs {
     /// -1: think freely; 0: ask the chat template not to think (`enable_thinking: false`).
     #[arg(long = "reasoning-budget", default_value_t = -1, allow_negative_numbers = true)]
     reasoning_budget: i32,
+    /// Serve embeddings (`/v1/embeddings`, `/embedding`) instead of generating, as
+    /// llama-server's --embeddings; the generating endpoints then answer 501.
+    #[arg(long = "embedding", visible_alias = "embeddings")]
+    embedding: bool,
+    /// How embeddings pool a sequence's tokens: none, mean, cls, last (default: the model's
+    /// `pooling_type`, else none). Needs --embedding.
+    #[arg(long = "pooling", value_parser = ["none", "mean", "cls", "last", "rank"])]
+    pooling: Option<String>,
     /// No log output (llama.cpp's --log-disable); by default one line per request.
     #[arg(long = "log-disable")]
     pub log_disable: bool,
@@ -112,16 +120,26 @@ pub fn run(a: ServeArgs) -> Result<()> {
             tessera_server::reasoning::ReasoningFormat::Deepseek
         },
         reasoning_budget: a.reasoning_budget,
+        embedding: a.embedding,
+        pooling: a.pooling.as_deref().map(tessera_llama::Pooling::parse).transpose()?,
         chat_template,
         model_name: name,
         shutdown_timeout: std::time::Duration::from_secs_f64(a.shutdown_timeout),
     };
     let server = tessera_server::start(model, cfg, true).map_err(common::explain)?;
-    eprintln!(
-        "tessera serve: listening on http://{} ({} slots sharing a {}-token context; chat page \
-         at /, OpenAI API at /v1)",
-        server.addr, a.parallel, server.n_ctx
-    );
+    if a.embedding {
+        eprintln!(
+            "tessera serve: listening on http://{} (embeddings at /v1/embeddings and /embedding, \
+             up to {} inputs per batch)",
+            server.addr, a.parallel
+        );
+    } else {
+        eprintln!(
+            "tessera serve: listening on http://{} ({} slots sharing a {}-token context; chat \
+             page at /, OpenAI API at /v1)",
+            server.addr, a.parallel, server.n_ctx
+        );
+    }
     server.wait();
     eprintln!("tessera serve: stopped");
     Ok(())

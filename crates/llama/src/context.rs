@@ -40,6 +40,11 @@ pub struct ContextParams {
     ///
     /// [`Backend::set_batch_invariant`]: tessera_backend::Backend::set_batch_invariant
     pub batch_invariant: bool,
+    /// An embeddings context (llama.cpp's `embeddings`): decode keeps, for each flagged token,
+    /// its final-norm row of `n_embd` values ([`LlamaContext::embeddings_ith`]) instead of
+    /// logits, and the LM head is not computed. Pooling is the caller's
+    /// ([`Pooling::pool`](crate::Pooling::pool)).
+    pub embeddings: bool,
 }
 
 impl Default for ContextParams {
@@ -53,6 +58,7 @@ impl Default for ContextParams {
             type_v: DType::F16,
             graph_reuse: std::env::var_os("TESSERA_GRAPH_REUSE_DISABLE").is_none(),
             batch_invariant: false,
+            embeddings: false,
         }
     }
 }
@@ -244,14 +250,30 @@ impl<'m> LlamaContext<'m> {
         &self.observed
     }
 
-    /// The logits of batch token `i` of the last [`decode`](Self::decode), if it asked for them.
+    /// The logits of batch token `i` of the last [`decode`](Self::decode), if it asked for them
+    /// (never in an embeddings context).
     pub fn logits_ith(&self, i: usize) -> Option<&[f32]> {
+        if self.params.embeddings {
+            return None;
+        }
         let n = self.model.hparams.n_vocab;
         let o = (*self.output_of.get(i)?)?;
         self.logits.get(o * n..(o + 1) * n)
     }
 
-    /// All logits of the last decode, one row of `n_vocab` per output, in batch order.
+    /// In an embeddings context, the final-norm row (`n_embd` values) of batch token `i` of the
+    /// last [`decode`](Self::decode), if it asked for it.
+    pub fn embeddings_ith(&self, i: usize) -> Option<&[f32]> {
+        if !self.params.embeddings {
+            return None;
+        }
+        let n = self.model.hparams.n_embd;
+        let o = (*self.output_of.get(i)?)?;
+        self.logits.get(o * n..(o + 1) * n)
+    }
+
+    /// All logits of the last decode, one row of `n_vocab` per output, in batch order (in an
+    /// embeddings context, rows of `n_embd`).
     pub fn logits(&self) -> &[f32] {
         &self.logits
     }
@@ -271,7 +293,8 @@ impl<'m> LlamaContext<'m> {
                 n_out += 1;
             }
         }
-        self.logits.reserve(n_out * hp.n_vocab);
+        let width = if self.params.embeddings { hp.n_embd } else { hp.n_vocab };
+        self.logits.reserve(n_out * width);
         let mut start = 0;
         while start < n {
             let end = (start + self.params.n_ubatch).min(n);
@@ -359,9 +382,25 @@ impl<'m> LlamaContext<'m> {
             n_kv,
             kv_size,
             flash_attn: fa,
+            embeddings: self.params.embeddings,
         };
         let logits = model.graph.build(&mut b)?;
         let mut ctx = b.ctx;
+        let (want, what) = if self.params.embeddings {
+            (hp.n_embd, "embeddings (n_embd)")
+        } else {
+            (hp.n_vocab, "logits (n_vocab)")
+        };
+        let got = ctx.get(logits).ne;
+        if got[0] != want || got[1] != n_out {
+            return Err(LlamaError::BadValue {
+                key: format!("{}: graph output", hp.arch),
+                reason: format!(
+                    "the graph returned [{}, {}], expected {what} rows [{want}, {n_out}]",
+                    got[0], got[1]
+                ),
+            });
+        }
         let mut outputs = vec![logits];
         if !self.observe.is_empty() {
             let watched: Vec<TensorId> = ctx

@@ -52,6 +52,9 @@ pub struct Builder<'a> {
     pub kv_size: usize,
     /// Flash attention (else the MUL_MAT + SOFT_MAX path with V stored transposed).
     pub flash_attn: bool,
+    /// Embeddings wanted instead of logits: [`logits`](Self::logits) returns the final norm's
+    /// output (`result_norm`, `[n_embd, n_outputs]`) and skips the LM head.
+    pub embeddings: bool,
 }
 
 impl Builder<'_> {
@@ -251,13 +254,18 @@ impl Builder<'_> {
         1.0 / (self.hp.head_dim_k as f32).sqrt()
     }
 
-    /// Final norm output through the LM head, optionally soft-capped: the logits.
+    /// Final norm output through the LM head, optionally soft-capped: the logits. In an
+    /// embeddings context, `x` itself (named `result_norm`, as llama.cpp's `t_embd`).
     pub fn logits(
         &mut self,
         x: TensorId,
         output: TensorId,
         bias: Option<TensorId>,
     ) -> Result<TensorId> {
+        if self.embeddings {
+            let x = self.ctx.set_name(x, "result_norm");
+            return Ok(self.ctx.set_output(x));
+        }
         let mut l = self.linear(output, bias, x)?;
         let cap = self.hp.final_logit_softcap;
         if cap != 0.0 {

@@ -53,6 +53,9 @@ pub struct HParams {
     pub attn_logit_softcap: f32,
     /// Multiplier of Q before attention (Gemma); 0 = use `1/sqrt(head_dim)` as the KQ scale.
     pub attention_scale: f32,
+    /// The pooling an embedding model was trained with (`{arch}.pooling_type`; `None` when
+    /// absent, as for generative models).
+    pub pooling: crate::embed::Pooling,
 }
 
 fn key(arch: &str, k: &str) -> String {
@@ -151,6 +154,10 @@ impl HParams {
             uint_or(md, &key(a, "rope.scaling.original_context_length"), Some(n_ctx_train))?;
         let is_gemma3 = a == "gemma3";
         let n_swa = uint_or(md, &key(a, "attention.sliding_window"), Some(0))?;
+        let pooling_key = key(a, "pooling_type");
+        let pooling = uint_or(md, &pooling_key, Some(0))?;
+        let pooling = crate::embed::Pooling::from_gguf(pooling as u64)
+            .ok_or_else(|| bad(&pooling_key, format!("{pooling} is not a pooling type (0-4)")))?;
         Ok(HParams {
             n_ctx_train,
             n_embd,
@@ -174,6 +181,7 @@ impl HParams {
             final_logit_softcap: f32_or(md, &key(a, "final_logit_softcapping"), 0.0)?,
             attn_logit_softcap: f32_or(md, &key(a, "attn_logit_softcapping"), 0.0)?,
             attention_scale: if is_gemma3 { 1.0 / (head_dim_k as f32).sqrt() } else { 0.0 },
+            pooling,
             arch,
         })
     }

@@ -13,6 +13,8 @@
 //!   previous one's when the shape is the same), has the scheduler place, allocate and run it.
 //! - [`placement`]: llama.cpp's `-ngl`/`-ts`/`-ot`/`--device` rules and the device registry.
 //! - [`sampling`]: llama.cpp's sampler chain, with its mt19937 so a seed gives its tokens.
+//! - [`embed`]: embeddings ([`ContextParams::embeddings`]): the final-norm rows of a
+//!   sequence, pooled (mean, CLS, last) and normalized as llama.cpp's.
 //!
 //! Design decisions:
 //! - **Graphs are rebuilt when the micro-batch's shape changes** from a base context holding
@@ -31,6 +33,7 @@ pub mod arch;
 mod batch;
 pub mod chat;
 mod context;
+pub mod embed;
 mod error;
 pub mod graph;
 mod hparams;
@@ -43,6 +46,7 @@ pub mod synth;
 
 pub use batch::Batch;
 pub use context::{ContextParams, LlamaContext};
+pub use embed::Pooling;
 pub use error::{LlamaError, Result};
 pub use hparams::HParams;
 pub use kv_cache::{Cell, KvCache, MAX_SEQ};

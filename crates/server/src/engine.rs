@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_llama::sampling::{SamplerChain, SamplingParams};
-use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
+use tessera_llama::{Batch, ContextParams, LlamaContext, Model, Pooling};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// How the engine runs.
@@ -42,6 +42,8 @@ pub struct EngineConfig {
     /// Batch-invariant arithmetic (`--deterministic`): a request's tokens do not depend on
     /// what shares its steps.
     pub deterministic: bool,
+    /// `--embedding`: compute embeddings pooled this way instead of generating.
+    pub embeddings: Option<Pooling>,
 }
 
 /// One token's log-probability and the most likely alternatives.
@@ -156,9 +158,18 @@ pub struct Job {
     pub ignore_eos: bool,
 }
 
+/// What the engine thread is sent: a generation, or inputs to embed (`--embedding`).
+pub enum Work {
+    /// Generate a reply.
+    Generate(Box<Job>),
+    /// Embed inputs.
+    Embed(crate::embed::EmbedJob),
+}
+
 /// A handle on the engine thread.
 pub struct Engine {
-    tx: Sender<Job>,
+    tx: Sender<Work>,
+    pooling: Option<Pooling>,
     stop: Arc<AtomicBool>,
     abort: Arc<AtomicBool>,
     slots: Arc<Mutex<Vec<SlotInfo>>>,
@@ -184,7 +195,8 @@ impl Engine {
             )));
         }
         let n_parallel = cfg.n_parallel;
-        let (tx, rx) = channel::bounded::<Job>(cfg.queue.max(1));
+        let (tx, rx) = channel::bounded::<Work>(cfg.queue.max(1));
+        let pooling = cfg.embeddings;
         let stop = Arc::new(AtomicBool::new(false));
         let abort = Arc::new(AtomicBool::new(false));
         let slots = Arc::new(Mutex::new(
@@ -201,6 +213,7 @@ impl Engine {
                     flash_attn: cfg.flash_attn,
                     n_ubatch: cfg.n_batch.min(512),
                     batch_invariant: cfg.deterministic,
+                    embeddings: cfg.embeddings.is_some(),
                     ..ContextParams::default()
                 };
                 let ctx = match LlamaContext::new(&model, params) {
@@ -212,6 +225,16 @@ impl Engine {
                 };
                 let n_ctx = ctx.params().n_ctx;
                 let _ = ready_tx.send(Ok(n_ctx));
+                if let Some(pooling) = cfg.embeddings {
+                    let mut w = crate::embed::EmbedWorker {
+                        ctx,
+                        pooling,
+                        n_seq: n_parallel,
+                        n_batch: cfg.n_batch.max(1),
+                        metrics,
+                    };
+                    return w.run(&rx, &stop2, &abort2);
+                }
                 let mut w = Worker {
                     model: &model,
                     ctx,
@@ -228,7 +251,16 @@ impl Engine {
             .recv()
             .map_err(|_| ServerError::Context("the engine thread ended at start".into()))?
             .map_err(ServerError::Context)?;
-        Ok(Engine { tx, stop, abort, slots, thread: Some(thread), n_ctx, n_slots: n_parallel })
+        Ok(Engine {
+            tx,
+            pooling,
+            stop,
+            abort,
+            slots,
+            thread: Some(thread),
+            n_ctx,
+            n_slots: n_parallel,
+        })
     }
 
     /// What each slot is doing (`GET /slots`).
@@ -242,9 +274,30 @@ impl Engine {
         self.abort.store(true, Ordering::SeqCst);
     }
 
-    /// Queues a job; 503 when the queue is full.
+    /// With `--embedding`, the pooling of the embeddings it computes (it then generates
+    /// nothing).
+    pub fn pooling(&self) -> Option<Pooling> {
+        self.pooling
+    }
+
+    /// Queues a generation; 503 when the queue is full, 501 on an embeddings server.
     pub fn submit(&self, job: Job) -> Result<(), ApiError> {
-        self.tx.try_send(job).map_err(|e| match e {
+        if self.pooling.is_some() {
+            return Err(crate::embed::not_generating());
+        }
+        self.send(Work::Generate(Box::new(job)))
+    }
+
+    /// Queues inputs to embed; 503 when the queue is full, 501 on a generating server.
+    pub fn submit_embed(&self, job: crate::embed::EmbedJob) -> Result<(), ApiError> {
+        if self.pooling.is_none() {
+            return Err(crate::embed::not_embedding());
+        }
+        self.send(Work::Embed(job))
+    }
+
+    fn send(&self, work: Work) -> Result<(), ApiError> {
+        self.tx.try_send(work).map_err(|e| match e {
             TrySendError::Full(_) => ApiError::new(
                 503,
                 "server_error",
@@ -269,7 +322,8 @@ impl Engine {
     }
 }
 
-fn shutting_down() -> ApiError {
+/// The 503 of a server shutting down.
+pub(crate) fn shutting_down() -> ApiError {
     ApiError::new(503, "server_error", "the server is shutting down").with_code("shutting_down")
 }
 
@@ -357,15 +411,22 @@ fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>)
 }
 
 impl Worker<'_> {
-    fn run(&mut self, rx: &Receiver<Job>, stop: &AtomicBool, abort: &AtomicBool) {
+    fn run(&mut self, rx: &Receiver<Work>, stop: &AtomicBool, abort: &AtomicBool) {
         loop {
             if abort.load(Ordering::SeqCst) {
                 if self.slots.iter().any(|s| s.active.is_some()) {
                     tracing::warn!("shutdown deadline: ending the running requests");
                 }
                 self.fail_all(shutting_down());
-                while let Ok(job) = rx.try_recv() {
-                    let _ = job.events.send(Event::Failed(shutting_down()));
+                while let Ok(work) = rx.try_recv() {
+                    match work {
+                        Work::Generate(job) => {
+                            let _ = job.events.send(Event::Failed(shutting_down()));
+                        }
+                        Work::Embed(job) => {
+                            let _ = job.reply.send(Err(shutting_down()));
+                        }
+                    }
                 }
                 self.publish();
                 if stop.load(Ordering::SeqCst) {
@@ -391,7 +452,12 @@ impl Worker<'_> {
                         Err(RecvTimeoutError::Disconnected) => return,
                     }
                 };
-                self.assign(job);
+                match job {
+                    Work::Generate(job) => self.assign(*job),
+                    Work::Embed(job) => {
+                        let _ = job.reply.send(Err(crate::embed::not_embedding()));
+                    }
+                }
             }
             self.metrics.set_queue(rx.len());
             if self.slots.iter().any(|s| s.active.is_some()) {

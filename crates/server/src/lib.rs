@@ -23,6 +23,8 @@
 //! - Agents' APIs: tool calls (`tools`, `tool_choice`, `tool_calls`; [`tools`]), reasoning
 //!   apart from the answer ([`reasoning`]), Anthropic's `POST /v1/messages` ([`anthropic`])
 //!   and OpenAI's `POST /v1/responses` ([`responses`]), all over the same engine.
+//! - Embeddings with `--embedding` ([`embed`]): `POST /v1/embeddings` and llama-server's
+//!   `POST /embedding`, pooled by `--pooling` (mean, cls, last, none).
 //! - llama-server's own endpoints too: `/completion`, `/infill` (the model's FIM tokens),
 //!   `/apply-template`, `/props`, `/slots`; CORS for browser front ends on other origins; one
 //!   log line per request and per finished generation (`RUST_LOG`), and llama-server's
@@ -38,6 +40,7 @@
 pub mod anthropic;
 pub mod api;
 pub mod constrain;
+pub mod embed;
 pub mod engine;
 mod error;
 pub mod gbnf;
@@ -95,6 +98,10 @@ pub struct ServerConfig {
     /// `--reasoning-budget`: -1 thinks freely, 0 asks the template not to think
     /// (`enable_thinking: false`).
     pub reasoning_budget: i32,
+    /// `--embedding`: serve embeddings ([`embed`]) instead of generating.
+    pub embedding: bool,
+    /// `--pooling`: how embeddings pool a sequence (default: the model's `pooling_type`).
+    pub pooling: Option<tessera_llama::Pooling>,
 }
 
 /// A started server: its address, and a way to stop it.
@@ -169,6 +176,24 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             cfg.reasoning_budget
         )));
     }
+    let embeddings = match (cfg.embedding, cfg.pooling) {
+        (false, Some(p)) => {
+            return Err(ServerError::Config(format!("--pooling {p}: needs --embedding")));
+        }
+        (false, None) => None,
+        (true, p) => match p.unwrap_or(model.hparams.pooling) {
+            tessera_llama::Pooling::Rank => {
+                return Err(ServerError::Config(
+                    "--pooling rank: reranking is not supported; use mean, cls, last or none"
+                        .into(),
+                ));
+            }
+            p => Some(p),
+        },
+    };
+    if let Some(p) = embeddings {
+        tracing::info!(pooling = %p, "embeddings mode: the generating endpoints answer 501");
+    }
     let template = cfg.chat_template.clone().or_else(|| model.chat_template.clone());
     if let Some(t) = &template {
         // A template that cannot render a plain exchange would fail every chat request.
@@ -198,6 +223,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             n_batch: cfg.n_batch,
             queue: cfg.queue,
             deterministic: cfg.deterministic,
+            embeddings,
         },
         metrics.clone(),
     )?;

@@ -26,7 +26,9 @@ pub trait Architecture: Send + Sync {
 /// A loaded architecture's forward pass.
 pub trait ModelGraph: Send + Sync {
     /// Builds the graph of one micro-batch on `b` (inputs, KV cache views and masks are
-    /// ready there) and returns the logits tensor, `[n_vocab, n_outputs]`.
+    /// ready there) and returns the logits tensor, `[n_vocab, n_outputs]`; in an embeddings
+    /// context (`b.embeddings`), the final norm's output `[n_embd, n_outputs]`, which
+    /// [`Builder::logits`] returns there.
     fn build(&self, b: &mut Builder) -> Result<TensorId>;
 }
 

@@ -76,6 +76,8 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         deterministic: false,
         reasoning_format: tessera_server::reasoning::ReasoningFormat::Deepseek,
         reasoning_budget: -1,
+        embedding: false,
+        pooling: None,
     }
 }
 

@@ -1,0 +1,357 @@
+//! Embeddings (`--embedding`, llama-server's `--embeddings`): OpenAI's `POST /v1/embeddings`
+//! and llama-server's `POST /embedding`, computed by the engine thread in embeddings mode.
+//!
+//! As in llama-server, a server runs either embeddings or generation: with `--embedding` the
+//! context keeps final-norm rows instead of logits, and the generating endpoints answer 501
+//! (as the embedding endpoints do without it). Each input is one sequence; the engine packs
+//! waiting inputs into one batch (up to `-np` sequences and `-b` tokens, or one longer input
+//! alone), pools each sequence's rows (`--pooling`, default the model's `pooling_type`) and
+//! frees its cells. The handlers normalize (`embd_normalize`, Euclidean by default) and
+//! format (`encoding_format` `float` or `base64`).
+
+use crate::api::{self, type_name, ApiError};
+use crate::engine::Work;
+use crate::http::{body_or_413, AppState};
+use crate::metrics::Metrics;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::Json;
+use base64::Engine as _;
+use crossbeam::channel::{Receiver, RecvTimeoutError};
+use serde_json::{json, Map, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_llama::{Batch, LlamaContext, Pooling};
+use tokio::sync::oneshot;
+
+type St = State<Arc<AppState>>;
+type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
+
+/// Inputs to embed, and where the vectors go.
+pub struct EmbedJob {
+    /// Token ids of each input (each non-empty, within the context).
+    pub inputs: Vec<Vec<u32>>,
+    /// One pooled, unnormalized vector per input (with pooling `none`, every token's row
+    /// back to back), or the failure.
+    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>,
+}
+
+/// The engine thread's loop in embeddings mode.
+pub(crate) struct EmbedWorker<'m> {
+    pub(crate) ctx: LlamaContext<'m>,
+    pub(crate) pooling: Pooling,
+    /// Sequences per batch (`-np`).
+    pub(crate) n_seq: usize,
+    /// Tokens per batch (`-b`); a longer input goes alone.
+    pub(crate) n_batch: usize,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// Refuses a generation job sent to an embeddings engine (the handlers check first).
+fn refuse_generation(w: Work) -> Option<EmbedJob> {
+    match w {
+        Work::Embed(j) => Some(j),
+        Work::Generate(j) => {
+            let _ = j.events.send(crate::engine::Event::Failed(not_generating()));
+            None
+        }
+    }
+}
+
+impl EmbedWorker<'_> {
+    pub(crate) fn run(&mut self, rx: &Receiver<Work>, stop: &AtomicBool, abort: &AtomicBool) {
+        loop {
+            let first = match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(w) => w,
+                Err(RecvTimeoutError::Timeout) if stop.load(Ordering::SeqCst) => return,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            let mut jobs: Vec<EmbedJob> = refuse_generation(first).into_iter().collect();
+            while let Ok(w) = rx.try_recv() {
+                jobs.extend(refuse_generation(w));
+            }
+            self.metrics.set_queue(0);
+            if abort.load(Ordering::SeqCst) {
+                for j in jobs {
+                    let _ = j.reply.send(Err(crate::engine::shutting_down()));
+                }
+                continue;
+            }
+            self.metrics.set_busy(1);
+            self.serve(jobs);
+            self.metrics.set_busy(0);
+        }
+    }
+
+    /// Embeds every input of `jobs`, packing inputs of all of them into shared batches.
+    fn serve(&mut self, jobs: Vec<EmbedJob>) {
+        let mut out: Vec<Result<Vec<Vec<f32>>, ApiError>> =
+            jobs.iter().map(|j| Ok(vec![Vec::new(); j.inputs.len()])).collect();
+        let items: Vec<(usize, usize)> = jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(j, job)| (0..job.inputs.len()).map(move |i| (j, i)))
+            .collect();
+        let n_ctx = self.ctx.params().n_ctx;
+        let mut k = 0;
+        while k < items.len() {
+            // One batch: inputs while they fit (the first always does: handlers checked it).
+            let (mut batch, mut members, mut n_tok) = (Batch::new(), Vec::new(), 0);
+            while let Some(&(j, i)) = items.get(k) {
+                let toks = &jobs[j].inputs[i];
+                let fits = n_tok + toks.len() <= self.n_batch.min(n_ctx);
+                if !members.is_empty() && (members.len() == self.n_seq || !fits) {
+                    break;
+                }
+                let seq = members.len() as u32;
+                let first = batch.len();
+                for (p, &t) in toks.iter().enumerate() {
+                    batch.add(t, p as i32, seq, self.pooling.wants_row(p, toks.len()));
+                }
+                members.push((j, i, first));
+                n_tok += toks.len();
+                k += 1;
+            }
+            let t0 = Instant::now();
+            let decoded = self.ctx.decode(&batch);
+            self.metrics.add_step(batch.len(), 0, t0.elapsed().as_secs_f64());
+            for &(j, i, first) in &members {
+                let Ok(vectors) = &mut out[j] else { continue };
+                if let Err(e) = &decoded {
+                    tracing::error!(error = %e, "embedding decode failed");
+                    let msg = format!("computing the embeddings failed: {e}");
+                    out[j] = Err(ApiError::new(500, "server_error", msg));
+                    continue;
+                }
+                let n = jobs[j].inputs[i].len();
+                let mut rows = Vec::new();
+                for t in first..first + n {
+                    rows.extend_from_slice(self.ctx.embeddings_ith(t).unwrap_or_default());
+                }
+                vectors[i] = self.pooling.pool(&rows, self.ctx.model().hparams.n_embd);
+            }
+            self.ctx.kv_cache_mut().clear();
+        }
+        for (job, res) in jobs.into_iter().zip(out) {
+            let n_tok: usize = job.inputs.iter().map(Vec::len).sum();
+            tracing::info!(inputs = job.inputs.len(), tokens = n_tok, "embeddings done");
+            let _ = job.reply.send(res);
+        }
+    }
+}
+
+/// The 501 of an embeddings endpoint on a generating server.
+pub(crate) fn not_embedding() -> ApiError {
+    ApiError::new(
+        501,
+        "not_supported_error",
+        "this server does not compute embeddings: start it with --embedding",
+    )
+    .with_code("not_supported")
+}
+
+/// The 501 of a generating endpoint on an embeddings server.
+pub(crate) fn not_generating() -> ApiError {
+    ApiError::new(
+        501,
+        "not_supported_error",
+        "this server computes embeddings only (--embedding): start it without --embedding to \
+         generate",
+    )
+    .with_code("not_supported")
+}
+
+/// An embeddings request, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbedRequest {
+    /// Token ids per input.
+    pub inputs: Vec<Vec<u32>>,
+    /// `embd_normalize` (llama.cpp's: -1 none, 0 max-abs int16, 1 taxicab, 2 Euclidean, p).
+    pub normalize: i32,
+    /// `encoding_format: "base64"`.
+    pub base64: bool,
+}
+
+/// Reads `input` (or `content`): a string, an array of strings, an array of token ids, or an
+/// array of such arrays (OpenAI's four forms); strings are tokenized as llama-server does
+/// (special tokens added and parsed). `n_ctx` bounds each input.
+pub fn parse_request(
+    o: &Map<String, Value>,
+    vocab: &tessera_llama::Vocab,
+    n_embd: usize,
+    n_ctx: usize,
+) -> Result<EmbedRequest, ApiError> {
+    let (field, v) = match (o.get("input"), o.get("content")) {
+        (Some(v), _) if !v.is_null() => ("input", v),
+        (_, Some(v)) if !v.is_null() => ("content", v),
+        _ => return Err(ApiError::field("input", "missing: the text to embed")),
+    };
+    let n_vocab = vocab.n_tokens();
+    let ids = |a: &[Value], at: &str| -> Result<Vec<u32>, ApiError> {
+        a.iter()
+            .enumerate()
+            .map(|(k, t)| match t.as_u64() {
+                Some(t) if (t as usize) < n_vocab => Ok(t as u32),
+                _ => Err(ApiError::field(
+                    &format!("{at}[{k}]"),
+                    format!("{t} is not a token id (the vocabulary has {n_vocab})"),
+                )),
+            })
+            .collect()
+    };
+    let text = |s: &str| vocab.tokenize(s, true, true);
+    let inputs: Vec<(String, Vec<u32>)> = match v {
+        Value::String(s) => vec![(field.to_string(), text(s))],
+        Value::Array(a) if a.iter().all(Value::is_number) && !a.is_empty() => {
+            vec![(field.to_string(), ids(a, field)?)]
+        }
+        Value::Array(a) if !a.is_empty() => a
+            .iter()
+            .enumerate()
+            .map(|(k, e)| {
+                let at = format!("{field}[{k}]");
+                match e {
+                    Value::String(s) => Ok((at, text(s))),
+                    Value::Array(t) => Ok((at.clone(), ids(t, &at)?)),
+                    other => Err(ApiError::field(
+                        &at,
+                        format!("expected a string or token ids, got {}", type_name(other)),
+                    )),
+                }
+            })
+            .collect::<Result<_, _>>()?,
+        Value::Array(_) => return Err(ApiError::field(field, "the list of inputs is empty")),
+        other => {
+            return Err(ApiError::field(
+                field,
+                format!("expected a string or an array, got {}", type_name(other)),
+            ))
+        }
+    };
+    for (at, toks) in &inputs {
+        if toks.is_empty() {
+            return Err(ApiError::field(at, "the input is empty"));
+        }
+        if toks.len() > n_ctx {
+            let mut e = ApiError::field(
+                at,
+                format!(
+                    "the input has {} tokens; the context holds {n_ctx} (raise -c)",
+                    toks.len()
+                ),
+            );
+            e.code = Some("context_length_exceeded");
+            return Err(e);
+        }
+    }
+    let base64 = match o.get("encoding_format") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) if s == "float" => false,
+        Some(Value::String(s)) if s == "base64" => true,
+        Some(other) => {
+            return Err(ApiError::field(
+                "encoding_format",
+                format!("expected \"float\" or \"base64\", got {other}"),
+            ))
+        }
+    };
+    if let Some(d) = api::opt_int(o, "dimensions", 1, i64::MAX)? {
+        if d as usize != n_embd {
+            return Err(ApiError::field(
+                "dimensions",
+                format!("the model's embeddings have {n_embd} dimensions; shortening them is not supported"),
+            ));
+        }
+    }
+    let normalize = api::opt_int(o, "embd_normalize", -1, 64)?.map_or(2, |n| n as i32);
+    Ok(EmbedRequest { inputs: inputs.into_iter().map(|(_, t)| t).collect(), normalize, base64 })
+}
+
+/// Parses, queues and awaits an embeddings request: the normalized vectors (per token rows
+/// for pooling `none`) and the prompt token count.
+async fn compute(st: &AppState, body: Body) -> Result<(EmbedRequest, Vec<Vec<f32>>), ApiError> {
+    let Some(pooling) = st.engine.pooling() else { return Err(not_embedding()) };
+    let o = api::parse_body(&body_or_413(body)?)?;
+    let n_embd = st.model.hparams.n_embd;
+    let req = parse_request(&o, &st.model.vocab, n_embd, st.engine.n_ctx)?;
+    let (tx, rx) = oneshot::channel();
+    st.engine.submit_embed(EmbedJob { inputs: req.inputs.clone(), reply: tx })?;
+    st.metrics.add_request();
+    let mut vectors = rx.await.map_err(|_| crate::engine::shutting_down())??;
+    for v in &mut vectors {
+        if pooling == Pooling::None {
+            v.chunks_mut(n_embd)
+                .for_each(|row| tessera_llama::embed::normalize(row, req.normalize));
+        } else {
+            tessera_llama::embed::normalize(v, req.normalize);
+        }
+    }
+    Ok((req, vectors))
+}
+
+fn encode(v: &[f32], base64: bool) -> Value {
+    if base64 {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        Value::from(base64::engine::general_purpose::STANDARD.encode(bytes))
+    } else {
+        json!(v)
+    }
+}
+
+/// `POST /v1/embeddings` (OpenAI's): one pooled vector per input.
+pub async fn oai_embeddings(State(st): St, body: Body) -> Result<Json<Value>, ApiError> {
+    if st.engine.pooling() == Some(Pooling::None) {
+        return Err(ApiError::new(
+            400,
+            "invalid_request_error",
+            "pooling 'none' gives one vector per token, which OpenAI's format cannot carry: \
+             use /embedding, or start the server with --pooling mean, cls or last",
+        ));
+    }
+    let (req, vectors) = compute(&st, body).await?;
+    let n_tok: usize = req.inputs.iter().map(Vec::len).sum();
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .map(
+            |(i, v)| json!({"object": "embedding", "index": i, "embedding": encode(v, req.base64)}),
+        )
+        .collect();
+    Ok(Json(json!({
+        "object": "list",
+        "model": st.model_name,
+        "data": data,
+        "usage": {"prompt_tokens": n_tok, "total_tokens": n_tok},
+    })))
+}
+
+/// llama-server's `POST /embedding`: per input, its rows (one pooled row, or every token's
+/// with pooling `none`).
+pub async fn embedding(State(st): St, body: Body) -> Result<Json<Value>, ApiError> {
+    let (req, vectors) = compute(&st, body).await?;
+    let n_embd = st.model.hparams.n_embd;
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let rows: Vec<Value> = v.chunks(n_embd).map(|r| encode(r, req.base64)).collect();
+            json!({"index": i, "embedding": rows})
+        })
+        .collect();
+    Ok(Json(Value::Array(data)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_little_endian_f32() {
+        let v = encode(&[1.0, -2.5], true);
+        let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap();
+        assert_eq!(bytes, [1.0f32.to_le_bytes(), (-2.5f32).to_le_bytes()].concat());
+        assert_eq!(encode(&[0.5], false), json!([0.5]));
+    }
+}
