@@ -69,6 +69,8 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-ts", "--tensor-split"),
     ("-ot", "--override-tensor"),
     ("-np", "--parallel"),
+    ("-cram", "--cache-ram"),
+    ("-rea", "--reasoning"),
 ];
 
 /// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`), and

@@ -42,9 +42,17 @@ pub struct ServeArgs {
     /// `reasoning_content`, `none` left in `content` (llama-server's flag).
     #[arg(long = "reasoning-format", default_value = "auto", value_parser = ["auto", "deepseek", "none"])]
     reasoning_format: String,
-    /// -1: think freely; 0: ask the chat template not to think (`enable_thinking: false`).
+    /// Most tokens a reply may spend inside `<think>`; then the end of thinking is forced
+    /// (-1: no limit; 0: closed as soon as opened). A request's `thinking_budget_tokens`
+    /// overrides it.
     #[arg(long = "reasoning-budget", default_value_t = -1, allow_negative_numbers = true)]
     reasoning_budget: i32,
+    /// Text put before the forced `</think>` when the reasoning budget is spent.
+    #[arg(long = "reasoning-budget-message")]
+    reasoning_budget_message: Option<String>,
+    /// Thinking on or off through the chat template's `enable_thinking` (auto: on).
+    #[arg(long = "reasoning", default_value = "auto", value_parser = ["on", "off", "auto"])]
+    reasoning: String,
     /// Serve embeddings (`/v1/embeddings`, `/embedding`) instead of generating, as
     /// llama-server's --embeddings; the generating endpoints then answer 501.
     #[arg(long = "embedding", visible_alias = "embeddings")]
@@ -53,6 +61,10 @@ pub struct ServeArgs {
     /// `pooling_type`, else none). Needs --embedding.
     #[arg(long = "pooling", value_parser = ["none", "mean", "cls", "last", "rank"])]
     pooling: Option<String>,
+    /// MiB of host memory for prompts dropped from the slots: a later request with the same
+    /// beginning gets them back instead of computing them (-1: no limit, 0: off).
+    #[arg(long = "cache-ram", default_value_t = 8192, allow_negative_numbers = true)]
+    cache_ram: i64,
     /// No log output (llama.cpp's --log-disable); by default one line per request.
     #[arg(long = "log-disable")]
     pub log_disable: bool,
@@ -120,7 +132,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
             tessera_server::reasoning::ReasoningFormat::Deepseek
         },
         reasoning_budget: a.reasoning_budget,
+        reasoning_budget_message: a.reasoning_budget_message.clone(),
+        reasoning: match a.reasoning.as_str() {
+            "on" => Some(true),
+            "off" => Some(false),
+            _ => None,
+        },
         embedding: a.embedding,
+        cache_ram_mib: a.cache_ram,
         pooling: a.pooling.as_deref().map(tessera_llama::Pooling::parse).transpose()?,
         chat_template,
         model_name: name,

@@ -198,6 +198,18 @@ impl<'m> LlamaContext<'m> {
         &mut self.kv
     }
 
+    /// Copies out the K/V of sequence `seq`'s cells at positions below `p1` (llama.cpp's
+    /// `llama_state_seq_get_data`), e.g. to keep a prompt in host memory.
+    pub fn seq_save(&self, seq: u32, p1: i32) -> Result<crate::SeqState> {
+        self.kv.seq_save(&self.base_ctx, &self.base_bindings, seq, p1)
+    }
+
+    /// Puts a saved state's cells at positions below `p1` back as sequence `seq` (which must
+    /// be empty): the next decode continues from them as from the tokens that made them.
+    pub fn seq_restore(&mut self, seq: u32, state: &crate::SeqState, p1: i32) -> Result<()> {
+        self.kv.seq_restore(&self.base_ctx, &self.base_bindings, seq, state, p1)
+    }
+
     /// Changes the number of CPU threads.
     pub fn set_n_threads(&mut self, n: usize) -> Result<()> {
         self.params.n_threads = n.max(1);

@@ -211,3 +211,53 @@ fn a_shared_prefix_continues_as_the_original() {
     assert_eq!(ctx.kv_cache().used(), 6);
     assert_eq!(ctx.kv_cache().seq_cells(1), 6);
 }
+
+/// A sequence saved to host memory (`seq_save`) and put back later into another sequence
+/// (`seq_restore`), after the cache was cleared and refilled, continues bit for bit as the
+/// original: with flash attention (V rows) and without (V transposed), from the whole state
+/// and from a prefix of it.
+#[test]
+fn a_saved_sequence_restored_continues_as_the_original() {
+    let (_dir, model) = synth_qwen3();
+    for flash_attn in [true, false] {
+        let params = tessera_llama::ContextParams {
+            n_ctx: 256,
+            n_threads: 2,
+            flash_attn,
+            batch_invariant: true,
+            ..Default::default()
+        };
+        let mut ctx = tessera_llama::LlamaContext::new(&model, params).unwrap();
+        let toks = [11u32, 22, 33, 44, 55, 66, 77, 88];
+        let mut batch = tessera_llama::Batch::new();
+        for (i, &t) in toks.iter().enumerate() {
+            batch.add(t, i as i32, 0, true);
+        }
+        ctx.decode(&batch).unwrap();
+        let want_end = ctx.logits_ith(7).unwrap().to_vec();
+        let want_mid = ctx.logits_ith(5).unwrap().to_vec();
+        let state = ctx.seq_save(0, 7).unwrap();
+        assert_eq!(state.len(), 7);
+        assert!(state.n_bytes() > 0);
+        // Other work moves the cells around.
+        ctx.kv_cache_mut().clear();
+        ctx.decode(&tessera_llama::Batch::from_tokens(&[5, 6, 7], 0, 2)).unwrap();
+        ctx.seq_restore(3, &state, i32::MAX).unwrap();
+        assert_eq!(ctx.kv_cache().seq_cells(3), 7);
+        ctx.decode(&tessera_llama::Batch::from_tokens(&[toks[7]], 7, 3)).unwrap();
+        let got = ctx.logits_ith(0).unwrap();
+        assert!(
+            got.iter().zip(&want_end).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "flash_attn {flash_attn}: restored state"
+        );
+        // Only a prefix of it.
+        ctx.seq_restore(4, &state, 5).unwrap();
+        assert_eq!(ctx.kv_cache().seq_cells(4), 5);
+        ctx.decode(&tessera_llama::Batch::from_tokens(&[toks[5]], 5, 4)).unwrap();
+        let got = ctx.logits_ith(0).unwrap();
+        assert!(
+            got.iter().zip(&want_mid).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "flash_attn {flash_attn}: restored prefix"
+        );
+    }
+}

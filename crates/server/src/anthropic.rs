@@ -207,6 +207,18 @@ fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
         None => {}
         Some(t @ ("enabled" | "disabled")) => {
             out.insert("chat_template_kwargs".into(), json!({"enable_thinking": t == "enabled"}));
+            match o["thinking"].get("budget_tokens") {
+                None | Some(Value::Null) => {}
+                Some(Value::Number(n)) if t == "enabled" && n.as_u64().is_some() => {
+                    out.insert("thinking_budget_tokens".into(), Value::Number(n.clone()));
+                }
+                Some(other) => {
+                    return Err(ApiError::field(
+                        "thinking.budget_tokens",
+                        format!("expected a token count with type enabled, got {other}"),
+                    ))
+                }
+            }
         }
         Some(t) => {
             return Err(ApiError::field(
@@ -387,4 +399,32 @@ async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
         }
     });
     Ok(sse_response(sse_rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn convert(body: Value) -> Result<Map<String, Value>, ApiError> {
+        to_openai(body.as_object().unwrap())
+    }
+
+    #[test]
+    fn a_thinking_budget_becomes_the_reasoning_budget() {
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        let o = convert(json!({"max_tokens": 8, "messages": msgs,
+                               "thinking": {"type": "enabled", "budget_tokens": 64}}))
+        .unwrap();
+        assert_eq!(o["thinking_budget_tokens"], 64);
+        assert_eq!(o["chat_template_kwargs"]["enable_thinking"], true);
+        let o =
+            convert(json!({"max_tokens": 8, "messages": msgs, "thinking": {"type": "disabled"}}))
+                .unwrap();
+        assert!(o.get("thinking_budget_tokens").is_none());
+        assert_eq!(o["chat_template_kwargs"]["enable_thinking"], false);
+        let e = convert(json!({"max_tokens": 8, "messages": msgs,
+                               "thinking": {"type": "enabled", "budget_tokens": "lots"}}))
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("thinking.budget_tokens"));
+    }
 }

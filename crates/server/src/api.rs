@@ -120,6 +120,9 @@ pub struct GenRequest {
     pub tools: Option<crate::tools::ToolUse>,
     /// llama-server's `chat_template_kwargs`: more variables for the chat template.
     pub template_kwargs: Map<String, Value>,
+    /// llama-server's `thinking_budget_tokens`: most tokens inside `<think>` before the end of
+    /// thinking is forced (-1: no limit; `None`: the server's `--reasoning-budget`).
+    pub thinking_budget: Option<i64>,
 }
 
 /// `response_format` (OpenAI's `json_object` / `json_schema`, llama-server's
@@ -380,6 +383,7 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
         ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
         tools: None,
         template_kwargs: Map::new(),
+        thinking_budget: opt_int(o, "thinking_budget_tokens", -1, 1 << 30)?,
     })
 }
 

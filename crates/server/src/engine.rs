@@ -13,7 +13,7 @@
 //! cached tokens share the longest prefix with the new prompt) evaluates only what differs
 //! (the prompt cache). A request whose client went away is dropped at the next step.
 
-use crate::api::{ApiError, Sampling};
+use crate::api::ApiError;
 use crate::metrics::Metrics;
 use crate::ServerError;
 use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender, TrySendError};
@@ -22,7 +22,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_llama::sampling::{SamplerChain, SamplingParams};
 use tessera_llama::{Batch, ContextParams, LlamaContext, Model, Pooling};
-use tokio::sync::mpsc::UnboundedSender;
+
+pub use crate::job::{Event, Job, Logprob, SlotInfo, Timings, Work};
+
+mod budget;
+mod prompt_cache;
+pub use budget::ThinkBudget;
+use prompt_cache::PromptCache;
 
 /// How the engine runs.
 #[derive(Debug, Clone)]
@@ -44,126 +50,8 @@ pub struct EngineConfig {
     pub deterministic: bool,
     /// `--embedding`: compute embeddings pooled this way instead of generating.
     pub embeddings: Option<Pooling>,
-}
-
-/// One token's log-probability and the most likely alternatives.
-#[derive(Debug, Clone)]
-pub struct Logprob {
-    /// The token's text.
-    pub token: String,
-    /// Its bytes.
-    pub bytes: Vec<u8>,
-    /// Natural log of its probability under the model.
-    pub logprob: f32,
-    /// The `n` most likely tokens: (text, bytes, logprob).
-    pub top: Vec<(String, Vec<u8>, f32)>,
-}
-
-/// What a request hears back.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// A token was generated; `text` is what may be shown now (held back while it could be
-    /// the start of a stop string, or an incomplete character).
-    Token {
-        /// Text to append.
-        text: String,
-        /// Log-probabilities, when asked for.
-        logprob: Option<Logprob>,
-    },
-    /// Finished.
-    Done {
-        /// `stop` or `length`.
-        finish_reason: &'static str,
-        /// Tokens in the prompt.
-        prompt_tokens: usize,
-        /// Of those, how many came from the slot's cache.
-        cached_tokens: usize,
-        /// Tokens generated.
-        completion_tokens: usize,
-        /// llama-server's `timings`.
-        timings: Timings,
-        /// The stop string that ended the reply (`finish_reason` is then `stop`).
-        stop_word: Option<String>,
-    },
-    /// Failed.
-    Failed(ApiError),
-}
-
-/// How long a request took, llama-server's `timings` object.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Timings {
-    /// Prompt tokens reused from the slot's cache.
-    pub cache_n: usize,
-    /// Prompt tokens evaluated.
-    pub prompt_n: usize,
-    /// Milliseconds from the slot taking the request to the first sampled token.
-    pub prompt_ms: f64,
-    /// Tokens generated.
-    pub predicted_n: usize,
-    /// Milliseconds from the first sampled token to the end.
-    pub predicted_ms: f64,
-}
-
-impl Timings {
-    /// The JSON object llama-server puts in its replies.
-    pub fn json(&self) -> serde_json::Value {
-        let per_tok = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
-        let per_sec = |ms: f64, n: usize| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
-        serde_json::json!({
-            "cache_n": self.cache_n,
-            "prompt_n": self.prompt_n,
-            "prompt_ms": self.prompt_ms,
-            "prompt_per_token_ms": per_tok(self.prompt_ms, self.prompt_n),
-            "prompt_per_second": per_sec(self.prompt_ms, self.prompt_n),
-            "predicted_n": self.predicted_n,
-            "predicted_ms": self.predicted_ms,
-            "predicted_per_token_ms": per_tok(self.predicted_ms, self.predicted_n),
-            "predicted_per_second": per_sec(self.predicted_ms, self.predicted_n),
-        })
-    }
-}
-
-/// What `GET /slots` shows of one slot.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SlotInfo {
-    /// The slot's index (its KV sequence).
-    pub id: usize,
-    /// Serving a request now.
-    pub is_processing: bool,
-    /// Tokens whose K/V the cache holds for this slot.
-    pub n_cached: usize,
-    /// The current (or last) request's prompt tokens.
-    pub n_prompt: usize,
-    /// Tokens the current (or last) request has generated.
-    pub n_decoded: usize,
-}
-
-/// A request for the engine.
-pub struct Job {
-    /// Prompt tokens (at least one, fewer than a slot's context).
-    pub prompt: Vec<u32>,
-    /// Most tokens to generate.
-    pub max_tokens: Option<usize>,
-    /// Sampling.
-    pub sampling: Sampling,
-    /// Stop strings.
-    pub stop: Vec<String>,
-    /// Log-probabilities (top `n`).
-    pub logprobs: Option<usize>,
-    /// Where events go; dropped receiver = client gone.
-    pub events: UnboundedSender<Event>,
-    /// Structured output: tokens the grammar forbids are masked before sampling.
-    pub matcher: Option<llguidance::Matcher>,
-    /// Never sample end-of-generation tokens (llama-server's `ignore_eos`).
-    pub ignore_eos: bool,
-}
-
-/// What the engine thread is sent: a generation, or inputs to embed (`--embedding`).
-pub enum Work {
-    /// Generate a reply.
-    Generate(Box<Job>),
-    /// Embed inputs.
-    Embed(crate::embed::EmbedJob),
+    /// `--cache-ram` in bytes: host memory for prompts dropped from the slots (0: none).
+    pub cache_ram: Option<usize>,
 }
 
 /// A handle on the engine thread.
@@ -244,6 +132,7 @@ impl Engine {
                     metrics,
                     clock: 0,
                     info: slots2,
+                    host: cfg.cache_ram.filter(|&b| b > 0).map(PromptCache::new),
                 };
                 w.run(&rx, &stop2, &abort2);
             })?;
@@ -346,6 +235,8 @@ struct Active {
     sampler: SamplerChain,
     /// The token sampled last, to decode next.
     next: Option<u32>,
+    /// Tokens to emit instead of sampling (the forced end of thinking).
+    forced: std::collections::VecDeque<u32>,
     n_gen: usize,
     pending: Vec<u8>,
     text: String,
@@ -377,6 +268,8 @@ struct Worker<'m> {
     clock: u64,
     /// Published for `GET /slots`.
     info: Arc<Mutex<Vec<SlotInfo>>>,
+    /// `--cache-ram`: prompts saved to host memory (none when 0).
+    host: Option<PromptCache>,
 }
 
 /// Bytes at the end of `text` that could begin one of `stops`.
@@ -490,32 +383,7 @@ impl Worker<'_> {
         else {
             return;
         };
-        // At least the last prompt token is evaluated, for its logits.
-        let mut keep = common(&self.slots[i]).min(job.prompt.len() - 1);
-        // Another slot (idle or busy) may hold a longer prefix: share its cells (the cache is
-        // unified; cells carry every sequence that reads them) instead of computing it again.
-        let donor = (0..self.slots.len())
-            .filter(|&j| j != i)
-            .map(|j| (common(&self.slots[j]).min(job.prompt.len() - 1), j))
-            .filter(|&(n, _)| n > keep)
-            .max();
-        let kv = self.ctx.kv_cache_mut();
-        let seq = self.slots[i].seq;
-        if let Some((n, j)) = donor {
-            kv.seq_rm(Some(seq), -1, -1);
-            kv.seq_cp(self.slots[j].seq, seq, 0, n as i32);
-            self.slots[i].cache = job.prompt[..n].to_vec();
-            tracing::debug!(
-                slot = i,
-                from = j,
-                cells = n,
-                "prompt prefix shared from another slot"
-            );
-            keep = n;
-        } else {
-            kv.seq_rm(Some(seq), keep as i32, -1);
-            self.slots[i].cache.truncate(keep);
-        }
+        let keep = self.reuse_prefix(i, &job.prompt);
         let slot = &mut self.slots[i];
         self.clock += 1;
         slot.last_used = self.clock;
@@ -541,6 +409,8 @@ impl Worker<'_> {
             })
         };
         tracing::debug!(slot = i, prompt = job.prompt.len(), cached = keep, "request assigned");
+        let mut job = job;
+        let forced = job.think_budget.as_mut().and_then(ThinkBudget::start).unwrap_or_default();
         slot.active = Some(Active {
             job,
             t_start: Instant::now(),
@@ -550,6 +420,7 @@ impl Worker<'_> {
             n_cached: keep,
             sampler,
             next: None,
+            forced: forced.into(),
             n_gen: 0,
             pending: Vec::new(),
             text: String::new(),
@@ -760,6 +631,7 @@ impl Worker<'_> {
             else {
                 break;
             };
+            self.save_slot(i);
             let s = &mut self.slots[i];
             tracing::debug!(slot = i, cells = s.cache.len(), "evicting an idle slot's cache");
             self.ctx.kv_cache_mut().seq_rm(Some(s.seq), 0, i32::MAX);
@@ -813,7 +685,10 @@ impl Worker<'_> {
                 &masked[..]
             }
         };
-        let tok = a.sampler.sample(logits);
+        let tok = match a.forced.pop_front() {
+            Some(t) => t,
+            None => a.sampler.sample(logits),
+        };
         a.sampler.accept(tok);
         if let Some(m) = a.job.matcher.as_mut() {
             if !vocab.is_eog(tok) {
@@ -847,7 +722,14 @@ impl Worker<'_> {
         }
         a.n_gen += 1;
         a.next = Some(tok);
-        a.pending.extend_from_slice(&vocab.token_to_piece(tok, false));
+        let piece = vocab.token_to_piece(tok, false);
+        if let Some(end) =
+            a.job.think_budget.as_mut().and_then(|b| b.on_token(&String::from_utf8_lossy(&piece)))
+        {
+            tracing::debug!(slot = i, "reasoning budget spent: closing the thoughts");
+            a.forced.extend(end);
+        }
+        a.pending.extend_from_slice(&piece);
         let valid = match std::str::from_utf8(&a.pending) {
             Ok(s) => s.len(),
             Err(e) if e.error_len().is_none() => e.valid_up_to(),

@@ -58,6 +58,12 @@ pub(crate) fn start(
         (None, Some(lark)) => Some(st.constrainer.matcher(&Constraint::Lark(lark), "tools")?),
         (None, None) => None,
     };
+    let budget = req.thinking_budget.unwrap_or(st.reasoning_budget);
+    // A grammar decides what may be generated; the budget applies to free chat replies.
+    let think_budget = (rendered.is_some() && matcher.is_none() && budget >= 0).then(|| {
+        let end = format!("{}\n</think>\n\n", st.reasoning_budget_message);
+        crate::engine::ThinkBudget::new(budget as usize, opened, vocab.tokenize(&end, false, true))
+    });
     let (tx, rx) = mpsc::unbounded_channel();
     st.engine.submit(Job {
         prompt: tokens,
@@ -68,6 +74,7 @@ pub(crate) fn start(
         events: tx,
         matcher,
         ignore_eos: req.ignore_eos,
+        think_budget,
     })?;
     st.metrics.add_request();
     Ok((rx, opened))

@@ -37,8 +37,12 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// `--reasoning-format`.
     pub reasoning_format: crate::reasoning::ReasoningFormat,
-    /// The templates' `enable_thinking` (`--reasoning-budget 0` turns it off).
+    /// The templates' `enable_thinking` (`--reasoning off` turns it off).
     pub enable_thinking: bool,
+    /// `--reasoning-budget` (-1: no limit).
+    pub reasoning_budget: i64,
+    /// `--reasoning-budget-message`.
+    pub reasoning_budget_message: String,
 }
 
 type St = State<Arc<AppState>>;

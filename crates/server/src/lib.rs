@@ -46,6 +46,7 @@ mod error;
 pub mod gbnf;
 mod generate;
 pub mod http;
+pub mod job;
 pub mod metrics;
 pub mod prompt;
 pub mod reasoning;
@@ -95,13 +96,22 @@ pub struct ServerConfig {
     pub shutdown_timeout: std::time::Duration,
     /// `--reasoning-format`: where a reply's `<think>` goes.
     pub reasoning_format: reasoning::ReasoningFormat,
-    /// `--reasoning-budget`: -1 thinks freely, 0 asks the template not to think
-    /// (`enable_thinking: false`).
+    /// `--reasoning-budget`: most tokens a reply may spend inside `<think>` before the end of
+    /// thinking is forced (-1: no limit; 0: closed as soon as opened). A request's
+    /// `thinking_budget_tokens` overrides it.
     pub reasoning_budget: i32,
+    /// `--reasoning-budget-message`: text put before the forced `</think>`.
+    pub reasoning_budget_message: Option<String>,
+    /// `--reasoning on|off|auto`: the templates' `enable_thinking` (`Some(false)`: off; `None`,
+    /// auto, and `Some(true)` leave it on).
+    pub reasoning: Option<bool>,
     /// `--embedding`: serve embeddings ([`embed`]) instead of generating.
     pub embedding: bool,
     /// `--pooling`: how embeddings pool a sequence (default: the model's `pooling_type`).
     pub pooling: Option<tessera_llama::Pooling>,
+    /// `--cache-ram` MiB: host memory for prompts dropped from the slots, reused by later
+    /// requests with the same beginning (-1: no limit, 0: off; llama-server's default 8192).
+    pub cache_ram_mib: i64,
 }
 
 /// A started server: its address, and a way to stop it.
@@ -170,9 +180,9 @@ async fn signal(handle_signals: bool) {
 /// Starts the engine and the HTTP server on their own threads; returns once it listens.
 /// With `handle_signals`, SIGINT and SIGTERM stop it gracefully.
 pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Result<Server> {
-    if cfg.reasoning_budget != -1 && cfg.reasoning_budget != 0 {
+    if cfg.reasoning_budget < -1 {
         return Err(ServerError::Config(format!(
-            "--reasoning-budget {}: only -1 (unrestricted) and 0 (no thinking) are supported",
+            "--reasoning-budget {}: give -1 (no limit) or a number of tokens",
             cfg.reasoning_budget
         )));
     }
@@ -224,6 +234,10 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             queue: cfg.queue,
             deterministic: cfg.deterministic,
             embeddings,
+            cache_ram: match cfg.cache_ram_mib {
+                n if n < 0 => Some(usize::MAX),
+                n => Some((n as usize).saturating_mul(1 << 20)),
+            },
         },
         metrics.clone(),
     )?;
@@ -237,7 +251,9 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         metrics,
         api_key: cfg.api_key.clone(),
         reasoning_format: cfg.reasoning_format,
-        enable_thinking: cfg.reasoning_budget != 0,
+        enable_thinking: cfg.reasoning != Some(false),
+        reasoning_budget: i64::from(cfg.reasoning_budget),
+        reasoning_budget_message: cfg.reasoning_budget_message.clone().unwrap_or_default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let listener =

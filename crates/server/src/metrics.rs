@@ -28,6 +28,7 @@ pub struct Metrics {
     kv_used: AtomicUsize,
     kv_size: AtomicUsize,
     kv_in_slots: AtomicUsize,
+    prompt_cache: (AtomicUsize, AtomicUsize),
     /// Seconds spent in steps, split by the share of prompt and generated tokens.
     seconds: Mutex<(f64, f64)>,
 }
@@ -75,6 +76,12 @@ impl Metrics {
         self.kv_in_slots.store(n, Ordering::Relaxed);
     }
 
+    /// States in the host-RAM prompt cache, and their bytes.
+    pub fn set_prompt_cache(&self, entries: usize, bytes: usize) {
+        self.prompt_cache.0.store(entries, Ordering::Relaxed);
+        self.prompt_cache.1.store(bytes, Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let (ps, gs) = *self.seconds.lock().unwrap_or_else(|e| e.into_inner());
@@ -83,7 +90,7 @@ impl Metrics {
         let rate = |t: f64, s: f64| if s > 0.0 { t / s } else { 0.0 };
         let used = self.kv_used.load(Ordering::Relaxed);
         let size = self.kv_size.load(Ordering::Relaxed).max(1);
-        let rows: [(&str, &str, &str, f64); 10] = [
+        let rows: [(&str, &str, &str, f64); 12] = [
             ("prompt_tokens_total", "counter", "Prompt tokens processed.", pt),
             ("tokens_predicted_total", "counter", "Tokens generated.", gt),
             (
@@ -110,6 +117,18 @@ impl Metrics {
                 "gauge",
                 "KV cache cells the slots' cached prompts account for.",
                 self.kv_in_slots.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "prompt_cache_states",
+                "gauge",
+                "Prompts saved in host memory (--cache-ram).",
+                self.prompt_cache.0.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "prompt_cache_bytes",
+                "gauge",
+                "Host memory the saved prompts take (--cache-ram).",
+                self.prompt_cache.1.load(Ordering::Relaxed) as f64,
             ),
             (
                 "kv_cache_usage_ratio",

@@ -177,7 +177,7 @@ fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
         return Err(ApiError::field(
             "reasoning",
             "reasoning settings are not supported: the model thinks as its chat template says \
-             (the server's --reasoning-budget 0 turns thinking off)",
+             (the server's --reasoning off turns thinking off, --reasoning-budget limits it)",
         ));
     }
     if let Some(tc) = o.get("tool_choice").filter(|v| !v.is_null()) {

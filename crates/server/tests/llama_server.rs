@@ -275,8 +275,7 @@ fn the_openai_client_calls_tools() {
 /// Reasoning apart from the answer: a chat template that opens `<think>` (as DeepSeek-R1's
 /// does) puts the whole (unfinished) reply in `reasoning_content`, streamed as its own deltas;
 /// `--reasoning-format none` leaves it in `content`; `chat_template_kwargs` and the
-/// `enable_thinking` variable reach the template; `--reasoning-budget` other than -1/0 is
-/// refused at start.
+/// `enable_thinking` variable reach the template (`--reasoning off` sets it false).
 #[test]
 fn thoughts_come_apart_from_the_answer() {
     let tpl = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
@@ -320,9 +319,130 @@ fn thoughts_come_apart_from_the_answer() {
     assert_eq!(v["choices"][0]["message"]["content"].as_str(), Some(thought), "{v}");
     srv.stop();
 
-    cfg.reasoning_budget = 100;
-    let e = tessera_server::start(model(), cfg, false).err().expect("budget 100");
-    assert!(e.to_string().contains("--reasoning-budget 100"), "{e}");
+    cfg.reasoning = Some(false);
+    let srv = tessera_server::start(model(), cfg, false).expect("server");
+    let p = post(
+        srv.addr,
+        "/apply-template",
+        &json!({"messages": [{"role": "user", "content": "Hi"}]}),
+    );
+    assert!(!p.json()["prompt"].as_str().unwrap().contains("<think>"), "{}", p.body);
+    srv.stop();
+}
+
+/// `--reasoning-budget N` and a request's `thinking_budget_tokens`: after N tokens inside
+/// `<think>` the end of thinking is forced and the reply goes on to its answer in `content`
+/// (streamed the same way); -1 leaves thoughts unbounded, 0 closes them at once; a budget
+/// below -1 is refused at start.
+#[test]
+fn the_reasoning_budget_closes_the_thoughts() {
+    let tpl =
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+               {% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
+    let mut cfg = config(1, 4, None);
+    cfg.chat_template = Some(tpl.into());
+    cfg.reasoning_budget = 4;
+    let srv = tessera_server::start(model(), cfg.clone(), false).expect("server");
+    let a = srv.addr;
+    let ask = |extra: Value| {
+        let mut b = json!({"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 16,
+                           "temperature": 0, "ignore_eos": true});
+        b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let v = post(a, "/v1/chat/completions", &b).json();
+        let m = &v["choices"][0]["message"];
+        (
+            m["reasoning_content"].as_str().unwrap_or_default().to_string(),
+            m["content"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let n_tokens = |s: &str| {
+        post(a, "/tokenize", &json!({"content": s})).json()["tokens"].as_array().unwrap().len()
+    };
+    let (thought, answer) = ask(json!({}));
+    assert!(!thought.is_empty() && n_tokens(&thought) <= 5, "{thought:?}");
+    assert!(!answer.is_empty() && !answer.contains("</think>"), "{answer:?}");
+    // Streamed: the same split.
+    let r = post(
+        a,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Tell me a story"}],
+        "max_tokens": 16, "temperature": 0, "ignore_eos": true, "stream": true}),
+    );
+    let (mut st, mut sa) = (String::new(), String::new());
+    for d in sse_data(&r.body).iter().filter(|d| *d != "[DONE]") {
+        let e: Value = serde_json::from_str(d).unwrap();
+        st.push_str(e["choices"][0]["delta"]["reasoning_content"].as_str().unwrap_or_default());
+        sa.push_str(e["choices"][0]["delta"]["content"].as_str().unwrap_or_default());
+    }
+    assert_eq!((st, sa), (thought.clone(), answer));
+    // The request's budget wins over the server's.
+    let (short, _) = ask(json!({"thinking_budget_tokens": 1}));
+    assert!(
+        n_tokens(&short) <= 2 && thought.starts_with(short.trim_end()),
+        "{short:?} / {thought:?}"
+    );
+    let (long, rest) = ask(json!({"thinking_budget_tokens": -1}));
+    assert!(long.len() > thought.len() && rest.is_empty(), "{long:?} / {rest:?}");
+    let (none, answer0) = ask(json!({"thinking_budget_tokens": 0}));
+    assert!(none.trim().is_empty() && !answer0.is_empty(), "{none:?} / {answer0:?}");
+    srv.stop();
+
+    cfg.reasoning_budget = -2;
+    let e = tessera_server::start(model(), cfg, false).err().expect("budget -2");
+    assert!(e.to_string().contains("--reasoning-budget -2"), "{e}");
+}
+
+/// An agent loop's next turn after other conversations took every slot: the first turn's
+/// prompt went to host memory (`--cache-ram`) when its slot was reused, and comes back from
+/// there (`cached_tokens` at least 90% of it, a fraction of the prompt time), with the greedy
+/// answer the same as where the slot had kept it; with `--cache-ram 0` it is computed again.
+#[test]
+fn a_conversation_comes_back_from_the_host_cache_after_others_took_the_slots() {
+    let prefix = words(400);
+    let turn =
+        |q: &str| json!({"prompt": format!("{prefix} {q}"), "max_tokens": 8, "temperature": 0});
+    let others = [format!("x {}", words(300)), format!("y {}", words(300))];
+    let run = |cache_ram_mib: i64, interleave: bool| {
+        let srv = tessera_server::start(
+            model(),
+            tessera_server::ServerConfig { cache_ram_mib, ..config(2, 8, None) },
+            false,
+        )
+        .expect("server");
+        let a = srv.addr;
+        let first = post(a, "/v1/completions", &turn("First question?")).json();
+        if interleave {
+            for o in &others {
+                let r = post(a, "/v1/completions", &json!({"prompt": o, "max_tokens": 2}));
+                assert_eq!(r.status, 200, "{}", r.body);
+            }
+        }
+        let second = post(a, "/v1/completions", &turn("First question? Second question?")).json();
+        let saved = metric(a, "prompt_cache_states");
+        srv.stop();
+        (first, second, saved)
+    };
+    let (first, second, saved) = run(8192, true);
+    assert!(saved >= 1.0, "{saved} prompts saved");
+    let n_prompt = second["usage"]["prompt_tokens"].as_u64().unwrap();
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    let n_first = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(cached * 10 >= n_first * 9, "{cached} of the first turn's {n_first} tokens reused");
+    assert!(cached < n_prompt);
+    let (t1, t2) = (
+        first["timings"]["prompt_ms"].as_f64().unwrap(),
+        second["timings"]["prompt_ms"].as_f64().unwrap(),
+    );
+    assert!(t2 < t1, "prompt time {t2} ms from the host cache, {t1} ms computed");
+    // The same answer as where the slot had kept the first turn.
+    let (_, kept, _) = run(8192, false);
+    assert_eq!(second["choices"][0]["text"], kept["choices"][0]["text"]);
+    assert_eq!(kept["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(), Some(cached));
+    // Without the host cache, the other conversations' prompts took its cells.
+    let (_, recomputed, saved) = run(0, true);
+    assert_eq!(saved, 0.0);
+    let cached = recomputed["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached < 10, "{cached} tokens reused without a host cache");
 }
 
 /// A prompt that shares a long prefix with what another slot holds (here: a busy one) takes
@@ -360,13 +480,23 @@ fn a_prefix_held_by_another_slot_is_reused() {
     srv.stop();
 }
 
+/// The client scripts' last checks are a 0.5B model's greedy choices (it answers from the tool
+/// result instead of calling again), which move with the last bits of a reused prefix: a
+/// prefix restored from the host cache was evaluated in another batch, and K-quant products
+/// round by batch shape (as in llama.cpp). So their server computes every prompt afresh or
+/// from its own slot; restoring is checked bit for bit in
+/// `a_conversation_comes_back_from_the_host_cache_after_others_took_the_slots`.
+fn client_config() -> tessera_server::ServerConfig {
+    tessera_server::ServerConfig { cache_ram_mib: 0, ..config(1, 4, None) }
+}
+
 /// Anthropic's Messages API through the official `anthropic` client on Qwen2.5-Coder-0.5B:
 /// a message, a stream, stop sequences, a system prompt, tool_use (forced, named and
 /// streamed), a tool_result round trip, errors in Anthropic's shape
 /// (tests/py/anthropic_client.py).
 #[test]
 fn the_anthropic_client_works() {
-    let srv = tessera_server::start(qwen(), config(1, 4, None), false).expect("server");
+    let srv = tessera_server::start(qwen(), client_config(), false).expect("server");
     run_python("anthropic_client.py", &[&format!("http://{}", srv.addr)]);
     srv.stop();
 }
@@ -376,7 +506,7 @@ fn the_anthropic_client_works() {
 /// (tests/py/responses_client.py).
 #[test]
 fn the_responses_api_works() {
-    let srv = tessera_server::start(qwen(), config(1, 4, None), false).expect("server");
+    let srv = tessera_server::start(qwen(), client_config(), false).expect("server");
     run_python("responses_client.py", &[&format!("http://{}", srv.addr)]);
     srv.stop();
 }

@@ -76,8 +76,11 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         deterministic: false,
         reasoning_format: tessera_server::reasoning::ReasoningFormat::Deepseek,
         reasoning_budget: -1,
+        reasoning_budget_message: None,
+        reasoning: None,
         embedding: false,
         pooling: None,
+        cache_ram_mib: 8192,
     }
 }
 

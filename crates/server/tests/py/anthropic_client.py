@@ -45,7 +45,7 @@ assert use.name == "get_weather" and use.id.startswith("toolu_"), use
 jsonschema.validate(use.input, schema)
 
 with client.messages.stream(model="m", max_tokens=64, messages=weather, tools=tools, extra_body={"temperature": 0},
-                            tool_choice={"type": "tool", "name": "get_weather"}) as s:
+                            tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}) as s:
     final = s.get_final_message()
 suse = next(b for b in final.content if b.type == "tool_use")
 assert final.stop_reason == "tool_use" and suse.input == use.input, (final, use)

@@ -1,0 +1,238 @@
+//! llama-server's host-RAM prompt cache (`--cache-ram`): when a slot's cached tokens are about
+//! to be dropped (the slot takes a request with another beginning, or idle cells are evicted
+//! for room), their K/V are copied to host memory first; a later request whose prompt shares
+//! a longer prefix with a saved state than with any slot gets that prefix put back into its
+//! slot's cells instead of computing it again.
+//!
+//! States are kept least-recently-used first out, within a byte budget. A saved state that is
+//! a prefix of a newly saved one is dropped (the new one serves every prompt the old did); a
+//! state that an entry already covers is not saved twice.
+
+use tessera_llama::SeqState;
+
+/// What the cache holds: anything that knows its size (a [`SeqState`] in the server).
+pub(crate) trait HasSize {
+    /// Host bytes held.
+    fn n_bytes(&self) -> usize;
+}
+
+impl HasSize for SeqState {
+    fn n_bytes(&self) -> usize {
+        SeqState::n_bytes(self)
+    }
+}
+
+/// Fewer cached tokens than this are not worth a copy.
+pub(crate) const MIN_TOKENS: usize = 8;
+
+struct Entry<S> {
+    tokens: Vec<u32>,
+    state: S,
+    last_used: u64,
+}
+
+/// Saved prompt states within a byte budget.
+pub(crate) struct PromptCache<S = SeqState> {
+    limit: usize,
+    entries: Vec<Entry<S>>,
+    clock: u64,
+}
+
+fn common(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl<S: HasSize> PromptCache<S> {
+    /// A cache holding at most `limit` bytes of states.
+    pub(crate) fn new(limit: usize) -> Self {
+        PromptCache { limit, entries: Vec::new(), clock: 0 }
+    }
+
+    /// Bytes of the states held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.state.n_bytes()).sum()
+    }
+
+    /// States held.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether a held state already starts with all of `tokens`.
+    pub(crate) fn covers(&self, tokens: &[u32]) -> bool {
+        self.entries.iter().any(|e| e.tokens.len() >= tokens.len() && e.tokens.starts_with(tokens))
+    }
+
+    /// Keeps `state` (the K/V of `tokens`), dropping states it extends and then the least
+    /// recently used until it fits; false (nothing kept) when it alone exceeds the budget.
+    pub(crate) fn insert(&mut self, tokens: Vec<u32>, state: S) -> bool {
+        let size = state.n_bytes();
+        if size > self.limit {
+            return false;
+        }
+        self.entries.retain(|e| !tokens.starts_with(&e.tokens));
+        while self.bytes() + size > self.limit {
+            let Some(lru) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_used)
+            else {
+                break;
+            };
+            self.entries.swap_remove(lru);
+        }
+        self.clock += 1;
+        self.entries.push(Entry { tokens, state, last_used: self.clock });
+        true
+    }
+
+    /// The held state sharing the longest prefix with `prompt`, and that prefix's length
+    /// (marked as just used).
+    pub(crate) fn best(&mut self, prompt: &[u32]) -> Option<(&S, usize)> {
+        let (i, n) = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, common(&e.tokens, prompt)))
+            .max_by_key(|&(i, n)| (n, self.entries[i].last_used))?;
+        self.clock += 1;
+        self.entries[i].last_used = self.clock;
+        Some((&self.entries[i].state, n))
+    }
+}
+
+impl super::Worker<'_> {
+    /// Before slot `i`'s cached tokens are dropped: copies them to the host cache (when there
+    /// is one, they are worth it and no saved state already covers them).
+    pub(super) fn save_slot(&mut self, i: usize) {
+        let Some(host) = self.host.as_mut() else { return };
+        let s = &self.slots[i];
+        if s.cache.len() < MIN_TOKENS || host.covers(&s.cache) {
+            return;
+        }
+        let t0 = std::time::Instant::now();
+        match self.ctx.seq_save(s.seq, s.cache.len() as i32) {
+            Ok(state) => {
+                let bytes = state.n_bytes();
+                if host.insert(s.cache.clone(), state) {
+                    tracing::debug!(
+                        slot = i,
+                        tokens = s.cache.len(),
+                        bytes,
+                        ms = format!("{:.1}", t0.elapsed().as_secs_f64() * 1e3),
+                        "prompt saved to the host cache"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(slot = i, error = %e, "saving a prompt to the host cache failed")
+            }
+        }
+        self.metrics.set_prompt_cache(host.len(), host.bytes());
+    }
+
+    /// Makes idle slot `i` hold the longest prefix of `prompt` it can get without computing
+    /// it: its own cached tokens, another slot's (shared cells), or a state saved in the host
+    /// cache (copied back); drops the rest of its cache (saved first). Returns the tokens
+    /// kept: at most all but the last, which must be evaluated for its logits.
+    pub(super) fn reuse_prefix(&mut self, i: usize, prompt: &[u32]) -> usize {
+        let limit = prompt.len() - 1;
+        let common = |s: &super::Slot| common(&s.cache, prompt).min(limit);
+        let own = common(&self.slots[i]);
+        // Another slot (idle or busy) may hold a longer prefix: share its cells (the cache is
+        // unified; cells carry every sequence that reads them).
+        let donor = (0..self.slots.len())
+            .filter(|&j| j != i)
+            .map(|j| (common(&self.slots[j]), j))
+            .filter(|&(n, _)| n > own)
+            .max();
+        let best_slot = donor.map_or(own, |(n, _)| n);
+        let from_host = self
+            .host
+            .as_mut()
+            .and_then(|h| h.best(prompt))
+            .map(|(_, n)| n.min(limit))
+            .filter(|&n| n > best_slot);
+        if own < self.slots[i].cache.len() {
+            self.save_slot(i);
+        }
+        let seq = self.slots[i].seq;
+        if let Some(n) = from_host {
+            self.ctx.kv_cache_mut().seq_rm(Some(seq), -1, -1);
+            self.slots[i].cache.clear();
+            self.make_room(n);
+            let t0 = std::time::Instant::now();
+            // Making room may have saved (and so replaced or evicted) states: look again.
+            let Some((state, again)) = self.host.as_mut().and_then(|h| h.best(prompt)) else {
+                return 0;
+            };
+            let n = n.min(again).min(limit);
+            match self.ctx.seq_restore(seq, state, n as i32) {
+                Ok(()) => {
+                    self.slots[i].cache = prompt[..n].to_vec();
+                    tracing::debug!(
+                        slot = i,
+                        tokens = n,
+                        ms = format!("{:.1}", t0.elapsed().as_secs_f64() * 1e3),
+                        "prompt prefix restored from the host cache"
+                    );
+                    return n;
+                }
+                Err(e) => {
+                    tracing::debug!(slot = i, error = %e, "no room to restore a saved prompt");
+                    return 0;
+                }
+            }
+        }
+        let kv = self.ctx.kv_cache_mut();
+        if let Some((n, j)) = donor {
+            kv.seq_rm(Some(seq), -1, -1);
+            kv.seq_cp(self.slots[j].seq, seq, 0, n as i32);
+            self.slots[i].cache = prompt[..n].to_vec();
+            tracing::debug!(
+                slot = i,
+                from = j,
+                cells = n,
+                "prompt prefix shared from another slot"
+            );
+            return n;
+        }
+        kv.seq_rm(Some(seq), own as i32, -1);
+        self.slots[i].cache.truncate(own);
+        own
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl HasSize for usize {
+        fn n_bytes(&self) -> usize {
+            *self
+        }
+    }
+
+    #[test]
+    fn longest_prefix_wins_and_extended_states_replace_their_prefixes() {
+        let mut c = PromptCache::<usize>::new(100);
+        assert!(c.insert(vec![1, 2, 3], 10));
+        assert!(c.insert(vec![1, 2, 3, 4, 5], 20));
+        assert_eq!(c.len(), 1, "the longer state replaces its prefix");
+        assert!(c.insert(vec![7, 8], 10));
+        assert_eq!(c.best(&[1, 2, 3, 4, 9]).map(|(s, n)| (*s, n)), Some((20, 4)));
+        assert_eq!(c.best(&[7, 8, 9]).map(|(s, n)| (*s, n)), Some((10, 2)));
+        assert!(c.covers(&[1, 2]) && c.covers(&[1, 2, 3, 4, 5]) && !c.covers(&[1, 2, 3, 4, 5, 6]));
+        assert_eq!(c.bytes(), 30);
+    }
+
+    #[test]
+    fn the_least_recently_used_go_first_and_oversized_states_are_not_kept() {
+        let mut c = PromptCache::<usize>::new(50);
+        c.insert(vec![1], 20);
+        c.insert(vec![2], 20);
+        c.best(&[1]); // 1 is now the most recently used
+        c.insert(vec![3], 20);
+        assert!(c.covers(&[1]) && !c.covers(&[2]) && c.covers(&[3]));
+        assert!(!c.insert(vec![4], 51));
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.bytes(), 40);
+    }
+}

@@ -1,0 +1,127 @@
+//! What the engine is sent and what it answers: a generation [`Job`] and the [`Event`]s that
+//! stream back, llama-server's [`Timings`], and what `GET /slots` shows of a slot.
+
+use crate::api::{ApiError, Sampling};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// One token's log-probability and the most likely alternatives.
+#[derive(Debug, Clone)]
+pub struct Logprob {
+    /// The token's text.
+    pub token: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Natural log of its probability under the model.
+    pub logprob: f32,
+    /// The `n` most likely tokens: (text, bytes, logprob).
+    pub top: Vec<(String, Vec<u8>, f32)>,
+}
+
+/// What a request hears back.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A token was generated; `text` is what may be shown now (held back while it could be
+    /// the start of a stop string, or an incomplete character).
+    Token {
+        /// Text to append.
+        text: String,
+        /// Log-probabilities, when asked for.
+        logprob: Option<Logprob>,
+    },
+    /// Finished.
+    Done {
+        /// `stop` or `length`.
+        finish_reason: &'static str,
+        /// Tokens in the prompt.
+        prompt_tokens: usize,
+        /// Of those, how many came from the slot's cache.
+        cached_tokens: usize,
+        /// Tokens generated.
+        completion_tokens: usize,
+        /// llama-server's `timings`.
+        timings: Timings,
+        /// The stop string that ended the reply (`finish_reason` is then `stop`).
+        stop_word: Option<String>,
+    },
+    /// Failed.
+    Failed(ApiError),
+}
+
+/// How long a request took, llama-server's `timings` object.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    /// Prompt tokens reused from the slot's cache.
+    pub cache_n: usize,
+    /// Prompt tokens evaluated.
+    pub prompt_n: usize,
+    /// Milliseconds from the slot taking the request to the first sampled token.
+    pub prompt_ms: f64,
+    /// Tokens generated.
+    pub predicted_n: usize,
+    /// Milliseconds from the first sampled token to the end.
+    pub predicted_ms: f64,
+}
+
+impl Timings {
+    /// The JSON object llama-server puts in its replies.
+    pub fn json(&self) -> serde_json::Value {
+        let per_tok = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+        let per_sec = |ms: f64, n: usize| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+        serde_json::json!({
+            "cache_n": self.cache_n,
+            "prompt_n": self.prompt_n,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": per_tok(self.prompt_ms, self.prompt_n),
+            "prompt_per_second": per_sec(self.prompt_ms, self.prompt_n),
+            "predicted_n": self.predicted_n,
+            "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": per_tok(self.predicted_ms, self.predicted_n),
+            "predicted_per_second": per_sec(self.predicted_ms, self.predicted_n),
+        })
+    }
+}
+
+/// What `GET /slots` shows of one slot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlotInfo {
+    /// The slot's index (its KV sequence).
+    pub id: usize,
+    /// Serving a request now.
+    pub is_processing: bool,
+    /// Tokens whose K/V the cache holds for this slot.
+    pub n_cached: usize,
+    /// The current (or last) request's prompt tokens.
+    pub n_prompt: usize,
+    /// Tokens the current (or last) request has generated.
+    pub n_decoded: usize,
+}
+
+/// A request for the engine.
+pub struct Job {
+    /// Prompt tokens (at least one, fewer than a slot's context).
+    pub prompt: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_tokens: Option<usize>,
+    /// Sampling.
+    pub sampling: Sampling,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Log-probabilities (top `n`).
+    pub logprobs: Option<usize>,
+    /// Where events go; dropped receiver = client gone.
+    pub events: UnboundedSender<Event>,
+    /// Structured output: tokens the grammar forbids are masked before sampling.
+    pub matcher: Option<llguidance::Matcher>,
+    /// Never sample end-of-generation tokens (llama-server's `ignore_eos`).
+    pub ignore_eos: bool,
+    /// The reasoning budget: the end of thinking is forced once it is spent.
+    pub think_budget: Option<crate::engine::ThinkBudget>,
+}
+
+/// What the engine thread is sent: a generation, or inputs to embed (`--embedding`).
+pub enum Work {
+    /// Generate a reply.
+    Generate(Box<Job>),
+    /// Embed inputs.
+    Embed(crate::embed::EmbedJob),
+}
