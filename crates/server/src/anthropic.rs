@@ -78,6 +78,26 @@ fn text_of(v: &Value, field: &str) -> Result<String, ApiError> {
 /// The Anthropic body as the OpenAI chat body the rest of the server reads.
 fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
     let mut out = Map::new();
+    // `metadata.user_id` identifies the end user: it goes to the log, as a gateway would use it.
+    match o.get("metadata") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => match m.get("user_id") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(u)) => tracing::info!(user_id = %u, "messages request"),
+            Some(other) => {
+                return Err(ApiError::field(
+                    "metadata.user_id",
+                    format!("expected a string, got {}", type_name(other)),
+                ))
+            }
+        },
+        Some(other) => {
+            return Err(ApiError::field(
+                "metadata",
+                format!("expected an object, got {}", type_name(other)),
+            ))
+        }
+    }
     let mut msgs = Vec::new();
     if let Some(sys) = o.get("system").filter(|v| !v.is_null()) {
         msgs.push(json!({"role": "system", "content": text_of(sys, "system")?}));
@@ -426,5 +446,10 @@ mod tests {
                                "thinking": {"type": "enabled", "budget_tokens": "lots"}}))
         .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("thinking.budget_tokens"));
+        assert!(convert(json!({"max_tokens": 8, "messages": msgs, "metadata": {"user_id": "u1"}}))
+            .is_ok());
+        let e = convert(json!({"max_tokens": 8, "messages": msgs, "metadata": {"user_id": 5}}))
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("metadata.user_id"));
     }
 }

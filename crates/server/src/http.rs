@@ -39,6 +39,8 @@ pub struct AppState {
     pub reasoning_format: crate::reasoning::ReasoningFormat,
     /// The templates' `enable_thinking` (`--reasoning off` turns it off).
     pub enable_thinking: bool,
+    /// Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
+    pub responses: crate::response_store::ResponseStore,
     /// `--reasoning-budget` (-1: no limit).
     pub reasoning_budget: i64,
     /// `--reasoning-budget-message`.
@@ -67,6 +69,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/completion", post(generate::completion))
         .route("/v1/messages", post(crate::anthropic::messages))
         .route("/v1/responses", post(crate::responses::responses))
+        .route(
+            "/v1/responses/{id}",
+            get(crate::responses::get_response).delete(crate::responses::delete_response),
+        )
         .route("/infill", post(generate::infill))
         .route("/v1/embeddings", post(crate::embed::oai_embeddings))
         .route("/embedding", post(crate::embed::embedding))

@@ -51,6 +51,7 @@ pub mod metrics;
 pub mod prompt;
 pub mod reasoning;
 pub mod reply;
+pub mod response_store;
 pub mod responses;
 pub mod tools;
 
@@ -252,6 +253,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         api_key: cfg.api_key.clone(),
         reasoning_format: cfg.reasoning_format,
         enable_thinking: cfg.reasoning != Some(false),
+        responses: Default::default(),
         reasoning_budget: i64::from(cfg.reasoning_budget),
         reasoning_budget_message: cfg.reasoning_budget_message.clone().unwrap_or_default(),
     });

@@ -1,9 +1,11 @@
-//! OpenAI's Responses API (`POST /v1/responses`), stateless: `input` (a string, or items:
-//! messages with text parts, `function_call` and `function_call_output`), `instructions`,
-//! `max_output_tokens`, function `tools` and `tool_choice`; answered as a response object
-//! (`output` items: `reasoning`, `message` with `output_text`, `function_call`) or as its
-//! streaming events (`response.created` ... `response.completed`). Nothing is stored, so
-//! `previous_response_id` is refused: send the whole conversation as `input`.
+//! OpenAI's Responses API (`POST /v1/responses`): `input` (a string, or items: messages with
+//! text parts, `function_call` and `function_call_output`), `instructions`,
+//! `max_output_tokens`, function `tools` and `tool_choice`, `metadata` (echoed); answered as a
+//! response object (`output` items: `reasoning`, `message` with `output_text`,
+//! `function_call`) or as its streaming events (`response.created` ...
+//! `response.completed`). Responses are stored in memory unless `store` is false
+//! ([`crate::response_store`]): `previous_response_id` continues one, and
+//! `GET` / `DELETE /v1/responses/{id}` read or forget it.
 
 use crate::api::{self, type_name, ApiError};
 use crate::engine::Event;
@@ -12,7 +14,7 @@ use crate::http::{body_or_413, now, AppState};
 use crate::reply::ReplySplit;
 use crate::tools::ToolCall;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -54,17 +56,18 @@ fn text_of(v: &Value, field: &str) -> Result<String, ApiError> {
 }
 
 /// The request as the OpenAI chat body the rest of the server reads.
-fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
-    if o.get("previous_response_id").is_some_and(|v| !v.is_null()) {
-        return Err(ApiError::field(
-            "previous_response_id",
-            "responses are not stored here: send the whole conversation as input",
-        ));
-    }
+/// `previous`: the stored conversation `previous_response_id` continues. Returns the chat body
+/// and the conversation without `instructions` (what a stored response keeps).
+fn to_chat(
+    o: &Map<String, Value>,
+    previous: &[Value],
+) -> Result<(Map<String, Value>, Vec<Value>), ApiError> {
     let mut msgs = Vec::new();
     if let Some(i) = o.get("instructions").filter(|v| !v.is_null()) {
         msgs.push(json!({"role": "system", "content": text_of(i, "instructions")?}));
     }
+    let n_instructions = msgs.len();
+    msgs.extend(previous.iter().cloned());
     match o.get("input") {
         Some(Value::String(s)) => msgs.push(json!({"role": "user", "content": s})),
         Some(Value::Array(items)) => {
@@ -114,6 +117,7 @@ fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
             ))
         }
     }
+    let history = msgs[n_instructions..].to_vec();
     let mut out = Map::new();
     out.insert("messages".into(), Value::Array(msgs));
     for k in ["temperature", "top_p", "stream", "model", "parallel_tool_calls"] {
@@ -195,7 +199,7 @@ fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
         };
         out.insert("tool_choice".into(), choice);
     }
-    Ok(out)
+    Ok((out, history))
 }
 
 fn call_item(c: &ToolCall) -> Value {
@@ -211,6 +215,92 @@ fn message_item(item_id: &str, text: &str) -> Value {
 fn reasoning_item(text: &str) -> Value {
     json!({"type": "reasoning", "id": id("rs_"), "summary": [],
            "content": [{"type": "reasoning_text", "text": text}]})
+}
+
+/// What a continuation sees of a response: its text and calls as an assistant message.
+fn output_message(text: &str, calls: &[ToolCall]) -> Value {
+    let mut m = json!({"role": "assistant", "content": text});
+    if !calls.is_empty() {
+        m["tool_calls"] = calls
+            .iter()
+            .map(|c| {
+                json!({"id": c.id, "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments.to_string()}})
+            })
+            .collect();
+    }
+    m
+}
+
+/// A request's own fields beyond the chat body: `store`, `previous_response_id` (and the
+/// conversation it continues), `metadata`.
+struct Extras {
+    store: bool,
+    previous_id: Option<String>,
+    previous: Vec<Value>,
+    metadata: Value,
+}
+
+fn extras(st: &AppState, o: &Map<String, Value>) -> Result<Extras, ApiError> {
+    let store = api::opt_bool(o, "store")?.unwrap_or(true);
+    let previous_id = match o.get("previous_response_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            return Err(ApiError::field(
+                "previous_response_id",
+                format!("expected a string, got {}", type_name(other)),
+            ))
+        }
+    };
+    let previous = match &previous_id {
+        None => Vec::new(),
+        Some(id) => st.responses.get(id).map(|s| s.history).ok_or_else(|| {
+            ApiError::field(
+                "previous_response_id",
+                format!(
+                    "no stored response '{id}': responses are kept in memory, the newest {}, \
+                     until the server restarts (and not with store: false)",
+                    crate::response_store::MAX_STORED
+                ),
+            )
+        })?,
+    };
+    let metadata = match o.get("metadata") {
+        None | Some(Value::Null) => Value::Null,
+        Some(Value::Object(m)) if m.len() <= 16 && m.values().all(Value::is_string) => {
+            Value::Object(m.clone())
+        }
+        Some(_) => {
+            return Err(ApiError::field(
+                "metadata",
+                "expected an object of at most 16 string values",
+            ))
+        }
+    };
+    Ok(Extras { store, previous_id, previous, metadata })
+}
+
+impl Extras {
+    /// Fills the response object's fields from the request, and keeps it if asked to.
+    fn finish(
+        &self,
+        st: &AppState,
+        r: &mut Value,
+        history: &[Value],
+        text: &str,
+        calls: &[ToolCall],
+    ) {
+        r["store"] = json!(self.store);
+        r["previous_response_id"] = json!(self.previous_id);
+        r["metadata"] = if self.metadata.is_null() { json!({}) } else { self.metadata.clone() };
+        if self.store {
+            let mut h = history.to_vec();
+            h.push(output_message(text, calls));
+            let id = r["id"].as_str().unwrap_or_default().to_string();
+            st.responses.put(id, crate::response_store::Stored { history: h, response: r.clone() });
+        }
+    }
 }
 
 /// The response object around `output`.
@@ -240,7 +330,9 @@ fn response(
 /// `POST /v1/responses`.
 pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
     let o = api::parse_body(&body_or_413(body)?)?;
-    let req = api::parse_chat(&to_chat(&o)?)?;
+    let ex = extras(&st, &o)?;
+    let (chat, history) = to_chat(&o, &ex.previous)?;
+    let req = api::parse_chat(&chat)?;
     let (rx, opened) = start(&st, &req)?;
     let shape = reply_shape(&st, &req, opened);
     let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
@@ -256,7 +348,7 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
             output.push(message_item(&id("msg_"), &text));
         }
         output.extend(calls.iter().map(call_item));
-        let r = response(
+        let mut r = response(
             &resp_id,
             created,
             &model,
@@ -266,6 +358,7 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
             out.cached_tokens,
             out.completion_tokens,
         );
+        ex.finish(&st, &mut r, &history, &text, &calls);
         return Ok(Json(r).into_response());
     }
     let (tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
@@ -278,7 +371,10 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
             let name = data["type"].as_str().unwrap_or_default().to_string();
             tx.send(SseEvent::default().event(name).data(data.to_string())).is_ok()
         };
-        let shell = response(&resp_id, created, &model, Vec::new(), "stop", 0, 0, 0);
+        let mut shell = response(&resp_id, created, &model, Vec::new(), "stop", 0, 0, 0);
+        shell["store"] = json!(ex.store);
+        shell["previous_response_id"] = json!(ex.previous_id);
+        shell["metadata"] = if ex.metadata.is_null() { json!({}) } else { ex.metadata.clone() };
         let mut start_shell = shell.clone();
         start_shell["status"] = json!("in_progress");
         send(&tx, json!({"type": "response.created", "response": start_shell.clone()}));
@@ -381,7 +477,7 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
                         );
                         output.push(item);
                     }
-                    let done = response(
+                    let mut done = response(
                         &resp_id,
                         created,
                         &model,
@@ -391,6 +487,7 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
                         cached_tokens,
                         completion_tokens,
                     );
+                    ex.finish(&st, &mut done, &history, &text, &calls);
                     let kind = if done["status"] == "completed" {
                         "response.completed"
                     } else {
@@ -412,6 +509,30 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
     Ok(sse_response(sse_rx))
 }
 
+fn not_stored(id: &str) -> ApiError {
+    ApiError::new(404, "invalid_request_error", format!("no stored response '{id}'"))
+        .with_code("not_found")
+}
+
+/// `GET /v1/responses/{id}`: a stored response.
+pub async fn get_response(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    st.responses.get(&id).map(|s| Json(s.response)).ok_or_else(|| not_stored(&id))
+}
+
+/// `DELETE /v1/responses/{id}`: forgets a stored response.
+pub async fn delete_response(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if !st.responses.delete(&id) {
+        return Err(not_stored(&id));
+    }
+    Ok(Json(json!({"id": id, "object": "response", "deleted": true})))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -419,20 +540,42 @@ mod tests {
     #[test]
     fn requests_map_to_chat_or_fail_by_name() {
         let o = |v: Value| v.as_object().unwrap().clone();
-        let chat = to_chat(&o(
-            json!({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x",
-            "schema": {"type": "object"}}}}),
-        ))
+        let (chat, _) = to_chat(
+            &o(json!({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x",
+            "schema": {"type": "object"}}}})),
+            &[],
+        )
         .unwrap();
         assert_eq!(chat["response_format"]["json_schema"]["schema"], json!({"type": "object"}));
         for (body, field) in [
             (json!({"input": "hi", "reasoning": {"effort": "low"}}), "reasoning"),
             (json!({"input": "hi", "text": {"format": {"type": "yaml"}}}), "text.format.type"),
-            (json!({"input": "hi", "previous_response_id": "resp_1"}), "previous_response_id"),
             (json!({"input": [{"type": "web_search_call"}]}), "input[0].type"),
         ] {
-            let e = to_chat(&o(body.clone())).unwrap_err();
+            let e = to_chat(&o(body.clone()), &[]).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(field), "{body}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn a_continuation_puts_new_instructions_before_the_stored_conversation() {
+        let o = json!({"input": "and then?", "instructions": "be brief"});
+        let before = vec![
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "assistant", "content": "hello"}),
+        ];
+        let (chat, history) = to_chat(o.as_object().unwrap(), &before).unwrap();
+        let roles: Vec<&str> = chat["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user"]);
+        // What is stored leaves the instructions out: they do not carry over.
+        assert_eq!(history.len(), 3);
+        assert_eq!(history[2]["content"], "and then?");
+        let m = output_message("", &[]);
+        assert_eq!(m["role"], "assistant");
     }
 }

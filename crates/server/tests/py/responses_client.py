@@ -1,7 +1,9 @@
 """OpenAI's Responses API through the official `openai` client against `tessera serve` on
 Qwen2.5-Coder-0.5B-Instruct (argv[1]: base URL): text, instructions, the same text streamed
-as events, a required function call, a function_call_output round trip, and
-previous_response_id refused by name. Exits non-zero on any mismatch."""
+as events, a required function call, a function_call_output round trip, stored responses
+(previous_response_id continues one; retrieve, delete; store=False keeps nothing; metadata
+echoed), and an unknown previous_response_id refused by name. Exits non-zero on any
+mismatch."""
 
 import json
 import sys
@@ -50,9 +52,31 @@ r4 = client.responses.create(model="m", tools=tools, max_output_tokens=48, tempe
 ])
 assert "21" in r4.output_text, r4
 
+# Stored responses: the first one is kept (store defaults to true) and continues.
+got = client.responses.retrieve(r.id)
+assert got.id == r.id and got.output_text == text and got.store is True, got
+nxt = client.responses.create(model="m", previous_response_id=r.id, input="And of Germany?",
+                              max_output_tokens=8, temperature=0, metadata={"run": "ci"})
+assert nxt.previous_response_id == r.id and nxt.metadata == {"run": "ci"}, nxt
+# The earlier question and answer are in the prompt.
+assert nxt.usage.input_tokens > r.usage.input_tokens + r.usage.output_tokens, (nxt.usage, r.usage)
+client.responses.delete(nxt.id)
+try:
+    client.responses.retrieve(nxt.id)
+    raise SystemExit("a deleted response was found")
+except openai.NotFoundError:
+    pass
+unstored = client.responses.create(model="m", input="hi", max_output_tokens=2, store=False)
+assert unstored.store is False
+try:
+    client.responses.retrieve(unstored.id)
+    raise SystemExit("store=False was stored")
+except openai.NotFoundError:
+    pass
+
 try:
     client.responses.create(model="m", input="hi", previous_response_id="resp_x", max_output_tokens=4)
-    raise SystemExit("previous_response_id was accepted")
+    raise SystemExit("an unknown previous_response_id was accepted")
 except openai.BadRequestError as e:
     assert "previous_response_id" in str(e), e
 
