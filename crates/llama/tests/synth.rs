@@ -261,3 +261,44 @@ fn a_saved_sequence_restored_continues_as_the_original() {
         );
     }
 }
+
+/// Batch-invariant mode: 80 tokens decoded in one batch (past the 64 rows where llama.cpp's
+/// attention takes its tiled algorithm) give every position's logits bit for bit as decoding
+/// them in steps of one and of seven does, with flash attention and without.
+#[test]
+fn batch_invariant_logits_do_not_depend_on_the_batch() {
+    let (_dir, model) = synth_qwen3();
+    let toks: Vec<u32> = (0..80u32).map(|i| (i * 37 + 11) % 200 + 3).collect();
+    for flash_attn in [true, false] {
+        let run = |step: usize| -> Vec<Vec<f32>> {
+            let params = tessera_llama::ContextParams {
+                n_ctx: 256,
+                n_threads: 2,
+                flash_attn,
+                batch_invariant: true,
+                ..Default::default()
+            };
+            let mut ctx = tessera_llama::LlamaContext::new(&model, params).unwrap();
+            let mut out = Vec::new();
+            for (c, chunk) in toks.chunks(step).enumerate() {
+                let mut batch = tessera_llama::Batch::new();
+                for (k, &t) in chunk.iter().enumerate() {
+                    batch.add(t, (c * step + k) as i32, 0, true);
+                }
+                ctx.decode(&batch).unwrap();
+                out.extend((0..chunk.len()).map(|k| ctx.logits_ith(k).unwrap().to_vec()));
+            }
+            out
+        };
+        let whole = run(80);
+        for step in [1, 7] {
+            let got = run(step);
+            for (pos, (a, b)) in whole.iter().zip(&got).enumerate() {
+                assert!(
+                    a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "flash_attn {flash_attn}: position {pos} differs between a batch of 80 and steps of {step}"
+                );
+            }
+        }
+    }
+}

@@ -74,7 +74,9 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
             let qkv = [node.s(0), node.s(1), node.s(2)];
             let params = [scale, max_bias, softcap];
             // The tiled algorithm (from 64 query rows) sums in another order than the
-            // one-row one: not in batch-invariant mode.
+            // one-row one: not in batch-invariant mode. (Nor always tiled: its softmax rescales
+            // at KV tiles of fixed cell positions, so a row's bits would depend on where its
+            // sequence's cells lie in the cache, which other requests decide.)
             if !p.batch_invariant && attention_tiled::applies(qkv[0], qkv[1], qkv[2]) {
                 attention_tiled::flash_attn_ext_tiled(p, dst, qkv, node.src[3], params)
             } else {
