@@ -2,11 +2,13 @@
 //! tools/make_embd_refs.py with llama.cpp b11312: flash attention, its default repacked
 //! weights, the pooling each file names), and several sequences in one batch against each alone.
 //!
-//! The tolerance is llama.cpp's own spread: its repacked and plain weight layouts give these
-//! pooled vectors NMSE up to 8.5e-4 from each other (Gemma-3, AMD EPYC, AVX2), and its SIMD
-//! levels differ as much on logits (testdata/refs/README.md); 2e-3 allows either. Where Tessera
-//! runs at the level and layout that made the file, the bits are llama.cpp's but for the
-//! summation order of the mean, and the bound is 1e-9.
+//! Where Tessera runs at the level and layout that made the file, the bits are llama.cpp's but
+//! for the summation order of the mean: the bound is 1e-9 (measured: at most 3e-14, AMD EPYC,
+//! AVX2). Elsewhere the tolerance is calibrated on the spread of the arithmetic itself:
+//! llama.cpp's repacked and plain layouts differ by NMSE up to 8.5e-4 on these vectors
+//! (Gemma-3), Tessera's scalar level differs from the AVX2 file by up to 1.4e-3 (SmolLM2), and
+//! llama.cpp's SIMD levels differ by up to 1.8e-3 on logits (testdata/refs/README.md); 5e-3
+//! allows them, while a wrong norm, pooling or position gives NMSE above 1e-1.
 
 use serde_json::Value;
 use std::path::Path;
@@ -64,7 +66,7 @@ fn check(id: tessera_models::Model) {
     let same_layout =
         model.n_repacked == 0 || r["build"]["repack"].as_bool() == Some(model.n_repacked > 0);
     let same_build = r["build"]["simd_level"] == level.name() && same_layout;
-    let bound = if same_build { 1e-9 } else { 2e-3 };
+    let bound = if same_build { 1e-9 } else { 5e-3 };
     let params = ContextParams {
         n_ctx: 512,
         n_threads: 2,
@@ -105,7 +107,7 @@ fn check(id: tessera_models::Model) {
     let together = embed(&mut ctx, &inputs, pooling);
     for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
         let e = nmse(t, a);
-        assert!(e <= 2e-3, "{stem}: text {i}: batched NMSE {e:e} from alone");
+        assert!(e <= 5e-3, "{stem}: text {i}: batched NMSE {e:e} from alone");
     }
 }
 
