@@ -37,9 +37,17 @@ pub struct Weights {
     /// A tied output's own copy of token_embd (offloaded, or rearranged as repacked), which
     /// the sizes do not count: it is not in the file.
     duplicate: Option<TensorId>,
+    /// The file, for its metadata.
+    file: Arc<MappedFile>,
 }
 
 impl Weights {
+    /// The file's metadata: what an architecture reads beyond [`HParams`](crate::HParams)
+    /// (a downstream architecture's own `{arch}.*` keys).
+    pub fn metadata(&self) -> &tessera_gguf::Metadata {
+        self.file.0.metadata()
+    }
+
     /// The weight called `name`, checked to have shape `ne` (trailing 1s may be omitted).
     pub fn get(&self, name: &str, ne: &[usize]) -> Result<TensorId> {
         self.find(name, ne)?.ok_or_else(|| LlamaError::MissingTensor(name.to_string()))
@@ -313,7 +321,8 @@ impl Model {
                 ),
             }
         }
-        let weights = Weights { ctx, bindings, by_name, used: Arc::default(), duplicate };
+        let weights =
+            Weights { ctx, bindings, by_name, used: Arc::default(), duplicate, file: file.clone() };
         let vocab = Vocab::from_metadata(md)?;
         let graph = builder.load(&weights, &hparams)?;
         let unused = weights.unused();
