@@ -253,7 +253,8 @@ fn test_matrix(args: &[String]) -> Result<()> {
 fn synth_models(args: &[String]) -> Result<()> {
     let dir = PathBuf::from(args.first().map_or("target/synth", String::as_str));
     std::fs::create_dir_all(&dir)?;
-    for (stem, spec, vocab) in tessera_llama::synth::test_models() {
+    let all = tessera_llama::synth::test_models().into_iter();
+    for (stem, spec, vocab) in all.chain(tessera_llama::synth::family_models()) {
         let v = tessera_gguf::GgufFile::open(tessera_models::fixtures::vocab(vocab)?)
             .with_context(|| format!("opening the vocabulary {vocab}"))?;
         let path = dir.join(format!("{stem}.gguf"));

@@ -153,7 +153,32 @@ impl HParams {
         let n_ctx_orig =
             uint_or(md, &key(a, "rope.scaling.original_context_length"), Some(n_ctx_train))?;
         let is_gemma3 = a == "gemma3";
-        let n_swa = uint_or(md, &key(a, "attention.sliding_window"), Some(0))?;
+        let is_gemma2 = a == "gemma2";
+        // Gemma 2 slides every other layer over 4096 cells unless its file says otherwise, and
+        // soft-caps at 50 (attention) and 30 (logits) by default, as llama.cpp's hparams.
+        let n_swa = uint_or(
+            md,
+            &key(a, "attention.sliding_window"),
+            Some(if is_gemma2 { 4096 } else { 0 }),
+        )?;
+        let swa_pattern = match (is_gemma3, is_gemma2) {
+            (true, _) if n_swa > 0 => 6,
+            (_, true) => uint_or(md, &key(a, "attention.sliding_window_pattern"), Some(2))?,
+            _ => 1,
+        };
+        let softcap_defaults = if is_gemma2 { (50.0, 30.0) } else { (0.0, 0.0) };
+        let rope_freq_base = f32_or(md, &key(a, "rope.freq_base"), 10000.0)?;
+        // Gemma 2's sliding layers rotate with the global base unless told otherwise.
+        let base_swa_default = if is_gemma2 { rope_freq_base } else { 10000.0 };
+        let attention_scale = if is_gemma3 {
+            1.0 / (head_dim_k as f32).sqrt()
+        } else if is_gemma2 {
+            // llama.cpp: Gemma 2 27B (46 layers) scales by the model width per head.
+            let d = if n_layer == 46 { n_embd / n_head[0] } else { head_dim_k };
+            1.0 / (d as f32).sqrt()
+        } else {
+            0.0
+        };
         let pooling_key = key(a, "pooling_type");
         let pooling = uint_or(md, &pooling_key, Some(0))?;
         let pooling = crate::embed::Pooling::from_gguf(pooling as u64)
@@ -169,18 +194,22 @@ impl HParams {
             head_dim_v,
             n_vocab,
             n_rot,
-            rope_freq_base: f32_or(md, &key(a, "rope.freq_base"), 10000.0)?,
-            rope_freq_base_swa: f32_or(md, &key(a, "rope.freq_base_swa"), 10000.0)?,
+            rope_freq_base,
+            rope_freq_base_swa: f32_or(md, &key(a, "rope.freq_base_swa"), base_swa_default)?,
             rope_freq_scale,
             yarn_ext_factor: if scaling == "yarn" { 1.0 } else { 0.0 },
             n_ctx_orig,
             rms_eps: f32_or(md, &key(a, "attention.layer_norm_rms_epsilon"), 1e-6)?,
             norm_eps: f32_or(md, &key(a, "attention.layer_norm_epsilon"), 1e-5)?,
             n_swa,
-            swa_pattern: if is_gemma3 && n_swa > 0 { 6 } else { 1 },
-            final_logit_softcap: f32_or(md, &key(a, "final_logit_softcapping"), 0.0)?,
-            attn_logit_softcap: f32_or(md, &key(a, "attn_logit_softcapping"), 0.0)?,
-            attention_scale: if is_gemma3 { 1.0 / (head_dim_k as f32).sqrt() } else { 0.0 },
+            swa_pattern,
+            final_logit_softcap: f32_or(
+                md,
+                &key(a, "final_logit_softcapping"),
+                softcap_defaults.1,
+            )?,
+            attn_logit_softcap: f32_or(md, &key(a, "attn_logit_softcapping"), softcap_defaults.0)?,
+            attention_scale,
             pooling,
             arch,
         })

@@ -11,7 +11,7 @@ use tessera_tensor::{quant, DType};
 /// What to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
-    /// `llama`, `qwen2`, `qwen3` or `gpt2`.
+    /// `llama`, `qwen2`, `qwen3`, `gemma2` or `gpt2`.
     pub arch: String,
     /// Blocks.
     pub n_layer: usize,
@@ -55,7 +55,7 @@ fn err(reason: String) -> LlamaError {
 /// (`tokenizer.*`) copied from `vocab`. Returns the vocabulary size used.
 pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Result<usize> {
     let a = spec.arch.as_str();
-    if !matches!(a, "llama" | "qwen2" | "qwen3" | "gpt2") {
+    if !matches!(a, "llama" | "qwen2" | "qwen3" | "gemma2" | "gpt2") {
         return Err(err(format!("no synthetic layout for architecture '{a}'")));
     }
     let n_vocab = vocab.get_array("tokenizer.ggml.tokens")?.len();
@@ -79,6 +79,12 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
     } else {
         w.add(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)).map_err(g)?;
         w.add(&k("rope.freq_base"), Value::F32(1_000_000.0)).map_err(g)?;
+    }
+    if a == "gemma2" {
+        // Gemma 2's soft-caps; a window of 8 so that short prompts reach past it.
+        w.add(&k("attn_logit_softcapping"), Value::F32(50.0)).map_err(g)?;
+        w.add(&k("final_logit_softcapping"), Value::F32(30.0)).map_err(g)?;
+        w.add(&k("attention.sliding_window"), Value::U32(8)).map_err(g)?;
     }
     for (key, value) in vocab.iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
         w.add(key, value.clone()).map_err(g)?;
@@ -135,10 +141,16 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
             add(b("attn_k_norm.weight"), &[hd], Kind::Norm, &mut rng)?;
         }
         add(b("attn_output.weight"), &[nq, e], Kind::Matrix, &mut rng)?;
+        if a == "gemma2" {
+            add(b("post_attention_norm.weight"), &[e], Kind::Norm, &mut rng)?;
+        }
         add(b("ffn_norm.weight"), &[e], Kind::Norm, &mut rng)?;
         add(b("ffn_gate.weight"), &[e, ff], Kind::Matrix, &mut rng)?;
         add(b("ffn_up.weight"), &[e, ff], Kind::Matrix, &mut rng)?;
         add(b("ffn_down.weight"), &[ff, e], Kind::Matrix, &mut rng)?;
+        if a == "gemma2" {
+            add(b("post_ffw_norm.weight"), &[e], Kind::Norm, &mut rng)?;
+        }
     }
     add("output_norm.weight".into(), &[e], Kind::Norm, &mut rng)?;
     if a == "gpt2" {
@@ -195,6 +207,27 @@ pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
             "ggml-vocab-gpt-2.gguf",
         ),
     ]
+}
+
+/// Synthetic models of the architectures checked against one llama.cpp fixture each
+/// (`crates/llama/tests/families.rs`: the last prompt position's logits and the greedy
+/// continuation), as (file stem, spec, vocabulary fixture): `gemma2`.
+pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
+    vec![(
+        "synth-gemma2-q8_0",
+        SynthSpec {
+            arch: "gemma2".into(),
+            n_layer: 4,
+            n_embd: 256,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 512,
+            n_ctx: 2048,
+            dtype: DType::Q8_0,
+            seed: 5,
+        },
+        "ggml-vocab-llama-spm.gguf",
+    )]
 }
 
 /// Benchmark shapes with random weights (tied embeddings, llama 3's vocabulary size when given

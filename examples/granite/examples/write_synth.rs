@@ -1,5 +1,5 @@
 //! Writes the random-weight Granite file the tests compare against llama.cpp:
-//! `cargo run -p tessera-granite --example write_synth -- OUT.gguf` (tools/make_refs.py then
+//! `cargo run -p tessera-granite --example write_synth -- OUT.gguf` (tools/make_family_refs.py then
 //! records llama.cpp's outputs on it).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

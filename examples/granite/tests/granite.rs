@@ -1,5 +1,5 @@
 //! The downstream Granite architecture against llama.cpp b11312 on a random-weight Granite file
-//! (tests/fixtures/llama_cpp.json, made by tools/make_refs.py from the file
+//! (tests/fixtures/llama_cpp.json, made by the repository's tools/make_family_refs.py from the file
 //! `examples/write_synth.rs` writes): same prompt tokens, the last prompt position's logits
 //! (sampled) and the greedy continuation. At the SIMD level and layout that made the fixture
 //! the logits are llama.cpp's bits (NMSE bound 1e-9); elsewhere the bound is the levels' own

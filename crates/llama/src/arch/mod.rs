@@ -1,6 +1,7 @@
 //! The architecture registry: one module per architecture, each building the same graph
 //! llama.cpp builds (`src/models/*.cpp`). Downstream crates add their own with [`register`].
 
+mod gemma2;
 mod gemma3;
 mod gpt2;
 mod llama;
@@ -37,10 +38,11 @@ type Registry = RwLock<BTreeMap<&'static str, Arc<dyn Architecture>>>;
 fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
-        let builtins: [Arc<dyn Architecture>; 5] = [
+        let builtins: [Arc<dyn Architecture>; 6] = [
             Arc::new(llama::Llama),
             Arc::new(qwen2::Qwen2),
             Arc::new(qwen3::Qwen3),
+            Arc::new(gemma2::Gemma2),
             Arc::new(gemma3::Gemma3),
             Arc::new(gpt2::Gpt2),
         ];

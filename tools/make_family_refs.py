@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""llama.cpp's outputs on the random-weight Granite file (examples/granite/examples/write_synth.rs)
-for tests/granite.rs: the prompt's tokens, the last prompt position's logits (every 16th id and
-the top 20), and 16 greedy tokens with llama.cpp's top-2 margin at each step, flash attention on.
-Usage: make_refs.py MODEL.gguf OUT.json   (REPACK=0: plain weights; never repack with AMX)
+"""llama.cpp's outputs on a random-weight model of an architecture checked by one fixture (the
+Granite file of examples/granite/examples/write_synth.rs, tessera_llama::synth::family_models()
+written by `cargo xtask synth-models`): the prompt's tokens, the last prompt position's logits
+(every 16th id and the top 20), and 16 greedy tokens with llama.cpp's top-2 margin at each
+step, flash attention on (FA=0: off).
+Usage: make_family_refs.py MODEL.gguf OUT.json   (REPACK=0: plain weights; never repack with AMX)
 """
 import json, os, platform, sys
 import numpy as np
@@ -18,7 +20,8 @@ _L.llama_cpp.llama_model_default_params = _params
 
 PROMPT = "The quick brown fox jumps over the lazy dog because"
 path, out = sys.argv[1], sys.argv[2]
-llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, flash_attn=True,
+fa = os.environ.get("FA", "1") == "1"
+llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, flash_attn=fa,
             logits_all=True, verbose=False)
 toks = llm.tokenize(PROMPT.encode(), add_bos=True, special=True)
 llm.eval(toks)
@@ -34,7 +37,7 @@ for _ in range(16):
 top = np.argsort(-last)[:20]
 flags = open("/proc/cpuinfo").read()
 json.dump({
-    "prompt": PROMPT, "prompt_tokens": toks, "greedy_tokens": greedy, "greedy_top2_margins": margins,
+    "prompt": PROMPT, "flash_attn": fa, "prompt_tokens": toks, "greedy_tokens": greedy, "greedy_top2_margins": margins,
     "sample_step": 16, "logits_sample": [float(f"{x:.9g}") for x in last[::16]],
     "top20": [[int(i), float(f"{last[i]:.9g}")] for i in top],
     "build": {"llama_cpp_python": llama_cpp.__version__, "simd_level": "avx512" if "avx512f" in flags else "avx2",
