@@ -161,6 +161,9 @@ impl HParams {
             &key(a, "attention.sliding_window"),
             Some(if is_gemma2 { 4096 } else { 0 }),
         )?;
+        // llama.cpp turns Phi-3's sliding window off (its converters do not mark which layers
+        // slide).
+        let n_swa = if a == "phi3" { 0 } else { n_swa };
         let swa_pattern = match (is_gemma3, is_gemma2) {
             (true, _) if n_swa > 0 => 6,
             (_, true) => uint_or(md, &key(a, "attention.sliding_window_pattern"), Some(2))?,

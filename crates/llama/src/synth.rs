@@ -11,7 +11,7 @@ use tessera_tensor::{quant, DType};
 /// What to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
-    /// `llama`, `qwen2`, `qwen3`, `gemma2` or `gpt2`.
+    /// `llama`, `qwen2`, `qwen3`, `gemma2`, `phi3` or `gpt2`.
     pub arch: String,
     /// Blocks.
     pub n_layer: usize,
@@ -55,7 +55,7 @@ fn err(reason: String) -> LlamaError {
 /// (`tokenizer.*`) copied from `vocab`. Returns the vocabulary size used.
 pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Result<usize> {
     let a = spec.arch.as_str();
-    if !matches!(a, "llama" | "qwen2" | "qwen3" | "gemma2" | "gpt2") {
+    if !matches!(a, "llama" | "qwen2" | "qwen3" | "gemma2" | "phi3" | "gpt2") {
         return Err(err(format!("no synthetic layout for architecture '{a}'")));
     }
     let n_vocab = vocab.get_array("tokenizer.ggml.tokens")?.len();
@@ -126,6 +126,14 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
             add(b("ffn_up.bias"), &[ff], Kind::Bias, &mut rng)?;
             add(b("ffn_down.weight"), &[ff, e], Kind::Matrix, &mut rng)?;
             add(b("ffn_down.bias"), &[e], Kind::Bias, &mut rng)?;
+            continue;
+        }
+        if a == "phi3" {
+            add(b("attn_qkv.weight"), &[e, nq + 2 * nkv], Kind::Matrix, &mut rng)?;
+            add(b("attn_output.weight"), &[nq, e], Kind::Matrix, &mut rng)?;
+            add(b("ffn_norm.weight"), &[e], Kind::Norm, &mut rng)?;
+            add(b("ffn_up.weight"), &[e, 2 * ff], Kind::Matrix, &mut rng)?;
+            add(b("ffn_down.weight"), &[ff, e], Kind::Matrix, &mut rng)?;
             continue;
         }
         add(b("attn_q.weight"), &[e, nq], Kind::Matrix, &mut rng)?;
@@ -211,23 +219,40 @@ pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
 
 /// Synthetic models of the architectures checked against one llama.cpp fixture each
 /// (`crates/llama/tests/families.rs`: the last prompt position's logits and the greedy
-/// continuation), as (file stem, spec, vocabulary fixture): `gemma2`.
+/// continuation), as (file stem, spec, vocabulary fixture): `gemma2`, `phi3`.
 pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
-    vec![(
-        "synth-gemma2-q8_0",
-        SynthSpec {
-            arch: "gemma2".into(),
-            n_layer: 4,
-            n_embd: 256,
-            n_head: 4,
-            n_head_kv: 2,
-            n_ff: 512,
-            n_ctx: 2048,
-            dtype: DType::Q8_0,
-            seed: 5,
-        },
-        "ggml-vocab-llama-spm.gguf",
-    )]
+    vec![
+        (
+            "synth-phi3-q8_0",
+            SynthSpec {
+                arch: "phi3".into(),
+                n_layer: 4,
+                n_embd: 256,
+                n_head: 4,
+                n_head_kv: 4,
+                n_ff: 512,
+                n_ctx: 4096,
+                dtype: DType::Q8_0,
+                seed: 9,
+            },
+            "ggml-vocab-phi-3.gguf",
+        ),
+        (
+            "synth-gemma2-q8_0",
+            SynthSpec {
+                arch: "gemma2".into(),
+                n_layer: 4,
+                n_embd: 256,
+                n_head: 4,
+                n_head_kv: 2,
+                n_ff: 512,
+                n_ctx: 2048,
+                dtype: DType::Q8_0,
+                seed: 5,
+            },
+            "ggml-vocab-llama-spm.gguf",
+        ),
+    ]
 }
 
 /// Benchmark shapes with random weights (tied embeddings, llama 3's vocabulary size when given

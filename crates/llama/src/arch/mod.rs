@@ -5,6 +5,7 @@ mod gemma2;
 mod gemma3;
 mod gpt2;
 mod llama;
+mod phi3;
 mod qwen2;
 mod qwen3;
 
@@ -38,13 +39,14 @@ type Registry = RwLock<BTreeMap<&'static str, Arc<dyn Architecture>>>;
 fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
-        let builtins: [Arc<dyn Architecture>; 6] = [
+        let builtins: [Arc<dyn Architecture>; 7] = [
             Arc::new(llama::Llama),
             Arc::new(qwen2::Qwen2),
             Arc::new(qwen3::Qwen3),
             Arc::new(gemma2::Gemma2),
             Arc::new(gemma3::Gemma3),
             Arc::new(gpt2::Gpt2),
+            Arc::new(phi3::Phi3),
         ];
         RwLock::new(builtins.into_iter().map(|a| (a.name(), a)).collect())
     })

@@ -1,0 +1,122 @@
+//! PHI3 (`src/models/phi3.cpp`; Phi-3 and Phi-3.5 mini/medium, Phi-4): RMS norms, a fused QKV
+//! projection split by views, RoPE NEOX, Q pre-scaled by `1/sqrt(head_dim)` with a KQ scale of
+//! 1, and a fused gate+up projection (`ffn_up` of twice the FFN width, SwiGLU over its two
+//! halves). llama.cpp turns Phi's sliding window off (so does Tessera: every layer is global).
+//! LongRoPE's frequency factors (`rope_factors_long`/`_short`, the 128k-context files) are
+//! not implemented: such a file is refused, naming the tensors, by the unused-tensor check.
+
+use super::{blk, Architecture, ModelGraph};
+use crate::graph::Builder;
+use crate::hparams::HParams;
+use crate::model::Weights;
+use crate::Result;
+use tessera_tensor::graph::{GluOp, RopeMode, TensorId};
+
+/// The `phi3` architecture.
+pub struct Phi3;
+
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    attn_norm: TensorId,
+    wqkv: TensorId,
+    wo: TensorId,
+    ffn_norm: TensorId,
+    up: TensorId,
+    down: TensorId,
+}
+
+struct Phi3Graph {
+    tok_embd: TensorId,
+    output_norm: TensorId,
+    output: TensorId,
+    output_b: Option<TensorId>,
+    blocks: Vec<Block>,
+}
+
+impl Architecture for Phi3 {
+    fn name(&self) -> &'static str {
+        "phi3"
+    }
+
+    fn load(&self, w: &Weights, hp: &HParams) -> Result<Box<dyn ModelGraph>> {
+        let (e, v) = (hp.n_embd, hp.n_vocab);
+        let tok_embd = w.get("token_embd.weight", &[e, v])?;
+        let blocks = (0..hp.n_layer)
+            .map(|il| {
+                let t = |what: &str| blk(il, what);
+                let nq = hp.head_dim_k * hp.n_head[il];
+                let qkv = nq + hp.n_embd_k_gqa(il) + hp.n_embd_v_gqa(il);
+                let ff = hp.n_ff[il];
+                Ok(Block {
+                    attn_norm: w.get(&t("attn_norm.weight"), &[e])?,
+                    wqkv: w.get(&t("attn_qkv.weight"), &[e, qkv])?,
+                    wo: w.get(&t("attn_output.weight"), &[hp.head_dim_v * hp.n_head[il], e])?,
+                    ffn_norm: w.get(&t("ffn_norm.weight"), &[e])?,
+                    up: w.get(&t("ffn_up.weight"), &[e, 2 * ff])?,
+                    down: w.get(&t("ffn_down.weight"), &[ff, e])?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Box::new(Phi3Graph {
+            tok_embd,
+            output_norm: w.get("output_norm.weight", &[e])?,
+            output: w.find("output.weight", &[e, v])?.unwrap_or(tok_embd),
+            output_b: w.find("output.bias", &[v])?,
+            blocks,
+        }))
+    }
+}
+
+impl ModelGraph for Phi3Graph {
+    fn build(&self, b: &mut Builder) -> Result<TensorId> {
+        let hp = b.hp;
+        let n_tok = b.n_tokens;
+        let mut inp = b.inp_embd(self.tok_embd)?;
+        let q_scale = 1.0 / (hp.head_dim_k as f32).sqrt();
+        for (il, l) in self.blocks.iter().enumerate() {
+            let (hd, nh, nkv) = (hp.head_dim_k, hp.n_head[il], hp.n_head_kv[il]);
+            let cur = b.rms_norm(inp, Some(l.attn_norm))?;
+            let cur = b.name(cur, "attn_norm", il);
+            let qkv = b.ctx.mul_mat(l.wqkv, cur)?;
+            let row = b.ctx.get(qkv).nb[1];
+            let (eq, ek) = (hd * nh, hd * nkv);
+            // Views of the fused projection, as llama.cpp's build_qkv (copied out: the same
+            // values).
+            let q = b.ctx.view(qkv, &[hd, nh, n_tok], &[hd * 4, row], 0)?;
+            let k = b.ctx.view(qkv, &[hd, nkv, n_tok], &[hd * 4, row], eq * 4)?;
+            let v = b.ctx.view(
+                qkv,
+                &[hp.head_dim_v, nkv, n_tok],
+                &[hp.head_dim_v * 4, row],
+                (eq + ek) * 4,
+            )?;
+            let q = b.ctx.cont(q, None)?;
+            let k = b.ctx.cont(k, None)?;
+            let v = b.ctx.cont(v, None)?;
+            let q = b.rope(q, RopeMode::Neox, hp.rope_freq_base, None)?;
+            let k = b.rope(k, RopeMode::Neox, hp.rope_freq_base, None)?;
+            let q = b.name(q, "Qcur", il);
+            let k = b.name(k, "Kcur", il);
+            let q = b.ctx.scale(q, q_scale, 0.0)?;
+            let a = b.attention(il, q, k, v, 1.0)?;
+            let mut cur = b.ctx.mul_mat(l.wo, a)?;
+            if il == self.blocks.len() - 1 {
+                cur = b.out_rows(cur)?;
+                inp = b.out_rows(inp)?;
+            }
+            let residual = b.ctx.add(cur, inp)?;
+            let cur = b.rms_norm(residual, Some(l.ffn_norm))?;
+            let cur = b.name(cur, "ffn_norm", il);
+            // SwiGLU over the fused projection: silu(first half) * second half.
+            let up = b.ctx.mul_mat(l.up, cur)?;
+            let h = b.ctx.glu(up, GluOp::SwiGlu, false)?;
+            let cur = b.ctx.mul_mat(l.down, h)?;
+            let cur = b.name(cur, "ffn_out", il);
+            inp = b.ctx.add(residual, cur)?;
+            inp = b.name(inp, "l_out", il);
+        }
+        let cur = b.rms_norm(inp, Some(self.output_norm))?;
+        let cur = b.ctx.set_name(cur, "result_norm");
+        b.logits(cur, self.output, self.output_b)
+    }
+}
