@@ -15,8 +15,9 @@
 //!   (testdata/README.md says where each came from); `size`: the tracked tree's 24 MiB limit.
 //! - `cargo xtask models [NAME...]`: fetch, assemble and checksum the real models into the cache
 //!   (`TESSERA_MODELS`, default under the user's cache directory) and print their paths.
-//! - `cargo xtask synth-models DIR`: writes the random-weight qwen3 and gpt2 models the tests
-//!   compare with llama.cpp (crates/llama/tools/make_synth_refs.sh makes their references).
+//! - `cargo xtask synth-models DIR`: writes the random-weight models the tests compare with
+//!   llama.cpp: qwen3 and gpt2 (crates/llama/tools/make_synth_refs.sh makes their references),
+//!   gemma2 and phi3 (tools/make_family_refs.py).
 //! - `cargo xtask test-matrix [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512]`: every
 //!   op x type x shape case of tessera-testmatrix on the CPU backend, for each thread count and
 //!   SIMD level, against the float64 reference; prints the table, fails on any failure. Built in

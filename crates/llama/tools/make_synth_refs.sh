@@ -9,12 +9,15 @@ cd "$(dirname "$0")/../../.."
 root=$(pwd)
 out=crates/llama/tests/fixtures/synth
 cargo xtask synth-models target/synth
+# The models of tessera_llama::synth::test_models (the family models have their own fixtures:
+# tools/make_family_refs.py).
+models="target/synth/synth-qwen3-q8_0.gguf target/synth/synth-gpt2-f16.gguf"
 mkdir -p "$out"
 for fa in 1 0; do
   mode=$([ $fa = 1 ] && echo fa-on || echo fa-off)
-  python3 tools/make_refs.py "$out/$mode" testdata/refs/prompts.json target/synth/*.gguf --n 32 --fa $fa
+  python3 tools/make_refs.py "$out/$mode" testdata/refs/prompts.json $models --n 32 --fa $fa
 done
 # The full logits of both paths into the stored samples (.logits.sample; .logits.f32 deleted).
 python3 tools/pack_logits.py "$out"
-( cd target/synth && sha256sum *.gguf ) > "$out/SHA256SUMS"
+( cd target/synth && sha256sum synth-qwen3-q8_0.gguf synth-gpt2-f16.gguf ) > "$out/SHA256SUMS"
 echo "references in $root/$out"
