@@ -125,6 +125,25 @@ impl Builder<'_> {
         Ok(self.ctx.get_rows(x, self.inp_out_ids)?)
     }
 
+    /// Q, K and V of layer `il` from a fused projection (`[q | k | v]` per token, F32): views
+    /// `[head_dim, heads, tokens]` as llama.cpp's `build_qkv` takes them, copied out (the
+    /// same values, contiguous).
+    pub fn split_qkv(
+        &mut self,
+        qkv: TensorId,
+        il: usize,
+    ) -> Result<(TensorId, TensorId, TensorId)> {
+        let hp = self.hp;
+        let (hd, nh, nkv, n_tok) = (hp.head_dim_k, hp.n_head[il], hp.n_head_kv[il], self.n_tokens);
+        let row = self.ctx.get(qkv).nb[1];
+        let (eq, ek) = (hd * nh, hd * nkv);
+        let q = self.ctx.view(qkv, &[hd, nh, n_tok], &[hd * 4, row], 0)?;
+        let k = self.ctx.view(qkv, &[hd, nkv, n_tok], &[hd * 4, row], eq * 4)?;
+        let hv = hp.head_dim_v;
+        let v = self.ctx.view(qkv, &[hv, nkv, n_tok], &[hv * 4, row], (eq + ek) * 4)?;
+        Ok((self.ctx.cont(q, None)?, self.ctx.cont(k, None)?, self.ctx.cont(v, None)?))
+    }
+
     /// SwiGLU FFN: `down · (silu(gate · x) * (up · x))`, with optional biases.
     pub fn ffn_swiglu(
         &mut self,

@@ -80,30 +80,14 @@ impl Architecture for Gpt2 {
 
 impl ModelGraph for Gpt2Graph {
     fn build(&self, b: &mut Builder) -> Result<TensorId> {
-        let hp = b.hp;
-        let n_tok = b.n_tokens;
         let tok = b.inp_embd(self.tok_embd)?;
         let pos = b.ctx.get_rows(self.pos_embd, b.inp_pos)?;
         let mut inp = b.ctx.add(tok, pos)?;
         let kq_scale = b.kq_scale();
         for (il, l) in self.blocks.iter().enumerate() {
-            let (hd, nh, nkv) = (hp.head_dim_k, hp.n_head[il], hp.n_head_kv[il]);
             let cur = b.layer_norm(inp, l.attn_norm.0, Some(l.attn_norm.1))?;
             let qkv = b.linear(l.qkv.0, l.qkv.1, cur)?;
-            let row = b.ctx.get(qkv).nb[1];
-            let (eq, ek) = (hd * nh, hd * nkv);
-            // Views of the fused projection, as llama.cpp's build_qkv: [head_dim, heads, tokens].
-            let q = b.ctx.view(qkv, &[hd, nh, n_tok], &[hd * 4, row], 0)?;
-            let k = b.ctx.view(qkv, &[hd, nkv, n_tok], &[hd * 4, row], eq * 4)?;
-            let v = b.ctx.view(
-                qkv,
-                &[hp.head_dim_v, nkv, n_tok],
-                &[hp.head_dim_v * 4, row],
-                (eq + ek) * 4,
-            )?;
-            let q = b.ctx.cont(q, None)?;
-            let k = b.ctx.cont(k, None)?;
-            let v = b.ctx.cont(v, None)?;
+            let (q, k, v) = b.split_qkv(qkv, il)?;
             let a = b.attention(il, q, k, v, kq_scale)?;
             let mut cur = b.linear(l.wo.0, l.wo.1, a)?;
             if il == self.blocks.len() - 1 {

@@ -1,8 +1,7 @@
 //! The architecture registry: one module per architecture, each building the same graph
 //! llama.cpp builds (`src/models/*.cpp`). Downstream crates add their own with [`register`].
 
-mod gemma2;
-mod gemma3;
+mod gemma;
 mod gpt2;
 mod llama;
 mod phi3;
@@ -43,8 +42,8 @@ fn registry() -> &'static Registry {
             Arc::new(llama::Llama),
             Arc::new(qwen2::Qwen2),
             Arc::new(qwen3::Qwen3),
-            Arc::new(gemma2::Gemma2),
-            Arc::new(gemma3::Gemma3),
+            Arc::new(gemma::Gemma2),
+            Arc::new(gemma::Gemma3),
             Arc::new(gpt2::Gpt2),
             Arc::new(phi3::Phi3),
         ];

@@ -70,29 +70,13 @@ impl Architecture for Phi3 {
 impl ModelGraph for Phi3Graph {
     fn build(&self, b: &mut Builder) -> Result<TensorId> {
         let hp = b.hp;
-        let n_tok = b.n_tokens;
         let mut inp = b.inp_embd(self.tok_embd)?;
         let q_scale = 1.0 / (hp.head_dim_k as f32).sqrt();
         for (il, l) in self.blocks.iter().enumerate() {
-            let (hd, nh, nkv) = (hp.head_dim_k, hp.n_head[il], hp.n_head_kv[il]);
             let cur = b.rms_norm(inp, Some(l.attn_norm))?;
             let cur = b.name(cur, "attn_norm", il);
             let qkv = b.ctx.mul_mat(l.wqkv, cur)?;
-            let row = b.ctx.get(qkv).nb[1];
-            let (eq, ek) = (hd * nh, hd * nkv);
-            // Views of the fused projection, as llama.cpp's build_qkv (copied out: the same
-            // values).
-            let q = b.ctx.view(qkv, &[hd, nh, n_tok], &[hd * 4, row], 0)?;
-            let k = b.ctx.view(qkv, &[hd, nkv, n_tok], &[hd * 4, row], eq * 4)?;
-            let v = b.ctx.view(
-                qkv,
-                &[hp.head_dim_v, nkv, n_tok],
-                &[hp.head_dim_v * 4, row],
-                (eq + ek) * 4,
-            )?;
-            let q = b.ctx.cont(q, None)?;
-            let k = b.ctx.cont(k, None)?;
-            let v = b.ctx.cont(v, None)?;
+            let (q, k, v) = b.split_qkv(qkv, il)?;
             let q = b.rope(q, RopeMode::Neox, hp.rope_freq_base, None)?;
             let k = b.rope(k, RopeMode::Neox, hp.rope_freq_base, None)?;
             let q = b.name(q, "Qcur", il);
