@@ -52,8 +52,8 @@ pub(crate) struct EmbedWorker<'m> {
 fn refuse_generation(w: Work) -> Option<EmbedJob> {
     match w {
         Work::Embed(j) => Some(j),
-        Work::Generate(j) => {
-            let _ = j.events.send(crate::engine::Event::Failed(not_generating()));
+        other => {
+            other.fail(not_generating());
             None
         }
     }

@@ -51,7 +51,7 @@ pub struct EngineConfig {
     /// `--embedding`: compute embeddings pooled this way instead of generating.
     pub embeddings: Option<Pooling>,
     /// `--cache-ram` in bytes: host memory for prompts dropped from the slots (0: none).
-    pub cache_ram: Option<usize>,
+    pub cache_ram: usize,
 }
 
 /// A handle on the engine thread.
@@ -132,7 +132,7 @@ impl Engine {
                     metrics,
                     clock: 0,
                     info: slots2,
-                    host: cfg.cache_ram.filter(|&b| b > 0).map(PromptCache::new),
+                    host: (cfg.cache_ram > 0).then(|| PromptCache::new(cfg.cache_ram)),
                 };
                 w.run(&rx, &stop2, &abort2);
             })?;
@@ -312,14 +312,7 @@ impl Worker<'_> {
                 }
                 self.fail_all(shutting_down());
                 while let Ok(work) = rx.try_recv() {
-                    match work {
-                        Work::Generate(job) => {
-                            let _ = job.events.send(Event::Failed(shutting_down()));
-                        }
-                        Work::Embed(job) => {
-                            let _ = job.reply.send(Err(shutting_down()));
-                        }
-                    }
+                    work.fail(shutting_down());
                 }
                 self.publish();
                 if stop.load(Ordering::SeqCst) {
@@ -347,9 +340,7 @@ impl Worker<'_> {
                 };
                 match job {
                     Work::Generate(job) => self.assign(*job),
-                    Work::Embed(job) => {
-                        let _ = job.reply.send(Err(crate::embed::not_embedding()));
-                    }
+                    other => other.fail(crate::embed::not_embedding()),
                 }
             }
             self.metrics.set_queue(rx.len());

@@ -125,3 +125,17 @@ pub enum Work {
     /// Embed inputs.
     Embed(crate::embed::EmbedJob),
 }
+
+impl Work {
+    /// Answers the work with `e` instead of doing it.
+    pub fn fail(self, e: ApiError) {
+        match self {
+            Work::Generate(job) => {
+                let _ = job.events.send(Event::Failed(e));
+            }
+            Work::Embed(job) => {
+                let _ = job.reply.send(Err(e));
+            }
+        }
+    }
+}

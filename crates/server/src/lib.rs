@@ -236,8 +236,8 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             deterministic: cfg.deterministic,
             embeddings,
             cache_ram: match cfg.cache_ram_mib {
-                n if n < 0 => Some(usize::MAX),
-                n => Some((n as usize).saturating_mul(1 << 20)),
+                n if n < 0 => usize::MAX,
+                n => (n as usize).saturating_mul(1 << 20),
             },
         },
         metrics.clone(),
