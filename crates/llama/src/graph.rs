@@ -5,6 +5,10 @@
 //! through, so a graph built from the logits alone contains them and orders them before the
 //! reads.
 
+mod moe;
+
+pub use moe::{MoeRouting, MoeWeights};
+
 use crate::hparams::HParams;
 use crate::Result;
 use tessera_tensor::graph::{Context, GluOp, RopeMode, RopeParams, TensorId, UnaryOp};

@@ -53,6 +53,13 @@ pub struct HParams {
     pub attn_logit_softcap: f32,
     /// Multiplier of Q before attention (Gemma); 0 = use `1/sqrt(head_dim)` as the KQ scale.
     pub attention_scale: f32,
+    /// Experts per mixture-of-experts layer (`expert_count`; 0: a dense model).
+    pub n_expert: usize,
+    /// Experts each token is routed to (`expert_used_count`).
+    pub n_expert_used: usize,
+    /// FFN width of one expert (`expert_feed_forward_length`; 0 when absent, where an
+    /// architecture derives it).
+    pub n_ff_exp: usize,
     /// The pooling an embedding model was trained with (`{arch}.pooling_type`; `None` when
     /// absent, as for generative models).
     pub pooling: crate::embed::Pooling,
@@ -118,7 +125,27 @@ impl HParams {
         let n_head = per_layer(md, &key(a, "attention.head_count"), n_layer, None)?;
         let n_head_kv =
             per_layer(md, &key(a, "attention.head_count_kv"), n_layer, Some(n_head[0]))?;
-        let n_ff = per_layer(md, &key(a, "feed_forward_length"), n_layer, None)?;
+        let n_expert = uint_or(md, &key(a, "expert_count"), Some(0))?;
+        let n_expert_used = uint_or(md, &key(a, "expert_used_count"), Some(0))?;
+        if n_expert > 1024 || n_expert_used > n_expert {
+            return Err(bad(
+                &key(a, "expert_used_count"),
+                format!("{n_expert_used} of {n_expert} experts (llama.cpp allows up to 1024)"),
+            ));
+        }
+        let n_groups = uint_or(md, &key(a, "expert_group_count"), Some(0))?;
+        if n_groups > 1 {
+            return Err(bad(
+                &key(a, "expert_group_count"),
+                format!(
+                    "{n_groups}: grouped expert selection (DeepSeek-V3 style) is not supported"
+                ),
+            ));
+        }
+        // A mixture-of-experts file may leave the dense FFN width out (llama.cpp reads it
+        // optionally).
+        let ff_default = if n_expert > 0 { Some(0) } else { None };
+        let n_ff = per_layer(md, &key(a, "feed_forward_length"), n_layer, ff_default)?;
         for (il, (&h, &hkv)) in n_head.iter().zip(&n_head_kv).enumerate() {
             if h == 0 || hkv == 0 || h % hkv != 0 {
                 return Err(bad(
@@ -213,6 +240,9 @@ impl HParams {
             )?,
             attn_logit_softcap: f32_or(md, &key(a, "attn_logit_softcapping"), softcap_defaults.0)?,
             attention_scale,
+            n_expert,
+            n_expert_used,
+            n_ff_exp: uint_or(md, &key(a, "expert_feed_forward_length"), Some(0))?,
             pooling,
             arch,
         })

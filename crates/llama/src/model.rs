@@ -207,9 +207,11 @@ impl Model {
         // Repacked weights the CPU keeps in a layout of its own (Q4_0: eight rows
         // interleaved): copied, rearranged, into host memory instead of read from the mapping.
         let mut rearranged: Vec<(TensorId, usize)> = Vec::new();
+        // 2-D weights (MUL_MAT) and 3-D expert stacks (MUL_MAT_ID), as llama.cpp's repack
+        // buffer type takes both.
         let repacks = |dtype, ne: &[usize]| {
-            let two_d = ne.get(2..).is_none_or(|r| r.iter().all(|&d| d == 1)) && ne[1] > 1;
-            params.repack && two_d && tessera_backend_cpu::repack_applies(dtype, ne[1], level)
+            let matrices = ne.get(3..).is_none_or(|r| r.iter().all(|&d| d == 1)) && ne[1] > 1;
+            params.repack && matrices && tessera_backend_cpu::repack_applies(dtype, ne[1], level)
         };
         for info in g.tensors() {
             let ne: Vec<usize> = info.ne.iter().map(|&d| d as usize).collect();
@@ -283,7 +285,8 @@ impl Model {
             }
             // Never the file's bytes under a rearranged type's flag: the rule that marked the
             // weight (`repack_applies`: rows in eights, whole blocks) is the layout's condition.
-            let v = tessera_backend_cpu::repack_layout(d.dtype, file, d.ne[1], d.ne[0]);
+            let rows = d.ne[1] * d.ne[2] * d.ne[3];
+            let v = tessera_backend_cpu::repack_layout(d.dtype, file, rows, d.ne[0]);
             std::borrow::Cow::Owned(v.expect("a repacked weight is whole groups of eight rows"))
         };
         let mut device_bytes = vec![0; offload.devices.len()];

@@ -74,6 +74,14 @@ struct Counters {
     i_attn_v: usize,
     n_ffn_down: usize,
     i_ffn_down: usize,
+    /// `{arch}.expert_count`: with experts, a tensor's layer is read from its name, and the
+    /// 8-expert (Mixtral) rules apply.
+    n_expert: usize,
+}
+
+/// The layer of `blk.N.*` (llama.cpp's `layer_info` for models with experts).
+fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
 /// The type llama.cpp gives tensor `name` (row length `ne0`) for file type `ft`.
@@ -102,8 +110,15 @@ fn tensor_type(ft: FileType, name: &str, ne0: usize, has_output: bool, c: &mut C
             14 if i < 4 => DType::Q5_K,
             _ => t,
         };
+        if c.n_expert == 8 {
+            // llama.cpp: "for the 8-expert model, bumping this to Q8_0 trades just ~128MB".
+            t = DType::Q8_0;
+        }
+    } else if name.contains("attn_k.weight") && c.n_expert == 8 {
+        t = DType::Q8_0;
     } else if name.contains("ffn_down") {
-        let (i, n) = (c.i_ffn_down, c.n_ffn_down);
+        let i = if c.n_expert > 1 { layer_of(name).unwrap_or(c.i_ffn_down) } else { c.i_ffn_down };
+        let n = c.n_ffn_down;
         c.i_ffn_down += 1;
         if id == 10 {
             t = DType::Q3_K;
@@ -117,7 +132,12 @@ fn tensor_type(ft: FileType, name: &str, ne0: usize, has_output: bool, c: &mut C
             t = if q4_k_s { DType::Q5_K } else { DType::Q6_K };
         }
     } else if name.contains("attn_output.weight") {
-        if id == 10 {
+        if c.n_expert == 8 {
+            // Q2_K, IQ3_XS, IQ3_XXS, Q3_K_S, Q3_K_M, IQ4_NL, Q4_K_S, Q4_K_M, IQ3_S, IQ3_M, IQ4_XS.
+            if matches!(id, 10 | 22 | 23 | 11 | 12 | 25 | 14 | 15 | 26 | 27 | 30) {
+                t = DType::Q5_K;
+            }
+        } else if id == 10 {
             t = DType::Q3_K;
         } else if q3_k_m {
             t = DType::Q4_K;
@@ -184,9 +204,18 @@ pub fn quantize_file(
     w.add("general.quantization_version", Value::U32(2))?;
     w.add("general.file_type", Value::U32(ft.id))?;
     let has_output = gguf.tensors().iter().any(|t| t.name == "output.weight");
+    // llama.cpp counts ffn_down layers as the block count (its tensors, in files without one).
+    let arch = gguf.metadata().get_str("general.architecture").unwrap_or("").to_string();
+    let md_uint =
+        |k: &str| gguf.metadata().get(&format!("{arch}.{k}")).and_then(|v| v.as_integer());
+    let n_ffn_down = match md_uint("block_count") {
+        Some(n) => usize::try_from(n).unwrap_or(0),
+        None => gguf.tensors().iter().filter(|t| t.name.contains("ffn_down.weight")).count(),
+    };
     let mut c = Counters {
         n_attn_v: gguf.tensors().iter().filter(|t| t.name.contains("attn_v.weight")).count(),
-        n_ffn_down: gguf.tensors().iter().filter(|t| t.name.contains("ffn_down.weight")).count(),
+        n_ffn_down,
+        n_expert: md_uint("expert_count").map_or(0, |n| usize::try_from(n).unwrap_or(0)),
         ..Default::default()
     };
     // Fused models: attn_qkv is counted and typed as attn_v (what llama.cpp's output shows).

@@ -11,7 +11,7 @@ use tessera_tensor::{quant, DType};
 /// What to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
-    /// `llama`, `qwen2`, `qwen3`, `gemma2`, `phi3` or `gpt2`.
+    /// `llama`, `qwen2`, `qwen3`, `qwen3moe`, `gemma2`, `phi3` or `gpt2`.
     pub arch: String,
     /// Blocks.
     pub n_layer: usize,
@@ -21,8 +21,12 @@ pub struct SynthSpec {
     pub n_head: usize,
     /// KV heads.
     pub n_head_kv: usize,
-    /// FFN width.
+    /// FFN width (of one expert, with experts).
     pub n_ff: usize,
+    /// Experts per block (`qwen3moe`; 0 elsewhere).
+    pub n_expert: usize,
+    /// Experts per token.
+    pub n_expert_used: usize,
     /// Training context (gpt2's position table has this many rows).
     pub n_ctx: usize,
     /// Type of the 2-D weights.
@@ -55,7 +59,7 @@ fn err(reason: String) -> LlamaError {
 /// (`tokenizer.*`) copied from `vocab`. Returns the vocabulary size used.
 pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Result<usize> {
     let a = spec.arch.as_str();
-    if !matches!(a, "llama" | "qwen2" | "qwen3" | "gemma2" | "phi3" | "gpt2") {
+    if !matches!(a, "llama" | "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "phi3" | "gpt2") {
         return Err(err(format!("no synthetic layout for architecture '{a}'")));
     }
     let n_vocab = vocab.get_array("tokenizer.ggml.tokens")?.len();
@@ -71,7 +75,17 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
     w.add(&k("block_count"), Value::U32(spec.n_layer as u32)).map_err(g)?;
     w.add(&k("context_length"), Value::U32(spec.n_ctx as u32)).map_err(g)?;
     w.add(&k("embedding_length"), Value::U32(e as u32)).map_err(g)?;
-    w.add(&k("feed_forward_length"), Value::U32(ff as u32)).map_err(g)?;
+    let moe = a == "qwen3moe";
+    if moe {
+        // As Qwen3-MoE's files: the dense width is the experts' times the experts used.
+        let (n, used) = (spec.n_expert as u32, spec.n_expert_used as u32);
+        w.add(&k("feed_forward_length"), Value::U32(ff as u32 * used)).map_err(g)?;
+        w.add(&k("expert_feed_forward_length"), Value::U32(ff as u32)).map_err(g)?;
+        w.add(&k("expert_count"), Value::U32(n)).map_err(g)?;
+        w.add(&k("expert_used_count"), Value::U32(used)).map_err(g)?;
+    } else {
+        w.add(&k("feed_forward_length"), Value::U32(ff as u32)).map_err(g)?;
+    }
     w.add(&k("attention.head_count"), Value::U32(spec.n_head as u32)).map_err(g)?;
     w.add(&k("attention.head_count_kv"), Value::U32(spec.n_head_kv as u32)).map_err(g)?;
     if a == "gpt2" {
@@ -97,7 +111,7 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
         let vals: Vec<f32> = match kind {
             Kind::Norm => (0..n).map(|_| 1.0 + 0.1 * rng.normal()).collect(),
             Kind::Bias => (0..n).map(|_| 0.02 * rng.normal()).collect(),
-            Kind::Matrix => {
+            Kind::Matrix | Kind::Router => {
                 let s = 1.0 / (shape[0] as f32).sqrt();
                 (0..n).map(|_| s * rng.normal()).collect()
             }
@@ -144,7 +158,7 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
             add(b("attn_k.bias"), &[nkv], Kind::Bias, &mut rng)?;
             add(b("attn_v.bias"), &[nkv], Kind::Bias, &mut rng)?;
         }
-        if a == "qwen3" {
+        if a == "qwen3" || moe {
             add(b("attn_q_norm.weight"), &[hd], Kind::Norm, &mut rng)?;
             add(b("attn_k_norm.weight"), &[hd], Kind::Norm, &mut rng)?;
         }
@@ -153,6 +167,15 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
             add(b("post_attention_norm.weight"), &[e], Kind::Norm, &mut rng)?;
         }
         add(b("ffn_norm.weight"), &[e], Kind::Norm, &mut rng)?;
+        if moe {
+            // The router stays F32, as llama.cpp's converter and quantizer keep it.
+            let n = spec.n_expert;
+            add(b("ffn_gate_inp.weight"), &[e, n], Kind::Router, &mut rng)?;
+            add(b("ffn_gate_exps.weight"), &[e, ff, n], Kind::Matrix, &mut rng)?;
+            add(b("ffn_up_exps.weight"), &[e, ff, n], Kind::Matrix, &mut rng)?;
+            add(b("ffn_down_exps.weight"), &[ff, e, n], Kind::Matrix, &mut rng)?;
+            continue;
+        }
         add(b("ffn_gate.weight"), &[e, ff], Kind::Matrix, &mut rng)?;
         add(b("ffn_up.weight"), &[e, ff], Kind::Matrix, &mut rng)?;
         add(b("ffn_down.weight"), &[ff, e], Kind::Matrix, &mut rng)?;
@@ -177,6 +200,8 @@ enum Kind {
     Norm,
     Bias,
     Matrix,
+    /// A matrix kept in F32 (a mixture-of-experts router).
+    Router,
 }
 
 /// The synthetic models the tests compare with llama.cpp: (file stem, spec, the vocabulary
@@ -194,6 +219,8 @@ pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head_kv: 2,
                 n_ff: 512,
                 n_ctx: 2048,
+                n_expert: 0,
+                n_expert_used: 0,
                 dtype: DType::Q8_0,
                 seed: 3,
             },
@@ -209,6 +236,8 @@ pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head_kv: 4,
                 n_ff: 1024,
                 n_ctx: 1024,
+                n_expert: 0,
+                n_expert_used: 0,
                 dtype: DType::F16,
                 seed: 2,
             },
@@ -232,6 +261,8 @@ pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head_kv: 4,
                 n_ff: 512,
                 n_ctx: 4096,
+                n_expert: 0,
+                n_expert_used: 0,
                 dtype: DType::Q8_0,
                 seed: 9,
             },
@@ -247,12 +278,38 @@ pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head_kv: 2,
                 n_ff: 512,
                 n_ctx: 2048,
+                n_expert: 0,
+                n_expert_used: 0,
                 dtype: DType::Q8_0,
                 seed: 5,
             },
             "ggml-vocab-llama-spm.gguf",
         ),
     ]
+}
+
+/// The mixture-of-experts model `crates/llama/tests/moe.rs` compares with llama.cpp, as (file
+/// stem, spec, vocabulary fixture): `qwen3moe` with 16 experts of width 256, 4 per token, in
+/// F16, which the test (and llama.cpp, for the fixture) quantize to Q4_K_M: Q4_K experts
+/// (repacked at AVX2), Q6_K down projections in half the blocks, the router in F32.
+pub fn moe_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
+    vec![(
+        "synth-qwen3moe-f16",
+        SynthSpec {
+            arch: "qwen3moe".into(),
+            n_layer: 4,
+            n_embd: 256,
+            n_head: 4,
+            n_head_kv: 2,
+            n_ff: 256,
+            n_ctx: 2048,
+            n_expert: 16,
+            n_expert_used: 4,
+            dtype: DType::F16,
+            seed: 13,
+        },
+        "ggml-vocab-qwen2.gguf",
+    )]
 }
 
 /// Benchmark shapes with random weights (tied embeddings, llama 3's vocabulary size when given
@@ -276,6 +333,8 @@ pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
         n_head_kv: n_head / 4,
         n_ff,
         n_ctx: 131072,
+        n_expert: 0,
+        n_expert_used: 0,
         dtype,
         seed: 7,
     })

@@ -165,6 +165,8 @@ fn synthetic_q4_0_offloaded_gets_plain_bytes() {
         n_head_kv: 2,
         n_ff: 512,
         n_ctx: 512,
+        n_expert: 0,
+        n_expert_used: 0,
         dtype: tessera_tensor::DType::Q4_0,
         seed: 11,
     };

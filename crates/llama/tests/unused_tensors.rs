@@ -18,6 +18,8 @@ fn spec(arch: &str) -> SynthSpec {
         n_head_kv: 2,
         n_ff: 256,
         n_ctx: 512,
+        n_expert: 0,
+        n_expert_used: 0,
         dtype: DType::F16,
         seed: 5,
     }

@@ -74,6 +74,18 @@ fn eval_node(ctx: &Context, id: TensorId, img: &mut Image) {
             o.extend(r.iter().map(|x| (x - mean) * s));
         }),
         Op::MulMat => mul_mat(&a, &src(1).expect("src1")),
+        Op::MulMatId => mul_mat_id(&a, &src(1).expect("src1"), &src(2).expect("ids")),
+        Op::Argsort { descending } => rows_map(&a, |r, o| {
+            let mut idx: Vec<usize> = (0..r.len()).collect();
+            idx.sort_by(|&i, &j| r[i].total_cmp(&r[j]));
+            if descending {
+                idx.reverse();
+            }
+            o.extend(idx.iter().map(|&i| i as f64));
+        }),
+        Op::Clamp { min, max } => {
+            a.v.iter().map(|&x| x.min(f64::from(max)).max(f64::from(min))).collect()
+        }
         Op::Rope(p) => rope(&a, &src(1).expect("positions"), src(2).as_ref(), &p),
         Op::SoftMax { scale, max_bias } => soft_max(&a, src(1).as_ref(), scale, max_bias),
         Op::Cpy | Op::Cont | Op::Dup => a.v.clone(),
@@ -130,6 +142,15 @@ fn binary(a: &Dense, b: &Dense, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
         .map(|[i0, i1, i2, i3]| {
             let (n, m) = (a.at(i0, i1, i2, i3), &b.ne);
             f(n, b.at(i0 % m[0], i1 % m[1], i2 % m[2], i3 % m[3]))
+        })
+        .collect()
+}
+
+fn mul_mat_id(a: &Dense, b: &Dense, ids: &Dense) -> Vec<f64> {
+    indices([a.ne[1], ids.ne[0], ids.ne[1], 1])
+        .map(|[i0, e, t, _]| {
+            let x = ids.at(e, t, 0, 0) as usize;
+            (0..a.ne[0]).map(|k| a.at(k, i0, x, 0) * b.at(k, e % b.ne[1], t, 0)).sum()
         })
         .collect()
 }

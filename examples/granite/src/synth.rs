@@ -60,6 +60,8 @@ pub fn test_model() -> (SynthSpec, Scales, &'static str) {
         n_head_kv: 2,
         n_ff: 512,
         n_ctx: 2048,
+        n_expert: 0,
+        n_expert_used: 0,
         dtype: tessera_tensor::DType::Q8_0,
         seed: 7,
     };

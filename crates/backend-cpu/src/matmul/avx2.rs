@@ -13,7 +13,7 @@ use tessera_tensor::DType;
 pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
     use DType::*;
     Some(match dtype {
-        F32 => f32_f32,
+        F32 => super::dot_f32::vec_dot(false),
         F16 => f16_f16,
         BF16 => super::dot_bf16::tinyblas(false).0,
         Q4_0 => q4_0_q8_0,
@@ -160,39 +160,6 @@ pub(super) unsafe fn rd<T: Copy>(p: *const u8) -> T {
 
 // ---------------------------------------------------------------------------------------------
 // Float types.
-
-/// F32 · F32: four accumulators of 8, f32 tail.
-///
-/// # Safety
-/// The [`VecDot`] contract, and AVX2/FMA/F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
-    let (x, y) = (x.cast::<f32>(), y.cast::<f32>());
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 32 <= n {
-        for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: elements i + 8k .. i + 8k + 8 < n of both rows.
-            let (u, v) =
-                unsafe { (_mm256_loadu_ps(x.add(i + 8 * k)), _mm256_loadu_ps(y.add(i + 8 * k))) };
-            *a = _mm256_fmadd_ps(u, v, *a);
-        }
-        i += 32;
-    }
-    while i + 8 <= n {
-        // SAFETY: elements i..i+8 < n of both rows.
-        let (u, v) = unsafe { (_mm256_loadu_ps(x.add(i)), _mm256_loadu_ps(y.add(i))) };
-        acc[0] = _mm256_fmadd_ps(u, v, acc[0]);
-        i += 8;
-    }
-    let mut sum =
-        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-    for j in i..n {
-        // SAFETY: j < n.
-        sum += unsafe { x.add(j).read_unaligned() * y.add(j).read_unaligned() };
-    }
-    sum
-}
 
 /// F16 · F16 against `C` rows, in llama.cpp's order for an AVX2 build: where `n` is a
 /// multiple of 8 (when its MUL_MAT takes llamafile's tinyBLAS) one accumulator of 8 lanes in

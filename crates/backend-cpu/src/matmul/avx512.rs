@@ -18,7 +18,7 @@ use tessera_tensor::DType;
 /// The AVX-512 kernel for weights of type `dtype`, if this module has one.
 pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
     Some(match dtype {
-        DType::F32 => f32_f32,
+        DType::F32 => super::dot_f32::vec_dot(true),
         DType::F16 => f16_f16,
         DType::BF16 => super::dot_bf16::tinyblas(true).0,
         _ => return None,
@@ -32,44 +32,6 @@ pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
         DType::BF16 => super::dot_bf16::tinyblas(true).1,
         _ => return None,
     })
-}
-
-/// Mask of the first `k` (< 16) lanes.
-#[inline]
-fn first(k: usize) -> u16 {
-    (1u32 << k) as u16 - 1
-}
-
-/// F32 · F32: four accumulators of 16, masked tail.
-///
-/// # Safety
-/// The [`VecDot`] contract, and AVX-512 F/BW/VL/DQ.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn f32_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
-    let (x, y) = (x.cast::<f32>(), y.cast::<f32>());
-    let mut acc = [_mm512_setzero_ps(); 4];
-    let mut i = 0;
-    while i + 64 <= n {
-        for (k, a) in acc.iter_mut().enumerate() {
-            // SAFETY: elements i + 16k .. i + 16k + 16 < n of both rows.
-            let (u, v) =
-                unsafe { (_mm512_loadu_ps(x.add(i + 16 * k)), _mm512_loadu_ps(y.add(i + 16 * k))) };
-            *a = _mm512_fmadd_ps(u, v, *a);
-        }
-        i += 64;
-    }
-    while i < n {
-        let m = if n - i >= 16 { u16::MAX } else { first(n - i) };
-        // SAFETY: the masked lanes are elements i.. < n; masked-off lanes are not read.
-        let (u, v) =
-            unsafe { (_mm512_maskz_loadu_ps(m, x.add(i)), _mm512_maskz_loadu_ps(m, y.add(i))) };
-        acc[0] = _mm512_fmadd_ps(u, v, acc[0]);
-        i += 16;
-    }
-    _mm512_reduce_add_ps(_mm512_add_ps(
-        _mm512_add_ps(acc[0], acc[1]),
-        _mm512_add_ps(acc[2], acc[3]),
-    ))
 }
 
 /// F16 · F16 against `C` rows, in llama.cpp's order: where `n` is a multiple of 16 (when its

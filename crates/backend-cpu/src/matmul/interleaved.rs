@@ -434,6 +434,74 @@ pub(super) fn mul_mat(
     });
 }
 
+/// This thread's share of one 2-D interleaved matrix (rows a multiple of 8) against gathered
+/// activation rows: `pairs[i] = (converted activation row, its output row)`, every pair on the
+/// GEMV chain. llama.cpp's repacked MUL_MAT_ID multiplies each row alone by that chain, whose
+/// results do not depend on the rows beside it, so here they go in fours. Contiguous ranges
+/// of groups per thread, as [`mul_mat`]. `vnni` as for [`mul_mat`].
+pub(super) fn gemv_gathered(
+    p: &ComputeParams,
+    src0: &TensorRef,
+    pairs: &[(*const u8, *mut f32)],
+    vnni: bool,
+) {
+    let (k, nr0) = (src0.ne[0], src0.ne[1]);
+    assert!(nr0 % GROUP == 0, "interleaved weights: {nr0} rows, not groups of eight");
+    let gstride = GROUP * src0.nb[1];
+    let groups = nr0 / GROUP;
+    let share = |i: usize| groups * i / p.nth;
+    let mine = share(p.ith)..share(p.ith + 1);
+    if mine.is_empty() {
+        return;
+    }
+    let dtype = src0.dtype;
+    let q8_0_family = matches!(dtype, DType::Q4_0 | DType::IQ4_NL);
+    let bias = match dtype {
+        DType::Q4_0 => Some(8),
+        DType::IQ4_NL if vnni => Some(128),
+        _ => None,
+    };
+    let x = src0.data.cast_const().wrapping_add(mine.start * gstride);
+    let mut sums = Vec::new();
+    for tile in pairs.chunks(MAX_ROWS) {
+        let rows = tile.len();
+        let mut ys = [std::ptr::null(); MAX_ROWS];
+        let mut sy = [std::ptr::null(); MAX_ROWS];
+        let mut outs = [std::ptr::null_mut(); MAX_ROWS];
+        sums.clear();
+        if let Some(m) = bias {
+            for &(y, _) in tile {
+                // SAFETY: a converted Q8_0 activation row of k values; AVX2 (the caller).
+                unsafe { block_sums(k, y, m, &mut sums) };
+            }
+        }
+        for (j, &(y, out)) in tile.iter().enumerate() {
+            ys[j] = y;
+            if bias.is_some() {
+                sy[j] = sums[j * (k / 32)..].as_ptr();
+            }
+            outs[j] = out.wrapping_add(GROUP * mine.start);
+        }
+        let (ys, outs) = (&ys[..rows], &outs[..rows]);
+        // SAFETY: this thread's groups of the 2-D interleaved weight (k values per row);
+        // converted activation rows of its dot type (and their block bias); each output row
+        // holds nr0 values and this thread owns the columns of its groups; the caller checked
+        // the CPU.
+        unsafe {
+            if q8_0_family {
+                kernel(dtype, vnni, rows)(k, x, gstride, mine.len(), ys, &sy[..rows], outs)
+            } else {
+                let kernel = if dtype == DType::Q2_K {
+                    interleaved_q2k::kernel
+                } else {
+                    interleaved_k::kernel
+                };
+                kernel(vnni, rows, false)(k, x, gstride, mine.len(), ys, outs)
+            }
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

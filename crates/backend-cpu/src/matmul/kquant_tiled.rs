@@ -361,21 +361,68 @@ pub(super) fn mul_mat(
         let (units, bands) = &mut *cell.borrow_mut();
         units.resize_with(ROWS, Unpacked::default);
         bands.resize_with(CHUNK1 / BAND, Band::default);
+        let y = |r: usize| act.row(r);
+        let out = |r: usize| {
+            let (i1, i2, i3) = act.src1.row_coords(r);
+            // SAFETY: dst row (i1, i2, i3) exists (shape checked by mul_mat).
+            unsafe { dst.row_ptr(i1, i2, i3) }.cast::<f32>()
+        };
         super::for_each_claimed(p, total, |current| {
             let (c0, c1) = (current % nchunk0, current / nchunk0);
             let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
             let rows1 = (CHUNK1 * c1)..(CHUNK1 * (c1 + 1)).min(nr1);
-            chunk(dst, src0, act, (lay, kern), nb, rows0, rows1, units, bands);
+            chunk(src0, (&y, &out), (lay, kern), nb, rows0, rows1, units, bands);
         });
     });
 }
 
+/// Whether llama.cpp's MUL_MAT_ID takes the tiled path for an expert of type `dtype` that
+/// `rows` activation rows were routed to (a tiled type, at least 8 rows: decided per expert).
+pub(super) fn applies_to_expert(dtype: DType, rows: usize) -> bool {
+    layout(dtype).is_some() && rows >= 8
+}
+
+/// This thread's share of one 2-D weight (an expert's matrix) against gathered activation
+/// rows by the tiled path: `pairs[i] = (converted Q8_K activation row, its output row)`. A
+/// contiguous range of weight rows per thread (multiples of the kernel's four), every pair in
+/// it; each output's bits are the tiled kernel's whatever rows share its band.
+pub(super) fn mul_mat_gathered(
+    p: &ComputeParams,
+    src0: &TensorRef,
+    pairs: &[(*const u8, *mut f32)],
+    vnni: bool,
+) {
+    let lay = layout(src0.dtype).expect("checked by applies_to_expert");
+    let kern: KernelFn = if vnni { kernel } else { kernel_avx2 };
+    let nr0 = src0.ne[1];
+    let nb = src0.ne[0] / QK;
+    let quads = nr0.div_ceil(ROWS);
+    let share = |i: usize| (quads * i / p.nth * ROWS).min(nr0);
+    let rows0 = share(p.ith)..share(p.ith + 1);
+    if rows0.is_empty() {
+        return;
+    }
+    let y = |r: usize| pairs[r].0;
+    let out = |r: usize| pairs[r].1;
+    SCRATCH.with(|cell| {
+        let (units, bands) = &mut *cell.borrow_mut();
+        units.resize_with(ROWS, Unpacked::default);
+        bands.resize_with(CHUNK1 / BAND, Band::default);
+        for s in (0..pairs.len()).step_by(CHUNK1) {
+            let rows1 = s..(s + CHUNK1).min(pairs.len());
+            chunk(src0, (&y, &out), (lay, kern), nb, rows0.clone(), rows1, units, bands);
+        }
+    });
+}
+
+/// Where a chunk finds activation row `r` (converted to Q8_K) and the output row it fills.
+type RowIo<'a> = (&'a dyn Fn(usize) -> *const u8, &'a dyn Fn(usize) -> *mut f32);
+
 /// One chunk: weight rows `rows0` against activation rows `rows1` (at most [`CHUNK1`]).
 #[allow(clippy::too_many_arguments)]
 fn chunk(
-    dst: &TensorRef,
     src0: &TensorRef,
-    act: &Activations,
+    (y, out_row): RowIo,
     (lay, kern): (Layout, KernelFn),
     nb: usize,
     rows0: std::ops::Range<usize>,
@@ -388,7 +435,7 @@ fn chunk(
     for (band, &s) in bands.iter_mut().zip(&starts) {
         let rows: Vec<&[u8]> = (s..(s + BAND).min(rows1.end))
             // SAFETY: converted Q8_K rows of `row_size` bytes in the work buffer.
-            .map(|r| unsafe { std::slice::from_raw_parts(act.row(r), row_size) })
+            .map(|r| unsafe { std::slice::from_raw_parts(y(r), row_size) })
             .collect();
         band.fill(nb, &rows);
     }
@@ -412,9 +459,7 @@ fn chunk(
             // hold `nb` blocks each.
             unsafe { kern(nb, lay, units, band, &mut out) };
             for (c, r1) in (s..(s + BAND).min(rows1.end)).enumerate() {
-                let (i1, i2, i3) = act.src1.row_coords(r1);
-                // SAFETY: dst row (i1, i2, i3) exists (shape checked by mul_mat).
-                let o = unsafe { dst.row_ptr(i1, i2, i3) }.cast::<f32>();
+                let o = out_row(r1);
                 for (i, row) in out.iter().enumerate().take(n0) {
                     // SAFETY: r0 + i < ne0 of the dst row; this thread owns the chunk.
                     unsafe { o.add(r0 + i).write(row[c]) };

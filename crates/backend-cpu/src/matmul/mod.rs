@@ -29,6 +29,8 @@ mod convert;
 #[cfg(target_arch = "x86_64")]
 mod dot_bf16;
 pub(crate) mod dot_f16;
+#[cfg(target_arch = "x86_64")]
+mod dot_f32;
 mod scalar;
 
 #[cfg(target_arch = "x86_64")]
@@ -49,6 +51,7 @@ mod interleaved_q2k;
 #[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
 mod lowbit;
+pub(crate) mod mul_mat_id;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack;
 #[cfg(target_arch = "x86_64")]
@@ -261,6 +264,17 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         if let Kernel::Dot { dot, dot4, tile, .. } = &mut kernel {
             *dot = dot_bf16::one_column(simd >= SimdLevel::Avx512);
             (*dot4, *tile) = (None, None);
+        }
+    }
+    // F32 batches take tinyBLAS's order where llama.cpp's MUL_MAT hands them to it; one row
+    // (and anything tinyBLAS refuses) stays on ggml_vec_dot_f32.
+    #[cfg(target_arch = "x86_64")]
+    if src0.dtype == DType::F32 && !one_column && simd >= SimdLevel::Avx2 && src1.is_contiguous() {
+        let avx512 = simd >= SimdLevel::Avx512;
+        if let (Kernel::Dot { dot, .. }, Some(tb)) =
+            (&mut kernel, dot_f32::tinyblas(avx512, src0.ne[1], src0.ne[0], src1.ne[1]))
+        {
+            *dot = tb;
         }
     }
     // Weights llama.cpp would have repacked take its repacked kernels' arithmetic (`repack`):

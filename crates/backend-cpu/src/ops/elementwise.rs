@@ -188,6 +188,23 @@ pub(crate) fn scale(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, s: f32, b
     });
 }
 
+/// Each element clamped to `[min, max]` (`ggml_compute_forward_clamp_f32`: `max(min(x, max),
+/// min)`, so a NaN becomes `max`).
+pub(crate) fn clamp(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, min: f32, max: f32) {
+    with_rows([dst.ne[0], 0, 0, 0], |[x, _, _, _]| {
+        for_rows(p, dst, |d, (i1, i2, i3)| {
+            // SAFETY: a row of a (same shape as dst).
+            unsafe { load(a.row_ptr(i1, i2, i3), a.dtype, a.nb[0], x) };
+            for v in x.iter_mut() {
+                let lo = if *v < max { *v } else { max };
+                *v = if lo > min { lo } else { min };
+            }
+            // SAFETY: this thread's dst row.
+            unsafe { store(d, dst.dtype, dst.nb[0], x) };
+        });
+    });
+}
+
 /// GELU, GELU_ERF, SILU or TANH of each element.
 pub(crate) fn unary(p: &ComputeParams, op: UnaryOp, dst: &TensorRef, a: &TensorRef) {
     let table = gelu_table();

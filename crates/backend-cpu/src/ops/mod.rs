@@ -13,6 +13,7 @@ mod norm;
 mod rope;
 pub(crate) mod rowio;
 mod rows;
+mod sort;
 mod vec_f16;
 mod vexp;
 
@@ -47,6 +48,7 @@ pub(crate) fn is_noop(op: &Op) -> bool {
 pub(crate) fn work_size(node: &Node) -> usize {
     match node.op {
         Op::MulMat => matmul::work_size(node.s(0), node.s(1)),
+        Op::MulMatId => matmul::mul_mat_id::work_size(node.s(0), node.s(1)),
         _ => 0,
     }
 }
@@ -57,6 +59,9 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
     match node.op {
         Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         Op::MulMat => matmul::mul_mat(p, dst, node.s(0), node.s(1)),
+        Op::MulMatId => matmul::mul_mat_id::mul_mat_id(p, dst, node.s(0), node.s(1), node.s(2)),
+        Op::Argsort { descending } => sort::argsort(p, dst, node.s(0), descending),
+        Op::Clamp { min, max } => elementwise::clamp(p, dst, node.s(0), min, max),
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
             elementwise::binary(p, node.op, dst, node.s(0), node.s(1))
         }
@@ -110,6 +115,15 @@ pub(crate) fn supports(node: &Node) -> bool {
                 && dst.dtype == F32
                 && packed_rows(dst)
         }
+        Op::MulMatId => {
+            matmul::mul_mat_id::supports(node.s(0).dtype, node.s(1).dtype)
+                && node.s(0).rows_contiguous()
+                && node.s(2).dtype == I32
+                && dst.dtype == F32
+                && packed_rows(dst)
+        }
+        Op::Argsort { .. } => node.s(0).dtype == F32 && dst.dtype == I32,
+        Op::Clamp { .. } => node.s(0).dtype == F32 && dst.dtype == F32,
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
             is_float(dst.dtype) && is_float(node.s(0).dtype) && is_float(node.s(1).dtype)
         }

@@ -2,7 +2,7 @@
 //! optional biases, tied embeddings when `output.weight` is absent (`src/models/llama.cpp`).
 
 use super::{blk, Architecture, ModelGraph};
-use crate::graph::Builder;
+use crate::graph::{Builder, MoeRouting, MoeWeights};
 use crate::hparams::HParams;
 use crate::model::Weights;
 use crate::Result;
@@ -26,9 +26,46 @@ pub(crate) struct Block {
     pub q_norm: Option<TensorId>,
     pub k_norm: Option<TensorId>,
     pub ffn_norm: TensorId,
-    pub up: TensorId,
-    pub gate: TensorId,
-    pub down: TensorId,
+    pub ffn: Ffn,
+}
+
+/// A block's feed-forward weights: one SwiGLU, or a mixture of SwiGLU experts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ffn {
+    Dense { up: TensorId, gate: TensorId, down: TensorId },
+    Moe(MoeWeights),
+}
+
+/// Loads layer `il`'s FFN: experts when the file has `expert_count` (each `n_ff_exp` wide),
+/// else the dense SwiGLU (`n_ff[il]` wide).
+pub(crate) fn load_ffn(w: &Weights, hp: &HParams, il: usize, n_ff_exp: usize) -> Result<Ffn> {
+    let (e, t) = (hp.n_embd, |what: &str| blk(il, what));
+    if hp.n_expert == 0 {
+        let ff = hp.n_ff[il];
+        return Ok(Ffn::Dense {
+            up: w.get(&t("ffn_up.weight"), &[e, ff])?,
+            gate: w.get(&t("ffn_gate.weight"), &[e, ff])?,
+            down: w.get(&t("ffn_down.weight"), &[ff, e])?,
+        });
+    }
+    let (n, f) = (hp.n_expert, n_ff_exp);
+    Ok(Ffn::Moe(MoeWeights {
+        gate_inp: w.get(&t("ffn_gate_inp.weight"), &[e, n])?,
+        up_exps: w.get(&t("ffn_up_exps.weight"), &[e, f, n])?,
+        gate_exps: w.get(&t("ffn_gate_exps.weight"), &[e, f, n])?,
+        down_exps: w.get(&t("ffn_down_exps.weight"), &[f, e, n])?,
+    }))
+}
+
+/// Checks a mixture-of-experts file's counts (llama.cpp refuses zero experts used).
+pub(crate) fn check_experts(hp: &HParams) -> Result<()> {
+    if hp.n_expert > 0 && hp.n_expert_used == 0 {
+        return Err(crate::LlamaError::BadValue {
+            key: format!("{}.expert_used_count", hp.arch),
+            reason: format!("0 of {} experts used", hp.n_expert),
+        });
+    }
+    Ok(())
 }
 
 /// The weights outside the blocks.
@@ -58,12 +95,19 @@ pub(crate) fn load_outer(w: &Weights, hp: &HParams) -> Result<Outer> {
 
 /// Loads the blocks of a llama-like model (`qk_norm`: per-head Q/K norms, as qwen3).
 pub(crate) fn load_blocks(w: &Weights, hp: &HParams, qk_norm: bool) -> Result<Vec<Block>> {
+    check_experts(hp)?;
+    // qwen3moe's experts are `expert_feed_forward_length` wide (else n_ff / n_used); Mixtral's
+    // (`llama` with experts) `feed_forward_length`.
+    let n_ff_exp = |il: usize| match (hp.arch.as_str(), hp.n_ff_exp) {
+        ("qwen3moe", 0) => hp.n_ff[il] / hp.n_expert_used.max(1),
+        ("qwen3moe", f) => f,
+        _ => hp.n_ff[il],
+    };
     let e = hp.n_embd;
     (0..hp.n_layer)
         .map(|il| {
             let (nq, nk, nv) =
                 (hp.head_dim_k * hp.n_head[il], hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il));
-            let ff = hp.n_ff[il];
             let t = |what: &str| blk(il, what);
             let norm = |what: &str| -> Result<Option<TensorId>> {
                 if qk_norm {
@@ -85,9 +129,7 @@ pub(crate) fn load_blocks(w: &Weights, hp: &HParams, qk_norm: bool) -> Result<Ve
                 q_norm: norm("attn_q_norm.weight")?,
                 k_norm: norm("attn_k_norm.weight")?,
                 ffn_norm: w.get(&t("ffn_norm.weight"), &[e])?,
-                up: w.get(&t("ffn_up.weight"), &[e, ff])?,
-                gate: w.get(&t("ffn_gate.weight"), &[e, ff])?,
-                down: w.get(&t("ffn_down.weight"), &[ff, e])?,
+                ffn: load_ffn(w, hp, il, n_ff_exp(il))?,
             })
         })
         .collect()
@@ -134,8 +176,22 @@ pub(crate) fn forward(
         let ffn_inp = b.name(ffn_inp, "ffn_inp", il);
         let cur = b.rms_norm(ffn_inp, Some(l.ffn_norm))?;
         let cur = b.name(cur, "ffn_norm", il);
-        let cur = b.ffn_swiglu(cur, l.up, l.gate, l.down, il)?;
-        let cur = b.name(cur, "ffn_out", il);
+        let cur = match l.ffn {
+            Ffn::Dense { up, gate, down } => {
+                let cur = b.ffn_swiglu(cur, up, gate, down, il)?;
+                b.name(cur, "ffn_out", il)
+            }
+            Ffn::Moe(ref weights) => {
+                // llama.cpp's llama (Mixtral) and qwen3moe: softmax gating, weights normalized.
+                let routing = MoeRouting {
+                    n_expert: hp.n_expert,
+                    n_used: hp.n_expert_used,
+                    norm_weights: true,
+                    weights_scale: 0.0,
+                };
+                b.ffn_moe(cur, weights, &routing, il)?
+            }
+        };
         inp = b.ctx.add(cur, ffn_inp)?;
         inp = b.name(inp, "l_out", il);
     }

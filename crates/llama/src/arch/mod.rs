@@ -38,10 +38,11 @@ type Registry = RwLock<BTreeMap<&'static str, Arc<dyn Architecture>>>;
 fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
-        let builtins: [Arc<dyn Architecture>; 7] = [
+        let builtins: [Arc<dyn Architecture>; 8] = [
             Arc::new(llama::Llama),
             Arc::new(qwen2::Qwen2),
             Arc::new(qwen3::Qwen3),
+            Arc::new(qwen3::Qwen3Moe),
             Arc::new(gemma::Gemma2),
             Arc::new(gemma::Gemma3),
             Arc::new(gpt2::Gpt2),

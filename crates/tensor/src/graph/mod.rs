@@ -8,6 +8,7 @@
 mod cgraph;
 mod context;
 mod desc;
+mod moe;
 mod op;
 mod ops;
 

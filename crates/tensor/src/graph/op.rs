@@ -174,6 +174,22 @@ pub enum Op {
     SumRows,
     /// Index of the largest value of each row (I32).
     Argmax,
+    /// `dst[:, e, t] = src0[:, :, ids[e, t]] · src1[:, e % ne11, t]`: for each token `t` the
+    /// expert matrices its I32 ids (`src2`) name (ggml's `MUL_MAT_ID`, the mixture-of-experts
+    /// product).
+    MulMatId,
+    /// The indexes that sort each row (I32), largest first when `descending` (`ggml_argsort`).
+    Argsort {
+        /// Largest value first.
+        descending: bool,
+    },
+    /// Each value clamped to `[min, max]` (`ggml_clamp`).
+    Clamp {
+        /// Lower bound.
+        min: f32,
+        /// Upper bound.
+        max: f32,
+    },
 }
 
 impl Op {
@@ -210,6 +226,9 @@ impl Op {
             Op::Concat { .. } => "CONCAT",
             Op::SumRows => "SUM_ROWS",
             Op::Argmax => "ARGMAX",
+            Op::MulMatId => "MUL_MAT_ID",
+            Op::Argsort { .. } => "ARGSORT",
+            Op::Clamp { .. } => "CLAMP",
         }
     }
 

@@ -10,13 +10,29 @@ fn type_err(op: &'static str, dtype: DType, reason: &str) -> TensorError {
     TensorError::OpType { op, dtype, reason: reason.to_string() }
 }
 
+/// Whether a product's weights may be of `dtype`: a float or weight-quantized type (not the
+/// activation-only Q8_1/Q8_K, the integers or F64).
+pub(super) fn is_weight_type(dtype: DType) -> bool {
+    dtype.is_supported()
+        && !matches!(
+            dtype,
+            DType::Q8_1
+                | DType::Q8_K
+                | DType::I8
+                | DType::I16
+                | DType::I32
+                | DType::I64
+                | DType::F64
+        )
+}
+
 /// Whether `b` can be broadcast (repeated) to `a`'s shape (`ggml_can_repeat`).
 fn can_repeat(b: &[usize; 4], a: &[usize; 4]) -> bool {
     b.iter().zip(a).all(|(&nb, &na)| nb != 0 && na % nb == 0)
 }
 
 impl Context {
-    fn expect_type(
+    pub(super) fn expect_type(
         &self,
         op: &'static str,
         t: TensorId,
@@ -75,6 +91,11 @@ impl Context {
         self.unary_like(Op::Scale { scale, bias }, a, &[DType::F32])
     }
 
+    /// Each value clamped to `[min, max]` (`ggml_clamp`).
+    pub fn clamp(&mut self, a: TensorId, min: f32, max: f32) -> Result<TensorId> {
+        self.unary_like(Op::Clamp { min, max }, a, &[DType::F32])
+    }
+
     /// RMS normalization of each row (`ggml_rms_norm`).
     pub fn rms_norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
         self.unary_like(Op::RmsNorm { eps }, a, &[DType::F32])
@@ -104,18 +125,7 @@ impl Context {
         if ta.is_transposed() {
             return Err(shape_err("MUL_MAT", "src0 must not be transposed".into()));
         }
-        if !ta.dtype.is_supported()
-            || matches!(
-                ta.dtype,
-                DType::Q8_1
-                    | DType::Q8_K
-                    | DType::I8
-                    | DType::I16
-                    | DType::I32
-                    | DType::I64
-                    | DType::F64
-            )
-        {
+        if !is_weight_type(ta.dtype) {
             return Err(type_err(
                 "MUL_MAT",
                 ta.dtype,

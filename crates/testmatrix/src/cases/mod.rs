@@ -7,12 +7,14 @@
 mod basic;
 mod copy;
 mod linalg;
+mod moe;
 
 pub use basic::{
     Argmax, BinOp, Binary, Concat, GetRows, Glu, GluForm, Norm, Scale, SumRows, Unary,
 };
 pub use copy::{Copy, CopyOp, SetRows};
 pub use linalg::{FlashAttn, MulMat, Rope, SoftMax};
+pub use moe::{Argsort, Clamp, MulMatId};
 
 use crate::case::Case;
 use crate::compare::thresholds;
@@ -34,6 +36,7 @@ pub fn all() -> Vec<Case> {
     binary(&mut v);
     norms(&mut v);
     mul_mat(&mut v);
+    mul_mat_id(&mut v);
     rope(&mut v);
     soft_max(&mut v);
     copies(&mut v);
@@ -114,6 +117,19 @@ fn mul_mat(v: &mut Vec<Case>) {
     // Quantized weights with strided activations (rows of a wider tensor).
     for a in [Q4_0, Q8_0, Q4_K] {
         v.push(Case::new(MulMat { k_v: 512, bs: [2, 1], ..MulMat::new(a, 8, 3, 256) }));
+    }
+}
+
+fn mul_mat_id(v: &mut Vec<Case>) {
+    // The expert types of the MoE files people run (K-quants, Q4_0/Q8_0, MXFP4, the floats):
+    // one token (every expert one row), and a batch where some experts get 8+ rows (ggml's
+    // tiled path for the K-quants, decided per expert) and some fewer.
+    let experts = [F32, F16, BF16, Q4_0, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4];
+    for a in experts {
+        let base =
+            MulMatId { a, n_expert: 8, n_used: 2, m: 16, k: 256, n_tokens: 1, per_slot: false };
+        v.push(Case::new(base.clone()));
+        v.push(Case::new(MulMatId { n_expert: 4, n_tokens: 19, per_slot: true, ..base }));
     }
 }
 
@@ -331,4 +347,9 @@ fn misc(v: &mut Vec<Case>) {
     v.push(Case::new(Argmax { ne0: 10, ne1: 100 }));
     v.push(Case::new(Argmax { ne0: 1000, ne1: 12 }));
     v.push(Case::new(Argmax { ne0: 32000, ne1: 2 }));
+    v.push(Case::new(Argsort { ne0: 16, ne1: 10, descending: true, top_k: 0 }));
+    v.push(Case::new(Argsort { ne0: 100, ne1: 3, descending: false, top_k: 0 }));
+    v.push(Case::new(Argsort { ne0: 128, ne1: 7, descending: true, top_k: 8 }));
+    v.push(Case::new(Clamp { ne: [10, 5, 4, 3], min: -0.5, max: 0.75 }));
+    v.push(Case::new(Clamp { ne: [7, 3, 1, 1], min: 6.103_515_6e-5, max: f32::INFINITY }));
 }

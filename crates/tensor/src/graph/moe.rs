@@ -1,0 +1,73 @@
+//! Builder methods of the mixture-of-experts ops: the expert product (`MUL_MAT_ID`) and the
+//! routing's sort (`ARGSORT`, and `argsort_top_k` on top of it), checked as ggml's constructors
+//! assert them.
+
+use super::context::{shape_err, Context};
+use super::desc::TensorId;
+use super::op::Op;
+use super::ops::is_weight_type;
+use crate::{DType, Result, TensorError};
+
+impl Context {
+    /// The expert product (`ggml_mul_mat_id`): `as_` holds one `[K, M]` matrix per expert
+    /// (`[K, M, n_expert]`), `b` is `[K, n_b, n_tokens]` and `ids` I32 `[n_used, n_tokens]`
+    /// with `n_used % n_b == 0`. The result is F32 `[M, n_used, n_tokens]`: row `(e, t)` is
+    /// expert `ids[e, t]`'s matrix times row `(e % n_b, t)` of `b`.
+    pub fn mul_mat_id(&mut self, as_: TensorId, b: TensorId, ids: TensorId) -> Result<TensorId> {
+        self.expect_type("MUL_MAT_ID", ids, &[DType::I32], "ids")?;
+        self.expect_type("MUL_MAT_ID", b, &[DType::F32], "src1")?;
+        let (ta, tb, ti) = (self.get(as_), self.get(b), self.get(ids));
+        let ok = ta.ne[3] == 1
+            && tb.ne[3] == 1
+            && ti.ne[2] == 1
+            && ti.ne[3] == 1
+            && ti.ne[1] == tb.ne[2]
+            && ta.ne[0] == tb.ne[0]
+            && tb.ne[1] != 0
+            && ti.ne[0] % tb.ne[1] == 0;
+        if !ok {
+            return Err(shape_err(
+                "MUL_MAT_ID",
+                format!(
+                    "experts {} cannot multiply {} by ids {}",
+                    ta.shape_str(),
+                    tb.shape_str(),
+                    ti.shape_str()
+                ),
+            ));
+        }
+        if ta.is_transposed() {
+            return Err(shape_err("MUL_MAT_ID", "src0 must not be transposed".into()));
+        }
+        if !is_weight_type(ta.dtype) {
+            return Err(TensorError::OpType {
+                op: "MUL_MAT_ID",
+                dtype: ta.dtype,
+                reason: "src0 must be a float or weight-quantized type".into(),
+            });
+        }
+        let ne = [ta.ne[1], ti.ne[0], tb.ne[2], 1];
+        Ok(self.new_op(Op::MulMatId, DType::F32, ne, &[as_, b, ids]))
+    }
+
+    /// The indexes that sort each row of the F32 `a` (`ggml_argsort`): I32 of `a`'s shape,
+    /// largest value first when `descending`.
+    pub fn argsort(&mut self, a: TensorId, descending: bool) -> Result<TensorId> {
+        self.expect_type("ARGSORT", a, &[DType::F32], "src0")?;
+        let ne = self.get(a).ne;
+        Ok(self.new_op(Op::Argsort { descending }, DType::I32, ne, &[a]))
+    }
+
+    /// The indexes of the `k` largest values of each row, largest first (`ggml_argsort_top_k`:
+    /// a descending argsort and a view of its first `k` columns, so the result's rows are
+    /// strided).
+    pub fn argsort_top_k(&mut self, a: TensorId, k: usize) -> Result<TensorId> {
+        let ne = self.get(a).ne;
+        if k == 0 || k > ne[0] {
+            return Err(shape_err("ARGSORT", format!("top {k} of rows of {} values", ne[0])));
+        }
+        let sorted = self.argsort(a, true)?;
+        let nb = self.get(sorted).nb;
+        self.view(sorted, &[k, ne[1], ne[2], ne[3]], &nb[1..], 0)
+    }
+}
