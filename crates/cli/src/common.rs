@@ -80,6 +80,14 @@ pub struct OffloadArgs {
     /// device name), before the layer rule; repeatable.
     #[arg(long = "override-tensor")]
     pub override_tensor: Vec<String>,
+    /// Keep every mixture-of-experts weight on the CPU (llama.cpp's `-cmoe`), the rest
+    /// offloaded as the other flags say.
+    #[arg(long = "cpu-moe")]
+    pub cpu_moe: bool,
+    /// Keep the mixture-of-experts weights of the first N blocks on the CPU (llama.cpp's
+    /// `-ncmoe`).
+    #[arg(long = "n-cpu-moe", value_name = "N")]
+    pub n_cpu_moe: Option<usize>,
     /// Load a file with tensors its architecture does not use, ignoring them with a warning
     /// (by default an error: such a file is a variant Tessera does not implement, and its
     /// answers would be silently wrong).
@@ -99,11 +107,15 @@ impl OffloadArgs {
                 self.n_gpu_layers.unwrap_or(0)
             );
         }
-        let overrides = self
+        let mut overrides = self
             .override_tensor
             .iter()
             .map(|s| tessera_llama::TensorOverride::parse(s).map_err(explain))
             .collect::<Result<Vec<_>>>()?;
+        if self.cpu_moe {
+            overrides.push(tessera_llama::TensorOverride::cpu_moe());
+        }
+        overrides.extend(tessera_llama::TensorOverride::n_cpu_moe(self.n_cpu_moe.unwrap_or(0)));
         Ok(tessera_llama::Offload {
             devices,
             n_gpu_layers: self.n_gpu_layers.unwrap_or(usize::MAX / 2),

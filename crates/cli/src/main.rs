@@ -68,6 +68,8 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-dev", "--device"),
     ("-ts", "--tensor-split"),
     ("-ot", "--override-tensor"),
+    ("-cmoe", "--cpu-moe"),
+    ("-ncmoe", "--n-cpu-moe"),
     ("-np", "--parallel"),
     ("-cram", "--cache-ram"),
     ("-rea", "--reasoning"),

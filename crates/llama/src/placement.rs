@@ -25,7 +25,29 @@ pub struct TensorOverride {
     pub buffer_type: String,
 }
 
+/// llama.cpp's `LLM_FFN_EXPS_REGEX`: the expert weights of a mixture-of-experts block.
+pub const FFN_EXPS_REGEX: &str = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps";
+
 impl TensorOverride {
+    /// llama.cpp's `--cpu-moe`: every expert weight stays on the CPU.
+    pub fn cpu_moe() -> Self {
+        TensorOverride {
+            pattern: regex::Regex::new(FFN_EXPS_REGEX).expect("a valid pattern"),
+            buffer_type: "CPU".into(),
+        }
+    }
+
+    /// llama.cpp's `--n-cpu-moe N`: the expert weights of blocks `0..n` stay on the CPU.
+    pub fn n_cpu_moe(n: usize) -> Vec<Self> {
+        (0..n)
+            .map(|i| TensorOverride {
+                pattern: regex::Regex::new(&format!(r"blk\.{i}{FFN_EXPS_REGEX}"))
+                    .expect("a valid pattern"),
+                buffer_type: "CPU".into(),
+            })
+            .collect()
+    }
+
     /// Parses llama.cpp's `REGEX=BUFFER_TYPE`.
     pub fn parse(spec: &str) -> Result<Self> {
         let bad = |reason: String| LlamaError::Setting { flag: "--override-tensor".into(), reason };

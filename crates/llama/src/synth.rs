@@ -315,8 +315,26 @@ pub fn moe_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
 /// Benchmark shapes with random weights (tied embeddings, llama 3's vocabulary size when given
 /// its vocabulary): `llama-3.2-1b` (16 blocks, 2048 wide, 32/8 heads, FFN 8192) and
 /// `llama-3.1-8b` (32 blocks, 4096 wide, 32/8 heads, FFN 14336), and `llama-tiny` (4 blocks, 512
-/// wide, 8/2 heads, FFN 1536) for quick fidelity checks; 2-D weights of `dtype`.
+/// wide, 8/2 heads, FFN 1536) for quick fidelity checks; 2-D weights of `dtype`. And
+/// `qwen3-30b-a3b-4l`: Qwen3-30B-A3B's experts (128 of width 768, 8 per token, 2048 wide)
+/// in 4 of its 48 blocks, with 16/2 heads of 128 (the real model's head size and GQA ratio,
+/// half its query heads: the file's Q width stays the model width).
 pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
+    if name == "qwen3-30b-a3b-4l" {
+        return Some(SynthSpec {
+            arch: "qwen3moe".into(),
+            n_layer: 4,
+            n_embd: 2048,
+            n_head: 16,
+            n_head_kv: 2,
+            n_ff: 768,
+            n_ctx: 40960,
+            n_expert: 128,
+            n_expert_used: 8,
+            dtype,
+            seed: 17,
+        });
+    }
     let (n_layer, n_embd, n_ff, n_head) = match name {
         "llama-3.2-1b" => (16, 2048, 8192, 32),
         "llama-3.1-8b" => (32, 4096, 14336, 32),
