@@ -170,6 +170,37 @@ fn quantizable(name: &str, n_dims: u32) -> bool {
         && !name.contains("ffn_gate_inp")
 }
 
+/// Re-encodes `data` (rows of `ne0` values of type `from`) as `to`, the rows shared among the
+/// CPU's threads (as llama-quantize's `nthread`); each row is encoded alone, so the bytes do
+/// not depend on the thread count.
+fn requantize(from: DType, data: &[u8], to: DType, ne0: usize) -> Result<Vec<u8>> {
+    let row_in = from.type_size() * ne0 / from.block_size();
+    let n_rows = data.len() / row_in.max(1);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(n_rows.max(1));
+    let per = n_rows.div_ceil(threads).max(1);
+    let parts: Vec<Result<Vec<u8>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = data
+            .chunks(per * row_in)
+            .map(|chunk| {
+                s.spawn(move || -> Result<Vec<u8>> {
+                    let f = quant::dequantize(from, chunk)?;
+                    let mut out = Vec::with_capacity(to.type_size() * f.len() / to.block_size());
+                    for row in f.chunks(ne0) {
+                        out.extend(quant::quantize(to, row)?);
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a quantizing thread panicked")).collect()
+    });
+    let mut out = Vec::new();
+    for p in parts {
+        out.extend(p?);
+    }
+    Ok(out)
+}
+
 /// What [`quantize_file`] did.
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
@@ -242,13 +273,8 @@ pub fn quantize_file(
         let bytes = if target == info.dtype || !quantizable(&info.name, info.n_dims) {
             data.to_vec()
         } else {
-            let f = quant::dequantize(info.dtype, data)?;
             summary.n_quantized += 1;
-            let mut out = Vec::with_capacity(target.type_size() * f.len() / target.block_size());
-            for row in f.chunks(ne0) {
-                out.extend(quant::quantize(target, row)?);
-            }
-            out
+            requantize(info.dtype, data, target, ne0)?
         };
         let target = if quantizable(&info.name, info.n_dims) { target } else { info.dtype };
         summary.n_tensors += 1;
