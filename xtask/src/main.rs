@@ -212,7 +212,8 @@ fn avx2_model_tests() -> Result<()> {
     }
     eprintln!("==> the model tests again at TESSERA_SIMD=avx2");
     std::env::set_var("TESSERA_SIMD", "avx2");
-    let r = cargo(&["test", "-p", "tessera-llama", "--test", "refs", "--test", "synth"]);
+    let tests = ["--test", "refs", "--test", "synth", "--test", "moe"];
+    let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat());
     std::env::remove_var("TESSERA_SIMD");
     r
 }
