@@ -10,10 +10,9 @@
 //!   with plain loads: the machine's bandwidth, the ceiling for `matvec`.
 //! - `batch512/*` (prompt processing): throughput in "elements" = flops (2·M·N·K).
 //!
-//! `mul_mat` is crate-private in tessera-backend-cpu, so this bench compiles the backend's
-//! matmul module itself (`#[path]` below); the module's `crate::` paths resolve to the
-//! imports of the crate's public types at this file's root. Threads are a small spinning pool
-//! with a ggml-style barrier, so thread start-up is not measured.
+//! `mul_mat` is reached through the backend's doc-hidden bench entry points
+//! (`tessera_backend_cpu::bench`). Threads are a small spinning pool with a ggml-style
+//! barrier, so thread start-up is not measured.
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use std::hint::{black_box, spin_loop};
@@ -21,15 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tessera_backend_cpu::{
-    has_avx512_bf16, has_vnni, ComputeParams, SimdLevel, TensorRef, ThreadSync,
-};
+use tessera_backend_cpu::{has_vnni, ComputeParams, SimdLevel, TensorRef, ThreadSync};
 use tessera_benches::random_f32;
 use tessera_tensor::{quant, DType};
 
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "../../crates/backend-cpu/src/matmul/mod.rs"]
-mod matmul;
+use tessera_backend_cpu::bench as matmul;
 
 /// Rows and columns of the weight.
 const DIM: usize = 4096;
@@ -175,7 +170,7 @@ fn mul_mat(
     x: &TensorRef,
 ) {
     let simd = SimdLevel::from_env();
-    let wsize = matmul::work_size(w, x);
+    let wsize = matmul::mul_mat_work_size(w, x);
     let wdata = work.as_mut_ptr() as usize;
     pool.run(&|ith| {
         let p = ComputeParams {
@@ -238,7 +233,7 @@ fn bench(c: &mut Criterion) {
     // The weights llama.cpp repacks, as the loader hands them over (interleaved, marked
     // repacked: llama.cpp's default path), where the level repacks them.
     for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q2_K] {
-        if matmul::repack::applies(dtype, DIM, SimdLevel::from_env()) {
+        if tessera_backend_cpu::repack_applies(dtype, DIM, SimdLevel::from_env()) {
             let name = format!("{}-repacked", dtype.name());
             matvec_cold(&mut g, &pools, &name, dtype, DIM, DIM, 1, true);
         }
@@ -287,7 +282,7 @@ fn bench(c: &mut Criterion) {
         let x = tensor(&mut xbuf, DType::F32, [DIM, batch, 1, 1]);
         let mut dbuf = aligned(4 * DIM * batch);
         let d = tensor(&mut dbuf, DType::F32, [DIM, batch, 1, 1]);
-        let mut work = aligned(matmul::work_size(&w, &x) + 64);
+        let mut work = aligned(matmul::mul_mat_work_size(&w, &x) + 64);
         g.throughput(Throughput::Elements((2 * DIM * DIM * batch) as u64));
         for (n, pool, sync) in &pools {
             g.bench_function(format!("{}/{n}t", dtype.name()), |b| {
@@ -316,7 +311,7 @@ fn matvec_cold(
     let bytes = dtype.type_size() * k * m / dtype.block_size();
     let mut one = quant::quantize(dtype, &random_f32(k * m, 1)).expect("quantize");
     if repacked {
-        one = matmul::interleaved::interleave(dtype, &one, m, k).expect("whole groups of eight");
+        one = tessera_backend_cpu::repack_layout(dtype, &one, m, k).expect("whole groups of eight");
     }
     let copies = COLD_BYTES.div_ceil(bytes).max(1);
     let mut weights: Vec<Vec<[u8; 64]>> = (0..copies)
@@ -335,7 +330,7 @@ fn matvec_cold(
     let x = tensor(&mut xbuf, DType::F32, [k, rows, 1, 1]);
     let mut dbuf = aligned(4 * m * rows);
     let d = tensor(&mut dbuf, DType::F32, [m, rows, 1, 1]);
-    let mut work = aligned(matmul::work_size(&ws[0], &x) + 64);
+    let mut work = aligned(matmul::mul_mat_work_size(&ws[0], &x) + 64);
     g.throughput(Throughput::Bytes(bytes as u64));
     for (n, pool, sync) in pools {
         let mut i = 0;

@@ -24,6 +24,23 @@ pub use sim::{SimBackend, SimDevice};
 pub use simd::{has_avx512_bf16, has_vnni, kernel_family, SimdLevel};
 pub use tensor_ref::TensorRef;
 
+/// Entry points for the criterion benches (`benches/`), which time kernels without a graph.
+/// Not a stable API: the backend's kernels are reached through [`CpuBackend`] otherwise.
+#[doc(hidden)]
+pub mod bench {
+    use crate::{ComputeParams, TensorRef};
+
+    /// Bytes of work buffer [`mul_mat`] needs.
+    pub fn mul_mat_work_size(src0: &TensorRef, src1: &TensorRef) -> usize {
+        crate::matmul::work_size(src0, src1)
+    }
+
+    /// This thread's share of MUL_MAT (called by every thread of `p` at once).
+    pub fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1: &TensorRef) {
+        crate::matmul::mul_mat(p, dst, src0, src1)
+    }
+}
+
 /// The bytes a weight marked [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED)
 /// must hold, from its bytes in the file's layout (`rows` rows of `k` values of `dtype`):
 /// `Some` with the rows rearranged where the CPU backend keeps that type's repacked weights in
