@@ -71,12 +71,15 @@ pub trait Backend: Send {
 }
 
 /// Rows in one batch of `node` (ggml-cuda's `get_op_batch_size`): what a GPU backend's
-/// [`Backend::offload_op`] weighs (GET_ROWS never, MUL_MAT by its columns, the rest by rows).
+/// [`Backend::offload_op`] weighs (GET_ROWS never, MUL_MAT by its columns, MUL_MAT_ID and
+/// ROPE by their tokens, the rest by rows).
 pub fn op_batch_size(node: &tessera_tensor::graph::TensorDesc) -> usize {
     use tessera_tensor::graph::Op;
     match node.op {
         Op::GetRows => 0,
         Op::MulMat => node.ne[1],
+        // Tokens: `[n_out, n_used, n_tokens]` and `[head_dim, n_head, n_tokens]`.
+        Op::MulMatId | Op::Rope(_) => node.ne[2],
         _ => node.ne[1] * node.ne[2] * node.ne[3],
     }
 }
