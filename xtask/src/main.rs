@@ -1,14 +1,16 @@
 //! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
 //!
 //! - `cargo xtask ci`: what CI runs, set-up included: the test data checked against its sums,
-//!   the git-tracked tree checked to stay under 24 MiB,
+//!   the git-tracked tree checked to stay under 24 MiB, docs/ARCHITECTURE.md's crate map
+//!   checked against `cargo metadata`,
 //!   a Python environment of its own (target/pyenv, pinned by tools/requirements-ci.txt),
 //!   format check, clippy with warnings denied, the real models fetched and verified, the whole
 //!   test suite, the model tests again at the lower x86 classes this CPU can stand in for
 //!   (`TESSERA_SIMD=avx2`; AVX-512 without VNNI and BF16), then the kernel test matrix. A fresh
 //!   clone needs only Rust and python3.
 //! - `cargo xtask bench-model SHAPE TYPE OUT`: a random-weight model of a benchmark shape
-//!   (`llama-3.2-1b`, `llama-3.1-8b`, `llama-tiny`; llama 3's vocabulary) with 2-D weights of TYPE (`f16`,
+//!   (`llama-3.2-1b`, `llama-3.1-8b`, `llama-tiny`, `qwen3-30b-a3b-4l`; llama 3's vocabulary)
+//!   with its weights of TYPE (`f16`,
 //!   `q4_0`, `q8_0`, ...), written by the project's writer; `tessera quantize` makes the mixes
 //!   (Q4_K_M) from an f16 one.
 //! - `cargo xtask testdata [check | sums | import DIR | size]`: the fixtures under testdata/
@@ -17,7 +19,8 @@
 //!   (`TESSERA_MODELS`, default under the user's cache directory) and print their paths.
 //! - `cargo xtask synth-models DIR`: writes the random-weight models the tests compare with
 //!   llama.cpp: qwen3 and gpt2 (crates/llama/tools/make_synth_refs.sh makes their references),
-//!   gemma2 and phi3 (tools/make_family_refs.py).
+//!   gemma2 and phi3 (tools/make_family_refs.py), qwen3moe in F16 (tools/make_moe_refs.py).
+//! - `cargo xtask crate-map`: prints docs/ARCHITECTURE.md's crate map as `cargo metadata` has it.
 //! - `cargo xtask test-matrix [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512]`: every
 //!   op x type x shape case of tessera-testmatrix on the CPU backend, for each thread count and
 //!   SIMD level, against the float64 reference; prints the table, fails on any failure. Built in
@@ -27,6 +30,7 @@
 //!   them all with `REQUIRE_CUDA=1` (nothing may skip): the one device call that reproduces
 //!   the GPU results is `bash .gpu/run.sh` with `.gpu` carried.
 
+mod crate_map;
 mod pyenv;
 mod testdata;
 
@@ -47,6 +51,7 @@ fn main() -> Result<()> {
         Some("models") => models(&args[1..]),
         Some("test-matrix") => test_matrix(&args[1..]),
         Some("synth-models") => synth_models(&args[1..]),
+        Some("crate-map") => crate_map::print(&root()),
         Some("testdata") => testdata::command(&root(), &args[1..]),
         Some("bench-model") => bench_model(&args[1..]),
         Some("gpu-bundle") => gpu_bundle(),
@@ -55,7 +60,7 @@ fn main() -> Result<()> {
                 "usage: cargo xtask <ci | models [smollm2|qwen2.5-coder|gemma3]... | test-matrix \
                  [--ops REGEX] [--threads 1,2,3] [--simd scalar,avx2,avx512] | synth-models \
                  [DIR] | bench-model SHAPE TYPE OUT | testdata [check|sums|import DIR|size] | \
-                 gpu-bundle>"
+                 crate-map | gpu-bundle>"
             );
             std::process::exit(2)
         }
@@ -80,6 +85,7 @@ fn ci() -> Result<()> {
     std::env::set_current_dir(&root)?;
     testdata::check(&root.join("testdata"))?;
     testdata::check_tracked_size(&root)?;
+    crate_map::check(&root)?;
     // Every child (cargo, the tests, pip for the models) sees this environment's python.
     let python = pyenv::ensure(&root)?;
     std::env::set_var("PATH", pyenv::path_with(&python)?);
