@@ -16,8 +16,10 @@ fn words(n: usize) -> String {
 
 #[test]
 fn one_request_may_use_the_whole_unified_cache() {
-    // Two slots over 2048 cells: under llama.cpp's old split each would get 1024.
-    let srv = server(2, 8, None);
+    // Two slots over 2048 cells: under llama.cpp's old split each would get 1024. Batches of
+    // 512 (the answers are not compared here): the long prompts take 3 steps, not 24.
+    let cfg = tessera_server::ServerConfig { n_batch: 512, ..config(2, 8, None) };
+    let srv = tessera_server::start(model(), cfg, false).expect("server");
     let a = srv.addr;
     let n_ctx = get(a, "/props").json()["default_generation_settings"]["n_ctx"].as_u64().unwrap();
     assert_eq!(n_ctx, 2048);
