@@ -97,7 +97,9 @@ pub(crate) fn supports(ctx: &Context, node: TensorId) -> bool {
         }
         Op::Argmax => src0.dtype == F32 && src0.ne[2] == 1 && src0.ne[3] == 1,
         // No kernels yet: the scheduler keeps the mixture-of-experts ops on the CPU.
-        Op::MulMatId | Op::Argsort { .. } | Op::Clamp { .. } => false,
+        Op::MulMatId | Op::Argsort { .. } | Op::Clamp { .. } | Op::AddId | Op::SwiGluOai { .. } => {
+            false
+        }
     }
 }
 
@@ -300,9 +302,14 @@ impl Launcher<'_> {
                 launch!(self, "argmax_op", per_row(r, 32), dst, a)
             }
             Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => Ok(()),
-            Op::MulMatId | Op::Argsort { .. } | Op::Clamp { .. } => Err(CudaError::Driver(
-                format!("{} has no CUDA kernel (supports() refuses it)", d.op.name()),
-            )),
+            Op::MulMatId
+            | Op::Argsort { .. }
+            | Op::Clamp { .. }
+            | Op::AddId
+            | Op::SwiGluOai { .. } => Err(CudaError::Driver(format!(
+                "{} has no CUDA kernel (supports() refuses it)",
+                d.op.name()
+            ))),
         }
     }
 

@@ -83,6 +83,26 @@ fn eval_node(ctx: &Context, id: TensorId, img: &mut Image) {
             }
             o.extend(idx.iter().map(|&i| i as f64));
         }),
+        Op::AddId => {
+            let (b, ids) = (src(1).expect("bias"), src(2).expect("ids"));
+            indices(a.ne)
+                .map(|[i0, i1, i2, i3]| {
+                    a.at(i0, i1, i2, i3) + b.at(i0, ids.at(i1, i2, 0, 0) as usize, 0, 0)
+                })
+                .collect()
+        }
+        Op::SwiGluOai { alpha, limit } => {
+            let up = src(1).expect("up");
+            let (alpha, limit) = (f64::from(alpha), f64::from(limit));
+            a.v.iter()
+                .zip(&up.v)
+                .map(|(&g, &u)| {
+                    let x = g.min(limit);
+                    let y = u.clamp(-limit, limit);
+                    x / (1.0 + (-alpha * x).exp()) * (y + 1.0)
+                })
+                .collect()
+        }
         Op::Clamp { min, max } => {
             a.v.iter().map(|&x| x.min(f64::from(max)).max(f64::from(min))).collect()
         }

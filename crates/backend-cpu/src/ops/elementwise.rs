@@ -205,6 +205,76 @@ pub(crate) fn clamp(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, min: f32,
     });
 }
 
+/// `a[:, e, t] + b[:, ids[e, t]]` (`ggml_compute_forward_add_id_f32`).
+pub(crate) fn add_id(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    a: &TensorRef,
+    b: &TensorRef,
+    ids: &TensorRef,
+) {
+    let n = dst.ne[0];
+    with_rows([n, n, 0, 0], |[x, y, _, _]| {
+        for_rows(p, dst, |d, (i1, i2, i3)| {
+            // SAFETY: element (i1, i2) of the I32 ids (shape checked by the builder).
+            let e = unsafe {
+                ids.data.add(i1 * ids.nb[0] + i2 * ids.nb[1]).cast::<i32>().read_unaligned()
+            };
+            assert!(
+                (0..b.ne[1] as i64).contains(&i64::from(e)),
+                "ADD_ID: expert id {e} out of range 0..{} (at [{i1}, {i2}])",
+                b.ne[1]
+            );
+            // SAFETY: a row of a (same shape as dst) and row e of b (checked above).
+            unsafe {
+                load(a.row_ptr(i1, i2, i3), a.dtype, a.nb[0], x);
+                load(b.row_ptr(e as usize, 0, 0), b.dtype, b.nb[0], y);
+            }
+            for (v, w) in x.iter_mut().zip(y.iter()) {
+                *v += *w;
+            }
+            // SAFETY: this thread's dst row.
+            unsafe { store(d, dst.dtype, dst.nb[0], x) };
+        });
+    });
+}
+
+/// gpt-oss's clamped SwiGLU (`ggml_compute_forward_swiglu_oai_f32`), split form.
+pub(crate) fn swiglu_oai(
+    p: &ComputeParams,
+    dst: &TensorRef,
+    gate: &TensorRef,
+    up: &TensorRef,
+    alpha: f32,
+    limit: f32,
+) {
+    let n = dst.ne[0];
+    with_rows([n, n, 0, 0], |[g, u, _, _]| {
+        for_rows(p, dst, |d, (i1, i2, i3)| {
+            // SAFETY: rows of both sources (same shape as dst).
+            unsafe {
+                load(gate.row_ptr(i1, i2, i3), gate.dtype, gate.nb[0], g);
+                load(up.row_ptr(i1, i2, i3), up.dtype, up.nb[0], u);
+            }
+            for (x, y) in g.iter_mut().zip(u.iter()) {
+                // std::min and std::clamp: a NaN gate stays NaN, a NaN up stays NaN.
+                let xv = if limit < *x { limit } else { *x };
+                let yv = if *y < -limit {
+                    -limit
+                } else if limit < *y {
+                    limit
+                } else {
+                    *y
+                };
+                let out_glu = xv / (1.0 + (alpha * (-xv)).exp());
+                *x = out_glu * (yv + 1.0);
+            }
+            // SAFETY: this thread's dst row.
+            unsafe { store(d, dst.dtype, dst.nb[0], g) };
+        });
+    });
+}
+
 /// GELU, GELU_ERF, SILU or TANH of each element.
 pub(crate) fn unary(p: &ComputeParams, op: UnaryOp, dst: &TensorRef, a: &TensorRef) {
     let table = gelu_table();

@@ -62,6 +62,10 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
         Op::MulMatId => matmul::mul_mat_id::mul_mat_id(p, dst, node.s(0), node.s(1), node.s(2)),
         Op::Argsort { descending } => sort::argsort(p, dst, node.s(0), descending),
         Op::Clamp { min, max } => elementwise::clamp(p, dst, node.s(0), min, max),
+        Op::AddId => elementwise::add_id(p, dst, node.s(0), node.s(1), node.s(2)),
+        Op::SwiGluOai { alpha, limit } => {
+            elementwise::swiglu_oai(p, dst, node.s(0), node.s(1), alpha, limit)
+        }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
             elementwise::binary(p, node.op, dst, node.s(0), node.s(1))
         }
@@ -124,6 +128,15 @@ pub(crate) fn supports(node: &Node) -> bool {
         }
         Op::Argsort { .. } => node.s(0).dtype == F32 && dst.dtype == I32,
         Op::Clamp { .. } => node.s(0).dtype == F32 && dst.dtype == F32,
+        Op::AddId => {
+            node.s(0).dtype == F32
+                && node.s(1).dtype == F32
+                && node.s(2).dtype == I32
+                && dst.dtype == F32
+        }
+        Op::SwiGluOai { .. } => {
+            node.s(0).dtype == F32 && node.s(1).dtype == F32 && dst.dtype == F32
+        }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
             is_float(dst.dtype) && is_float(node.s(0).dtype) && is_float(node.s(1).dtype)
         }

@@ -50,6 +50,50 @@ impl Context {
         Ok(self.new_op(Op::MulMatId, DType::F32, ne, &[as_, b, ids]))
     }
 
+    /// A bias per chosen expert (`ggml_add_id`): `a` F32 `[n, n_used, n_tokens]`, `b` F32
+    /// `[n, n_expert]` (one bias row per expert), `ids` I32 `[n_used, n_tokens]`; the result
+    /// is `a` with row `(e, t)` plus `b`'s row `ids[e, t]`.
+    pub fn add_id(&mut self, a: TensorId, b: TensorId, ids: TensorId) -> Result<TensorId> {
+        self.expect_type("ADD_ID", a, &[DType::F32], "src0")?;
+        self.expect_type("ADD_ID", b, &[DType::F32], "src1")?;
+        self.expect_type("ADD_ID", ids, &[DType::I32], "ids")?;
+        let (ta, tb, ti) = (self.get(a), self.get(b), self.get(ids));
+        if ta.ne[0] != tb.ne[0] || ta.ne[1] != ti.ne[0] || ta.ne[2] != ti.ne[1] || ta.ne[3] != 1 {
+            return Err(shape_err(
+                "ADD_ID",
+                format!(
+                    "{} plus rows of {} picked by {}",
+                    ta.shape_str(),
+                    tb.shape_str(),
+                    ti.shape_str()
+                ),
+            ));
+        }
+        let ne = ta.ne;
+        Ok(self.new_op(Op::AddId, DType::F32, ne, &[a, b, ids]))
+    }
+
+    /// gpt-oss's clamped SwiGLU of `gate` and `up` (F32, same shape; `ggml_swiglu_oai`).
+    pub fn swiglu_oai(
+        &mut self,
+        gate: TensorId,
+        up: TensorId,
+        alpha: f32,
+        limit: f32,
+    ) -> Result<TensorId> {
+        self.expect_type("SWIGLU_OAI", gate, &[DType::F32], "gate")?;
+        self.expect_type("SWIGLU_OAI", up, &[DType::F32], "up")?;
+        let (tg, tu) = (self.get(gate), self.get(up));
+        if tg.ne != tu.ne {
+            return Err(shape_err(
+                "SWIGLU_OAI",
+                format!("gate {} and up {} differ", tg.shape_str(), tu.shape_str()),
+            ));
+        }
+        let ne = tg.ne;
+        Ok(self.new_op(Op::SwiGluOai { alpha, limit }, DType::F32, ne, &[gate, up]))
+    }
+
     /// The indexes that sort each row of the F32 `a` (`ggml_argsort`): I32 of `a`'s shape,
     /// largest value first when `descending`.
     pub fn argsort(&mut self, a: TensorId, descending: bool) -> Result<TensorId> {

@@ -183,6 +183,17 @@ pub enum Op {
         /// Largest value first.
         descending: bool,
     },
+    /// `src0[:, e, t] + src1[:, ids[e, t]]`: a bias per chosen expert (`ggml_add_id`; ids in
+    /// `src2`).
+    AddId,
+    /// gpt-oss's clamped SwiGLU, split form (`ggml_swiglu_oai`): with `x = min(gate, limit)`
+    /// and `y = clamp(up, -limit, limit)`, `x / (1 + exp(-alpha·x)) · (y + 1)`.
+    SwiGluOai {
+        /// Sigmoid sharpness (1.702 in gpt-oss).
+        alpha: f32,
+        /// Clamp of both halves (7 in gpt-oss).
+        limit: f32,
+    },
     /// Each value clamped to `[min, max]` (`ggml_clamp`).
     Clamp {
         /// Lower bound.
@@ -229,6 +240,8 @@ impl Op {
             Op::MulMatId => "MUL_MAT_ID",
             Op::Argsort { .. } => "ARGSORT",
             Op::Clamp { .. } => "CLAMP",
+            Op::AddId => "ADD_ID",
+            Op::SwiGluOai { .. } => "SWIGLU_OAI",
         }
     }
 

@@ -14,7 +14,7 @@ pub use basic::{
 };
 pub use copy::{Copy, CopyOp, SetRows};
 pub use linalg::{FlashAttn, MulMat, Rope, SoftMax};
-pub use moe::{Argsort, Clamp, MulMatId};
+pub use moe::{AddId, Argsort, Clamp, MulMatId, SwiGluOai};
 
 use crate::case::Case;
 use crate::compare::thresholds;
@@ -351,5 +351,9 @@ fn misc(v: &mut Vec<Case>) {
     v.push(Case::new(Argsort { ne0: 100, ne1: 3, descending: false, top_k: 0 }));
     v.push(Case::new(Argsort { ne0: 128, ne1: 7, descending: true, top_k: 8 }));
     v.push(Case::new(Clamp { ne: [10, 5, 4, 3], min: -0.5, max: 0.75 }));
+    v.push(Case::new(AddId { n: 64, n_expert: 8, n_used: 2, n_tokens: 1 }));
+    v.push(Case::new(AddId { n: 100, n_expert: 32, n_used: 4, n_tokens: 9 }));
+    v.push(Case::new(SwiGluOai { ne: [128, 4, 3, 1] }));
+    v.push(Case::new(SwiGluOai { ne: [10, 2, 1, 1] }));
     v.push(Case::new(Clamp { ne: [7, 3, 1, 1], min: 6.103_515_6e-5, max: f32::INFINITY }));
 }

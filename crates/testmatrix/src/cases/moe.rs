@@ -85,6 +85,67 @@ impl CaseSpec for Argsort {
     }
 }
 
+/// ADD_ID: `[n, n_used, n_tokens]` plus the bias rows `[n, n_expert]` the distinct ids pick.
+#[derive(Debug, Clone)]
+pub struct AddId {
+    /// Row length.
+    pub n: usize,
+    /// Experts (bias rows).
+    pub n_expert: usize,
+    /// Experts per token.
+    pub n_used: usize,
+    /// Tokens.
+    pub n_tokens: usize,
+}
+
+impl CaseSpec for AddId {
+    fn op(&self) -> &'static str {
+        "ADD_ID"
+    }
+    fn dtype(&self) -> String {
+        "f32".into()
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let unit = Init::Uniform { min: -1.0, max: 1.0 };
+        let a = b.leaf(DType::F32, &[self.n, self.n_used, self.n_tokens], unit)?;
+        let bias = b.leaf(DType::F32, &[self.n, self.n_expert], unit)?;
+        let ids = b.leaf(
+            DType::I32,
+            &[self.n_used, self.n_tokens],
+            Init::RowIds { n: self.n_expert, distinct: true },
+        )?;
+        b.ctx.add_id(a, bias, ids)
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::DEFAULT)
+    }
+}
+
+/// SWIGLU_OAI of gate and up values in `[-10, 10)`, so both clamps (at 7) are reached.
+#[derive(Debug, Clone)]
+pub struct SwiGluOai {
+    /// Shape of gate, up and the result.
+    pub ne: [usize; 4],
+}
+
+impl CaseSpec for SwiGluOai {
+    fn op(&self) -> &'static str {
+        "SWIGLU_OAI"
+    }
+    fn dtype(&self) -> String {
+        "f32".into()
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let wide = Init::Uniform { min: -10.0, max: 10.0 };
+        let gate = b.leaf(DType::F32, &self.ne, wide)?;
+        let up = b.leaf(DType::F32, &self.ne, wide)?;
+        b.ctx.swiglu_oai(gate, up, 1.702, 7.0)
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::DEFAULT)
+    }
+}
+
 /// CLAMP of values in `[-2, 2)` to `[min, max]`: exact.
 #[derive(Debug, Clone)]
 pub struct Clamp {
