@@ -70,7 +70,8 @@ pub(crate) fn supports(ctx: &Context, node: TensorId) -> bool {
             float(src0) && float(d)
         }
         Op::Glu { .. } => float(src0) && s(1).is_none_or(float) && float(d),
-        Op::SoftMax { .. } => float(src0) && s(1).is_none_or(float) && float(d),
+        // No attention sinks yet (gpt-oss): those stay on the CPU.
+        Op::SoftMax { .. } => float(src0) && s(1).is_none_or(float) && s(2).is_none() && float(d),
         Op::Rope(_) => {
             matches!(src0.dtype, F32 | F16)
                 && s(1).is_some_and(|p| p.dtype == I32)
@@ -93,6 +94,7 @@ pub(crate) fn supports(ctx: &Context, node: TensorId) -> bool {
                 && s(1).is_some_and(|k| readable(k.dtype))
                 && s(2).is_some_and(|v| readable(v.dtype) && v.ne[0] <= 512)
                 && s(3).is_none_or(float)
+                && s(4).is_none()
                 && d.dtype == F32
         }
         Op::Argmax => src0.dtype == F32 && src0.ne[2] == 1 && src0.ne[3] == 1,

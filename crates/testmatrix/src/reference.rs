@@ -107,7 +107,9 @@ fn eval_node(ctx: &Context, id: TensorId, img: &mut Image) {
             a.v.iter().map(|&x| x.min(f64::from(max)).max(f64::from(min))).collect()
         }
         Op::Rope(p) => rope(&a, &src(1).expect("positions"), src(2).as_ref(), &p),
-        Op::SoftMax { scale, max_bias } => soft_max(&a, src(1).as_ref(), scale, max_bias),
+        Op::SoftMax { scale, max_bias } => {
+            soft_max(&a, src(1).as_ref(), src(2).as_ref(), scale, max_bias)
+        }
         Op::Cpy | Op::Cont | Op::Dup => a.v.clone(),
         Op::SetRows => {
             set_rows(ctx, id, &src(1).expect("rows"), &src(2).expect("indexes"), img);
@@ -119,7 +121,7 @@ fn eval_node(ctx: &Context, id: TensorId, img: &mut Image) {
             &a,
             &src(1).expect("k"),
             &src(2).expect("v"),
-            src(3).as_ref(),
+            [src(3).as_ref(), src(4).as_ref()],
             scale,
             max_bias,
             softcap,
@@ -246,9 +248,10 @@ fn alibi_slope(max_bias: f32, h: usize, n_head: usize) -> f64 {
     }
 }
 
-fn softmax_in_place(w: &mut [f64]) {
-    let max = w.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let mut sum = 0.0;
+/// The softmax of `w` in place; a `sink` is one more logit in the denominator, with no value.
+fn softmax_in_place(w: &mut [f64], sink: Option<f64>) {
+    let max = w.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
+    let mut sum = sink.map_or(0.0, |s| (s - max).exp());
     for x in w.iter_mut() {
         *x = (*x - max).exp();
         sum += *x;
@@ -258,7 +261,13 @@ fn softmax_in_place(w: &mut [f64]) {
     }
 }
 
-fn soft_max(a: &Dense, mask: Option<&Dense>, scale: f32, max_bias: f32) -> Vec<f64> {
+fn soft_max(
+    a: &Dense,
+    mask: Option<&Dense>,
+    sinks: Option<&Dense>,
+    scale: f32,
+    max_bias: f32,
+) -> Vec<f64> {
     let mut out = Vec::with_capacity(a.v.len());
     for [_, i1, i2, i3] in indices([1, a.ne[1], a.ne[2], a.ne[3]]) {
         let slope = alibi_slope(max_bias, i2, a.ne[2]);
@@ -269,7 +278,7 @@ fn soft_max(a: &Dense, mask: Option<&Dense>, scale: f32, max_bias: f32) -> Vec<f
                 *x += slope * mv;
             }
         }
-        softmax_in_place(&mut w);
+        softmax_in_place(&mut w, sinks.map(|s| s.v[i2]));
         out.extend_from_slice(&w);
     }
     out
@@ -349,7 +358,7 @@ fn flash_attn(
     q: &Dense,
     k: &Dense,
     v: &Dense,
-    mask: Option<&Dense>,
+    [mask, sinks]: [Option<&Dense>; 2],
     scale: f32,
     max_bias: f32,
     softcap: f32,
@@ -373,7 +382,7 @@ fn flash_attn(
             }
             *wc = s + mv;
         }
-        softmax_in_place(&mut w);
+        softmax_in_place(&mut w, sinks.map(|s| s.v[h]));
         let o = ((i3 * n_q + iq) * n_head + h) * dv;
         for (ic, &p) in w.iter().enumerate() {
             for (x, &vv) in out[o..o + dv].iter_mut().zip(v.row(ic, h / group, i3)) {

@@ -52,7 +52,7 @@ pub(crate) fn soft_max(
     p: &ComputeParams,
     dst: &TensorRef,
     a: &TensorRef,
-    mask: Option<TensorRef>,
+    [mask, sinks]: [Option<TensorRef>; 2],
     scale: f32,
     max_bias: f32,
 ) {
@@ -73,12 +73,21 @@ pub(crate) fn soft_max(
                     *v += slope * unsafe { mask_at(mrow, m.dtype, m.nb[0], i) };
                 }
             }
-            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            // A sink joins the softmax as one more logit without a value (ggml: in the max,
+            // then `expf(sink - max)` in the sum).
+            let sink = sinks.as_ref().map(|s| sink_at(s, i2));
+            if let Some(s) = sink {
+                max = if max > s { max } else { s };
+            }
             if max == f32::NEG_INFINITY {
                 // Every position masked: no distribution; zeros rather than NaN.
                 x.iter_mut().for_each(|v| *v = 0.0);
             } else {
-                let sum = vexp::soft_max(x, max, p.simd);
+                let mut sum = vexp::soft_max(x, max, p.simd);
+                if let Some(s) = sink {
+                    sum += f64::from((s - max).exp());
+                }
                 let inv = (1.0 / sum) as f32;
                 x.iter_mut().for_each(|v| *v *= inv);
             }
@@ -86,6 +95,31 @@ pub(crate) fn soft_max(
             unsafe { store(dst.row_ptr(i1, i2, i3), dst.dtype, dst.nb[0], x) };
         }
     });
+}
+
+/// Head `h`'s sink (F32 `[n_head]`).
+pub(super) fn sink_at(sinks: &TensorRef, h: usize) -> f32 {
+    assert!(h < sinks.ne[0], "attention sinks: head {h} of {}", sinks.ne[0]);
+    // SAFETY: element h < ne[0] of the F32 sinks (supports checks the type).
+    unsafe { sinks.data.add(h * sinks.nb[0]).cast::<f32>().read_unaligned() }
+}
+
+/// ggml's sink correction at the end of one flash-attention row: the sink joins the running
+/// max and sum (`S = S·ms + vs`, one FMA where `fused`), the accumulator rescaled when the sink
+/// is the new max. Returns the new sum.
+pub(super) fn apply_sink(sink: f32, max: f32, sum: f32, acc: &mut [f32], fused: bool) -> f32 {
+    let (ms, vs) = if sink > max {
+        let ms = (max - sink).exp();
+        acc.iter_mut().for_each(|a| *a *= ms);
+        (ms, 1.0)
+    } else {
+        (1.0, (sink - max).exp())
+    };
+    if fused {
+        sum.mul_add(ms, vs)
+    } else {
+        sum * ms + vs
+    }
 }
 
 thread_local! {
@@ -103,7 +137,7 @@ pub(crate) fn flash_attn_ext(
     p: &ComputeParams,
     dst: &TensorRef,
     [q, k, v]: [&TensorRef; 3],
-    mask: Option<TensorRef>,
+    [mask, sinks]: [Option<TensorRef>; 2],
     [scale, max_bias, softcap]: [f32; 3],
 ) {
     let (d, dv, n_q, n_head, n_kv) = (q.ne[0], v.ne[0], q.ne[1], q.ne[2], k.ne[1]);
@@ -214,6 +248,9 @@ pub(crate) fn flash_attn_ext(
                         for (a, &h) in acc.iter_mut().zip(acc16.iter()) {
                             *a = float::f16_to_f32(h);
                         }
+                    }
+                    if let Some(s) = &sinks {
+                        sum = apply_sink(sink_at(s, h), max, sum, acc, fused);
                     }
                     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
                     acc.iter_mut().for_each(|a| *a *= inv);

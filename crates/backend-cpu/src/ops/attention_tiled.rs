@@ -67,7 +67,7 @@ pub(crate) fn flash_attn_ext_tiled(
     p: &ComputeParams,
     dst: &TensorRef,
     [q, k, v]: [&TensorRef; 3],
-    mask: Option<TensorRef>,
+    [mask, sinks]: [Option<TensorRef>; 2],
     [scale, max_bias, softcap]: [f32; 3],
 ) {
     let (d, dv, n_q, n_head, n_kv) = (q.ne[0], v.ne[0], q.ne[1], q.ne[2], k.ne[1]);
@@ -155,6 +155,13 @@ pub(crate) fn flash_attn_ext_tiled(
                 }
                 for (i, (&si, row)) in s.iter().zip(t.vkq.chunks_exact_mut(dv)).take(n).enumerate()
                 {
+                    let si = match &sinks {
+                        Some(sk) => {
+                            let sink = super::attention::sink_at(sk, h);
+                            super::attention::apply_sink(sink, m[i], si, row, fused)
+                        }
+                        None => si,
+                    };
                     let inv = if si == 0.0 { 0.0 } else { 1.0 / si };
                     row.iter_mut().for_each(|x| *x *= inv);
                     // SAFETY: dst row (h, iq + i, i3) belongs to this thread (one per query row).

@@ -77,7 +77,8 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
         Op::SumRows => norm::sum_rows(p, dst, node.s(0)),
         Op::Argmax => norm::argmax(p, dst, node.s(0)),
         Op::SoftMax { scale, max_bias } => {
-            attention::soft_max(p, dst, node.s(0), node.src[1], scale, max_bias)
+            let sinks = node.src[2];
+            attention::soft_max(p, dst, node.s(0), [node.src[1], sinks], scale, max_bias)
         }
         Op::FlashAttnExt { scale, max_bias, softcap } => {
             let qkv = [node.s(0), node.s(1), node.s(2)];
@@ -86,10 +87,11 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
             // one-row one: not in batch-invariant mode. (Nor always tiled: its softmax rescales
             // at KV tiles of fixed cell positions, so a row's bits would depend on where its
             // sequence's cells lie in the cache, which other requests decide.)
+            let extra = [node.src[3], node.src[4]];
             if !p.batch_invariant && attention_tiled::applies(qkv[0], qkv[1], qkv[2]) {
-                attention_tiled::flash_attn_ext_tiled(p, dst, qkv, node.src[3], params)
+                attention_tiled::flash_attn_ext_tiled(p, dst, qkv, extra, params)
             } else {
-                attention::flash_attn_ext(p, dst, qkv, node.src[3], params)
+                attention::flash_attn_ext(p, dst, qkv, extra, params)
             }
         }
         Op::Rope(params) => rope::rope(p, dst, node.s(0), node.s(1), node.src[2], &params),
@@ -153,6 +155,7 @@ pub(crate) fn supports(node: &Node) -> bool {
             node.s(0).dtype == F32
                 && dst.dtype == F32
                 && t(1).is_none_or(|m| matches!(m, F32 | F16))
+                && t(2).is_none_or(|s| s == F32)
         }
         Op::FlashAttnExt { .. } => {
             let kv_ok = |r: &TensorRef| {
@@ -162,6 +165,7 @@ pub(crate) fn supports(node: &Node) -> bool {
                 && kv_ok(node.s(1))
                 && kv_ok(node.s(2))
                 && t(3).is_none_or(|m| matches!(m, F32 | F16))
+                && t(4).is_none_or(|s| s == F32)
                 && dst.dtype == F32
         }
         Op::Rope(_) => {

@@ -94,6 +94,34 @@ impl Context {
         Ok(self.new_op(Op::SwiGluOai { alpha, limit }, DType::F32, ne, &[gate, up]))
     }
 
+    /// Attention sinks (`ggml_flash_attn_ext_add_sinks`, `ggml_soft_max_add_sinks`): a learned
+    /// logit per head (F32 `[n_head]`) that joins every row's softmax without a value, as
+    /// gpt-oss's attention has. `attn` is a FLASH_ATTN_EXT (sinks in its fifth source) or a
+    /// SOFT_MAX over `[n_kv, n_q, n_head]` (its third).
+    pub fn add_sinks(&mut self, attn: TensorId, sinks: TensorId) -> Result<()> {
+        self.expect_type("SINKS", sinks, &[DType::F32], "sinks")?;
+        let t = self.get(attn);
+        let (slot, n_head) = match t.op {
+            Op::FlashAttnExt { .. } => (4, t.src[0].map(|q| self.get(q).ne[2])),
+            Op::SoftMax { .. } => (2, Some(t.ne[2])),
+            other => {
+                return Err(shape_err(
+                    "SINKS",
+                    format!("sinks join FLASH_ATTN_EXT or SOFT_MAX, not {}", other.name()),
+                ))
+            }
+        };
+        let ts = self.get(sinks);
+        if Some(ts.ne[0]) != n_head || ts.n_elements() != ts.ne[0] {
+            return Err(shape_err(
+                "SINKS",
+                format!("sinks {} for {n_head:?} heads", ts.shape_str()),
+            ));
+        }
+        self.set_src(attn, slot, Some(sinks));
+        Ok(())
+    }
+
     /// The indexes that sort each row of the F32 `a` (`ggml_argsort`): I32 of `a`'s shape,
     /// largest value first when `descending`.
     pub fn argsort(&mut self, a: TensorId, descending: bool) -> Result<TensorId> {

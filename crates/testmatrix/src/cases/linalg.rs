@@ -145,6 +145,8 @@ pub struct SoftMax {
     pub scale: f32,
     /// ALiBi maximum bias.
     pub max_bias: f32,
+    /// Attention sinks (one per head, dim 2).
+    pub sinks: bool,
 }
 
 impl CaseSpec for SoftMax {
@@ -166,7 +168,12 @@ impl CaseSpec for SoftMax {
             }
             None => None,
         };
-        b.ctx.soft_max(a, mask, self.scale, self.max_bias)
+        let sm = b.ctx.soft_max(a, mask, self.scale, self.max_bias)?;
+        if self.sinks {
+            let sinks = b.leaf(DType::F32, &[self.ne[2]], Init::Uniform { min: -2.0, max: 2.0 })?;
+            b.ctx.add_sinks(sm, sinks)?;
+        }
+        Ok(sm)
     }
     fn tolerance(&self) -> Tolerance {
         Tolerance::Nmse(thresholds::SOFT_MAX)
@@ -203,6 +210,8 @@ pub struct FlashAttn {
     pub max_bias: f32,
     /// Q/K/V through permuted views.
     pub permuted: bool,
+    /// Attention sinks (one per head).
+    pub sinks: bool,
 }
 
 impl FlashAttn {
@@ -221,6 +230,7 @@ impl FlashAttn {
             softcap: 0.0,
             max_bias: 0.0,
             permuted: false,
+            sinks: false,
         }
     }
 }
@@ -252,7 +262,13 @@ impl CaseSpec for FlashAttn {
             None
         };
         let scale = 1.0 / (d as f32).sqrt();
-        b.ctx.flash_attn_ext(q, k, v, mask, scale, self.max_bias, self.softcap)
+        let fa = b.ctx.flash_attn_ext(q, k, v, mask, scale, self.max_bias, self.softcap)?;
+        if self.sinks {
+            // Above the scores (about ±1 at scale 1/sqrt(d)): each sink takes a large share.
+            let sinks = b.leaf(DType::F32, &[self.n_head], Init::Uniform { min: 1.0, max: 5.0 })?;
+            b.ctx.add_sinks(fa, sinks)?;
+        }
+        Ok(fa)
     }
     fn tolerance(&self) -> Tolerance {
         Tolerance::Nmse(thresholds::MUL_MAT)

@@ -164,6 +164,7 @@ fn soft_max(v: &mut Vec<Case>) {
         pad: 0,
         scale: 1.0,
         max_bias: 0.0,
+        sinks: false,
     };
     v.push(Case::new(base.clone()));
     v.push(Case::new(SoftMax { scale: 0.1, ..base.clone() }));
@@ -174,6 +175,7 @@ fn soft_max(v: &mut Vec<Case>) {
         v.push(Case::new(SoftMax { mask: Some(m), max_bias: 8.0, ..base.clone() }));
         v.push(Case::new(SoftMax { mask: Some(m), mask23: [4, 1], max_bias: 8.0, ..base.clone() }));
     }
+    v.push(Case::new(SoftMax { ne: [32, 5, 12, 1], mask: Some(F16), sinks: true, ..base.clone() }));
     v.push(Case::new(SoftMax { ne: [32, 5, 12, 1], mask: Some(F16), max_bias: 8.0, ..base }));
 }
 
@@ -315,6 +317,10 @@ fn flash_attn(v: &mut Vec<Case>) {
     v.push(Case::new(f(128, 512, 32, 4, 1)));
     v.push(Case::new(FlashAttn { mask: false, ..f(64, 256, 4, 4, 4) }));
     v.push(Case::new(FlashAttn { softcap: 50.0, ..f(64, 256, 4, 4, 2) }));
+    // Attention sinks (gpt-oss): the one-row algorithm and the tiled one (64+ query rows), over
+    // few cells so that the sinks weigh in the softmax.
+    v.push(Case::new(FlashAttn { sinks: true, ..f(64, 32, 4, 4, 2) }));
+    v.push(Case::new(FlashAttn { sinks: true, ..f(64, 64, 70, 4, 2) }));
     v.push(Case::new(FlashAttn { max_bias: 8.0, ..f(64, 256, 4, 8, 8) }));
     v.push(Case::new(FlashAttn { pad: 5, ne3: 2, ..f(64, 256, 3, 4, 2) }));
     v.push(Case::new(FlashAttn { permuted: true, ..f(64, 256, 5, 4, 2) }));
