@@ -333,6 +333,47 @@ unsafe fn block_sums(n: usize, y: *const u8, m: u8, out: &mut Vec<i32>) {
     out.extend((0..n / 32).map(|i| hsum_epi32(dot_u8_i8(m, unsafe { ld256(y.add(34 * i + 2)) }))));
 }
 
+/// What each activation block's sums lose for `dtype`'s group kernel (`group_kernel`'s
+/// `$biased`): the Q8_0 family's bias, which [`block_sums`] computes.
+fn block_bias(dtype: DType, vnni: bool) -> Option<u8> {
+    match dtype {
+        DType::Q4_0 => Some(8),
+        DType::IQ4_NL if vnni => Some(128),
+        _ => None,
+    }
+}
+
+/// One tile of up to [`MAX_ROWS`] activation rows `ys` against `ngroups` groups of eight
+/// interleaved weight rows at `x` (`gstride` bytes apart, rows of `k` values): the Q8_0
+/// family's group kernel (with the rows' block bias `sy`), else the K-quants' chain (`gemm`:
+/// Q4_K's GEMM chain, else the GEMV chain); row `j`'s outputs start at `outs[j]`.
+///
+/// # Safety
+/// The group kernels' contract: readable weight groups and converted activation rows of the
+/// weight's dot type (and their block sums for the Q8_0 family), writable outputs for every
+/// group, a CPU with the kernel's instruction set (`vnni`: AVX-512 VNNI, else AVX2).
+unsafe fn run_tile(
+    dtype: DType,
+    vnni: bool,
+    gemm: bool,
+    (k, x, gstride, ngroups): (usize, *const u8, usize, usize),
+    ys: &[*const u8],
+    sy: &[*const i32],
+    outs: &[*mut f32],
+) {
+    let rows = ys.len();
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if matches!(dtype, DType::Q4_0 | DType::IQ4_NL) {
+            kernel(dtype, vnni, rows)(k, x, gstride, ngroups, ys, sy, outs)
+        } else {
+            let kernel =
+                if dtype == DType::Q2_K { interleaved_q2k::kernel } else { interleaved_k::kernel };
+            kernel(vnni, rows, gemm)(k, x, gstride, ngroups, ys, outs)
+        }
+    }
+}
+
 /// Computes this thread's share of `dst = src0 · src1ᵀ` for interleaved weights (2-D, rows
 /// a multiple of 8): contiguous ranges of groups per thread; each range in pieces of four
 /// groups that every tile of up to four activation rows reads while they are in cache.
@@ -380,13 +421,7 @@ pub(super) fn mul_mat(
         }
     };
     let dtype = src0.dtype;
-    let q8_0_family = matches!(dtype, DType::Q4_0 | DType::IQ4_NL);
-    // What each activation block's sums lose (`group_kernel`'s `$biased`).
-    let bias = match dtype {
-        DType::Q4_0 => Some(8),
-        DType::IQ4_NL if vnni => Some(128),
-        _ => None,
-    };
+    let bias = block_bias(dtype, vnni);
     SUMS.with(|cell| {
         let mut sums = cell.borrow_mut();
         sums.clear();
@@ -418,16 +453,7 @@ pub(super) fn mul_mat(
                 // bias); dst rows r0.. hold nr0 values and this thread owns the columns of its
                 // groups; the caller checked the CPU.
                 unsafe {
-                    if q8_0_family {
-                        kernel(dtype, vnni, rows)(k, x, gstride, g1 - g0, ys, &sy[..rows], outs)
-                    } else {
-                        let kernel = if dtype == DType::Q2_K {
-                            interleaved_q2k::kernel
-                        } else {
-                            interleaved_k::kernel
-                        };
-                        kernel(vnni, rows, gemm)(k, x, gstride, g1 - g0, ys, outs)
-                    }
+                    run_tile(dtype, vnni, gemm, (k, x, gstride, g1 - g0), ys, &sy[..rows], outs)
                 };
             }
         }
@@ -455,12 +481,7 @@ pub(super) fn gemv_gathered(
         return;
     }
     let dtype = src0.dtype;
-    let q8_0_family = matches!(dtype, DType::Q4_0 | DType::IQ4_NL);
-    let bias = match dtype {
-        DType::Q4_0 => Some(8),
-        DType::IQ4_NL if vnni => Some(128),
-        _ => None,
-    };
+    let bias = block_bias(dtype, vnni);
     let x = src0.data.cast_const().wrapping_add(mine.start * gstride);
     let mut sums = Vec::new();
     for tile in pairs.chunks(MAX_ROWS) {
@@ -487,18 +508,7 @@ pub(super) fn gemv_gathered(
         // converted activation rows of its dot type (and their block bias); each output row
         // holds nr0 values and this thread owns the columns of its groups; the caller checked
         // the CPU.
-        unsafe {
-            if q8_0_family {
-                kernel(dtype, vnni, rows)(k, x, gstride, mine.len(), ys, &sy[..rows], outs)
-            } else {
-                let kernel = if dtype == DType::Q2_K {
-                    interleaved_q2k::kernel
-                } else {
-                    interleaved_k::kernel
-                };
-                kernel(vnni, rows, false)(k, x, gstride, mine.len(), ys, outs)
-            }
-        };
+        unsafe { run_tile(dtype, vnni, false, (k, x, gstride, mine.len()), ys, &sy[..rows], outs) };
     }
 }
 

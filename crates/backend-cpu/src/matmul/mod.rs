@@ -288,23 +288,7 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         Kernel::Dot { vdt, .. } => vdt,
         Kernel::Dequant => DType::F32,
     };
-    let convert = needs_conversion(src1, vdt);
-    let row_size = converted_row_size(vdt, src1.ne[0]);
-    if convert {
-        assert!(p.wsize >= row_size * src1.n_rows(), "mul_mat: work buffer too small");
-        convert_src1(p, src1, vdt, row_size, simd);
-    }
-    if p.ith == 0 {
-        p.sync.chunk_counter().store(p.nth, Ordering::Relaxed);
-    }
-    p.sync.barrier();
-
-    let act = Activations {
-        base: if convert { p.wdata.cast_const() } else { src1.data.cast_const() },
-        src1: *src1,
-        converted: convert,
-        row_size,
-    };
+    let act = Activations::prepare(p, src1, vdt, simd);
     #[cfg(target_arch = "x86_64")]
     let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
     #[cfg(target_arch = "x86_64")]
@@ -644,6 +628,28 @@ struct Activations {
 }
 
 impl Activations {
+    /// Converts this thread's share of src1 to `vdt` into the work buffer where it is not
+    /// usable as it is, sets the chunk counter to `p.nth`, and meets the other threads at the
+    /// barrier: every row is ready when this returns.
+    fn prepare(p: &ComputeParams, src1: &TensorRef, vdt: DType, simd: SimdLevel) -> Activations {
+        let convert = needs_conversion(src1, vdt);
+        let row_size = converted_row_size(vdt, src1.ne[0]);
+        if convert {
+            assert!(p.wsize >= row_size * src1.n_rows(), "matmul: work buffer too small");
+            convert_src1(p, src1, vdt, row_size, simd);
+        }
+        if p.ith == 0 {
+            p.sync.chunk_counter().store(p.nth, Ordering::Relaxed);
+        }
+        p.sync.barrier();
+        Activations {
+            base: if convert { p.wdata.cast_const() } else { src1.data.cast_const() },
+            src1: *src1,
+            converted: convert,
+            row_size,
+        }
+    }
+
     /// Address of src1 row `r` (a flat row index over dims 1..3).
     fn row(&self, r: usize) -> *const u8 {
         if self.converted {

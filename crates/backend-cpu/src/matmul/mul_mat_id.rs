@@ -14,7 +14,7 @@
 //! Each thread takes a contiguous range of every expert's weight rows, so the experts need no
 //! barrier between them and no output is written by two threads.
 
-use super::{convert_src1, effective, kernel, needs_conversion, Activations, Kernel, VecDot};
+use super::{effective, kernel, Activations, Kernel, VecDot};
 use crate::{ComputeParams, SimdLevel, TensorRef};
 use std::cell::RefCell;
 use tessera_tensor::DType;
@@ -84,19 +84,7 @@ pub(crate) fn mul_mat_id(
     let (k, m, n_expert) = (src0.ne[0], src0.ne[1], src0.ne[2]);
     assert_eq!(k, src1.ne[0], "mul_mat_id: inner dimensions differ");
     assert!(src0.ne[3] == 1 && src1.ne[3] == 1, "mul_mat_id: 4-D operands");
-    let convert = needs_conversion(src1, vdt);
-    let row_size = super::converted_row_size(vdt, k);
-    if convert {
-        assert!(p.wsize >= row_size * src1.n_rows(), "mul_mat_id: work buffer too small");
-        convert_src1(p, src1, vdt, row_size, simd);
-    }
-    p.sync.barrier();
-    let act = Activations {
-        base: if convert { p.wdata.cast_const() } else { src1.data.cast_const() },
-        src1: *src1,
-        converted: convert,
-        row_size,
-    };
+    let act = Activations::prepare(p, src1, vdt, simd);
     #[cfg(target_arch = "x86_64")]
     let vnni = simd >= SimdLevel::Avx512 && super::cpu_vnni();
     #[cfg(target_arch = "x86_64")]
