@@ -47,14 +47,19 @@ fn from_cargo(root: &Path) -> Result<Map> {
     Ok(map)
 }
 
-/// The block after [`MARKER`] in `doc`.
-fn from_doc(doc: &str) -> Result<Map> {
+/// The text of the fenced block after [`MARKER`] in `doc`.
+fn block(doc: &str) -> Result<&str> {
     let after = doc.split_once(MARKER).context("docs/ARCHITECTURE.md: no crate-map marker")?.1;
-    let block = after
+    Ok(after
         .split_once("```")
         .and_then(|(_, rest)| rest.split_once("```"))
         .context("docs/ARCHITECTURE.md: no fenced block after the crate-map marker")?
-        .0;
+        .0)
+}
+
+/// The map the block after [`MARKER`] in `doc` lists.
+fn from_doc(doc: &str) -> Result<Map> {
+    let block = block(doc)?;
     let mut map = Map::new();
     for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let (name, deps) = line.split_once(':').with_context(|| {
@@ -118,11 +123,8 @@ pub fn check(root: &Path) -> Result<()> {
 /// Prints the current crate map block, in the documented order where there is one.
 pub fn print(root: &Path) -> Result<()> {
     let doc = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap_or_default();
-    let doc_order: Vec<String> = doc
-        .split_once(MARKER)
-        .and_then(|(_, a)| a.split_once("```"))
-        .and_then(|(_, a)| a.split_once("```"))
-        .map(|(b, _)| {
+    let doc_order: Vec<String> = block(&doc)
+        .map(|b| {
             b.lines().filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_string())).collect()
         })
         .unwrap_or_default();

@@ -208,6 +208,23 @@ unsafe fn vec_dot_f16<const AVX512: bool>(n: usize, x: *const u8, y: *const u8) 
     unsafe { dot_f16::dot(n, x.cast(), y.cast(), level) }
 }
 
+/// ggml's own `vec_dot` for the float weights whose kernels here sum in tinyBLAS's order (F16
+/// and BF16 at AVX2 and above, as the build that level stands for): what llama.cpp computes
+/// one-column products and every MUL_MAT_ID row with. `None` where the type's one-row kernel
+/// already is ggml's (F32's is `ggml_vec_dot_f32`, the block types' their `vec_dot`).
+fn ggml_vec_dot(src0: DType, simd: SimdLevel) -> Option<VecDot> {
+    if simd < SimdLevel::Avx2 {
+        return None;
+    }
+    let avx512 = simd >= SimdLevel::Avx512;
+    match src0 {
+        DType::F16 => Some(if avx512 { vec_dot_f16::<true> } else { vec_dot_f16::<false> }),
+        #[cfg(target_arch = "x86_64")]
+        DType::BF16 => Some(dot_bf16::one_column(avx512)),
+        _ => None,
+    }
+}
+
 /// Whether `mul_mat` can multiply weights of type `src0` by activations of type `src1`:
 /// every weight type with a reference dequantizer, by F32, F16 or BF16 activations.
 pub(crate) fn supports(src0: DType, src1: DType) -> bool {
@@ -249,21 +266,13 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     let mut kernel = kernel(src0.dtype, simd);
     // Batch-invariant mode takes the one-column kernels for every batch.
     let one_column = src1.ne[1] == 1 || p.batch_invariant;
-    if src0.dtype == DType::F16 && one_column && simd >= SimdLevel::Avx2 {
-        // llama.cpp hands one-column products to ggml_vec_dot_f16, not to tinyBLAS.
-        // Every row goes through it: the wider kernels sum in tinyBLAS's order.
-        if let Kernel::Dot { dot, dot4, tile, .. } = &mut kernel {
-            *dot =
-                if simd >= SimdLevel::Avx512 { vec_dot_f16::<true> } else { vec_dot_f16::<false> };
-            (*dot4, *tile) = (None, None);
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if src0.dtype == DType::BF16 && one_column && simd >= SimdLevel::Avx2 {
-        // The same for BF16: ggml_vec_dot_bf16 of the build this level stands for.
-        if let Kernel::Dot { dot, dot4, tile, .. } = &mut kernel {
-            *dot = dot_bf16::one_column(simd >= SimdLevel::Avx512);
-            (*dot4, *tile) = (None, None);
+    if one_column {
+        // llama.cpp hands one-column products to ggml's vec_dot, not to tinyBLAS. Every row
+        // goes through it: the wider kernels sum in tinyBLAS's order.
+        if let (Some(d), Kernel::Dot { dot, dot4, tile, .. }) =
+            (ggml_vec_dot(src0.dtype, simd), &mut kernel)
+        {
+            (*dot, *dot4, *tile) = (d, None, None);
         }
     }
     // F32 batches take tinyBLAS's order where llama.cpp's MUL_MAT hands them to it; one row

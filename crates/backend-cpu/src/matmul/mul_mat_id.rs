@@ -19,12 +19,6 @@ use crate::{ComputeParams, SimdLevel, TensorRef};
 use std::cell::RefCell;
 use tessera_tensor::DType;
 
-/// Bytes of work buffer [`mul_mat_id`] needs: every src1 row converted to src0's dot type,
-/// rounded up to 64; zero when src1 is used in place.
-pub(crate) fn work_size(src0: &TensorRef, src1: &TensorRef) -> usize {
-    super::work_size(src0, src1)
-}
-
 /// Whether the expert product takes weights of type `src0`: the types with a dot product
 /// (the dequantizing fallback of MUL_MAT has no expert form), F32 activations.
 pub(crate) fn supports(src0: DType, src1: DType) -> bool {
@@ -32,26 +26,12 @@ pub(crate) fn supports(src0: DType, src1: DType) -> bool {
 }
 
 /// The one-row dot ggml's MUL_MAT_ID calls for `src0` at `simd`: the type's `vec_dot`
-/// (`ggml_vec_dot_f16`/`_bf16`/`_f32` for the float types, not tinyBLAS's orders).
+/// (never tinyBLAS's orders), and its activation type.
 fn one_row_dot(dtype: DType, simd: SimdLevel) -> (DType, VecDot) {
     let Kernel::Dot { vdt, dot, .. } = kernel(dtype, simd) else {
         unreachable!("supports() admits only types with a dot kernel")
     };
-    #[cfg(target_arch = "x86_64")]
-    if simd >= SimdLevel::Avx2 {
-        let avx512 = simd >= SimdLevel::Avx512;
-        match dtype {
-            DType::F16 => {
-                let f: VecDot =
-                    if avx512 { super::vec_dot_f16::<true> } else { super::vec_dot_f16::<false> };
-                return (vdt, f);
-            }
-            DType::BF16 => return (vdt, super::dot_bf16::one_column(avx512)),
-            DType::F32 => return (vdt, super::dot_f32::vec_dot(avx512)),
-            _ => {}
-        }
-    }
-    (vdt, dot)
+    (vdt, super::ggml_vec_dot(dtype, simd).unwrap_or(dot))
 }
 
 /// A gathered row: a converted activation row and the output row it fills.
@@ -67,7 +47,7 @@ thread_local! {
 
 /// Computes this thread's share of `dst = MUL_MAT_ID(src0, src1, ids)`. Called by all `p.nth`
 /// threads at once; they meet at one barrier (after converting src1 into `p.wdata`, which must
-/// hold [`work_size`] bytes).
+/// hold [`work_size`](super::work_size) bytes: src1's rows converted, as for MUL_MAT).
 ///
 /// Shapes: src0 `[K, M, n_expert]` with packed rows, src1 F32 `[K, ne11, n_tokens]`, ids I32
 /// `[n_used, n_tokens]` (any strides) with `n_used % ne11 == 0`, dst F32 `[M, n_used,

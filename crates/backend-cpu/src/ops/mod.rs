@@ -48,7 +48,8 @@ pub(crate) fn is_noop(op: &Op) -> bool {
 pub(crate) fn work_size(node: &Node) -> usize {
     match node.op {
         Op::MulMat => matmul::work_size(node.s(0), node.s(1)),
-        Op::MulMatId => matmul::mul_mat_id::work_size(node.s(0), node.s(1)),
+        // The same buffer: src1's rows converted to the weights' dot type.
+        Op::MulMatId => matmul::work_size(node.s(0), node.s(1)),
         _ => 0,
     }
 }
