@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """llama.cpp's outputs on the random-weight mixture-of-experts model of
 tessera_llama::synth::moe_models() (written in F16 by `cargo xtask synth-models DIR`), after
-llama.cpp's own quantizer made it Q4_K_M: a digest of the quantized tensors (name, type, bytes,
+llama.cpp's own quantizer made it Q4_K_M (FTYPE=38: MXFP4_MOE, for gpt-oss): a digest of the quantized tensors (name, type, bytes,
 sorted by name: llama.cpp writes them in name order), every prompt position's top-5 logits and
 the logit and log-probability of the next prompt token, the last position's logits (every 16th
 id), and 16 greedy tokens with llama.cpp's top-2 margins. Flash attention on (FA=0: off).
@@ -30,9 +30,9 @@ PROMPT = ("The history of the river valley begins with small farming villages al
 base, out = sys.argv[1], sys.argv[2]
 fa = os.environ.get("FA", "1") == "1"
 tmp = tempfile.mkdtemp()
-q = os.path.join(tmp, "q4_k_m.gguf")
+q = os.path.join(tmp, "quantized.gguf")
 qp = llama_cpp.llama_model_quantize_default_params()
-qp.ftype = 15  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+qp.ftype = int(os.environ.get("FTYPE", "15"))  # 15: LLAMA_FTYPE_MOSTLY_Q4_K_M
 qp.nthread = 2
 assert llama_cpp.llama_model_quantize(base.encode(), q.encode(), ctypes.byref(qp)) == 0
 rd = gguf.GGUFReader(q)
@@ -68,7 +68,7 @@ for _ in range(16):
 nll = -np.mean([e["next"][2] for e in positions if "next" in e])
 flags = open("/proc/cpuinfo").read()
 json.dump({
-    "prompt": PROMPT, "flash_attn": fa, "quantized_tensors_sha256": digest,
+    "prompt": PROMPT, "flash_attn": fa, "ftype": qp.ftype, "quantized_tensors_sha256": digest,
     "types": {k: types[k] for k in sorted(types) if "exps" in k or "gate_inp" in k},
     "prompt_tokens": toks, "positions": positions, "mean_nll": nll,
     "greedy_tokens": greedy, "greedy_top2_margins": margins,

@@ -277,7 +277,7 @@ fn synth_models(args: &[String]) -> Result<()> {
 fn bench_model(args: &[String]) -> Result<()> {
     let [shape, dtype, out] = args else {
         bail!(
-            "usage: cargo xtask bench-model llama-3.2-1b|llama-3.1-8b|llama-tiny|qwen3-30b-a3b-4l TYPE OUT.gguf"
+            "usage: cargo xtask bench-model llama-3.2-1b|llama-3.1-8b|llama-tiny|qwen3-30b-a3b-4l|gpt-oss-20b-4l TYPE OUT.gguf"
         );
     };
     let dt = tessera_tensor::DType::ALL
@@ -286,7 +286,7 @@ fn bench_model(args: &[String]) -> Result<()> {
         .with_context(|| format!("unknown type '{dtype}'"))?;
     let spec = tessera_llama::synth::bench_shape(shape, dt).with_context(|| {
         format!(
-            "unknown shape '{shape}' (llama-3.2-1b, llama-3.1-8b, llama-tiny, qwen3-30b-a3b-4l)"
+            "unknown shape '{shape}' (llama-3.2-1b, llama-3.1-8b, llama-tiny, qwen3-30b-a3b-4l, gpt-oss-20b-4l)"
         )
     })?;
     let vocab = tessera_models::fixtures::vocab("ggml-vocab-llama-bpe.gguf")?;

@@ -44,9 +44,9 @@ pub mod bench {
 /// The bytes a weight marked [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED)
 /// must hold, from its bytes in the file's layout (`rows` rows of `k` values of `dtype`):
 /// `Some` with the rows rearranged where the CPU backend keeps that type's repacked weights in
-/// a layout of its own (Q4_0, IQ4_NL, Q4_K and Q2_K: eight rows interleaved, as llama.cpp's
-/// `block_q4_0x8` / `block_iq4_nlx8` / `block_q4_Kx8` / `block_q2_Kx8`, so a group of eight rows is one memory
-/// stream), `None` for other types or where `bytes` is not `rows` whole rows of a multiple of
+/// a layout of its own (Q4_0, IQ4_NL, MXFP4, Q4_K and Q2_K: eight rows interleaved, as
+/// llama.cpp's `block_q4_0x8` / `block_iq4_nlx8` / `block_mxfp4x8` / `block_q4_Kx8` /
+/// `block_q2_Kx8`, so a group of eight rows is one memory stream), `None` for other types or where `bytes` is not `rows` whole rows of a multiple of
 /// eight. A loader that
 /// rearranges a weight must not give it to any op but MUL_MAT (not to GET_ROWS: a tied
 /// embedding needs a copy of its own for the output).

@@ -14,7 +14,7 @@ pub struct QuantizeArgs {
     /// Output file.
     output: PathBuf,
     /// Target type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K,
-    /// IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, F16, BF16, F32 (or llama.cpp's numeric id).
+    /// IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4_MOE, F16, BF16, F32 (or llama.cpp's numeric id).
     #[arg(value_name = "TYPE")]
     ftype: String,
     /// Every weight to the type itself: no per-tensor mix (llama-quantize --pure).

@@ -7,7 +7,7 @@
 
 mod moe;
 
-pub use moe::{MoeRouting, MoeWeights};
+pub use moe::{Gating, MoeActivation, MoeBiases, MoeRouting, MoeWeights};
 
 use crate::hparams::HParams;
 use crate::Result;
@@ -121,6 +121,7 @@ impl Builder<'_> {
         p.n_ctx_orig = hp.n_ctx_orig;
         p.freq_scale = hp.rope_freq_scale;
         p.ext_factor = hp.yarn_ext_factor;
+        p.attn_factor = hp.yarn_attn_factor;
         Ok(self.ctx.rope(x, self.inp_pos, freq_factors, p)?)
     }
 
@@ -204,6 +205,20 @@ impl Builder<'_> {
         v: TensorId,
         kq_scale: f32,
     ) -> Result<TensorId> {
+        self.attention_with_sinks(il, q, k, v, kq_scale, None)
+    }
+
+    /// [`attention`](Self::attention) with attention sinks (gpt-oss's `attn_sinks`, one logit
+    /// per head that joins every softmax's denominator).
+    pub fn attention_with_sinks(
+        &mut self,
+        il: usize,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        kq_scale: f32,
+        sinks: Option<TensorId>,
+    ) -> Result<TensorId> {
         let hp = self.hp;
         let (hd_k, hd_v, n_head, n_head_kv) =
             (hp.head_dim_k, hp.head_dim_v, hp.n_head[il], hp.n_head_kv[il]);
@@ -240,6 +255,9 @@ impl Builder<'_> {
                 0.0,
                 hp.attn_logit_softcap,
             )?;
+            if let Some(s) = sinks {
+                self.ctx.add_sinks(o, s)?;
+            }
             let o = self.name(o, "fattn", il);
             self.ctx.reshape(o, &[hd_v * n_head, n_tok])?
         } else {
@@ -263,6 +281,9 @@ impl Builder<'_> {
             }
             let kq = self.name(kq, "kq", il);
             let kq = self.ctx.soft_max(kq, Some(mask), kq_scale, 0.0)?;
+            if let Some(s) = sinks {
+                self.ctx.add_sinks(kq, s)?;
+            }
             let kq = self.name(kq, "kq_soft_max", il);
             let kqv = self.ctx.mul_mat(v_view, kq)?;
             let kqv = self.name(kqv, "kqv", il);

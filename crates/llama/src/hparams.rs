@@ -37,6 +37,10 @@ pub struct HParams {
     pub rope_freq_scale: f32,
     /// YaRN extrapolation mix (0 unless the scaling type is yarn).
     pub yarn_ext_factor: f32,
+    /// RoPE magnitude scale (llama.cpp's `cparams.yarn_attn_factor`): with YaRN, the mscale
+    /// `1 + 0.1 ln(factor)` times its reciprocal (ggml's kernel applies the mscale again), times
+    /// `rope.scaling.attn_factor`.
+    pub yarn_attn_factor: f32,
     /// Context the RoPE scaling was trained from.
     pub n_ctx_orig: usize,
     /// RMS norm epsilon.
@@ -82,6 +86,19 @@ fn uint_or(md: &Metadata, k: &str, default: Option<usize>) -> Result<usize> {
             usize::try_from(v).map_err(|_| bad(k, format!("{v} is too large")))
         }
     }
+}
+
+/// llama.cpp's `cparams.yarn_attn_factor` (for architectures without a YaRN log multiplier):
+/// with YaRN on, `get_mscale(factor, 1)` times the reciprocal of the mscale ggml's RoPE applies
+/// itself, in f32 as there; then `rope.scaling.attn_factor`.
+fn yarn_attn_factor(ext_factor: f32, freq_scale: f32, rope_attn_factor: f32) -> f32 {
+    let mut f = 1.0f32;
+    if ext_factor != 0.0 {
+        let factor = 1.0 / freq_scale;
+        f = if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 };
+        f *= 1.0 / (1.0 + 0.1 * factor.ln());
+    }
+    f * rope_attn_factor
 }
 
 fn f32_or(md: &Metadata, k: &str, default: f32) -> Result<f32> {
@@ -181,12 +198,18 @@ impl HParams {
             uint_or(md, &key(a, "rope.scaling.original_context_length"), Some(n_ctx_train))?;
         let is_gemma3 = a == "gemma3";
         let is_gemma2 = a == "gemma2";
+        let is_gpt_oss = a == "gpt-oss";
         // Gemma 2 slides every other layer over 4096 cells unless its file says otherwise, and
         // soft-caps at 50 (attention) and 30 (logits) by default, as llama.cpp's hparams.
         let n_swa = uint_or(
             md,
             &key(a, "attention.sliding_window"),
-            Some(if is_gemma2 { 4096 } else { 0 }),
+            match (is_gemma2, is_gpt_oss) {
+                (true, _) => Some(4096),
+                // llama.cpp requires gpt-oss's window.
+                (_, true) => None,
+                _ => Some(0),
+            },
         )?;
         // llama.cpp turns Phi-3's sliding window off (its converters do not mark which layers
         // slide).
@@ -194,12 +217,20 @@ impl HParams {
         let swa_pattern = match (is_gemma3, is_gemma2) {
             (true, _) if n_swa > 0 => 6,
             (_, true) => uint_or(md, &key(a, "attention.sliding_window_pattern"), Some(2))?,
+            _ if is_gpt_oss => uint_or(md, &key(a, "attention.sliding_window_pattern"), Some(2))?,
             _ => 1,
         };
         let softcap_defaults = if is_gemma2 { (50.0, 30.0) } else { (0.0, 0.0) };
         let rope_freq_base = f32_or(md, &key(a, "rope.freq_base"), 10000.0)?;
-        // Gemma 2's sliding layers rotate with the global base unless told otherwise.
-        let base_swa_default = if is_gemma2 { rope_freq_base } else { 10000.0 };
+        // Gemma 2's and gpt-oss's sliding layers rotate with the global base unless told
+        // otherwise.
+        let base_swa_default = if is_gemma2 || is_gpt_oss { rope_freq_base } else { 10000.0 };
+        let yarn_ext_factor = if scaling == "yarn" { 1.0 } else { 0.0 };
+        let yarn_attn_factor = yarn_attn_factor(
+            yarn_ext_factor,
+            rope_freq_scale,
+            f32_or(md, &key(a, "rope.scaling.attn_factor"), 1.0)?,
+        );
         let attention_scale = if is_gemma3 {
             1.0 / (head_dim_k as f32).sqrt()
         } else if is_gemma2 {
@@ -227,7 +258,8 @@ impl HParams {
             rope_freq_base,
             rope_freq_base_swa: f32_or(md, &key(a, "rope.freq_base_swa"), base_swa_default)?,
             rope_freq_scale,
-            yarn_ext_factor: if scaling == "yarn" { 1.0 } else { 0.0 },
+            yarn_ext_factor,
+            yarn_attn_factor,
             n_ctx_orig,
             rms_eps: f32_or(md, &key(a, "attention.layer_norm_rms_epsilon"), 1e-6)?,
             norm_eps: f32_or(md, &key(a, "attention.layer_norm_epsilon"), 1e-5)?,

@@ -48,7 +48,21 @@ pub const FILE_TYPES: &[FileType] = &[
     ft("BF16", 32, DType::BF16),
     ft("TQ1_0", 36, DType::TQ1_0),
     ft("TQ2_0", 37, DType::TQ2_0),
+    ft("MXFP4_MOE", MXFP4_MOE, DType::MXFP4),
 ];
+
+/// `LLAMA_FTYPE_MOSTLY_MXFP4_MOE`: expert stacks in MXFP4, every other weight in Q8_0.
+const MXFP4_MOE: u32 = 38;
+
+/// The type `MXFP4_MOE` gives a weight with `ne2` matrices: MXFP4 for expert stacks (more
+/// than one matrix), Q8_0 for the rest, the output included (llama.cpp's rule).
+fn mxfp4_moe_type(ne2: u64) -> DType {
+    if ne2 > 1 {
+        DType::MXFP4
+    } else {
+        DType::Q8_0
+    }
+}
 
 impl FileType {
     /// The file type called `name` (case-insensitive) or with that numeric id.
@@ -265,6 +279,8 @@ pub fn quantize_file(
             } else {
                 DType::F16
             }
+        } else if ft.id == MXFP4_MOE {
+            mxfp4_moe_type(info.ne[2])
         } else if ft.base.is_quantized() {
             tensor_type(ft, &info.name, ne0, has_output, &mut c)
         } else {

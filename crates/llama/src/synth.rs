@@ -11,7 +11,7 @@ use tessera_tensor::{quant, DType};
 /// What to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
-    /// `llama`, `qwen2`, `qwen3`, `qwen3moe`, `gemma2`, `phi3` or `gpt2`.
+    /// `llama`, `qwen2`, `qwen3`, `qwen3moe`, `gpt-oss`, `gemma2`, `phi3` or `gpt2`.
     pub arch: String,
     /// Blocks.
     pub n_layer: usize,
@@ -21,9 +21,11 @@ pub struct SynthSpec {
     pub n_head: usize,
     /// KV heads.
     pub n_head_kv: usize,
+    /// Head size (0: `n_embd / n_head`; written as `attention.key_length` otherwise).
+    pub head_dim: usize,
     /// FFN width (of one expert, with experts).
     pub n_ff: usize,
-    /// Experts per block (`qwen3moe`; 0 elsewhere).
+    /// Experts per block (`qwen3moe`, `gpt-oss`; 0 elsewhere).
     pub n_expert: usize,
     /// Experts per token.
     pub n_expert_used: usize,
@@ -59,11 +61,15 @@ fn err(reason: String) -> LlamaError {
 /// (`tokenizer.*`) copied from `vocab`. Returns the vocabulary size used.
 pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Result<usize> {
     let a = spec.arch.as_str();
-    if !matches!(a, "llama" | "qwen2" | "qwen3" | "qwen3moe" | "gemma2" | "phi3" | "gpt2") {
+    if !matches!(
+        a,
+        "llama" | "qwen2" | "qwen3" | "qwen3moe" | "gpt-oss" | "gemma2" | "phi3" | "gpt2"
+    ) {
         return Err(err(format!("no synthetic layout for architecture '{a}'")));
     }
     let n_vocab = vocab.get_array("tokenizer.ggml.tokens")?.len();
-    let (e, hd) = (spec.n_embd, spec.n_embd / spec.n_head);
+    let hd = if spec.head_dim == 0 { spec.n_embd / spec.n_head } else { spec.head_dim };
+    let e = spec.n_embd;
     let (nq, nkv, ff) = (hd * spec.n_head, hd * spec.n_head_kv, spec.n_ff);
     let mut w = GgufWriter::new();
     let g = |e: tessera_gguf::GgufError| LlamaError::Metadata(e);
@@ -75,7 +81,7 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
     w.add(&k("block_count"), Value::U32(spec.n_layer as u32)).map_err(g)?;
     w.add(&k("context_length"), Value::U32(spec.n_ctx as u32)).map_err(g)?;
     w.add(&k("embedding_length"), Value::U32(e as u32)).map_err(g)?;
-    let moe = a == "qwen3moe";
+    let (oss, moe) = (a == "gpt-oss", a == "qwen3moe" || a == "gpt-oss");
     if moe {
         // As Qwen3-MoE's files: the dense width is the experts' times the experts used.
         let (n, used) = (spec.n_expert as u32, spec.n_expert_used as u32);
@@ -88,6 +94,18 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
     }
     w.add(&k("attention.head_count"), Value::U32(spec.n_head as u32)).map_err(g)?;
     w.add(&k("attention.head_count_kv"), Value::U32(spec.n_head_kv as u32)).map_err(g)?;
+    if spec.head_dim != 0 {
+        w.add(&k("attention.key_length"), Value::U32(hd as u32)).map_err(g)?;
+        w.add(&k("attention.value_length"), Value::U32(hd as u32)).map_err(g)?;
+    }
+    if oss {
+        // gpt-oss's RoPE: YaRN 32x from 4096 (its files' values); a window of 8 so that short
+        // prompts reach past it.
+        w.add(&k("rope.scaling.type"), "yarn").map_err(g)?;
+        w.add(&k("rope.scaling.factor"), Value::F32(32.0)).map_err(g)?;
+        w.add(&k("rope.scaling.original_context_length"), Value::U32(4096)).map_err(g)?;
+        w.add(&k("attention.sliding_window"), Value::U32(8)).map_err(g)?;
+    }
     if a == "gpt2" {
         w.add(&k("attention.layer_norm_epsilon"), Value::F32(1e-5)).map_err(g)?;
     } else {
@@ -110,6 +128,7 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
         let n: usize = shape.iter().product();
         let vals: Vec<f32> = match kind {
             Kind::Norm => (0..n).map(|_| 1.0 + 0.1 * rng.normal()).collect(),
+            Kind::Sink => (0..n).map(|_| 1.0 + rng.normal()).collect(),
             Kind::Bias => (0..n).map(|_| 0.02 * rng.normal()).collect(),
             Kind::Matrix | Kind::Router => {
                 let s = 1.0 / (shape[0] as f32).sqrt();
@@ -158,11 +177,29 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
             add(b("attn_k.bias"), &[nkv], Kind::Bias, &mut rng)?;
             add(b("attn_v.bias"), &[nkv], Kind::Bias, &mut rng)?;
         }
-        if a == "qwen3" || moe {
+        if a == "qwen3" || a == "qwen3moe" {
             add(b("attn_q_norm.weight"), &[hd], Kind::Norm, &mut rng)?;
             add(b("attn_k_norm.weight"), &[hd], Kind::Norm, &mut rng)?;
         }
         add(b("attn_output.weight"), &[nq, e], Kind::Matrix, &mut rng)?;
+        if oss {
+            add(b("attn_q.bias"), &[nq], Kind::Bias, &mut rng)?;
+            add(b("attn_k.bias"), &[nkv], Kind::Bias, &mut rng)?;
+            add(b("attn_v.bias"), &[nkv], Kind::Bias, &mut rng)?;
+            add(b("attn_output.bias"), &[e], Kind::Bias, &mut rng)?;
+            add(b("attn_sinks.weight"), &[spec.n_head], Kind::Sink, &mut rng)?;
+            add(b("post_attention_norm.weight"), &[e], Kind::Norm, &mut rng)?;
+            let n = spec.n_expert;
+            add(b("ffn_gate_inp.weight"), &[e, n], Kind::Router, &mut rng)?;
+            add(b("ffn_gate_inp.bias"), &[n], Kind::Bias, &mut rng)?;
+            add(b("ffn_gate_exps.weight"), &[e, ff, n], Kind::Matrix, &mut rng)?;
+            add(b("ffn_gate_exps.bias"), &[ff, n], Kind::Bias, &mut rng)?;
+            add(b("ffn_up_exps.weight"), &[e, ff, n], Kind::Matrix, &mut rng)?;
+            add(b("ffn_up_exps.bias"), &[ff, n], Kind::Bias, &mut rng)?;
+            add(b("ffn_down_exps.weight"), &[ff, e, n], Kind::Matrix, &mut rng)?;
+            add(b("ffn_down_exps.bias"), &[e, n], Kind::Bias, &mut rng)?;
+            continue;
+        }
         if a == "gemma2" {
             add(b("post_attention_norm.weight"), &[e], Kind::Norm, &mut rng)?;
         }
@@ -184,6 +221,9 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
         }
     }
     add("output_norm.weight".into(), &[e], Kind::Norm, &mut rng)?;
+    if oss {
+        add("output.weight".into(), &[e, n_vocab], Kind::Matrix, &mut rng)?;
+    }
     if a == "gpt2" {
         add("output_norm.bias".into(), &[e], Kind::Bias, &mut rng)?;
     }
@@ -199,6 +239,8 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
 enum Kind {
     Norm,
     Bias,
+    /// Attention sinks: logits around 1.
+    Sink,
     Matrix,
     /// A matrix kept in F32 (a mixture-of-experts router).
     Router,
@@ -217,6 +259,7 @@ pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_embd: 256,
                 n_head: 4,
                 n_head_kv: 2,
+                head_dim: 0,
                 n_ff: 512,
                 n_ctx: 2048,
                 n_expert: 0,
@@ -234,6 +277,7 @@ pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_embd: 256,
                 n_head: 4,
                 n_head_kv: 4,
+                head_dim: 0,
                 n_ff: 1024,
                 n_ctx: 1024,
                 n_expert: 0,
@@ -259,6 +303,7 @@ pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_embd: 256,
                 n_head: 4,
                 n_head_kv: 4,
+                head_dim: 0,
                 n_ff: 512,
                 n_ctx: 4096,
                 n_expert: 0,
@@ -276,6 +321,7 @@ pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_embd: 256,
                 n_head: 4,
                 n_head_kv: 2,
+                head_dim: 0,
                 n_ff: 512,
                 n_ctx: 2048,
                 n_expert: 0,
@@ -288,28 +334,53 @@ pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
     ]
 }
 
-/// The mixture-of-experts model `crates/llama/tests/moe.rs` compares with llama.cpp, as (file
-/// stem, spec, vocabulary fixture): `qwen3moe` with 16 experts of width 256, 4 per token, in
-/// F16, which the test (and llama.cpp, for the fixture) quantize to Q4_K_M: Q4_K experts
-/// (repacked at AVX2), Q6_K down projections in half the blocks, the router in F32.
+/// The mixture-of-experts models `crates/llama/tests/moe.rs` compares with llama.cpp, as (file
+/// stem, spec, vocabulary fixture), in F16:
+/// - `qwen3moe` with 16 experts of width 256, 4 per token, which the test (and llama.cpp, for
+///   the fixture) quantize to Q4_K_M: Q4_K experts (repacked at AVX2), Q6_K down projections in
+///   half the blocks, the router in F32;
+/// - `gpt-oss` with 16 experts of width 256, 4 per token, 8 heads of 64 (wider than the model,
+///   as gpt-oss's), every bias and sink, YaRN and a window of 8 on even blocks, which they
+///   quantize to MXFP4_MOE: MXFP4 experts, Q8_0 elsewhere, the router in F32.
 pub fn moe_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
-    vec![(
-        "synth-qwen3moe-f16",
-        SynthSpec {
-            arch: "qwen3moe".into(),
-            n_layer: 4,
-            n_embd: 256,
-            n_head: 4,
-            n_head_kv: 2,
-            n_ff: 256,
-            n_ctx: 2048,
-            n_expert: 16,
-            n_expert_used: 4,
-            dtype: DType::F16,
-            seed: 13,
-        },
-        "ggml-vocab-qwen2.gguf",
-    )]
+    vec![
+        (
+            "synth-gpt-oss-f16",
+            SynthSpec {
+                arch: "gpt-oss".into(),
+                n_layer: 4,
+                n_embd: 256,
+                n_head: 8,
+                n_head_kv: 2,
+                head_dim: 64,
+                n_ff: 256,
+                n_ctx: 131072,
+                n_expert: 16,
+                n_expert_used: 4,
+                dtype: DType::F16,
+                seed: 19,
+            },
+            "ggml-vocab-qwen2.gguf",
+        ),
+        (
+            "synth-qwen3moe-f16",
+            SynthSpec {
+                arch: "qwen3moe".into(),
+                n_layer: 4,
+                n_embd: 256,
+                n_head: 4,
+                n_head_kv: 2,
+                head_dim: 0,
+                n_ff: 256,
+                n_ctx: 2048,
+                n_expert: 16,
+                n_expert_used: 4,
+                dtype: DType::F16,
+                seed: 13,
+            },
+            "ggml-vocab-qwen2.gguf",
+        ),
+    ]
 }
 
 /// Benchmark shapes with random weights (tied embeddings, llama 3's vocabulary size when given
@@ -318,8 +389,26 @@ pub fn moe_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
 /// wide, 8/2 heads, FFN 1536) for quick fidelity checks; 2-D weights of `dtype`. And
 /// `qwen3-30b-a3b-4l`: Qwen3-30B-A3B's experts (128 of width 768, 8 per token, 2048 wide)
 /// in 4 of its 48 blocks, with 16/2 heads of 128 (the real model's head size and GQA ratio,
-/// half its query heads: the file's Q width stays the model width).
+/// half its query heads: the file's Q width stays the model width). And `gpt-oss-20b-4l`:
+/// gpt-oss-20b's blocks (2880 wide, 64/8 heads of 64, 32 experts of width 2880, 4 per token)
+/// in 4 of its 24.
 pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
+    if name == "gpt-oss-20b-4l" {
+        return Some(SynthSpec {
+            arch: "gpt-oss".into(),
+            n_layer: 4,
+            n_embd: 2880,
+            n_head: 64,
+            n_head_kv: 8,
+            head_dim: 64,
+            n_ff: 2880,
+            n_ctx: 131072,
+            n_expert: 32,
+            n_expert_used: 4,
+            dtype,
+            seed: 23,
+        });
+    }
     if name == "qwen3-30b-a3b-4l" {
         return Some(SynthSpec {
             arch: "qwen3moe".into(),
@@ -327,6 +416,7 @@ pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
             n_embd: 2048,
             n_head: 16,
             n_head_kv: 2,
+            head_dim: 0,
             n_ff: 768,
             n_ctx: 40960,
             n_expert: 128,
@@ -349,6 +439,7 @@ pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
         n_embd,
         n_head,
         n_head_kv: n_head / 4,
+        head_dim: 0,
         n_ff,
         n_ctx: 131072,
         n_expert: 0,

@@ -163,6 +163,7 @@ fn synthetic_q4_0_offloaded_gets_plain_bytes() {
         n_embd: 256,
         n_head: 4,
         n_head_kv: 2,
+        head_dim: 0,
         n_ff: 512,
         n_ctx: 512,
         n_expert: 0,
@@ -223,7 +224,10 @@ fn synthetic_q4_0_offloaded_gets_plain_bytes() {
 /// go to the device, and the logits are the CPU alone's bit for bit.
 #[test]
 fn synthetic_qwen3moe_offloaded_equals_cpu() {
-    let (stem, spec, vocab) = tessera_llama::synth::moe_models().remove(0);
+    let (stem, spec, vocab) = tessera_llama::synth::moe_models()
+        .into_iter()
+        .find(|m| m.0 == "synth-qwen3moe-f16")
+        .unwrap();
     let v = tessera_gguf::GgufFile::open(tessera_models::fixtures::vocab(vocab).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{stem}.gguf"));

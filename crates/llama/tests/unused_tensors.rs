@@ -16,6 +16,7 @@ fn spec(arch: &str) -> SynthSpec {
         n_embd: 128,
         n_head: 4,
         n_head_kv: 2,
+        head_dim: 0,
         n_ff: 256,
         n_ctx: 512,
         n_expert: 0,

@@ -76,14 +76,6 @@ pub(super) fn fp16x2(bits: u32) -> (f32, f32) {
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
-/// The product of two f16 values.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn fp16_mul(a: u16, b: u16) -> f32 {
-    let (a, b) = fp16x2(u32::from(a) | (u32::from(b) << 16));
-    a * b
-}
-
 /// One f16 value as f32 by bit manipulation (exact, infinities and NaNs kept): for scales
 /// read once per large block, where a vector conversion would risk the false dependency
 /// [`fp16x2`] describes.
@@ -224,7 +216,7 @@ unsafe fn q8_0_scales(y: &[*const u8], i: usize) -> __m128 {
 /// block's raw scale and 32 signed weight bytes. The scale of each product is the weight scale
 /// times the f16 activation scale, rounded once: with an f16 weight scale (`MX = false`: Q4_0,
 /// Q5_0, Q8_0, IQ4_NL) the block's `C` activation scales are converted in one F16C
-/// instruction and multiplied in one `mulps` (as [`fp16_mul`]'s bits); MXFP4's (`MX`) is half
+/// instruction and multiplied in one `mulps` (the bits of both converted, then one product); MXFP4's (`MX`) is half
 /// its E8M0 exponent.
 ///
 /// # Safety
@@ -309,6 +301,28 @@ pub(super) fn iq4_nl_table() -> __m256i {
     _mm256_broadcastsi128_si256(unsafe {
         ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast())
     })
+}
+
+/// `kvalues_mxfp4` (the doubled E2M1 values) in both lanes, for byte shuffles.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn mxfp4_table() -> __m256i {
+    // SAFETY: the table is 16 bytes.
+    _mm256_broadcastsi128_si256(unsafe {
+        ld128(tessera_tensor::blocks::KVALUES_MXFP4.as_ptr().cast())
+    })
+}
+
+/// An MXFP4 block's E8M0 exponent and its 32 values (table entries) as signed bytes.
+///
+/// # Safety
+/// `b` must be a whole readable MXFP4 block (17 bytes: e, qs[16]); AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn mxfp4_block(table: __m256i, b: *const u8) -> (u8, __m256i) {
+    // SAFETY: by the caller's contract.
+    let (e, qs) = unsafe { (*b, ld128(b.add(1))) };
+    (e, _mm256_shuffle_epi8(table, nibbles(qs)))
 }
 
 /// An IQ4_NL block's f16 scale and its 32 values (table entries) as signed bytes.
@@ -585,14 +599,11 @@ unsafe fn iq4_nl_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn mxfp4_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
-    // SAFETY: the table is 16 bytes.
-    let table = _mm256_broadcastsi128_si256(unsafe {
-        ld128(tessera_tensor::blocks::KVALUES_MXFP4.as_ptr().cast())
-    });
+    let table = mxfp4_table();
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole MXFP4 block (17 bytes: e, qs[16]).
-        let (e, qs) = unsafe { (*b, ld128(b.add(1))) };
-        (u16::from(e), _mm256_shuffle_epi8(table, nibbles(qs)))
+        let (e, q) = unsafe { mxfp4_block(table, b) };
+        (u16::from(e), q)
     };
     // SAFETY: forwarded.
     unsafe { q8_0_rows::<1, true>(n, x, 17, [y], unpack)[0] }

@@ -1,7 +1,8 @@
-//! Repacked Q4_0, IQ4_NL, Q4_K and Q2_K weights with eight rows interleaved in memory, as
-//! llama.cpp's CPU_REPACK buffer holds them (`block_q4_0x8`, `block_iq4_nlx8`, `block_q4_Kx8`,
-//! `block_q2_Kx8`; the layout here is Tessera's own), and their products (Q4_0 and IQ4_NL
-//! here, Q4_K in [`super::interleaved_k`], Q2_K in [`super::interleaved_q2k`]).
+//! Repacked Q4_0, IQ4_NL, MXFP4, Q4_K and Q2_K weights with eight rows interleaved in memory,
+//! as llama.cpp's CPU_REPACK buffer holds them (`block_q4_0x8`, `block_iq4_nlx8`,
+//! `block_mxfp4x8`, `block_q4_Kx8`, `block_q2_Kx8`; the layout here is Tessera's own), and their
+//! products (Q4_0, IQ4_NL and MXFP4 here, Q4_K in [`super::interleaved_k`], Q2_K in
+//! [`super::interleaved_q2k`]).
 //!
 //! # Why a layout of its own
 //!
@@ -12,7 +13,7 @@
 //! multiply-add with four activation bytes broadcast to every lane adds to all eight rows'
 //! sums at once, lane `r` ending with row `r`'s exact sum. No horizontal sums, no shuffles;
 //! the output is lane `r`'s f32 chain (Q4_0: `acc = fma(f32(Σ q·y), f32(dx)·f32(dy), acc)`
-//! over the blocks in order; IQ4_NL the same), which is the repacked chain exactly (same bits as
+//! over the blocks in order; IQ4_NL and MXFP4 the same), which is the repacked chain exactly (same bits as
 //! [`super::repack`]'s one-row kernels, tests).
 //!
 //! # The layout
@@ -20,25 +21,26 @@
 //! Rows `8g..8g+8` keep the bytes they had (`8 · row_size` from `8g · row_size`), so a range
 //! of whole groups is a range of bytes. Within a group, block `i` of the eight rows takes the
 //! eight rows' bytes of that block (`8 · block size` at `8 · block size · i`): first each
-//! f16 field as eight consecutive values in row order (Q4_0: `d`; Q4_K and Q2_K: `d`, then
-//! `dmin`, which Q2_K's file block keeps at its end), then the rest of each row's block as
-//! 4-byte words, word `w` of row `r` at
-//! `16·fields + 32·w + 4·r`: 32 bytes per word index, one lane per row.
+//! scale field as eight consecutive values in row order (Q4_0: `d`; Q4_K and Q2_K: `d`, then
+//! `dmin`, which Q2_K's file block keeps at its end; MXFP4: its one-byte exponent `e`), then
+//! the rest of each row's block as 4-byte words, word `w` of row `r` at
+//! `8·field bytes + 32·w + 4·r`: 32 bytes per word index, one lane per row.
 //!
-//! For Q4_0 and IQ4_NL the four words are their 16 bytes of nibbles: a byte's low nibble is
+//! For Q4_0, IQ4_NL and MXFP4 the four words are their 16 bytes of nibbles: a byte's low nibble is
 //! value `j`, its high nibble value `j + 16`, so word `c` gives the values `4c..4c+4` (low
 //! nibbles) and `16+4c..16+4c+4` (high) of every row. Q4_0's products take the nibbles
 //! unsigned (`0..16`) and take `8·Σy` off each block's sums (the activation block's sum, found
 //! once per product). IQ4_NL's nibbles index `kvalues_iq4nl` (one byte shuffle): with VNNI the
 //! table biased to unsigned (`+128`), `128·Σy` taken off the same way; with AVX2 the signed
 //! values through the sign trick (`|q|` times `y` with `q`'s signs: pair sums fit `maddubs`),
-//! summed in i32.
+//! summed in i32. MXFP4 is IQ4_NL with its own table (`kvalues_mxfp4`) and its scales the eight
+//! rows' E8M0 exponents, each as half its power of two.
 
 // The AVX-512 intrinsics are stable since Rust 1.89 (the toolchain here is newer); see the
 // note in `avx512.rs`.
 #![allow(clippy::incompatible_msrv)]
 
-use super::avx2::{dot_u8_i8, hsum_epi32, iq4_nl_table, ld128, ld256, rd};
+use super::avx2::{dot_u8_i8, hsum_epi32, iq4_nl_table, ld128, ld256, mxfp4_table, rd};
 use super::vnni_matvec::PREFETCH;
 use super::{interleaved_k, interleaved_q2k, row_targets, Activations};
 use crate::{ComputeParams, TensorRef};
@@ -50,33 +52,44 @@ use tessera_tensor::DType;
 pub(crate) const GROUP: usize = 8;
 /// Bytes of one Q4_0 (and IQ4_NL) block.
 const QK_BYTES: usize = 18;
-/// Bytes of one Q4_0 (IQ4_NL) block of a group's eight rows.
-const GROUP_BLOCK: usize = GROUP * QK_BYTES;
+/// Bytes of one MXFP4 block.
+const MXFP4_BYTES: usize = 17;
 /// Most activation rows one kernel call takes.
 pub(super) const MAX_ROWS: usize = 4;
 
-/// How a type's blocks are interleaved: its `head` f16 fields (at byte `at` of the file's
-/// block) first, each as the eight rows' values in row order, then the rest of each row's
-/// block, in order, as 4-byte words, word `w` of row `r` at `16·head + 32·w + 4·r`.
+/// How a type's blocks are interleaved: its `head` scale fields of `field` bytes each (at byte
+/// `at` of the file's block) first, each as the eight rows' values in row order, then the rest
+/// of each row's block, in order, as 4-byte words, word `w` of row `r` at
+/// `8·field·head + 32·w + 4·r`.
 #[derive(Clone, Copy)]
 struct Shape {
     /// Bytes per block.
     bytes: usize,
     /// Values per block.
     values: usize,
-    /// The f16 fields.
+    /// The scale fields.
     head: usize,
+    /// Bytes per scale field (2: f16; 1: MXFP4's E8M0 exponent).
+    field: usize,
     /// Where they are in the file's block (Q2_K keeps `d` and `dmin` at its end).
     at: usize,
 }
 
+impl Shape {
+    /// Bytes of the scale fields of one row's block.
+    fn head_bytes(self) -> usize {
+        self.head * self.field
+    }
+}
+
 /// The interleaved shape of `dtype`, where its repacked weights are stored interleaved.
 fn shape(dtype: DType) -> Option<Shape> {
-    let sh = |bytes, values, head, at| Some(Shape { bytes, values, head, at });
+    let sh = |bytes, values, head, field, at| Some(Shape { bytes, values, head, field, at });
     match dtype {
-        DType::Q4_0 | DType::IQ4_NL => sh(QK_BYTES, 32, 1, 0),
-        DType::Q4_K => sh(144, 256, 2, 0),
-        DType::Q2_K => sh(84, 256, 2, 80),
+        DType::Q4_0 | DType::IQ4_NL => sh(QK_BYTES, 32, 1, 2, 0),
+        DType::MXFP4 => sh(MXFP4_BYTES, 32, 1, 1, 0),
+        DType::Q4_K => sh(144, 256, 2, 2, 0),
+        DType::Q2_K => sh(84, 256, 2, 2, 80),
         _ => None,
     }
 }
@@ -89,32 +102,32 @@ pub(crate) fn applies(dtype: DType) -> bool {
 
 /// Where byte `i` of row `r`'s block goes in the group's interleaved block.
 fn place(sh: Shape, r: usize, i: usize) -> usize {
-    let fields = sh.at..sh.at + 2 * sh.head;
+    let fields = sh.at..sh.at + sh.head_bytes();
     if fields.contains(&i) {
         let f = i - sh.at;
-        16 * (f / 2) + 2 * r + f % 2
+        GROUP * sh.field * (f / sh.field) + sh.field * r + f % sh.field
     } else {
         // The byte's place among the bytes that are not fields.
-        let j = if i < sh.at { i } else { i - 2 * sh.head };
-        16 * sh.head + 32 * (j / 4) + 4 * r + j % 4
+        let j = if i < sh.at { i } else { i - sh.head_bytes() };
+        GROUP * sh.head_bytes() + 32 * (j / 4) + 4 * r + j % 4
     }
 }
 
 /// Moves every byte of `rows` rows of `k` values between the file's layout (`plain`) and the
 /// interleaved one: `f(plain index, interleaved index, length)` for each run of bytes that
-/// stays together (a 2-byte field, a 4-byte word).
+/// stays together (a scale field, a 4-byte word).
 fn for_each_run(sh: Shape, rows: usize, k: usize, mut f: impl FnMut(usize, usize, usize)) {
     let nb = k / sh.values;
     let row = nb * sh.bytes;
-    let fields_end = sh.at + 2 * sh.head;
+    let fields_end = sh.at + sh.head_bytes();
     for g in 0..rows / GROUP {
         let base = g * GROUP * row;
         for b in 0..nb {
             let gb = base + b * GROUP * sh.bytes;
             for r in 0..GROUP {
                 let pb = base + r * row + b * sh.bytes;
-                for i in (sh.at..fields_end).step_by(2) {
-                    f(pb + i, gb + place(sh, r, i), 2);
+                for i in (sh.at..fields_end).step_by(sh.field) {
+                    f(pb + i, gb + place(sh, r, i), sh.field);
                 }
                 for i in (0..sh.at).step_by(4).chain((fields_end..sh.bytes).step_by(4)) {
                     f(pb + i, gb + place(sh, r, i), 4);
@@ -129,7 +142,7 @@ fn for_each_run(sh: Shape, rows: usize, k: usize, mut f: impl FnMut(usize, usize
 fn checked(dtype: DType, len: usize, rows: usize, k: usize) -> Option<Shape> {
     let sh = shape(dtype)?;
     let whole = rows % GROUP == 0 && k % sh.values == 0;
-    let words = sh.at % 4 == 0 && (sh.bytes - 2 * sh.head) % 4 == 0;
+    let words = sh.at % 4 == 0 && (sh.bytes - sh.head_bytes()) % 4 == 0;
     (whole && words && len == rows * (k / sh.values) * sh.bytes).then_some(sh)
 }
 
@@ -171,14 +184,15 @@ type GroupFn = unsafe fn(
     outs: &[*mut f32],
 );
 
-/// The group loop of one type and instruction set: `$weights(nibbles)` turns 32 bytes of
-/// nibbles (`0..16`) into the operand of `$dot`; `$dot(s, w, y)` adds the products of four
-/// weight values and four activation bytes per lane to `s`; `$add` adds two such sums;
-/// `$finish(s)` turns the accumulated `s` into eight i32 sums; `$biased`: whether each block's
-/// sums lose their `bias`.
+/// The group loop of one type and instruction set: `$block` bytes per group block, its scales
+/// first (`$head` bytes, which `$scales(block)` turns into the eight rows' f32 scales), then
+/// the words of nibbles; `$weights(nibbles)` turns 32 bytes of nibbles (`0..16`) into the
+/// operand of `$dot`; `$dot(s, w, y)` adds the products of four weight values and four
+/// activation bytes per lane to `s`; `$add` adds two such sums; `$finish(s)` turns the
+/// accumulated `s` into eight i32 sums; `$biased`: whether each block's sums lose their `bias`.
 macro_rules! group_kernel {
-    ($name:ident, $features:literal, $weights:expr, $dot:expr, $add:expr, $finish:expr,
-     $biased:literal) => {
+    ($name:ident, $features:literal, ($block:expr, $head:expr, $scales:expr), $weights:expr,
+     $dot:expr, $add:expr, $finish:expr, $biased:literal) => {
         /// The [`GroupFn`] of one type and instruction set for `N` activation rows.
         ///
         /// # Safety
@@ -200,7 +214,7 @@ macro_rules! group_kernel {
                 let gx = x.wrapping_add(g * gstride);
                 let mut acc = [_mm256_setzero_ps(); N];
                 for i in 0..n / 32 {
-                    let b = gx.wrapping_add(i * GROUP_BLOCK);
+                    let b = gx.wrapping_add(i * $block);
                     // Hints only: never fault. Two lines per 144-byte block cover the stream.
                     _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH).cast());
                     _mm_prefetch::<_MM_HINT_T0>(b.wrapping_add(PREFETCH + 64).cast());
@@ -209,7 +223,7 @@ macro_rules! group_kernel {
                     let mut s = [[_mm256_setzero_si256(); 4]; N];
                     for c in 0..4 {
                         // SAFETY: chunk c of block i of the group (the contract).
-                        let raw = unsafe { ld256(b.add(16 + 32 * c)) };
+                        let raw = unsafe { ld256(b.add($head + 32 * c)) };
                         let lo = $weights(_mm256_and_si256(raw, m4));
                         let hi = $weights(_mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4));
                         for j in 0..N {
@@ -225,8 +239,8 @@ macro_rules! group_kernel {
                             s[j][2 + c % 2] = $dot(s[j][2 + c % 2], hi, yhi);
                         }
                     }
-                    // SAFETY: the eight f16 scales at the block's start.
-                    let dx = _mm256_cvtph_ps(unsafe { ld128(b) });
+                    // SAFETY: the eight rows' scales at the block's start.
+                    let dx = unsafe { $scales(b) };
                     for j in 0..N {
                         // SAFETY: block i's scale of row j (the contract).
                         let dy = unsafe { rd::<u16>(ys[j].add(34 * i)) };
@@ -254,11 +268,39 @@ macro_rules! group_kernel {
     };
 }
 
+/// The eight rows' f16 scales at the start of a Q4_0 or IQ4_NL group block.
+///
+/// # Safety
+/// 16 readable bytes at `b`; F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_scales(b: *const u8) -> __m256 {
+    // SAFETY: by the caller's contract.
+    _mm256_cvtph_ps(unsafe { ld128(b) })
+}
+
+/// The eight rows' scales at the start of an MXFP4 group block: each E8M0 exponent `e` as half
+/// its power of two, `2^(e − 128)` (`ggml_e8m0_to_fp32_half`, subnormal for `e < 2`).
+///
+/// # Safety
+/// 8 readable bytes at `b`; AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn e8m0_scales(b: *const u8) -> __m256 {
+    // SAFETY: by the caller's contract.
+    let e = _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(b.cast()) });
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+    let small = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+    let is_small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(normal, small, is_small))
+}
+
 // Q4_0, AVX2: `maddubs` pairs in i16, the eight of a block summed in i16 (at most
 // 8 · 2 · 15 · 128 = 30720, exact), then one `madd` to i32 per block.
 group_kernel!(
     q4_0_avx2,
     "avx2,fma,f16c",
+    (GROUP * QK_BYTES, 16, f16_scales),
     |q| q,
     |s, q, y| _mm256_add_epi16(s, _mm256_maddubs_epi16(q, y)),
     |a, b| _mm256_add_epi16(a, b),
@@ -269,6 +311,7 @@ group_kernel!(
 group_kernel!(
     q4_0_vnni,
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    (GROUP * QK_BYTES, 16, f16_scales),
     |q| q,
     |s, q, y| _mm256_dpbusd_epi32(s, q, y),
     |a, b| _mm256_add_epi32(a, b),
@@ -280,6 +323,7 @@ group_kernel!(
 group_kernel!(
     iq4_nl_avx2,
     "avx2,fma,f16c",
+    (GROUP * QK_BYTES, 16, f16_scales),
     |q| _mm256_shuffle_epi8(iq4_nl_table(), q),
     |s, q, y| {
         let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
@@ -293,6 +337,7 @@ group_kernel!(
 group_kernel!(
     iq4_nl_vnni,
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    (GROUP * QK_BYTES, 16, f16_scales),
     |q| _mm256_shuffle_epi8(_mm256_xor_si256(iq4_nl_table(), _mm256_set1_epi8(0x80u8 as i8)), q),
     |s, q, y| _mm256_dpbusd_epi32(s, q, y),
     |a, b| _mm256_add_epi32(a, b),
@@ -300,7 +345,34 @@ group_kernel!(
     true
 );
 
-/// The group kernel of `dtype` (Q4_0 or IQ4_NL) for `rows` (1..=[`MAX_ROWS`]) activation rows.
+// MXFP4, AVX2: IQ4_NL's kernel with MXFP4's table (values within ±12) and scales.
+group_kernel!(
+    mxfp4_avx2,
+    "avx2,fma,f16c",
+    (GROUP * MXFP4_BYTES, 8, e8m0_scales),
+    |q| _mm256_shuffle_epi8(mxfp4_table(), q),
+    |s, q, y| {
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+        _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+    },
+    |a, b| _mm256_add_epi32(a, b),
+    |s| s,
+    false
+);
+// MXFP4, AVX-512 VNNI: the table plus 128 through `vpdpbusd`, `128·Σy` taken off.
+group_kernel!(
+    mxfp4_vnni,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    (GROUP * MXFP4_BYTES, 8, e8m0_scales),
+    |q| _mm256_shuffle_epi8(_mm256_xor_si256(mxfp4_table(), _mm256_set1_epi8(0x80u8 as i8)), q),
+    |s, q, y| _mm256_dpbusd_epi32(s, q, y),
+    |a, b| _mm256_add_epi32(a, b),
+    |s| s,
+    true
+);
+
+/// The group kernel of `dtype` (Q4_0, IQ4_NL or MXFP4) for `rows` (1..=[`MAX_ROWS`])
+/// activation rows.
 fn kernel(dtype: DType, vnni: bool, rows: usize) -> GroupFn {
     macro_rules! pick {
         ($f:ident) => {
@@ -315,6 +387,8 @@ fn kernel(dtype: DType, vnni: bool, rows: usize) -> GroupFn {
     match (dtype, vnni) {
         (DType::IQ4_NL, true) => pick!(iq4_nl_vnni),
         (DType::IQ4_NL, false) => pick!(iq4_nl_avx2),
+        (DType::MXFP4, true) => pick!(mxfp4_vnni),
+        (DType::MXFP4, false) => pick!(mxfp4_avx2),
         (_, true) => pick!(q4_0_vnni),
         (_, false) => pick!(q4_0_avx2),
     }
@@ -338,7 +412,7 @@ unsafe fn block_sums(n: usize, y: *const u8, m: u8, out: &mut Vec<i32>) {
 fn block_bias(dtype: DType, vnni: bool) -> Option<u8> {
     match dtype {
         DType::Q4_0 => Some(8),
-        DType::IQ4_NL if vnni => Some(128),
+        DType::IQ4_NL | DType::MXFP4 if vnni => Some(128),
         _ => None,
     }
 }
@@ -364,7 +438,7 @@ unsafe fn run_tile(
     let rows = ys.len();
     // SAFETY: forwarded from the caller.
     unsafe {
-        if matches!(dtype, DType::Q4_0 | DType::IQ4_NL) {
+        if matches!(dtype, DType::Q4_0 | DType::IQ4_NL | DType::MXFP4) {
             kernel(dtype, vnni, rows)(k, x, gstride, ngroups, ys, sy, outs)
         } else {
             let kernel =
@@ -525,7 +599,7 @@ mod tests {
         // Group 1, block 1, row 3: its scale, and its nibble bytes 4..8 in chunk 1.
         let row = k / 32 * QK_BYTES;
         let b = 8 * row + 3 * row + QK_BYTES;
-        let o = 8 * row + GROUP_BLOCK;
+        let o = 8 * row + GROUP * QK_BYTES;
         assert_eq!(il[o + 6..o + 8], src[b..b + 2]);
         assert_eq!(il[o + 16 + 32 + 12..o + 16 + 32 + 16], src[b + 2 + 4..b + 2 + 8]);
         assert!(interleave(DType::Q4_0, &src[1..], rows, k).is_none());
@@ -533,6 +607,15 @@ mod tests {
         assert!(interleave(DType::Q8_0, &src, rows, k).is_none());
         // IQ4_NL: Q4_0's shape.
         assert_eq!(interleave(DType::IQ4_NL, &src, rows, k).unwrap(), il);
+        // MXFP4: the eight one-byte exponents, then the nibble words.
+        let src: Vec<u8> = (0..rows * k / 32 * 17).map(|i| (i * 11 % 251) as u8).collect();
+        let il = interleave(DType::MXFP4, &src, rows, k).unwrap();
+        assert_eq!(deinterleave(DType::MXFP4, &il, rows, k).unwrap(), src);
+        // Group 1, block 1, row 3: its exponent, and its nibble bytes 4..8 (chunk 1).
+        let row = k / 32 * 17;
+        let (b, o) = (8 * row + 3 * row + 17, 8 * row + 8 * 17);
+        assert_eq!(il[o + 3], src[b]);
+        assert_eq!(il[o + 8 + 32 + 12..o + 8 + 32 + 16], src[b + 1 + 4..b + 1 + 8]);
         // Q4_K: d and dmin of each row, then its scales and codes as 4-byte words.
         let (rows, k) = (8, 512);
         let src: Vec<u8> = (0..rows * 2 * 144).map(|i| (i * 13 % 251) as u8).collect();

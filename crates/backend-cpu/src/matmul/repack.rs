@@ -10,9 +10,10 @@
 //! Tessera's own in which lane `r` of a register is row `r`). The one-row chains here, in the
 //! file's layout, are the reference every kernel is tested against:
 //!
-//! - Q4_0 and IQ4_NL against Q8_0 activations: per block the exact integer `Σ q·y` (`q` the
-//!   signed weight value: nibble − 8, or the IQ4_NL table value), then
-//!   `acc = fma(f32(Σ), f32(dx)·f32(dy), acc)`, blocks in order from 0.
+//! - Q4_0, IQ4_NL and MXFP4 against Q8_0 activations: per block the exact integer `Σ q·y` (`q`
+//!   the signed weight value: nibble − 8, or the IQ4_NL or MXFP4 table value), then
+//!   `acc = fma(f32(Σ), dx·f32(dy), acc)`, blocks in order from 0, with `dx` the weight's f16
+//!   scale as f32 (MXFP4: half its E8M0 exponent, `ggml_e8m0_to_fp32_half`).
 //! - Q4_K against Q8_K: the exact integers `s1 = Σ_sub scale·Σ q·y` and `s2 = Σ_sub min·Σ y`
 //!   (from the activation block sums), then `acc = fma(f32(s1), d·dy, acc)` and
 //!   `accm = fma(f32(s2), dmin·dy, accm)`, and the output is `acc − accm`. The GEMV takes the
@@ -21,7 +22,7 @@
 //!   a product and the GEMV on the rest (and on single rows), so which chain an output gets
 //!   depends on its row: [`dots`] gives both.
 //!
-//! For Q4_0 and IQ4_NL the GEMV and GEMM chains are the same. The
+//! For Q4_0, IQ4_NL and MXFP4 the GEMV and GEMM chains are the same. The
 //! activations are quantized as for the `vec_dot`s: ggml's 4-row quantizers
 //! (`ggml_quantize_mat_q8_0_4x8`, `..._q8_K_4x8`) give the same bytes as `quantize_row_q8_0`
 //! and `quantize_row_q8_K` (a Q8_K block whose largest magnitude appears with both signs gets
@@ -32,24 +33,25 @@
 //!   sub-blocks; the GEMV takes them over each 256-value block, the GEMM over each 128 values.
 //!
 //! Which weights are repacked is llama.cpp's rule ([`applies`]), decided when the model is
-//! loaded; MXFP4 (repacked by llama.cpp with AVX2) is not reproduced yet.
+//! loaded.
 
 use super::avx2::{
-    dot_u8_i8, fp16, fp16_mul, hsum_epi32, iq4_nl_block, iq4_nl_table, ld256, q4_0_block, rd,
+    dot_u8_i8, fp16, hsum_epi32, iq4_nl_block, iq4_nl_table, ld256, mxfp4_block, mxfp4_table,
+    q4_0_block, rd,
 };
 use super::kquant_tiled::scale_min_k4;
+use super::scalar::e8m0_half;
 use super::VecDot;
 use crate::SimdLevel;
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
 /// Whether llama.cpp (built for `level`) would repack a 2-D weight of type `dtype` with `rows`
-/// rows (`ggml_repack_get_optimal_repack_type` on x86): Q4_0, Q4_K and IQ4_NL with AVX2, Q2_K
-/// with AVX-512, each with a row count divisible by 8. (MXFP4 with AVX2 is llama.cpp's too;
-/// not yet here.)
+/// rows (`ggml_repack_get_optimal_repack_type` on x86): Q4_0, Q4_K, IQ4_NL and MXFP4 with AVX2,
+/// Q2_K with AVX-512, each with a row count divisible by 8.
 pub(crate) fn applies(dtype: DType, rows: usize, level: SimdLevel) -> bool {
     let needs = match dtype {
-        DType::Q4_0 | DType::Q4_K | DType::IQ4_NL => SimdLevel::Avx2,
+        DType::Q4_0 | DType::Q4_K | DType::IQ4_NL | DType::MXFP4 => SimdLevel::Avx2,
         DType::Q2_K => SimdLevel::Avx512,
         _ => return false,
     };
@@ -62,6 +64,7 @@ pub(super) fn dots(dtype: DType) -> Option<(VecDot, VecDot)> {
     Some(match dtype {
         DType::Q4_0 => (q4_0_repacked, q4_0_repacked),
         DType::IQ4_NL => (iq4_nl_repacked, iq4_nl_repacked),
+        DType::MXFP4 => (mxfp4_repacked, mxfp4_repacked),
         DType::Q4_K => (q4_k_repacked::<false>, q4_k_repacked::<true>),
         DType::Q2_K => (q2_k_repacked::<false>, q2_k_repacked::<true>),
         _ => return None,
@@ -81,7 +84,7 @@ unsafe fn q8_0_chain(
     x: *const u8,
     xsize: usize,
     y: *const u8,
-    unpack: impl Fn(*const u8) -> (u16, __m256i),
+    unpack: impl Fn(*const u8) -> (f32, __m256i),
 ) -> f32 {
     let mut acc = 0f32;
     for i in 0..n / 32 {
@@ -92,7 +95,7 @@ unsafe fn q8_0_chain(
         // The sign trick: |x| (unsigned) times y with x's signs; pair sums fit in i16.
         let ax = _mm256_sign_epi8(qx, qx);
         let sum = hsum_epi32(dot_u8_i8(ax, _mm256_sign_epi8(qy, qx)));
-        acc = (sum as f32).mul_add(fp16_mul(dx, dy), acc);
+        acc = (sum as f32).mul_add(dx * fp16(dy), acc);
     }
     acc
 }
@@ -104,7 +107,12 @@ unsafe fn q8_0_chain(
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_0_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: `b` is a whole Q4_0 block of the row; forwarded.
-    unsafe { q8_0_chain(n, x, 18, y, |b| q4_0_block(b)) }
+    unsafe {
+        q8_0_chain(n, x, 18, y, |b| {
+            let (d, q) = q4_0_block(b);
+            (fp16(d), q)
+        })
+    }
 }
 
 /// Repacked IQ4_NL · Q8_0.
@@ -115,7 +123,28 @@ unsafe fn q4_0_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
 unsafe fn iq4_nl_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
     let table = iq4_nl_table();
     // SAFETY: `b` is a whole IQ4_NL block of the row; forwarded.
-    unsafe { q8_0_chain(n, x, 18, y, |b| iq4_nl_block(table, b)) }
+    unsafe {
+        q8_0_chain(n, x, 18, y, |b| {
+            let (d, q) = iq4_nl_block(table, b);
+            (fp16(d), q)
+        })
+    }
+}
+
+/// Repacked MXFP4 · Q8_0.
+///
+/// # Safety
+/// The [`VecDot`] contract; AVX2, FMA, F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mxfp4_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
+    let table = mxfp4_table();
+    // SAFETY: `b` is a whole MXFP4 block of the row; forwarded.
+    unsafe {
+        q8_0_chain(n, x, 17, y, |b| {
+            let (e, q) = mxfp4_block(table, b);
+            (e8m0_half(e), q)
+        })
+    }
 }
 
 /// Bytes of a Q4_K block and of a Q8_K block.
@@ -260,20 +289,26 @@ mod tests {
     fn reference(dtype: DType, n: usize, x: &[u8], y: &[u8], gemm: bool) -> f32 {
         let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
         match dtype {
-            DType::Q4_0 | DType::IQ4_NL => {
+            DType::Q4_0 | DType::IQ4_NL | DType::MXFP4 => {
+                // MXFP4: a 1-byte exponent where the others have an f16 scale.
+                let (bs, head) = if dtype == DType::MXFP4 { (17, 1) } else { (18, 2) };
                 let mut acc = 0f32;
                 for i in 0..n / 32 {
-                    let (xb, yb) = (&x[18 * i..18 * i + 18], &y[34 * i..34 * i + 34]);
+                    let (xb, yb) = (&x[bs * i..bs * (i + 1)], &y[34 * i..34 * i + 34]);
                     let val = |k: usize| {
-                        let nib = if k < 16 { xb[2 + k] & 0xF } else { xb[2 + k - 16] >> 4 };
-                        if dtype == DType::Q4_0 {
-                            i32::from(nib) - 8
-                        } else {
-                            i32::from(tessera_tensor::blocks::KVALUES_IQ4NL[nib as usize])
+                        let qs = &xb[head..];
+                        let nib = if k < 16 { qs[k] & 0xF } else { qs[k - 16] >> 4 };
+                        match dtype {
+                            DType::Q4_0 => i32::from(nib) - 8,
+                            DType::IQ4_NL => {
+                                i32::from(tessera_tensor::blocks::KVALUES_IQ4NL[nib as usize])
+                            }
+                            _ => i32::from(tessera_tensor::blocks::KVALUES_MXFP4[nib as usize]),
                         }
                     };
                     let sum: i32 = (0..32).map(|k| val(k) * i32::from(yb[2 + k] as i8)).sum();
-                    acc = (sum as f32).mul_add(f16(&xb[..2]) * f16(&yb[..2]), acc);
+                    let dx = if dtype == DType::MXFP4 { e8m0_half(xb[0]) } else { f16(&xb[..2]) };
+                    acc = (sum as f32).mul_add(dx * f16(&yb[..2]), acc);
                 }
                 acc
             }
@@ -345,7 +380,7 @@ mod tests {
             return;
         }
         let mut rng = Rng(99);
-        for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q2_K] {
+        for dtype in [DType::Q4_0, DType::IQ4_NL, DType::MXFP4, DType::Q4_K, DType::Q2_K] {
             let k = dtype.block_size() * 6;
             for _ in 0..20 {
                 let x = quant::quantize(dtype, &rng.f32s(k)).unwrap();

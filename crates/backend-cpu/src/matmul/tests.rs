@@ -739,7 +739,7 @@ fn few_rows_products_give_each_row_its_own_bits() {
 fn repacked_products_follow_the_repacked_chains() {
     let mut rng = Rng(0x8e9a);
     let mut failures = Vec::new();
-    for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q2_K] {
+    for dtype in [DType::Q4_0, DType::IQ4_NL, DType::MXFP4, DType::Q4_K, DType::Q2_K] {
         let (k, m) = (512, 40);
         // The weights as the loader hands them over (eight rows interleaved); the chains read
         // the file's layout.

@@ -2,7 +2,7 @@
 //! optional biases, tied embeddings when `output.weight` is absent (`src/models/llama.cpp`).
 
 use super::{blk, Architecture, ModelGraph};
-use crate::graph::{Builder, MoeRouting, MoeWeights};
+use crate::graph::{Builder, Gating, MoeActivation, MoeRouting, MoeWeights};
 use crate::hparams::HParams;
 use crate::model::Weights;
 use crate::Result;
@@ -54,6 +54,7 @@ pub(crate) fn load_ffn(w: &Weights, hp: &HParams, il: usize, n_ff_exp: usize) ->
         up_exps: w.get(&t("ffn_up_exps.weight"), &[e, f, n])?,
         gate_exps: w.get(&t("ffn_gate_exps.weight"), &[e, f, n])?,
         down_exps: w.get(&t("ffn_down_exps.weight"), &[f, e, n])?,
+        biases: None,
     }))
 }
 
@@ -188,6 +189,8 @@ pub(crate) fn forward(
                     n_used: hp.n_expert_used,
                     norm_weights: true,
                     weights_scale: 0.0,
+                    gating: Gating::Softmax,
+                    activation: MoeActivation::SwiGlu,
                 };
                 b.ffn_moe(cur, weights, &routing, il)?
             }

@@ -3,6 +3,7 @@
 
 mod gemma;
 mod gpt2;
+mod gpt_oss;
 mod llama;
 mod phi3;
 mod qwen2;
@@ -38,7 +39,7 @@ type Registry = RwLock<BTreeMap<&'static str, Arc<dyn Architecture>>>;
 fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
-        let builtins: [Arc<dyn Architecture>; 8] = [
+        let builtins: [Arc<dyn Architecture>; 9] = [
             Arc::new(llama::Llama),
             Arc::new(qwen2::Qwen2),
             Arc::new(qwen3::Qwen3),
@@ -46,6 +47,7 @@ fn registry() -> &'static Registry {
             Arc::new(gemma::Gemma2),
             Arc::new(gemma::Gemma3),
             Arc::new(gpt2::Gpt2),
+            Arc::new(gpt_oss::GptOss),
             Arc::new(phi3::Phi3),
         ];
         RwLock::new(builtins.into_iter().map(|a| (a.name(), a)).collect())
