@@ -3,7 +3,7 @@
 Granite file of examples/granite/examples/write_synth.rs, tessera_llama::synth::family_models()
 written by `cargo xtask synth-models`): the prompt's tokens, the last prompt position's logits
 (every 16th id and the top 20), and 16 greedy tokens with llama.cpp's top-2 margin at each
-step, flash attention on (FA=0: off).
+step, flash attention on (FA=0: off), a context of N_CTX cells (default 512).
 Usage: make_family_refs.py MODEL.gguf OUT.json   (REPACK=0: plain weights; never repack with AMX)
 """
 import json, os, platform, sys
@@ -21,7 +21,8 @@ _L.llama_cpp.llama_model_default_params = _params
 PROMPT = "The quick brown fox jumps over the lazy dog because"
 path, out = sys.argv[1], sys.argv[2]
 fa = os.environ.get("FA", "1") == "1"
-llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, flash_attn=fa,
+n_ctx = int(os.environ.get("N_CTX", "512"))
+llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=2, flash_attn=fa,
             logits_all=True, verbose=False)
 toks = llm.tokenize(PROMPT.encode(), add_bos=True, special=True)
 llm.eval(toks)
@@ -37,7 +38,7 @@ for _ in range(16):
 top = np.argsort(-last)[:20]
 flags = open("/proc/cpuinfo").read()
 json.dump({
-    "prompt": PROMPT, "flash_attn": fa, "prompt_tokens": toks, "greedy_tokens": greedy, "greedy_top2_margins": margins,
+    "prompt": PROMPT, "flash_attn": fa, "n_ctx": n_ctx, "prompt_tokens": toks, "greedy_tokens": greedy, "greedy_top2_margins": margins,
     "sample_step": 16, "logits_sample": [float(f"{x:.9g}") for x in last[::16]],
     "top20": [[int(i), float(f"{last[i]:.9g}")] for i in top],
     "build": {"llama_cpp_python": llama_cpp.__version__, "simd_level": "avx512" if "avx512f" in flags else "avx2",

@@ -218,7 +218,7 @@ fn avx2_model_tests() -> Result<()> {
     }
     eprintln!("==> the model tests again at TESSERA_SIMD=avx2");
     std::env::set_var("TESSERA_SIMD", "avx2");
-    let tests = ["--test", "refs", "--test", "synth", "--test", "moe"];
+    let tests = ["--test", "refs", "--test", "synth", "--test", "moe", "--test", "families"];
     let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat());
     std::env::remove_var("TESSERA_SIMD");
     r

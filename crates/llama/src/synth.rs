@@ -23,6 +23,10 @@ pub struct SynthSpec {
     pub n_head_kv: usize,
     /// Head size (0: `n_embd / n_head`; written as `attention.key_length` otherwise).
     pub head_dim: usize,
+    /// LongRoPE (`phi3` only): `rope_factors_long` / `_short` and `rope.scaling.attn_factor`,
+    /// with an original context of 256 (a fourth of the 128k files' 4096 per 131072, rounded
+    /// down to one cache step), so that a 512-cell context takes the long factors.
+    pub long_rope: bool,
     /// FFN width (of one expert, with experts).
     pub n_ff: usize,
     /// Experts per block (`qwen3moe`, `gpt-oss`; 0 elsewhere).
@@ -98,6 +102,11 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
         w.add(&k("attention.key_length"), Value::U32(hd as u32)).map_err(g)?;
         w.add(&k("attention.value_length"), Value::U32(hd as u32)).map_err(g)?;
     }
+    if spec.long_rope {
+        // Phi-3-mini-128k's attention factor: sqrt(1 + ln(131072 / 4096) / ln(4096)).
+        w.add(&k("rope.scaling.attn_factor"), Value::F32(1.190_238)).map_err(g)?;
+        w.add(&k("rope.scaling.original_context_length"), Value::U32(256)).map_err(g)?;
+    }
     if oss {
         // gpt-oss's RoPE: YaRN 32x from 4096 (its files' values); a window of 8 so that short
         // prompts reach past it.
@@ -129,6 +138,8 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
         let vals: Vec<f32> = match kind {
             Kind::Norm => (0..n).map(|_| 1.0 + 0.1 * rng.normal()).collect(),
             Kind::Sink => (0..n).map(|_| 1.0 + rng.normal()).collect(),
+            Kind::LongFactor => (0..n).map(|_| 1.0 + 10.0 * rng.normal().abs()).collect(),
+            Kind::ShortFactor => (0..n).map(|_| 1.0 + 0.2 * rng.normal().abs()).collect(),
             Kind::Bias => (0..n).map(|_| 0.02 * rng.normal()).collect(),
             Kind::Matrix | Kind::Router => {
                 let s = 1.0 / (shape[0] as f32).sqrt();
@@ -141,6 +152,11 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
         Ok(())
     };
     add("token_embd.weight".into(), &[e, n_vocab], Kind::Matrix, &mut rng)?;
+    if spec.long_rope {
+        // Frequency divisors as Phi-3's: near 1 for short contexts, up to tens for long ones.
+        add("rope_factors_long.weight".into(), &[hd / 2], Kind::LongFactor, &mut rng)?;
+        add("rope_factors_short.weight".into(), &[hd / 2], Kind::ShortFactor, &mut rng)?;
+    }
     if a == "gpt2" {
         add("position_embd.weight".into(), &[e, spec.n_ctx], Kind::Matrix, &mut rng)?;
     }
@@ -241,6 +257,10 @@ enum Kind {
     Bias,
     /// Attention sinks: logits around 1.
     Sink,
+    /// LongRoPE's frequency divisors for long contexts (1 to about 40).
+    LongFactor,
+    /// ... and for short ones (1 to about 1.8).
+    ShortFactor,
     Matrix,
     /// A matrix kept in F32 (a mixture-of-experts router).
     Router,
@@ -260,6 +280,7 @@ pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head: 4,
                 n_head_kv: 2,
                 head_dim: 0,
+                long_rope: false,
                 n_ff: 512,
                 n_ctx: 2048,
                 n_expert: 0,
@@ -278,6 +299,7 @@ pub fn test_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head: 4,
                 n_head_kv: 4,
                 head_dim: 0,
+                long_rope: false,
                 n_ff: 1024,
                 n_ctx: 1024,
                 n_expert: 0,
@@ -304,12 +326,32 @@ pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head: 4,
                 n_head_kv: 4,
                 head_dim: 0,
+                long_rope: false,
                 n_ff: 512,
                 n_ctx: 4096,
                 n_expert: 0,
                 n_expert_used: 0,
                 dtype: DType::Q8_0,
                 seed: 9,
+            },
+            "ggml-vocab-phi-3.gguf",
+        ),
+        (
+            "synth-phi3-longrope-q8_0",
+            SynthSpec {
+                arch: "phi3".into(),
+                n_layer: 4,
+                n_embd: 256,
+                n_head: 4,
+                n_head_kv: 4,
+                head_dim: 0,
+                long_rope: true,
+                n_ff: 512,
+                n_ctx: 131072,
+                n_expert: 0,
+                n_expert_used: 0,
+                dtype: DType::Q8_0,
+                seed: 11,
             },
             "ggml-vocab-phi-3.gguf",
         ),
@@ -322,6 +364,7 @@ pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head: 4,
                 n_head_kv: 2,
                 head_dim: 0,
+                long_rope: false,
                 n_ff: 512,
                 n_ctx: 2048,
                 n_expert: 0,
@@ -353,6 +396,7 @@ pub fn moe_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head: 8,
                 n_head_kv: 2,
                 head_dim: 64,
+                long_rope: false,
                 n_ff: 256,
                 n_ctx: 131072,
                 n_expert: 16,
@@ -371,6 +415,7 @@ pub fn moe_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 n_head: 4,
                 n_head_kv: 2,
                 head_dim: 0,
+                long_rope: false,
                 n_ff: 256,
                 n_ctx: 2048,
                 n_expert: 16,
@@ -401,6 +446,7 @@ pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
             n_head: 64,
             n_head_kv: 8,
             head_dim: 64,
+            long_rope: false,
             n_ff: 2880,
             n_ctx: 131072,
             n_expert: 32,
@@ -417,6 +463,7 @@ pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
             n_head: 16,
             n_head_kv: 2,
             head_dim: 0,
+            long_rope: false,
             n_ff: 768,
             n_ctx: 40960,
             n_expert: 128,
@@ -440,6 +487,7 @@ pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
         n_head,
         n_head_kv: n_head / 4,
         head_dim: 0,
+        long_rope: false,
         n_ff,
         n_ctx: 131072,
         n_expert: 0,

@@ -9,7 +9,9 @@
 //!
 //! `synth-gemma2-q8_0`: Gemma 2 with a sliding window of 8, so the 29 positions checked reach
 //! past it on the sliding layers, and both soft-caps. `synth-phi3-q8_0`: Phi-3 (fused QKV and
-//! gate+up projections) with Phi-3's vocabulary.
+//! gate+up projections) with Phi-3's vocabulary. `synth-phi3-longrope-q8_0`: Phi-3 with
+//! LongRoPE (an original context of 256), in a context of 256 cells (the short factors) and of
+//! 512 (the long ones).
 
 use serde_json::Value;
 use std::path::Path;
@@ -24,12 +26,23 @@ fn argmax(l: &[f32]) -> u32 {
 }
 
 fn check(stem: &str, flash_attn: bool) {
+    check_at(stem, flash_attn, 512);
+}
+
+/// `stem` in a context of `n_ctx` cells, against `{stem}.fa{0,1}.json` (512 cells) or
+/// `{stem}.ctx{n_ctx}.fa{0,1}.json`.
+fn check_at(stem: &str, flash_attn: bool, n_ctx: usize) {
     let (_, spec, vocab) =
         tessera_llama::synth::family_models().into_iter().find(|m| m.0 == stem).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/families");
     let fa = u8::from(flash_attn);
     let r: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures.join(format!("{stem}.fa{fa}.json"))).unwrap(),
+        &std::fs::read_to_string(fixtures.join(if n_ctx == 512 {
+            format!("{stem}.fa{fa}.json")
+        } else {
+            format!("{stem}.ctx{n_ctx}.fa{fa}.json")
+        }))
+        .unwrap(),
     )
     .unwrap();
     let v = tessera_gguf::GgufFile::open(tessera_models::fixtures::vocab(vocab).unwrap()).unwrap();
@@ -39,7 +52,7 @@ fn check(stem: &str, flash_attn: bool) {
     let model = Model::load(&path).unwrap();
     let prompt = ids(&r["prompt_tokens"]);
     assert_eq!(model.vocab.tokenize(r["prompt"].as_str().unwrap(), true, true), prompt);
-    let params = ContextParams { n_ctx: 512, n_threads: 2, flash_attn, ..Default::default() };
+    let params = ContextParams { n_ctx, n_threads: 2, flash_attn, ..Default::default() };
     let mut ctx = LlamaContext::new(&model, params).unwrap();
     ctx.decode(&Batch::from_tokens(&prompt, 0, 0)).unwrap();
     let logits = ctx.logits_ith(prompt.len() - 1).unwrap().to_vec();
@@ -58,7 +71,7 @@ fn check(stem: &str, flash_attn: bool) {
     }
     let nmse = num / den;
     eprintln!(
-        "{stem} (fa {fa}, {}): last-position logits NMSE {nmse:.3e} (bound {bound:e})",
+        "{stem} (n_ctx {n_ctx}, fa {fa}, {}): last-position logits NMSE {nmse:.3e} (bound {bound:e})",
         level.name()
     );
     assert!(nmse <= bound, "{stem}: logits NMSE {nmse:e} from llama.cpp's, over {bound:e}");
@@ -96,4 +109,12 @@ fn synthetic_phi3_matches_llama_cpp_flash() {
 #[test]
 fn synthetic_phi3_matches_llama_cpp_softmax() {
     check("synth-phi3-q8_0", false);
+}
+
+#[test]
+fn synthetic_phi3_longrope_matches_llama_cpp() {
+    for flash_attn in [true, false] {
+        check("synth-phi3-longrope-q8_0", flash_attn);
+        check_at("synth-phi3-longrope-q8_0", flash_attn, 256);
+    }
 }

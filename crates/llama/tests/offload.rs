@@ -164,6 +164,7 @@ fn synthetic_q4_0_offloaded_gets_plain_bytes() {
         n_head: 4,
         n_head_kv: 2,
         head_dim: 0,
+        long_rope: false,
         n_ff: 512,
         n_ctx: 512,
         n_expert: 0,

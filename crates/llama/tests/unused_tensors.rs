@@ -17,6 +17,7 @@ fn spec(arch: &str) -> SynthSpec {
         n_head: 4,
         n_head_kv: 2,
         head_dim: 0,
+        long_rope: false,
         n_ff: 256,
         n_ctx: 512,
         n_expert: 0,

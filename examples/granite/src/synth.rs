@@ -59,6 +59,7 @@ pub fn test_model() -> (SynthSpec, Scales, &'static str) {
         n_head: 4,
         n_head_kv: 2,
         head_dim: 0,
+        long_rope: false,
         n_ff: 512,
         n_ctx: 2048,
         n_expert: 0,

@@ -2,8 +2,10 @@
 //! projection split by views, RoPE NEOX, Q pre-scaled by `1/sqrt(head_dim)` with a KQ scale of
 //! 1, and a fused gate+up projection (`ffn_up` of twice the FFN width, SwiGLU over its two
 //! halves). llama.cpp turns Phi's sliding window off (so does Tessera: every layer is global).
-//! LongRoPE's frequency factors (`rope_factors_long`/`_short`, the 128k-context files) are
-//! not implemented: such a file is refused, naming the tensors, by the unused-tensor check.
+//! LongRoPE (the 128k-context files): `rope_factors_long` / `rope_factors_short` divide the
+//! RoPE frequencies, the long ones when the context's cells outnumber
+//! `rope.scaling.original_context_length` (llama.cpp's `get_rope_factors`, with one sequence or
+//! a unified cache), and `rope.scaling.attn_factor` scales the rotation's magnitude.
 
 use super::{blk, Architecture, ModelGraph};
 use crate::graph::Builder;
@@ -30,6 +32,9 @@ struct Phi3Graph {
     output_norm: TensorId,
     output: TensorId,
     output_b: Option<TensorId>,
+    /// LongRoPE's factors for contexts past the original one, and up to it.
+    rope_long: Option<TensorId>,
+    rope_short: Option<TensorId>,
     blocks: Vec<Block>,
 }
 
@@ -62,6 +67,8 @@ impl Architecture for Phi3 {
             output_norm: w.get("output_norm.weight", &[e])?,
             output: w.find("output.weight", &[e, v])?.unwrap_or(tok_embd),
             output_b: w.find("output.bias", &[v])?,
+            rope_long: w.find("rope_factors_long.weight", &[hp.n_rot / 2])?,
+            rope_short: w.find("rope_factors_short.weight", &[hp.n_rot / 2])?,
             blocks,
         }))
     }
@@ -72,13 +79,14 @@ impl ModelGraph for Phi3Graph {
         let hp = b.hp;
         let mut inp = b.inp_embd(self.tok_embd)?;
         let q_scale = 1.0 / (hp.head_dim_k as f32).sqrt();
+        let factors = if b.kv_size > hp.n_ctx_orig { self.rope_long } else { self.rope_short };
         for (il, l) in self.blocks.iter().enumerate() {
             let cur = b.rms_norm(inp, Some(l.attn_norm))?;
             let cur = b.name(cur, "attn_norm", il);
             let qkv = b.ctx.mul_mat(l.wqkv, cur)?;
             let (q, k, v) = b.split_qkv(qkv, il)?;
-            let q = b.rope(q, RopeMode::Neox, hp.rope_freq_base, None)?;
-            let k = b.rope(k, RopeMode::Neox, hp.rope_freq_base, None)?;
+            let q = b.rope(q, RopeMode::Neox, hp.rope_freq_base, factors)?;
+            let k = b.rope(k, RopeMode::Neox, hp.rope_freq_base, factors)?;
             let q = b.name(q, "Qcur", il);
             let k = b.name(k, "Kcur", il);
             let q = b.ctx.scale(q, q_scale, 0.0)?;
