@@ -232,7 +232,7 @@ fn bench(c: &mut Criterion) {
     }
     // The weights llama.cpp repacks, as the loader hands them over (interleaved, marked
     // repacked: llama.cpp's default path), where the level repacks them.
-    for dtype in [DType::Q4_0, DType::IQ4_NL, DType::Q4_K, DType::Q2_K] {
+    for dtype in [DType::Q4_0, DType::IQ4_NL, DType::MXFP4, DType::Q4_K, DType::Q2_K] {
         if tessera_backend_cpu::repack_applies(dtype, DIM, SimdLevel::from_env()) {
             let name = format!("{}-repacked", dtype.name());
             matvec_cold(&mut g, &pools, &name, dtype, DIM, DIM, 1, true);
