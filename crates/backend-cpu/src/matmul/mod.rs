@@ -573,11 +573,12 @@ fn prefetch_row(x: *const u8, row: usize) {
     }
 }
 
-/// A matrix-vector product (one activation row, a 2-D weight) with a one-row kernel: each
-/// thread takes one contiguous range of rows (as [`matvec`]) and, before each row, prefetches
-/// the weight bytes [`vnni_matvec::PREFETCH`] ahead of it, so the memory stream the product
-/// waits on stays ahead of the arithmetic. Every output is `dot`'s, so the bits are the
-/// chunked loop's.
+/// A matrix-vector product (one activation row, a 2-D weight) with a one-row kernel: the
+/// threads claim chunks of 64 rows from the shared counter (ggml's chunk size for one
+/// activation row), so a thread slowed by a busy core takes fewer, and before each row a
+/// thread prefetches the weight bytes [`vnni_matvec::PREFETCH`] ahead of it, so the memory
+/// stream the product waits on stays ahead of the arithmetic. Every output is `dot`'s, so the
+/// bits are the chunked loop's.
 #[cfg(target_arch = "x86_64")]
 fn matvec_rows(
     p: &ComputeParams,
@@ -586,20 +587,21 @@ fn matvec_rows(
     act: &Activations,
     dot: VecDot,
 ) {
+    const CHUNK: usize = 64;
     let (k, nb01, row) = (src0.ne[0], src0.nb[1], src0.row_size());
     let nr0 = src0.ne[1];
-    let share = |i: usize| nr0 * i / p.nth;
-    let rows0 = share(p.ith)..share(p.ith + 1);
     let y = act.row(0);
     let out = dst.data.cast::<f32>();
-    for r in rows0 {
-        let x = src0.data.cast_const().wrapping_add(r * nb01);
-        prefetch_row(x, row);
-        // SAFETY: row r of the 2-D src0 (k values, packed: `check_shapes`), the converted
-        // activation row, and a level the CPU runs (`effective`); dst row 0 has ne0 = nr0
-        // values and this thread owns row r.
-        unsafe { out.add(r).write(dot(k, x, y)) };
-    }
+    for_each_claimed(p, nr0.div_ceil(CHUNK), |c| {
+        for r in CHUNK * c..(CHUNK * (c + 1)).min(nr0) {
+            let x = src0.data.cast_const().wrapping_add(r * nb01);
+            prefetch_row(x, row);
+            // SAFETY: row r of the 2-D src0 (k values, packed: `check_shapes`), the converted
+            // activation row, and a level the CPU runs (`effective`); dst row 0 has ne0 = nr0
+            // values and this thread owns row r (its chunk).
+            unsafe { out.add(r).write(dot(k, x, y)) };
+        }
+    });
 }
 
 /// Asserts the shape and layout rules of [`mul_mat`].
