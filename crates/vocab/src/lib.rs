@@ -16,7 +16,7 @@
 //! Supported: `llama` (SPM: score-ordered merging with `<0xXX>` byte fallback, U+2581 space
 //! escaping, `add_space_prefix`), `gpt2` (byte-level BPE by merge rank, with the pre-tokenizers
 //! of [`PreType`]: Llama 3, Qwen2, GPT-2/MPT, StarCoder/Refact/SmolLM, DeepSeek LLM and Coder,
-//! Falcon, default) and `bert` (WordPiece). Other tokenizer models (`t5`, `rwkv`, ...) and
+//! Falcon, GPT-4o (gpt-oss, Llama 4), default) and `bert` (WordPiece). Other tokenizer models (`t5`, `rwkv`, ...) and
 //! pre-tokenizers give a typed error.
 //!
 //! ## Design decisions

@@ -5,7 +5,8 @@
 //! into its matches and the gaps between them. llama.cpp runs the GPT-2 and Llama-3 regexes
 //! (which need a `(?!\S)` lookahead) through hand-written splitters; this module does the same
 //! (and runs Qwen2's list, which differs from Llama-3's only in single digits, through the
-//! Llama-3 splitter). Every other regex is run by the `regex` crate with llama.cpp's trick:
+//! Llama-3 splitter). Every other regex is run by the `regex` crate (`fancy-regex` for the
+//! GPT-4o regex's lookarounds, which llama.cpp's `std::regex` supports) with llama.cpp's trick:
 //! when it uses `\p{..}` classes, non-ASCII code points are first collapsed to one placeholder
 //! per category and the classes rewritten to match the placeholder plus their ASCII members,
 //! exactly as llama.cpp collapses them for `std::regex`. Offsets are counted in code points.
@@ -36,6 +37,8 @@ pub enum PreType {
     DeepseekCoder,
     /// Falcon.
     Falcon,
+    /// GPT-4o's o200k regex (`gpt-4o`: gpt-oss; `llama4`, `kanana2`, `talkie`).
+    Gpt4o,
 }
 
 /// Per-name tokenizer flags that llama.cpp sets together with the pre-tokenizer type.
@@ -84,6 +87,7 @@ impl PreType {
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open"
             | "grok-2" => f(PreType::Qwen2, false),
             "megrez" | "stablelm2" => f(PreType::Qwen2, true),
+            "gpt-4o" | "llama4" | "kanana2" | "talkie" => f(PreType::Gpt4o, false),
             _ => return None,
         })
     }
@@ -98,6 +102,9 @@ enum Splitter {
     Llama3 { max_digits: usize },
     /// Any other regex; `collapsed` when it used `\p{..}` classes.
     Regex { re: Regex, collapsed: bool },
+    /// A regex with lookarounds, run by `fancy-regex` (backtracking, leftmost-first like
+    /// `std::regex`'s ECMAScript grammar); `collapsed` as above.
+    Fancy { re: fancy_regex::Regex, collapsed: bool },
 }
 
 /// A compiled pre-tokenizer.
@@ -107,6 +114,15 @@ pub(crate) struct PreTokenizer {
 }
 
 const PUNCT_SYMBOLS: &str = r"[\p{P}\$\+<=>\^~\|]+";
+/// The regex llama.cpp runs for GPT-4o's pre-tokenizer (`LLAMA_VOCAB_PRE_TYPE_GPT4O`): the
+/// tokenizer's own with its letter-case classes written as lookaheads on `\p{L}`.
+const GPT4O: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+",
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?",
+    r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*",
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?",
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+);
 const DIGITS_3: &str = "[0-9][0-9][0-9]";
 const DEEPSEEK_CJK: &str = "[\u{4E00}-\u{9FA5}\u{0800}-\u{4E00}\u{AC00}-\u{D7FF}]+";
 
@@ -216,6 +232,7 @@ impl PreTokenizer {
             PreType::Gpt2 => vec![Splitter::Gpt2],
             PreType::Starcoder => vec![re(r"\p{N}")?, Splitter::Gpt2],
             PreType::Falcon => vec![re(PUNCT_SYMBOLS)?, Splitter::Gpt2, re(DIGITS_3)?],
+            PreType::Gpt4o => vec![re(GPT4O)?],
             PreType::Default => {
                 vec![re(PUNCT_SYMBOLS)?, Splitter::Gpt2, re(r"\p{N}+")?, re(DIGITS_3)?]
             }
@@ -245,7 +262,19 @@ impl PreTokenizer {
             chunks = match splitter {
                 Splitter::Gpt2 => split_gpt2(cpts, &chunks),
                 Splitter::Llama3 { max_digits } => split_llama3(cpts, &chunks, *max_digits),
-                Splitter::Regex { re, collapsed } => split_regex(cpts, &chunks, re, *collapsed),
+                Splitter::Regex { re, collapsed } => split_regex(cpts, &chunks, *collapsed, |t| {
+                    re.find_iter(t).map(|m| (m.start(), m.end())).collect()
+                }),
+                Splitter::Fancy { re, collapsed } => {
+                    // A backtracking limit hit is a match that failed; llama.cpp's std::regex
+                    // has none (it recurses), so long inputs could differ there only.
+                    split_regex(cpts, &chunks, *collapsed, |t| {
+                        re.find_iter(t)
+                            .map_while(|m| m.ok())
+                            .map(|m| (m.start(), m.end()))
+                            .collect()
+                    })
+                }
             };
         }
         chunks
@@ -328,8 +357,12 @@ fn compile(pattern: &str) -> Result<Splitter> {
         Some(p) => (p, true),
         None => (pattern.to_string(), false),
     };
-    let re = Regex::new(&source)
-        .map_err(|e| VocabError::Regex { pattern: pattern.to_string(), message: e.to_string() })?;
+    let err = |e: String| VocabError::Regex { pattern: pattern.to_string(), message: e };
+    if pattern.contains("(?=") || pattern.contains("(?!") {
+        let re = fancy_regex::Regex::new(&source).map_err(|e| err(e.to_string()))?;
+        return Ok(Splitter::Fancy { re, collapsed });
+    }
+    let re = Regex::new(&source).map_err(|e| err(e.to_string()))?;
     Ok(Splitter::Regex { re, collapsed })
 }
 
@@ -356,7 +389,13 @@ fn regex_char(c: char, collapsed: bool) -> char {
 }
 
 /// Refines chunks into regex matches and the gaps between them (`unicode_regex_split_stl`).
-fn split_regex(cpts: &[char], chunks: &[usize], re: &Regex, collapsed: bool) -> Vec<usize> {
+/// `find(text)` gives the byte ranges of the regex's matches in order.
+fn split_regex(
+    cpts: &[char],
+    chunks: &[usize],
+    collapsed: bool,
+    find: impl Fn(&str) -> Vec<(usize, usize)>,
+) -> Vec<usize> {
     let mut out = Vec::with_capacity(chunks.len());
     let mut start = 0;
     for &len in chunks {
@@ -365,14 +404,14 @@ fn split_regex(cpts: &[char], chunks: &[usize], re: &Regex, collapsed: bool) -> 
         // Walk matches in order, converting byte offsets to code-point offsets as we go.
         let (mut byte_at, mut cpt_at) = (0usize, 0usize);
         let mut done = 0usize; // code points already emitted
-        for m in re.find_iter(&text) {
-            if m.start() == m.end() {
+        for (m_begin, m_end) in find(&text) {
+            if m_begin == m_end {
                 continue;
             }
-            cpt_at += text[byte_at..m.start()].chars().count();
+            cpt_at += text[byte_at..m_begin].chars().count();
             let m_start = cpt_at;
-            cpt_at += text[m.start()..m.end()].chars().count();
-            byte_at = m.end();
+            cpt_at += text[m_begin..m_end].chars().count();
+            byte_at = m_end;
             if m_start > done {
                 out.push(m_start - done);
             }

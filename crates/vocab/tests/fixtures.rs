@@ -23,8 +23,17 @@ fn vocab_dir() -> PathBuf {
 
 /// The test strings and expected ids of one fixture, split as llama.cpp's test does.
 fn read_cases(dir: &std::path::Path, name: &str) -> Vec<(String, Vec<u32>)> {
-    let inp = std::fs::read_to_string(dir.join(format!("{name}.inp"))).expect("read .inp");
-    let out = std::fs::read_to_string(dir.join(format!("{name}.out"))).expect("read .out");
+    read_cases_at(&dir.join(format!("{name}.inp")), &dir.join(format!("{name}.out")), name)
+}
+
+/// The test strings of `inp` and the expected ids of `out` (`name` for messages).
+fn read_cases_at(
+    inp: &std::path::Path,
+    out: &std::path::Path,
+    name: &str,
+) -> Vec<(String, Vec<u32>)> {
+    let inp = std::fs::read_to_string(inp).expect("read .inp");
+    let out = std::fs::read_to_string(out).expect("read .out");
     const SEP: &str = "\n__ggml_vocab_test__\n";
     let mut inputs = Vec::new();
     let mut rest = inp.as_str();
@@ -140,6 +149,41 @@ fn clean(s: &str) -> String {
         t.push(x);
     }
     String::from_utf8(t).expect("utf-8")
+}
+
+/// Pre-tokenizers without a vocabulary fixture of their own (`gpt-4o`, gpt-oss's), checked on
+/// another byte-level BPE vocabulary with `tokenizer.ggml.pre` replaced: the ids depend on how
+/// the pre-tokenizer splits the words. The expected ids are llama.cpp b11312's on the same
+/// replacement (`tools/make_pre_refs.py`), in `testdata/vocab/NAME.as-PRE.out`.
+#[test]
+fn pre_tokenizers_on_another_vocabulary() {
+    let dir = vocab_dir();
+    let mut failures = Vec::new();
+    // GPT-2's vocabulary tells gpt-4o's splits from gpt-2's on 10 of the 46 strings, Llama 3's
+    // (whose pre-tokenizer differs from gpt-4o's in letter case and `/` only) on 1.
+    for (name, pre) in
+        [("ggml-vocab-gpt-2.gguf", "gpt-4o"), ("ggml-vocab-llama-bpe.gguf", "gpt-4o")]
+    {
+        let path = tessera_models::fixtures::vocab(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let gguf = tessera_gguf::GgufFile::open(path).expect("open the vocabulary");
+        let mut meta = tessera_gguf::Metadata::default();
+        for (k, v) in gguf.metadata().iter() {
+            meta.push(k, if k == "tokenizer.ggml.pre" { pre.into() } else { v.clone() });
+        }
+        let vocab = Vocab::from_metadata(&meta).unwrap_or_else(|e| panic!("{name} as {pre}: {e}"));
+        let out = dir.join(format!("{name}.as-{pre}.out"));
+        let cases = read_cases_at(&dir.join(format!("{name}.inp")), &out, name);
+        for (i, (input, expected)) in cases.iter().enumerate() {
+            let got = vocab.tokenize(input, false, false);
+            if &got != expected {
+                failures.push(format!(
+                    "{name} as {pre} #{i} {input:?}:\n  expected {expected:?}\n  got      {got:?}"
+                ));
+            }
+        }
+        println!("{name} as {pre}: {}/{} checked", cases.len() - failures.len(), cases.len());
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
