@@ -318,58 +318,44 @@ group_kernel!(
     |s| s,
     true
 );
-// IQ4_NL, AVX2: signed table values; `|q|` times `y` with `q`'s signs (a pair at most
-// 2 · 127 · 128 = 32512, exact in `maddubs`), each product's pairs to i32 at once.
-group_kernel!(
-    iq4_nl_avx2,
-    "avx2,fma,f16c",
-    (GROUP * QK_BYTES, 16, f16_scales),
-    |q| _mm256_shuffle_epi8(iq4_nl_table(), q),
-    |s, q, y| {
-        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
-        _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
-    },
-    |a, b| _mm256_add_epi32(a, b),
-    |s| s,
-    false
-);
-// IQ4_NL, AVX-512 VNNI: the table plus 128 (unsigned) through `vpdpbusd`, `128·Σy` taken off.
-group_kernel!(
-    iq4_nl_vnni,
-    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-    (GROUP * QK_BYTES, 16, f16_scales),
-    |q| _mm256_shuffle_epi8(_mm256_xor_si256(iq4_nl_table(), _mm256_set1_epi8(0x80u8 as i8)), q),
-    |s, q, y| _mm256_dpbusd_epi32(s, q, y),
-    |a, b| _mm256_add_epi32(a, b),
-    |s| s,
-    true
-);
+/// The two group kernels of a type whose nibbles index a table of signed values (`$table()`,
+/// its 16 bytes in both lanes), laid out as `$layout` (see `group_kernel!`):
+/// - `$avx2`: the signed table values; `|q|` times `y` with `q`'s signs (a pair at most
+///   2 · 127 · 128 = 32512, exact in `maddubs`), each product's pairs to i32 at once;
+/// - `$vnni`: AVX-512 VNNI, the table plus 128 (unsigned) through `vpdpbusd`, `128·Σy` taken
+///   off.
+macro_rules! table_kernels {
+    ($avx2:ident, $vnni:ident, $layout:tt, $table:path) => {
+        group_kernel!(
+            $avx2,
+            "avx2,fma,f16c",
+            $layout,
+            |q| _mm256_shuffle_epi8($table(), q),
+            |s, q, y| {
+                let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+                _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+            },
+            |a, b| _mm256_add_epi32(a, b),
+            |s| s,
+            false
+        );
+        group_kernel!(
+            $vnni,
+            "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+            $layout,
+            |q| _mm256_shuffle_epi8(_mm256_xor_si256($table(), _mm256_set1_epi8(0x80u8 as i8)), q),
+            |s, q, y| _mm256_dpbusd_epi32(s, q, y),
+            |a, b| _mm256_add_epi32(a, b),
+            |s| s,
+            true
+        );
+    };
+}
 
-// MXFP4, AVX2: IQ4_NL's kernel with MXFP4's table (values within ±12) and scales.
-group_kernel!(
-    mxfp4_avx2,
-    "avx2,fma,f16c",
-    (GROUP * MXFP4_BYTES, 8, e8m0_scales),
-    |q| _mm256_shuffle_epi8(mxfp4_table(), q),
-    |s, q, y| {
-        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
-        _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
-    },
-    |a, b| _mm256_add_epi32(a, b),
-    |s| s,
-    false
-);
-// MXFP4, AVX-512 VNNI: the table plus 128 through `vpdpbusd`, `128·Σy` taken off.
-group_kernel!(
-    mxfp4_vnni,
-    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-    (GROUP * MXFP4_BYTES, 8, e8m0_scales),
-    |q| _mm256_shuffle_epi8(_mm256_xor_si256(mxfp4_table(), _mm256_set1_epi8(0x80u8 as i8)), q),
-    |s, q, y| _mm256_dpbusd_epi32(s, q, y),
-    |a, b| _mm256_add_epi32(a, b),
-    |s| s,
-    true
-);
+// IQ4_NL: `kvalues_iq4nl`, f16 scales.
+table_kernels!(iq4_nl_avx2, iq4_nl_vnni, (GROUP * QK_BYTES, 16, f16_scales), iq4_nl_table);
+// MXFP4: `kvalues_mxfp4` (values within ±12), E8M0 scales.
+table_kernels!(mxfp4_avx2, mxfp4_vnni, (GROUP * MXFP4_BYTES, 8, e8m0_scales), mxfp4_table);
 
 /// The group kernel of `dtype` (Q4_0, IQ4_NL or MXFP4) for `rows` (1..=[`MAX_ROWS`])
 /// activation rows.
