@@ -266,8 +266,7 @@ impl PreTokenizer {
                     re.find_iter(t).map(|m| (m.start(), m.end())).collect()
                 }),
                 Splitter::Fancy { re, collapsed } => {
-                    // A backtracking limit hit is a match that failed; llama.cpp's std::regex
-                    // has none (it recurses), so long inputs could differ there only.
+                    // Without a backtracking limit (`compile`) no match fails.
                     split_regex(cpts, &chunks, *collapsed, |t| {
                         re.find_iter(t)
                             .map_while(|m| m.ok())
@@ -359,7 +358,13 @@ fn compile(pattern: &str) -> Result<Splitter> {
     };
     let err = |e: String| VocabError::Regex { pattern: pattern.to_string(), message: e };
     if pattern.contains("(?=") || pattern.contains("(?!") {
-        let re = fancy_regex::Regex::new(&source).map_err(|e| err(e.to_string()))?;
+        // No backtracking limit, as std::regex has none: a limit would end the matches early
+        // on a long word. (The lookaheads look one character ahead; a match backtracks at
+        // most over its own length.)
+        let re = fancy_regex::RegexBuilder::new(&source)
+            .backtrack_limit(usize::MAX)
+            .build()
+            .map_err(|e| err(e.to_string()))?;
         return Ok(Splitter::Fancy { re, collapsed });
     }
     let re = Regex::new(&source).map_err(|e| err(e.to_string()))?;
@@ -644,6 +649,7 @@ mod tests {
             PreType::DeepseekLlm,
             PreType::DeepseekCoder,
             PreType::Falcon,
+            PreType::Gpt4o,
         ] {
             PreTokenizer::new(t).unwrap();
         }
@@ -664,6 +670,18 @@ mod tests {
             ["I", "'M", " ", "123", "45", " ok", "\n\n", " ", " x"]
         );
         assert_eq!(words(PreType::Qwen2, "a 123"), ["a", " ", "1", "2", "3"]);
+    }
+
+    #[test]
+    fn gpt4o_words() {
+        // Letter case splits words; digits go in threes; `/` stays with the punctuation.
+        assert_eq!(
+            words(PreType::Gpt4o, "helloWorld HTTPServer 12345 a/b\n"),
+            ["hello", "World", " HTTPServer", " ", "123", "45", " a", "/b", "\n"]
+        );
+        // A long word is one match, however long: no backtracking limit cuts it.
+        let long = "x".repeat(50_000);
+        assert_eq!(words(PreType::Gpt4o, &format!("{long} y")), [long.clone(), " y".into()]);
     }
 
     #[test]
