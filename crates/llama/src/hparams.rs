@@ -214,10 +214,10 @@ impl HParams {
         // llama.cpp turns Phi-3's sliding window off (its converters do not mark which layers
         // slide).
         let n_swa = if a == "phi3" { 0 } else { n_swa };
-        let swa_pattern = match (is_gemma3, is_gemma2) {
+        // Gemma 2 and gpt-oss slide every other layer unless the file says otherwise.
+        let swa_pattern = match (is_gemma3, is_gemma2 || is_gpt_oss) {
             (true, _) if n_swa > 0 => 6,
             (_, true) => uint_or(md, &key(a, "attention.sliding_window_pattern"), Some(2))?,
-            _ if is_gpt_oss => uint_or(md, &key(a, "attention.sliding_window_pattern"), Some(2))?,
             _ => 1,
         };
         let softcap_defaults = if is_gemma2 { (50.0, 30.0) } else { (0.0, 0.0) };

@@ -54,16 +54,6 @@ pub const FILE_TYPES: &[FileType] = &[
 /// `LLAMA_FTYPE_MOSTLY_MXFP4_MOE`: expert stacks in MXFP4, every other weight in Q8_0.
 const MXFP4_MOE: u32 = 38;
 
-/// The type `MXFP4_MOE` gives a weight with `ne2` matrices: MXFP4 for expert stacks (more
-/// than one matrix), Q8_0 for the rest, the output included (llama.cpp's rule).
-fn mxfp4_moe_type(ne2: u64) -> DType {
-    if ne2 > 1 {
-        DType::MXFP4
-    } else {
-        DType::Q8_0
-    }
-}
-
 impl FileType {
     /// The file type called `name` (case-insensitive) or with that numeric id.
     pub fn parse(name: &str) -> Option<FileType> {
@@ -98,15 +88,26 @@ fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
-/// The type llama.cpp gives tensor `name` (row length `ne0`) for file type `ft`.
-fn tensor_type(ft: FileType, name: &str, ne0: usize, has_output: bool, c: &mut Counters) -> DType {
+/// The type llama.cpp gives tensor `name` (row length `ne0`, `ne2` matrices) for file type
+/// `ft`.
+fn tensor_type(
+    ft: FileType,
+    name: &str,
+    (ne0, ne2): (usize, u64),
+    has_output: bool,
+    c: &mut Counters,
+) -> DType {
     let mut t = ft.base;
     let is_k =
         |t: DType| matches!(t, DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K);
     let id = ft.id;
     let (q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m) =
         (id == 12, id == 13, id == 14, id == 15, id == 16, id == 17);
-    if name == "output.weight" || (!has_output && name == "token_embd.weight") {
+    if id == MXFP4_MOE {
+        // Expert stacks (more than one matrix) in MXFP4, everything else in Q8_0, the output
+        // included.
+        t = if ne2 > 1 { DType::MXFP4 } else { DType::Q8_0 };
+    } else if name == "output.weight" || (!has_output && name == "token_embd.weight") {
         if ne0 % 256 != 0 {
             t = DType::Q8_0;
         } else if t != DType::Q8_0 {
@@ -279,10 +280,8 @@ pub fn quantize_file(
             } else {
                 DType::F16
             }
-        } else if ft.id == MXFP4_MOE {
-            mxfp4_moe_type(info.ne[2])
         } else if ft.base.is_quantized() {
-            tensor_type(ft, &info.name, ne0, has_output, &mut c)
+            tensor_type(ft, &info.name, (ne0, info.ne[2]), has_output, &mut c)
         } else {
             ft.base
         };
@@ -313,10 +312,10 @@ mod tests {
         let mut c = Counters { n_attn_v: 24, n_ffn_down: 24, ..Default::default() };
         // Qwen2.5-0.5B's shapes: rows of 896 fall back from Q4_K to Q5_0, output gets Q6_K
         // unless its rows are not 256-multiples (then Q8_0), as in the published file.
-        assert_eq!(tensor_type(ft, "blk.0.attn_q.weight", 896, true, &mut c), DType::Q5_0);
-        assert_eq!(tensor_type(ft, "output.weight", 896, true, &mut c), DType::Q8_0);
+        assert_eq!(tensor_type(ft, "blk.0.attn_q.weight", (896, 1), true, &mut c), DType::Q5_0);
+        assert_eq!(tensor_type(ft, "output.weight", (896, 1), true, &mut c), DType::Q8_0);
         let downs: Vec<DType> = (0..24)
-            .map(|i| tensor_type(ft, &format!("blk.{i}.ffn_down.weight"), 4864, true, &mut c))
+            .map(|i| tensor_type(ft, &format!("blk.{i}.ffn_down.weight"), (4864, 1), true, &mut c))
             .collect();
         // The counter follows file order (blk.0, blk.1, blk.10, ...), as llama.cpp's does.
         assert_eq!(downs[0], DType::Q6_K);
@@ -324,5 +323,17 @@ mod tests {
         assert_eq!(downs[5], DType::Q6_K);
         assert_eq!(downs[23], DType::Q6_K);
         assert_eq!(FileType::parse("15").unwrap().name, "Q4_K_M");
+    }
+
+    #[test]
+    fn mxfp4_moe_mixes_as_llama_cpp() {
+        let ft = FileType::parse("mxfp4_moe").unwrap();
+        let mut c = Counters::default();
+        let mut t = |name: &str, ne: (usize, u64)| tensor_type(ft, name, ne, true, &mut c);
+        assert_eq!(t("blk.0.ffn_up_exps.weight", (2880, 32)), DType::MXFP4);
+        assert_eq!(t("blk.0.attn_q.weight", (2880, 1)), DType::Q8_0);
+        assert_eq!(t("output.weight", (2880, 1)), DType::Q8_0);
+        // llama.cpp's fallback: rows that are not whole 32-blocks stay F16.
+        assert_eq!(t("blk.0.ffn_up_exps.weight", (2890, 32)), DType::F16);
     }
 }
