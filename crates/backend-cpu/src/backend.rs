@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tessera_backend::{
     Backend, BackendError, Bindings, Buffer, BufferType, Device, DeviceKind, HostBufferType, Result,
 };
-use tessera_tensor::graph::{Context, Flags, Graph, TensorId, MAX_SRC};
+use tessera_tensor::graph::{Context, Graph, TensorId, MAX_SRC};
 
 /// A 64-byte aligned chunk of the work buffer.
 #[derive(Clone, Copy)]
@@ -135,7 +135,7 @@ fn resolve(ctx: &Context, bindings: &Bindings, id: TensorId) -> Result<TensorRef
         dtype: desc.dtype,
         ne: desc.ne,
         nb: desc.nb,
-        repacked: desc.flags.contains(Flags::REPACKED),
+        repacked: crate::is_repacked(&*storage.buffer),
     })
 }
 
@@ -166,8 +166,13 @@ impl Backend for CpuBackend {
         ops::supports(&describe(ctx, node))
     }
 
+    /// Host memory, and the CPU device's repacked weights (not host memory to other backends).
     fn supports_buffer(&self, buffer: &dyn Buffer) -> bool {
-        buffer.is_host()
+        buffer.is_host() || crate::is_repacked(buffer)
+    }
+
+    fn supports_buffer_type(&self, buft: &dyn BufferType) -> bool {
+        buft.is_host() || buft.name() == crate::REPACK_NAME
     }
 
     fn set_n_threads(&mut self, n: usize) -> Result<()> {
@@ -275,11 +280,44 @@ unsafe impl Sync for SendPtr {}
 // SAFETY: as above.
 unsafe impl Send for SendPtr {}
 
-/// The host CPU as a [`Device`].
-#[derive(Debug, Default, Clone, Copy)]
-pub struct CpuDevice;
+/// The host CPU as a [`Device`]: the one place that decides the SIMD level its kernels run at
+/// (its backends compute at it, and its repacked buffer type follows llama.cpp's rule for
+/// it), so the level a model was loaded for is the level it computes at.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuDevice {
+    level: SimdLevel,
+}
+
+impl Default for CpuDevice {
+    /// [`CpuDevice::from_env`].
+    fn default() -> Self {
+        Self::from_env()
+    }
+}
 
 impl CpuDevice {
+    /// The CPU at the level `TESSERA_SIMD` asks for, else the best it has
+    /// ([`SimdLevel::from_env`]).
+    pub fn from_env() -> Self {
+        CpuDevice { level: SimdLevel::from_env() }
+    }
+
+    /// The CPU at `level`, lowered to what it has.
+    pub fn new(level: SimdLevel) -> Self {
+        CpuDevice { level: level.min(SimdLevel::detect()) }
+    }
+
+    /// [`CpuDevice::from_env`] as the shared device a model loader takes
+    /// (`tessera_llama::LoadParams::host`).
+    pub fn shared() -> Arc<dyn Device> {
+        Arc::new(Self::from_env())
+    }
+
+    /// The SIMD level its kernels run at.
+    pub fn simd_level(&self) -> SimdLevel {
+        self.level
+    }
+
     fn meminfo(key: &str) -> Option<u64> {
         let text = std::fs::read_to_string("/proc/meminfo").ok()?;
         let line = text.lines().find(|l| l.starts_with(key))?;
@@ -293,8 +331,10 @@ impl Device for CpuDevice {
         "CPU"
     }
 
+    /// The CPU's model name, the SIMD level its kernels run at and their family:
+    /// `AMD EPYC 7B13 | SIMD: avx2 | kernels: AVX2 (...)`.
     fn description(&self) -> String {
-        std::fs::read_to_string("/proc/cpuinfo")
+        let name = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|t| {
                 t.lines()
@@ -302,7 +342,14 @@ impl Device for CpuDevice {
                     .and_then(|l| l.split(':').nth(1))
                     .map(|s| s.trim().to_string())
             })
-            .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+        let vnni = self.level == SimdLevel::Avx512 && crate::has_vnni();
+        format!(
+            "{name} | SIMD: {}{} | kernels: {}",
+            self.level,
+            if vnni { "+vnni" } else { "" },
+            crate::kernel_family(self.level, vnni)
+        )
     }
 
     fn kind(&self) -> DeviceKind {
@@ -317,8 +364,20 @@ impl Device for CpuDevice {
         Arc::new(HostBufferType)
     }
 
+    /// The repacked weight layout ([`RepackBufferType`](crate::RepackBufferType)), where
+    /// llama.cpp's CPU backend has one at this level (from AVX2).
+    fn extra_buffer_types(&self) -> Vec<Arc<dyn BufferType>> {
+        if cfg!(target_arch = "x86_64") && self.level >= SimdLevel::Avx2 {
+            vec![Arc::new(crate::RepackBufferType::new(self.level))]
+        } else {
+            Vec::new()
+        }
+    }
+
     fn init_backend(&self) -> Result<Box<dyn Backend>> {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Ok(Box::new(CpuBackend::with_options(n, false)?))
+        let mut b = CpuBackend::with_options(n, false)?;
+        b.set_simd_level(self.level);
+        Ok(Box::new(b))
     }
 }

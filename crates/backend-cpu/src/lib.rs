@@ -13,6 +13,7 @@ mod matmul;
 mod ops;
 mod params;
 pub mod pool;
+mod repack_buffer;
 pub mod sim;
 mod simd;
 mod tensor_ref;
@@ -20,6 +21,7 @@ mod tensor_ref;
 pub use backend::{CpuBackend, CpuDevice};
 pub use params::{ComputeParams, ThreadSync};
 pub use pool::ThreadPool;
+pub use repack_buffer::{is_repacked, RepackBuffer, RepackBufferType, REPACK_NAME};
 pub use sim::{SimBackend, SimDevice};
 pub use simd::{has_avx512_bf16, has_vnni, kernel_family, SimdLevel};
 pub use tensor_ref::TensorRef;
@@ -41,15 +43,13 @@ pub mod bench {
     }
 }
 
-/// The bytes a weight marked [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED)
-/// must hold, from its bytes in the file's layout (`rows` rows of `k` values of `dtype`):
-/// `Some` with the rows rearranged where the CPU backend keeps that type's repacked weights in
-/// a layout of its own (Q4_0, IQ4_NL, MXFP4, Q4_K and Q2_K: eight rows interleaved, as
-/// llama.cpp's `block_q4_0x8` / `block_iq4_nlx8` / `block_mxfp4x8` / `block_q4_Kx8` /
-/// `block_q2_Kx8`, so a group of eight rows is one memory stream), `None` for other types or where `bytes` is not `rows` whole rows of a multiple of
-/// eight. A loader that
-/// rearranges a weight must not give it to any op but MUL_MAT (not to GET_ROWS: a tied
-/// embedding needs a copy of its own for the output).
+/// The bytes a repacked weight holds in the CPU's repacked buffer ([`RepackBufferType`]),
+/// from its bytes in the file's layout (`rows` rows of `k` values of `dtype`): `Some` with the
+/// rows rearranged where the CPU backend keeps that type's repacked weights in a layout of
+/// its own (Q4_0, IQ4_NL and MXFP4: eight rows interleaved, as llama.cpp's `block_q4_0x8` /
+/// `block_iq4_nlx8` / `block_mxfp4x8`, so a group of eight rows is one memory stream), `None`
+/// for other types or where `bytes` is not `rows` whole rows of a multiple of eight. Only
+/// matrix products read a rearranged weight (an embedding's GET_ROWS reads the file's layout).
 pub fn repack_layout(
     dtype: tessera_tensor::DType,
     bytes: &[u8],
@@ -62,6 +62,27 @@ pub fn repack_layout(
             return None;
         }
         matmul::interleaved::interleave(dtype, bytes, rows, k)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, bytes, rows, k);
+        None
+    }
+}
+
+/// The file's layout back from [`repack_layout`]'s (same conditions).
+pub fn plain_layout(
+    dtype: tessera_tensor::DType,
+    bytes: &[u8],
+    rows: usize,
+    k: usize,
+) -> Option<Vec<u8>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !matmul::interleaved::applies(dtype) {
+            return None;
+        }
+        matmul::interleaved::deinterleave(dtype, bytes, rows, k)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -85,8 +106,7 @@ pub fn repack_rearranges(dtype: tessera_tensor::DType) -> bool {
 
 /// Whether llama.cpp's CPU backend, built for `level`, would repack a 2-D weight of type
 /// `dtype` with `rows` rows into its CPU_REPACK buffer (its default on x86; `--no-repack`
-/// turns it off). A model loader marks such weights
-/// [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED) so their products follow the
+/// turns it off): the rule of [`RepackBufferType`], whose weights' products follow the
 /// repacked kernels' arithmetic. False off x86.
 pub fn repack_applies(dtype: tessera_tensor::DType, rows: usize, level: SimdLevel) -> bool {
     #[cfg(target_arch = "x86_64")]

@@ -189,7 +189,7 @@ fn unbound_tensors_and_the_abort_flag_are_reported() {
 
 #[test]
 fn the_device_describes_the_host() {
-    let dev = CpuDevice;
+    let dev = CpuDevice::from_env();
     let (free, total) = tessera_backend::Device::memory(&dev);
     assert!(total > 0 && free <= total);
     let mut b = tessera_backend::Device::init_backend(&dev).unwrap();

@@ -6,7 +6,7 @@ use crate::CudaError;
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use tessera_backend::{Bindings, Buffer};
 use tessera_tensor::graph::{
-    Context, Flags, GluOp, Op, RopeMode, RopeParams, TensorDesc, TensorId, UnaryOp,
+    Context, GluOp, Op, RopeMode, RopeParams, TensorDesc, TensorId, UnaryOp,
 };
 use tessera_tensor::DType::{self, *};
 
@@ -51,13 +51,6 @@ pub(crate) fn supports(ctx: &Context, node: TensorId) -> bool {
         Some(s0) => s0,
         None => return d.op.is_view() || d.op == Op::None,
     };
-    // Weights the CPU keeps in its repacked (interleaved) layout: the kernels here read the
-    // file's layout only, so the scheduler must leave those products on the CPU rather than
-    // copy the bytes over for a large batch (`offload_op`), as ggml's repack buffer is not host
-    // memory to other backends.
-    if d.src.iter().flatten().any(|&s| ctx.get(s).flags.contains(Flags::REPACKED)) {
-        return false;
-    }
     match d.op {
         Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => true,
         Op::GetRows => {

@@ -129,6 +129,16 @@ pub trait Device: Send + Sync {
     fn memory(&self) -> (u64, u64);
     /// The device's own buffer type.
     fn buffer_type(&self) -> Arc<dyn BufferType>;
+    /// Buffer types for weights, in the order a loader offers them a weight before the
+    /// device's own (ggml's `ggml_backend_dev_get_extra_bufts`, what llama.cpp's
+    /// `make_cpu_buft_list` asks): the CPU's repacked layout, for one. Each says which weights
+    /// it takes ([`BufferType::supports_weight`]) and may store them in a layout of its own
+    /// ([`Buffer::set_tensor`]); the device's backend reads them. None by default.
+    ///
+    /// [`Buffer::set_tensor`]: crate::Buffer::set_tensor
+    fn extra_buffer_types(&self) -> Vec<Arc<dyn BufferType>> {
+        Vec::new()
+    }
     /// Starts a backend (stream) on the device.
     fn init_backend(&self) -> Result<Box<dyn Backend>>;
 }

@@ -96,14 +96,14 @@ impl Bindings {
     /// Writes a contiguous tensor's bytes (`ggml_backend_tensor_set`).
     pub fn set(&self, ctx: &Context, id: TensorId, data: &[u8]) -> Result<()> {
         let s = self.contiguous_storage(ctx, id, data.len())?;
-        s.buffer.write(s.offset, data)
+        s.buffer.set_tensor(ctx.get(id), s.offset, data)
     }
 
     /// Reads a contiguous tensor's bytes (`ggml_backend_tensor_get`).
     pub fn get(&self, ctx: &Context, id: TensorId) -> Result<Vec<u8>> {
         let mut out = vec![0u8; ctx.get(id).n_bytes()];
         let s = self.contiguous_storage(ctx, id, out.len())?;
-        s.buffer.read(s.offset, &mut out)?;
+        s.buffer.get_tensor(ctx.get(id), s.offset, &mut out)?;
         Ok(out)
     }
 

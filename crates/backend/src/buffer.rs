@@ -40,6 +40,21 @@ pub trait BufferType: Send + Sync + Debug {
     fn is_host(&self) -> bool {
         false
     }
+    /// For a device's extra (weight) buffer types ([`Device::extra_buffer_types`]): whether
+    /// this type would hold weight `desc` (ggml asks the buffer type's `supports_op` of the
+    /// product that reads the weight). A loader offers every weight to the types in order and
+    /// keeps it in the first that says yes; a device's own buffer type takes anything.
+    ///
+    /// [`Device::extra_buffer_types`]: crate::Device::extra_buffer_types
+    fn supports_weight(&self, _desc: &TensorDesc) -> bool {
+        true
+    }
+    /// Whether buffers of this type store `desc` in the file's layout (byte for byte), so
+    /// that ops other than the products this type is for (an embedding's GET_ROWS) can read
+    /// it. A type that rearranges bytes does it in [`Buffer::set_tensor`].
+    fn keeps_layout(&self, _desc: &TensorDesc) -> bool {
+        true
+    }
 }
 
 /// A block of memory of some buffer type. Reads and writes go through `&self`: a buffer is shared
@@ -72,6 +87,21 @@ pub trait Buffer: Send + Sync + Debug {
     fn write(&self, offset: usize, data: &[u8]) -> Result<()>;
     /// Copies `out.len()` bytes from `offset` into `out`.
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Stores the whole of tensor `desc` at `offset` from `data`, its bytes in the file's
+    /// layout (`ggml_backend_tensor_set`): a buffer type that keeps tensors in a layout of its
+    /// own (the CPU's interleaved weights) rearranges them here. The default is a plain
+    /// [`Buffer::write`].
+    fn set_tensor(&self, desc: &TensorDesc, offset: usize, data: &[u8]) -> Result<()> {
+        let _ = desc;
+        self.write(offset, data)
+    }
+    /// Reads the whole of tensor `desc` at `offset` into `out`, in the file's layout
+    /// (`ggml_backend_tensor_get`): the inverse of [`Buffer::set_tensor`]. The default is a
+    /// plain [`Buffer::read`].
+    fn get_tensor(&self, desc: &TensorDesc, offset: usize, out: &mut [u8]) -> Result<()> {
+        let _ = desc;
+        self.read(offset, out)
+    }
     /// Sets every byte to `value`.
     fn clear(&self, value: u8) -> Result<()>;
     /// What the buffer holds.

@@ -269,7 +269,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     println!(
         "build: {} | {} | repacked weights: {}",
         env!("TESSERA_GIT_COMMIT"),
-        common::system_info(),
+        common::system_info(&model),
         model.n_repacked
     );
     Ok(())

@@ -97,10 +97,9 @@ pub struct OffloadArgs {
 
 impl OffloadArgs {
     /// The [`tessera_llama::Offload`] these flags ask for.
-    pub fn offload(&self) -> Result<tessera_llama::Offload> {
-        let registry = crate::devices::registry();
+    pub fn offload(&self, registry: &tessera_backend::Registry) -> Result<tessera_llama::Offload> {
         let devices =
-            tessera_llama::placement::select_devices(&registry, &self.device).map_err(explain)?;
+            tessera_llama::placement::select_devices(registry, &self.device).map_err(explain)?;
         if devices.is_empty() && self.n_gpu_layers.is_some_and(|n| n > 0) {
             eprintln!(
                 "note: -ngl {} has no effect: no accelerator is present (CPU only)",
@@ -129,8 +128,10 @@ impl OffloadArgs {
 /// `no_repack` is llama.cpp's `--no-repack`: weights it would repack keep the plain kernels.
 pub fn load(path: &Path, no_repack: bool, offload: &OffloadArgs) -> Result<Model> {
     check_model_path(path)?;
+    let registry = crate::devices::registry();
     let params = tessera_llama::LoadParams {
-        offload: offload.offload()?,
+        host: crate::devices::host(&registry),
+        offload: offload.offload(&registry)?,
         repack: !no_repack,
         allow_unused_tensors: offload.allow_unused_tensors,
     };
@@ -229,13 +230,8 @@ pub fn simd_level() -> String {
     format!("{level}{}", if vnni { "+vnni" } else { "" })
 }
 
-/// One line on what runs: CPU, SIMD level and kernel family (llama-bench's system info).
-pub fn system_info() -> String {
-    let (level, vnni) = simd();
-    format!(
-        "CPU: {} | SIMD: {} | kernels: {}",
-        cpu_name(),
-        simd_level(),
-        tessera_backend_cpu::kernel_family(level, vnni)
-    )
+/// One line on what runs: CPU, SIMD level and kernel family (llama-bench's system info), as
+/// the model's host device describes itself.
+pub fn system_info(model: &Model) -> String {
+    format!("CPU: {}", model.host.description())
 }

@@ -4,7 +4,7 @@
 //! library knows only the `Device` trait.
 
 use std::sync::Arc;
-use tessera_backend::Registry;
+use tessera_backend::{Device, DeviceKind, Registry};
 use tessera_backend_cpu::{CpuDevice, SimDevice};
 
 /// The registry, in priority order with the CPU last.
@@ -34,8 +34,14 @@ pub fn registry() -> Registry {
     for i in 0..n_sim {
         r.add(Arc::new(SimDevice::new(i, threads)));
     }
-    r.add(Arc::new(CpuDevice));
+    r.add(Arc::new(CpuDevice::from_env()));
     r
+}
+
+/// The registry's CPU device (always present: [`registry`] adds it last).
+pub fn host(r: &Registry) -> Arc<dyn Device> {
+    let cpu = r.devices().iter().find(|d| d.kind() == DeviceKind::Cpu);
+    cpu.cloned().expect("the registry has the CPU device")
 }
 
 /// One line per device: name, kind and description (`tessera --version`, `run -v`).

@@ -190,7 +190,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     if a.verbose {
         eprintln!(
             "system: {} | threads: {threads} | repacked weights: {}",
-            common::system_info(),
+            common::system_info(&model),
             model.n_repacked
         );
         let ngl = common::ngl(&model);

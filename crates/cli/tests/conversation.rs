@@ -57,7 +57,8 @@ fn the_second_turn_sees_the_first_and_evaluates_only_its_own_tokens() {
     assert_eq!(used2, used1 + eval2 + gen2);
 
     // What evaluating the whole conversation again would cost: its full rendering.
-    let model = tessera_llama::Model::load(&model_path).unwrap();
+    let model =
+        tessera_llama::Model::load(&model_path, tessera_backend_cpu::CpuDevice::shared()).unwrap();
     let tpl = model.chat_template.as_deref().unwrap();
     let msgs = [("user", first), ("assistant", reply1.as_str()), ("user", second)];
     let full = tessera_llama::chat::apply(tpl, &msgs, true, &model.vocab).unwrap();

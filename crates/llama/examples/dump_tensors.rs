@@ -43,8 +43,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // REPACK=1: the weights llama.cpp would repack take its repacked arithmetic (its default);
     // otherwise plain, as the references made with use_extra_bufts = False.
     let repack = std::env::var("REPACK").is_ok_and(|v| v == "1");
-    let model =
-        Model::load_with(model, &tessera_llama::LoadParams { repack, ..Default::default() })?;
+    let model = Model::load_with(
+        model,
+        &tessera_llama::LoadParams {
+            repack,
+            ..tessera_llama::LoadParams::new(tessera_backend_cpu::CpuDevice::shared())
+        },
+    )?;
     let tokens: Vec<u32> = serde_json::from_str(tokens)?;
     let first: usize = first.parse::<usize>()?.min(tokens.len());
     let params = ContextParams {

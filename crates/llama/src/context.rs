@@ -149,7 +149,7 @@ impl<'m> LlamaContext<'m> {
             }
             backends.push(b);
         }
-        let mut cpu = crate::placement::host_device().init_backend()?;
+        let mut cpu = model.host.init_backend()?;
         cpu.set_n_threads(params.n_threads)?;
         if params.batch_invariant {
             cpu.set_batch_invariant(true)?;

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use tessera_alloc::alloc_tensors;
 use tessera_backend::{Bindings, BufferUsage, Device, MappedBuffer};
 use tessera_gguf::GgufFile;
-use tessera_tensor::graph::{Context, Flags, TensorId};
+use tessera_tensor::graph::{Context, TensorDesc, TensorId};
 use tessera_vocab::Vocab;
 
 /// The file's bytes as a buffer source (the mapping lives as long as any buffer over it).
@@ -109,24 +109,41 @@ impl Weights {
 }
 
 /// How a model is loaded.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LoadParams {
+    /// The host CPU as a device, from the registry the program composes: the weights no
+    /// device takes stay with it (offered first to its extra buffer types, such as the CPU
+    /// backend's repacked layout), and every graph ends on its backend. Only the program knows
+    /// which backend crate provides it (`tessera_backend_cpu::CpuDevice`).
+    pub host: Arc<dyn Device>,
     /// Which weights go to which device (`-ngl`, `-ts`, `--device`, `-ot`); CPU only by
     /// default.
     pub offload: Offload,
-    /// Mark the weights llama.cpp would move into its repack buffer (its default on x86 with
-    /// AVX2: Q4_0, Q4_K and IQ4_NL, with AVX-512 also Q2_K, rows in multiples of 8, decided at the SIMD level in
-    /// force at load), so their products follow ggml's repacked kernels' arithmetic. `false`
-    /// is llama.cpp's `--no-repack` (`use_extra_bufts = false`).
+    /// Offer the weights the CPU keeps to the host device's extra buffer types
+    /// ([`Device::extra_buffer_types`]: for the CPU backend, llama.cpp's repack buffer, whose
+    /// products follow ggml's repacked kernels' arithmetic). `false` is llama.cpp's
+    /// `--no-repack` (`use_extra_bufts = false`).
     pub repack: bool,
     /// Load a file that has tensors the architecture does not use, ignoring them with a
     /// warning (by default that is an error: a variant Tessera does not implement).
     pub allow_unused_tensors: bool,
 }
 
-impl Default for LoadParams {
-    fn default() -> Self {
-        LoadParams { offload: Offload::default(), repack: true, allow_unused_tensors: false }
+impl LoadParams {
+    /// llama.cpp's defaults (CPU only, repacking on) with `host` as the CPU.
+    pub fn new(host: Arc<dyn Device>) -> Self {
+        LoadParams { host, offload: Offload::default(), repack: true, allow_unused_tensors: false }
+    }
+}
+
+impl std::fmt::Debug for LoadParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadParams")
+            .field("host", &self.host.name())
+            .field("offload", &self.offload)
+            .field("repack", &self.repack)
+            .field("allow_unused_tensors", &self.allow_unused_tensors)
+            .finish()
     }
 }
 
@@ -146,7 +163,7 @@ pub struct Model {
     pub file_size: usize,
     /// Chat template (`tokenizer.chat_template`), if any.
     pub chat_template: Option<String>,
-    /// How many weights are marked repacked ([`LoadParams::repack`]).
+    /// How many weights the host device's extra buffer types hold ([`LoadParams::repack`]).
     pub n_repacked: usize,
     /// The devices weights were offloaded to (priority order; the CPU is implied, last).
     pub devices: Vec<Arc<dyn Device>>,
@@ -154,6 +171,8 @@ pub struct Model {
     pub layer_plan: LayerPlan,
     /// Bytes of weights on each device of [`devices`](Model::devices).
     pub device_bytes: Vec<usize>,
+    /// The host CPU device ([`LoadParams::host`]): contexts compute on its backend last.
+    pub host: Arc<dyn Device>,
     file: Arc<MappedFile>,
 }
 
@@ -164,11 +183,11 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Loads a GGUF model: maps the file, reads hyperparameters and vocabulary, binds every
-    /// tensor in place and lets the registered architecture pick and check its weights.
-    /// Weights are marked repacked as llama.cpp's default does ([`LoadParams`]).
-    pub fn load(path: impl AsRef<Path>) -> Result<Model> {
-        Self::load_with(path, &LoadParams::default())
+    /// Loads a GGUF model with llama.cpp's defaults ([`LoadParams::new`]) and `host` as the
+    /// CPU: maps the file, reads hyperparameters and vocabulary, binds every tensor in place
+    /// and lets the registered architecture pick and check its weights.
+    pub fn load(path: impl AsRef<Path>, host: Arc<dyn Device>) -> Result<Model> {
+        Self::load_with(path, &LoadParams::new(host))
     }
 
     /// [`Model::load`] with explicit [`LoadParams`].
@@ -180,8 +199,8 @@ impl Model {
     }
 
     /// [`Model::load`] from an opened file.
-    pub fn from_gguf(gguf: GgufFile) -> Result<Model> {
-        Self::from_gguf_with(gguf, &LoadParams::default())
+    pub fn from_gguf(gguf: GgufFile, host: Arc<dyn Device>) -> Result<Model> {
+        Self::from_gguf_with(gguf, &LoadParams::new(host))
     }
 
     /// [`Model::load_with`] from an opened file.
@@ -200,104 +219,79 @@ impl Model {
         let mut ctx = Context::new();
         let mut bindings = Bindings::new();
         let mut by_name = HashMap::new();
-        let level = tessera_backend_cpu::SimdLevel::from_env();
+        // The host's extra buffer types (llama.cpp's `make_cpu_buft_list`), offered each weight
+        // the CPU keeps, in order; what none takes stays in the file's mapping.
+        let extras = if params.repack { params.host.extra_buffer_types() } else { Vec::new() };
         let mut n_repacked = 0;
-        // Tensors bound for each device, with the file offset of their bytes.
+        // Tensors bound for each device, and for each extra buffer type, with the file offset
+        // of their bytes (copied in at the end).
         let mut on_device: Vec<Vec<(TensorId, usize)>> = vec![Vec::new(); offload.devices.len()];
-        // Repacked weights the CPU keeps in a layout of its own (Q4_0: eight rows
-        // interleaved): copied, rearranged, into host memory instead of read from the mapping.
-        let mut rearranged: Vec<(TensorId, usize)> = Vec::new();
-        // 2-D weights (MUL_MAT) and 3-D expert stacks (MUL_MAT_ID), as llama.cpp's repack
-        // buffer type takes both.
-        let repacks = |dtype, ne: &[usize]| {
-            let matrices = ne.get(3..).is_none_or(|r| r.iter().all(|&d| d == 1)) && ne[1] > 1;
-            params.repack && matrices && tessera_backend_cpu::repack_applies(dtype, ne[1], level)
+        let mut in_extra: Vec<Vec<(TensorId, usize)>> = vec![Vec::new(); extras.len()];
+        // The first extra buffer type that takes weight `desc`; an embedding (read by
+        // GET_ROWS) only by one that keeps the file's layout.
+        let extra_for = |desc: &TensorDesc, embedding: bool| {
+            extras
+                .iter()
+                .position(|b| b.supports_weight(desc) && (!embedding || b.keeps_layout(desc)))
         };
         for info in g.tensors() {
             let ne: Vec<usize> = info.ne.iter().map(|&d| d as usize).collect();
             let id = ctx.new_tensor(info.dtype, &ne)?;
             ctx.set_name(id, &info.name);
-            // llama.cpp repacks the 2-D weights its matrix products read; marking one that
-            // only GET_ROWS reads (an untied token_embd) changes nothing while the bytes keep
-            // the file's layout, and a token_embd tied as the output is repacked by llama.cpp
-            // too (its duplicate for the output). A weight whose bytes get rearranged must
-            // reach MUL_MAT only: an embedding keeps the file's layout (and, tied, the output
-            // gets a rearranged copy below).
-            // Only weights the CPU keeps are repacked: one placed on a device keeps the file's
-            // layout (llama.cpp asks a layer's device for its buffer types, and only the CPU's
-            // list has the repack type), whatever kernels that device runs.
+            // Only weights the CPU keeps go to its extra buffer types: one placed on a device
+            // keeps the file's layout (llama.cpp asks a layer's device for its buffer types,
+            // and only the CPU's list has the repack type), whatever kernels that device runs.
+            // A tied token_embd is an embedding here; the output gets a copy of its own below.
             let device = placement::tensor_device(&info.name, &layer_plan, offload)?;
-            let rearrange = tessera_backend_cpu::repack_rearranges(info.dtype);
             let embedding = info.name.contains("embd");
-            let repacked =
-                device.is_none() && repacks(info.dtype, &ne) && !(rearrange && embedding);
-            if repacked {
-                ctx.set_flags(id, Flags::REPACKED);
-                n_repacked += 1;
-            }
+            let extra = if device.is_none() { extra_for(ctx.get(id), embedding) } else { None };
             let off = info.data_offset as usize;
-            match device {
-                None if repacked && rearrange => rearranged.push((id, off)),
-                None => bindings.bind(&ctx, id, buffer.clone(), off)?,
-                Some(d) => on_device[d].push((id, off)),
+            match (device, extra) {
+                (Some(d), _) => on_device[d].push((id, off)),
+                (None, Some(e)) => in_extra[e].push((id, off)),
+                (None, None) => bindings.bind(&ctx, id, buffer.clone(), off)?,
             }
             by_name.insert(info.name.clone(), id);
         }
         let mut duplicate = None;
         // Tied embeddings: the head gets a copy of token_embd of its own where it is offloaded
-        // (as llama.cpp duplicates it: TENSOR_DUPLICATED), or where its repacked bytes are
-        // rearranged (llama.cpp's repack buffer holds the duplicate).
+        // (as llama.cpp duplicates it: TENSOR_DUPLICATED), or where an extra buffer type that
+        // rearranges its bytes takes it (llama.cpp's repack buffer holds the duplicate).
         if let (Some(&emb), false) =
             (by_name.get("token_embd.weight"), by_name.contains_key("output.weight"))
         {
             let src = ctx.get(emb).clone();
-            let repacked = layer_plan.output.is_none() && repacks(src.dtype, &src.ne);
-            let rearrange = repacked && tessera_backend_cpu::repack_rearranges(src.dtype);
-            if layer_plan.output.is_some() || rearrange {
+            let extra = match layer_plan.output {
+                None => extra_for(&src, false).filter(|&e| !extras[e].keeps_layout(&src)),
+                Some(_) => None,
+            };
+            if layer_plan.output.is_some() || extra.is_some() {
                 let id = ctx.new_tensor(src.dtype, &src.ne)?;
                 ctx.set_name(id, "output.weight");
-                if repacked {
-                    ctx.set_flags(id, Flags::REPACKED);
-                    n_repacked += usize::from(rearrange);
-                }
                 let off = g.tensor("token_embd.weight")?.data_offset as usize;
-                match layer_plan.output {
-                    Some(d) => on_device[d].push((id, off)),
-                    None => rearranged.push((id, off)),
+                match (layer_plan.output, extra) {
+                    (Some(d), _) => on_device[d].push((id, off)),
+                    (None, Some(e)) => in_extra[e].push((id, off)),
+                    (None, None) => unreachable!("a copy is made for a device or a buffer type"),
                 }
                 by_name.insert("output.weight".into(), id);
                 duplicate = Some(id);
             }
         }
-        if n_repacked > 0 {
-            tracing::info!(n_repacked, "weights repacked (llama.cpp's CPU_REPACK arithmetic)");
-        }
-        // The bytes a weight is given: the file's, rearranged where it is repacked into a
-        // layout of the CPU's own.
+        // Every tensor of a device or an extra buffer type: allocated in its buffer type, then
+        // its bytes copied in from the file (`set_tensor`: a buffer type with a layout of its
+        // own rearranges them).
         let bytes = g.bytes();
-        let weight_bytes = |ctx: &Context, id: TensorId, off: usize| {
-            let d = ctx.get(id);
-            let file = &bytes[off..off + d.n_bytes()];
-            if !d.flags.contains(Flags::REPACKED)
-                || !tessera_backend_cpu::repack_rearranges(d.dtype)
-            {
-                return std::borrow::Cow::Borrowed(file);
-            }
-            // Never the file's bytes under a rearranged type's flag: the rule that marked the
-            // weight (`repack_applies`: rows in eights, whole blocks) is the layout's condition.
-            let rows = d.ne[1] * d.ne[2] * d.ne[3];
-            let v = tessera_backend_cpu::repack_layout(d.dtype, file, rows, d.ne[0]);
-            std::borrow::Cow::Owned(v.expect("a repacked weight is whole groups of eight rows"))
-        };
         let mut device_bytes = vec![0; offload.devices.len()];
-        let host = placement::host_device();
-        let lists = on_device.iter().enumerate().map(|(d, l)| (Some(d), l));
-        for (d, list) in lists.chain([(None, &rearranged)]) {
+        let lists = on_device
+            .iter()
+            .enumerate()
+            .map(|(d, l)| (Some(d), offload.devices[d].buffer_type(), l))
+            .chain(in_extra.iter().zip(&extras).map(|(l, b)| (None, b.clone(), l)));
+        for (d, buft, list) in lists {
             if list.is_empty() {
                 continue;
             }
-            let dev = d.map_or(&host, |d| &offload.devices[d]);
-            let buft = dev.buffer_type();
             let ids: Vec<TensorId> = list.iter().map(|&(id, _)| id).collect();
             let mut size = 0;
             for b in alloc_tensors(&buft, &ctx, ids, &mut bindings)? {
@@ -305,23 +299,20 @@ impl Model {
                 size += b.size();
             }
             for &(id, off) in list {
-                bindings.set(&ctx, id, &weight_bytes(&ctx, id, off))?;
+                bindings.set(&ctx, id, &bytes[off..off + ctx.get(id).n_bytes()])?;
             }
+            let mib = size as f64 / (1 << 20) as f64;
             match d {
                 Some(d) => {
                     device_bytes[d] += size;
-                    tracing::info!(
-                        device = dev.name(),
-                        tensors = list.len(),
-                        mib = size as f64 / (1 << 20) as f64,
-                        "weights offloaded"
-                    );
+                    let device = offload.devices[d].name();
+                    tracing::info!(device, tensors = list.len(), mib, "weights offloaded");
                 }
-                None => tracing::info!(
-                    tensors = list.len(),
-                    mib = size as f64 / (1 << 20) as f64,
-                    "repacked weights rearranged into host memory"
-                ),
+                None => {
+                    n_repacked += list.len();
+                    let buffer_type = buft.name();
+                    tracing::info!(buffer_type, tensors = list.len(), mib, "weights repacked");
+                }
             }
         }
         let weights =
@@ -356,6 +347,7 @@ impl Model {
             devices: offload.devices.clone(),
             layer_plan,
             device_bytes,
+            host: params.host.clone(),
             file,
         })
     }

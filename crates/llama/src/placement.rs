@@ -13,7 +13,6 @@
 use crate::{LlamaError, Result};
 use std::sync::Arc;
 use tessera_backend::{Device, DeviceKind, Registry};
-use tessera_backend_cpu::CpuDevice;
 
 /// A `-ot` rule: tensors whose name matches `pattern` go to the buffer type `buffer_type`
 /// (`"CPU"` or a device's name).
@@ -163,11 +162,6 @@ pub fn tensor_device(name: &str, plan: &LayerPlan, offload: &Offload) -> Result<
         }
     }
     Ok(plan.tensor_device(name))
-}
-
-/// The host CPU as a device: the backend every graph ends on (the scheduler's last).
-pub fn host_device() -> Arc<dyn Device> {
-    Arc::new(CpuDevice)
 }
 
 /// The non-CPU devices of `registry` named in `names` (llama.cpp's `--device A,B`; `"none"`

@@ -7,7 +7,7 @@ use tessera_llama::{chat, Model};
 
 fn check(id: tessera_models::Model) {
     let path = tessera_models::ensure(&id).expect("fetching the model");
-    let model = Model::load(&path).expect("loading");
+    let model = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).expect("loading");
     let template = model.chat_template.as_deref().expect("the model has a chat template");
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat.json");
     let all: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();

@@ -60,7 +60,7 @@ fn check(id: tessera_models::Model) {
         .join(format!("{stem}.json"));
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&refs).unwrap()).unwrap();
     let pooling = Pooling::parse(r["pooling"].as_str().unwrap()).unwrap();
-    let model = Model::load(&path).expect("loading");
+    let model = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).expect("loading");
     let level = tessera_backend_cpu::SimdLevel::from_env();
     // A model with no weight llama.cpp repacks has one layout.
     let same_layout =

@@ -49,7 +49,7 @@ fn check_at(stem: &str, flash_attn: bool, n_ctx: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{stem}.gguf"));
     tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
-    let model = Model::load(&path).unwrap();
+    let model = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).unwrap();
     let prompt = ids(&r["prompt_tokens"]);
     assert_eq!(model.vocab.tokenize(r["prompt"].as_str().unwrap(), true, true), prompt);
     let params = ContextParams { n_ctx, n_threads: 2, flash_attn, ..Default::default() };

@@ -109,7 +109,7 @@ fn matches_llama_cpp(case: &Case) {
 }
 
 fn check(path: &Path, r: &Value, repack: bool, stem: &str) {
-    let params = LoadParams { repack, ..Default::default() };
+    let params = LoadParams { repack, ..LoadParams::new(tessera_backend_cpu::CpuDevice::shared()) };
     let model = Model::load_with(path, &params).unwrap();
     assert_eq!(model.hparams.n_expert, 16);
     let prompt = ids(&r["prompt_tokens"]);

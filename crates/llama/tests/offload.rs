@@ -42,8 +42,15 @@ fn run_with(
     graph_reuse: bool,
     repack: bool,
 ) -> Run {
-    let model =
-        Model::load_with(path, &LoadParams { offload, repack, ..LoadParams::default() }).unwrap();
+    let model = Model::load_with(
+        path,
+        &LoadParams {
+            offload,
+            repack,
+            ..LoadParams::new(tessera_backend_cpu::CpuDevice::shared())
+        },
+    )
+    .unwrap();
     let params = ContextParams {
         n_ctx: 256,
         n_threads: 2,
@@ -95,7 +102,8 @@ fn check_file(path: &std::path::Path, file: &str, flash_attn: bool) {
     // The reference: the CPU alone, every graph built afresh.
     let base = run(&path, Offload::default(), flash_attn, false);
     assert_eq!(base.3, 1, "the CPU alone runs one split");
-    let n_layer = Model::load(&path).unwrap().hparams.n_layer;
+    let n_layer =
+        Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).unwrap().hparams.n_layer;
     let cases: Vec<(String, Offload)> = vec![
         ("-ngl 0".into(), sim(0, SimDevice::new(0, 2))),
         ("-ngl half".into(), sim(n_layer / 2, SimDevice::new(0, 2))),
@@ -186,33 +194,43 @@ fn synthetic_q4_0_offloaded_gets_plain_bytes() {
         let t = file.tensor(name).unwrap();
         file.tensor_data(t).to_vec()
     };
-    // (bytes, in host memory) of each weight of a load with `-ngl ngl`, repacking on.
+    // (bytes as stored, buffer type) of each weight of a load with `-ngl ngl`, repacking on;
+    // read back as a tensor (`Bindings::get`), each is the file's bytes again.
     let load = |ngl: usize| {
         let offload = sim(ngl, SimDevice::new(0, 2));
-        let model =
-            Model::load_with(&path, &LoadParams { offload, repack: true, ..LoadParams::default() })
-                .unwrap();
+        let model = Model::load_with(
+            &path,
+            &LoadParams {
+                offload,
+                repack: true,
+                ..LoadParams::new(tessera_backend_cpu::CpuDevice::shared())
+            },
+        )
+        .unwrap();
         let w = &model.weights;
         let bytes_of = |name: &str| {
             let id = w.id(name).unwrap_or_else(|| panic!("{name}"));
             let s = w.bindings.storage(&w.ctx, id).unwrap();
             let mut out = vec![0u8; w.ctx.get(id).n_bytes()];
             s.buffer.read(s.offset, &mut out).unwrap();
-            (out, s.buffer.is_host())
+            let plain = if name == "output.weight" { "token_embd.weight" } else { name };
+            assert!(w.bindings.get(&w.ctx, id).unwrap() == in_file(plain), "{name} read back");
+            (out, s.buffer.name().to_string())
         };
         let names = ["blk.0.attn_q.weight", "blk.1.attn_q.weight", "output.weight"];
         names.map(bytes_of)
     };
     // -ngl 1: blk.1 on the device, blk.0 and the output head on the CPU.
     let [b0, b1, out] = load(1);
-    assert!(!b1.1 && b1.0 == in_file("blk.1.attn_q.weight"), "the device gets plain bytes");
-    assert!(b0.1 && b0.0 != in_file("blk.0.attn_q.weight"), "the CPU's weights are interleaved");
-    assert!(out.1 && out.0 != in_file("token_embd.weight"), "the CPU's head is interleaved");
+    let repack = tessera_backend_cpu::REPACK_NAME;
+    assert!(b1.1 == "SIM0" && b1.0 == in_file("blk.1.attn_q.weight"), "the device: plain bytes");
+    assert!(b0.1 == repack && b0.0 != in_file("blk.0.attn_q.weight"), "the CPU's: interleaved");
+    assert!(out.1 == repack && out.0 != in_file("token_embd.weight"), "the CPU's head too");
     // -ngl 3 (2 layers + output): everything on the device, in the file's layout.
     let [b0, b1, out] = load(3);
-    assert!(!b0.1 && b0.0 == in_file("blk.0.attn_q.weight"));
-    assert!(!b1.1 && b1.0 == in_file("blk.1.attn_q.weight"));
-    assert!(!out.1 && out.0 == in_file("token_embd.weight"), "the device's head: a plain copy");
+    assert!(b0.1 == "SIM0" && b0.0 == in_file("blk.0.attn_q.weight"));
+    assert!(b1.1 == "SIM0" && b1.0 == in_file("blk.1.attn_q.weight"));
+    assert!(out.1 == "SIM0" && out.0 == in_file("token_embd.weight"), "the device's head: a copy");
     let offload = sim(1, SimDevice::new(0, 2));
     let base = run_with(&path, Offload::default(), true, false, true);
     let got = run_with(&path, offload, true, true, true);
@@ -240,9 +258,14 @@ fn synthetic_qwen3moe_offloaded_equals_cpu() {
         ("--n-cpu-moe 2", TensorOverride::n_cpu_moe(2)),
     ] {
         let offload = || Offload { overrides: overrides.clone(), ..sim(99, SimDevice::new(0, 2)) };
-        let model =
-            Model::load_with(&path, &LoadParams { offload: offload(), ..LoadParams::default() })
-                .unwrap();
+        let model = Model::load_with(
+            &path,
+            &LoadParams {
+                offload: offload(),
+                ..LoadParams::new(tessera_backend_cpu::CpuDevice::shared())
+            },
+        )
+        .unwrap();
         let w = &model.weights;
         for il in 0..spec.n_layer {
             for t in ["ffn_up_exps", "ffn_gate_exps", "ffn_down_exps", "attn_q"] {

@@ -23,8 +23,11 @@ const KNOWN_GAPS: &[&str] = &[];
 
 fn check_model(id: tessera_models::Model, flash_attn: bool, repack: bool) {
     let path = tessera_models::ensure(&id).expect("fetching the model");
-    let model =
-        Model::load_with(&path, &LoadParams { repack, ..Default::default() }).expect("loading");
+    let model = Model::load_with(
+        &path,
+        &LoadParams { repack, ..LoadParams::new(tessera_backend_cpu::CpuDevice::shared()) },
+    )
+    .expect("loading");
     let level = tessera_backend_cpu::SimdLevel::from_env();
     if repack && level >= tessera_backend_cpu::SimdLevel::Avx2 {
         assert!(model.n_repacked > 0, "{}: no weight llama.cpp would repack", id.id);

@@ -26,7 +26,7 @@ fn check_synth(stem: &str, flash_attn: bool) {
         .expect("a hash for the model");
     let got = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
     assert_eq!(got, want, "{stem}: the writer no longer reproduces the file the references used");
-    let model = Model::load(&path).unwrap();
+    let model = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).unwrap();
     let spreads = [fixtures.join("reproduction.json")];
     let agreement = fixtures.join("self_agreement.json");
     common::check(&model, stem, &fixtures, &agreement, &spreads, flash_attn, &[]);
@@ -156,7 +156,7 @@ fn synth_qwen3() -> (tempfile::TempDir, Model) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
-    let model = Model::load(&path).unwrap();
+    let model = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).unwrap();
     (dir, model)
 }
 

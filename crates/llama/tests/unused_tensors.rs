@@ -47,13 +47,16 @@ fn with_tensor(src: &Path, name: &str, values: &[f32], out: &Path) -> PathBuf {
 }
 
 fn load(path: &Path, allow: bool) -> Model {
-    let params = LoadParams { allow_unused_tensors: allow, ..LoadParams::default() };
+    let params = LoadParams {
+        allow_unused_tensors: allow,
+        ..LoadParams::new(tessera_backend_cpu::CpuDevice::shared())
+    };
     Model::load_with(path, &params).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The error loading `path` (unused tensors not allowed) gives.
 fn load_err(path: &Path) -> LlamaError {
-    match Model::load_with(path, &LoadParams::default()) {
+    match Model::load_with(path, &LoadParams::new(tessera_backend_cpu::CpuDevice::shared())) {
         Ok(_) => panic!("{} loaded", path.display()),
         Err(e) => e,
     }

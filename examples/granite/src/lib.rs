@@ -15,7 +15,8 @@
 //!
 //! ```no_run
 //! tessera_granite::register();
-//! let model = tessera_llama::Model::load("granite-3.3-2b-instruct-Q4_K_M.gguf")?;
+//! let cpu = tessera_backend_cpu::CpuDevice::shared();
+//! let model = tessera_llama::Model::load("granite-3.3-2b-instruct-Q4_K_M.gguf", cpu)?;
 //! # Ok::<(), tessera_llama::LlamaError>(())
 //! ```
 

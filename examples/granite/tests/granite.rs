@@ -25,7 +25,7 @@ fn model() -> (tempfile::TempDir, Model) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("granite.gguf");
     tessera_granite::synth::write_random_granite(&spec, &scales, v.metadata(), &path).unwrap();
-    let model = Model::load(&path).unwrap();
+    let model = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).unwrap();
     (dir, model)
 }
 
@@ -89,6 +89,8 @@ fn a_granite_file_without_its_logit_scale_is_refused_by_name() {
     let path = dir.path().join("g.gguf");
     let bad = tessera_granite::Scales { logit: 0.0, ..scales };
     tessera_granite::synth::write_random_granite(&spec, &bad, v.metadata(), &path).unwrap();
-    let Err(e) = Model::load(&path) else { panic!("a logit scale of 0 was accepted") };
+    let Err(e) = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()) else {
+        panic!("a logit scale of 0 was accepted")
+    };
     assert!(e.to_string().contains("granite.logit_scale"), "{e}");
 }

@@ -157,7 +157,6 @@ pub(crate) fn interleave(dtype: DType, src: &[u8], rows: usize, k: usize) -> Opt
 }
 
 /// The file's layout back from [`interleave`]'s (same conditions).
-#[cfg(test)]
 pub(crate) fn deinterleave(dtype: DType, src: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
     let sh = checked(dtype, src.len(), rows, k)?;
     let mut out = vec![0u8; src.len()];

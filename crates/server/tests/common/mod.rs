@@ -16,7 +16,7 @@ pub fn model() -> Arc<Model> {
     static M: OnceLock<Arc<Model>> = OnceLock::new();
     M.get_or_init(|| {
         let path = tessera_models::ensure(&tessera_models::SMOLLM2).expect("model");
-        Arc::new(Model::load(path).expect("load"))
+        Arc::new(Model::load(path, tessera_backend_cpu::CpuDevice::shared()).expect("load"))
     })
     .clone()
 }
@@ -27,7 +27,7 @@ pub fn qwen() -> Arc<Model> {
     static M: OnceLock<Arc<Model>> = OnceLock::new();
     M.get_or_init(|| {
         let path = tessera_models::ensure(&tessera_models::QWEN25_CODER).expect("model");
-        Arc::new(Model::load(path).expect("load"))
+        Arc::new(Model::load(path, tessera_backend_cpu::CpuDevice::shared()).expect("load"))
     })
     .clone()
 }

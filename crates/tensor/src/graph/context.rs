@@ -119,7 +119,7 @@ impl Context {
     }
 
     /// A copy of `a` with `a`'s type, shape and byte strides (`ggml_dup_tensor_layout`), as a
-    /// [`Op::Dup`] node reading `a` (with `a`'s [`Flags::REPACKED`]): what a scheduler creates when a node on one backend reads
+    /// [`Op::Dup`] node reading `a`: what a scheduler creates when a node on one backend reads
     /// `a` from memory that backend cannot reach. Its `n_bytes` equal `a`'s, so the copy is a
     /// plain byte copy of `a`'s span, gaps of a strided view included.
     pub fn dup_layout(&mut self, a: TensorId) -> TensorId {
@@ -127,14 +127,8 @@ impl Context {
             let t = self.get(a);
             (t.dtype, t.ne, t.nb)
         };
-        let repacked = self.get(a).flags.contains(Flags::REPACKED);
         let id = self.new_op(Op::Dup, dtype, ne, &[a]);
         self.tensors[id.index()].nb = nb;
-        if repacked {
-            // The flag says which arithmetic products with these bytes follow; it travels
-            // with them.
-            self.set_flags(id, Flags::REPACKED);
-        }
         id
     }
 

@@ -33,11 +33,6 @@ impl Flags {
     pub const OUTPUT: Flags = Flags(2);
     /// A trainable parameter (weights).
     pub const PARAM: Flags = Flags(4);
-    /// A weight that llama.cpp's CPU backend would hold in its repack buffer type
-    /// (`CPU_REPACK`: Q4_0, Q4_K, IQ4_NL rows interleaved at load): matrix products with it
-    /// follow the arithmetic of ggml's repacked GEMV/GEMM kernels, not of its `vec_dot`s.
-    /// Ops other than MUL_MAT read the weight as usual.
-    pub const REPACKED: Flags = Flags(8);
 
     /// Whether every flag of `other` is set.
     pub fn contains(self, other: Flags) -> bool {
