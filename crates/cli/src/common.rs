@@ -162,34 +162,27 @@ pub fn threads(n: Option<usize>) -> usize {
     n.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1)
 }
 
-/// Writes token pieces to stdout as soon as they form whole UTF-8 characters.
+/// Writes token pieces to stdout as soon as they form whole UTF-8 characters
+/// ([`tessera_llama::TextStream`], the server's too).
 #[derive(Default)]
 pub struct Streamer {
-    pending: Vec<u8>,
+    stream: tessera_llama::TextStream,
 }
 
 impl Streamer {
     /// Adds a piece's bytes and prints what is complete.
     pub fn push(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-        let valid = match std::str::from_utf8(&self.pending) {
-            Ok(s) => s.len(),
-            Err(e) if e.error_len().is_none() => e.valid_up_to(),
-            Err(_) => self.pending.len(),
-        };
-        let out = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
-        self.pending.drain(..valid);
+        let text = self.stream.push_bytes(bytes).text;
         let mut so = std::io::stdout().lock();
-        let _ = so.write_all(out.as_bytes());
+        let _ = so.write_all(text.as_bytes());
         let _ = so.flush();
     }
 
-    /// Prints whatever is left.
+    /// Prints whatever is left (an incomplete character as U+FFFD) and ends the line; the
+    /// next piece starts a new stream.
     pub fn finish(&mut self) {
-        let rest = std::mem::take(&mut self.pending);
-        if !rest.is_empty() {
-            print!("{}", String::from_utf8_lossy(&rest));
-        }
+        let rest = std::mem::take(&mut self.stream).finish();
+        print!("{rest}");
         println!();
     }
 }

@@ -43,6 +43,7 @@ pub mod placement;
 pub mod quantize;
 pub mod sampling;
 pub mod synth;
+mod text_stream;
 
 pub use batch::Batch;
 pub use context::{ContextParams, LlamaContext};
@@ -53,3 +54,4 @@ pub use kv_cache::{Cell, KvCache, SeqState, MAX_SEQ};
 pub use model::{LoadParams, Model, Weights};
 pub use placement::{LayerPlan, Offload, TensorOverride};
 pub use tessera_vocab::Vocab;
+pub use text_stream::{Chunk, StreamEnd, TextStream};

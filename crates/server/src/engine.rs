@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_llama::sampling::{SamplerChain, SamplingParams};
-use tessera_llama::{Batch, ContextParams, LlamaContext, Model, Pooling};
+use tessera_llama::{Batch, ContextParams, LlamaContext, Model, Pooling, StreamEnd, TextStream};
 
 pub use crate::job::{Event, Job, Logprob, SlotInfo, Timings, Work};
 
@@ -238,9 +238,8 @@ struct Active {
     /// Tokens to emit instead of sampling (the forced end of thinking).
     forced: std::collections::VecDeque<u32>,
     n_gen: usize,
-    pending: Vec<u8>,
-    text: String,
-    sent: usize,
+    /// The reply's text: whole characters, stop strings held back and cut.
+    stream: TextStream,
 }
 
 struct Slot {
@@ -270,20 +269,6 @@ struct Worker<'m> {
     info: Arc<Mutex<Vec<SlotInfo>>>,
     /// `--cache-ram`: prompts saved to host memory (none when 0).
     host: Option<PromptCache>,
-}
-
-/// Bytes at the end of `text` that could begin one of `stops`.
-fn holdback(text: &str, stops: &[String]) -> usize {
-    let mut keep = 0;
-    for s in stops {
-        for k in (1..s.len().min(text.len() + 1)).rev() {
-            if text.as_bytes().ends_with(&s.as_bytes()[..k]) {
-                keep = keep.max(k);
-                break;
-            }
-        }
-    }
-    keep
 }
 
 fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
@@ -402,6 +387,7 @@ impl Worker<'_> {
         tracing::debug!(slot = i, prompt = job.prompt.len(), cached = keep, "request assigned");
         let mut job = job;
         let forced = job.think_budget.as_mut().and_then(ThinkBudget::start).unwrap_or_default();
+        let stream = TextStream::new(job.stop.clone());
         slot.active = Some(Active {
             job,
             t_start: Instant::now(),
@@ -413,9 +399,7 @@ impl Worker<'_> {
             next: None,
             forced: forced.into(),
             n_gen: 0,
-            pending: Vec::new(),
-            text: String::new(),
-            sent: 0,
+            stream,
         });
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
     }
@@ -434,8 +418,7 @@ impl Worker<'_> {
             };
         }
         // Whatever was held back for a possible stop string is text after all.
-        let rest = a.text[a.sent..].to_string();
-        a.sent = a.text.len();
+        let rest = a.stream.flush();
         if !rest.is_empty() {
             let _ = a.job.events.send(Event::Token { text: rest, logprob: None });
         }
@@ -713,46 +696,19 @@ impl Worker<'_> {
         }
         a.n_gen += 1;
         a.next = Some(tok);
-        let piece = vocab.token_to_piece(tok, false);
+        let piece = vocab.token_to_piece(tok, a.job.preserved.contains(&tok));
         if let Some(end) =
             a.job.think_budget.as_mut().and_then(|b| b.on_token(&String::from_utf8_lossy(&piece)))
         {
             tracing::debug!(slot = i, "reasoning budget spent: closing the thoughts");
             a.forced.extend(end);
         }
-        a.pending.extend_from_slice(&piece);
-        let valid = match std::str::from_utf8(&a.pending) {
-            Ok(s) => s.len(),
-            Err(e) if e.error_len().is_none() => e.valid_up_to(),
-            Err(_) => a.pending.len(),
-        };
-        let done: Vec<u8> = a.pending.drain(..valid).collect();
-        a.text.push_str(&String::from_utf8_lossy(&done));
-        // A stop string ends the reply before it (searched from a little before the new text,
-        // where a stop string split across tokens may start).
-        let from = a.sent;
-        let hit = a
-            .job
-            .stop
-            .iter()
-            .filter_map(|s| a.text[from..].find(s.as_str()).map(|p| (p + from, s)))
-            .min_by_key(|&(p, _)| p);
-        if let Some((p, s)) = hit {
-            a.stop_word = Some(s.clone());
-            a.text.truncate(p);
-            let text = a.text[a.sent..].to_string();
-            a.sent = a.text.len();
-            let _ = a.job.events.send(Event::Token { text, logprob });
+        let chunk = a.stream.push_bytes(&piece);
+        let _ = a.job.events.send(Event::Token { text: chunk.text, logprob });
+        if let Some(StreamEnd::Stop(s)) = chunk.end {
+            a.stop_word = Some(s);
             return Some("stop");
         }
-        let mut end = a.text.len() - holdback(&a.text, &a.job.stop);
-        while !a.text.is_char_boundary(end) {
-            end -= 1;
-        }
-        let end = end.max(a.sent);
-        let text = a.text[a.sent..end].to_string();
-        a.sent = end;
-        let _ = a.job.events.send(Event::Token { text, logprob });
         let full = slot.cache.len() + 1 >= self.n_ctx;
         (a.job.max_tokens.is_some_and(|m| a.n_gen >= m) || full).then_some("length")
     }
@@ -761,15 +717,6 @@ impl Worker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn holdback_keeps_possible_stop_prefixes() {
-        let stops = vec!["</s>".to_string(), "\n\n".to_string()];
-        assert_eq!(holdback("hello <", &stops), 1);
-        assert_eq!(holdback("hello </", &stops), 2);
-        assert_eq!(holdback("hello\n", &stops), 1);
-        assert_eq!(holdback("hello", &stops), 0);
-    }
 
     #[test]
     fn log_softmax_is_normalized() {

@@ -53,12 +53,21 @@ pub(crate) fn start(
         e.code = Some("context_length_exceeded");
         return Err(e);
     }
-    let matcher = match (&req.constraint, forced_call_grammar(st, req)) {
+    let harmony =
+        rendered.is_some() && st.template.as_deref().is_some_and(crate::harmony::is_harmony);
+    let matcher = match (&req.constraint, forced_call_grammar(st, req, harmony)?) {
         (Some((c, param)), _) => Some(st.constrainer.matcher(c, param)?),
         (None, Some(lark)) => Some(st.constrainer.matcher(&Constraint::Lark(lark), "tools")?),
         (None, None) => None,
     };
     let budget = req.thinking_budget.unwrap_or(st.reasoning_budget);
+    if harmony && budget >= 0 {
+        return Err(ApiError::field(
+            "thinking_budget",
+            "a reasoning budget (thinking_budget, --reasoning-budget) is not available for \
+             gpt-oss's harmony format yet",
+        ));
+    }
     // A grammar decides what may be generated; the budget applies to free chat replies.
     let think_budget = (rendered.is_some() && matcher.is_none() && budget >= 0).then(|| {
         let end = format!("{}\n</think>\n\n", st.reasoning_budget_message);
@@ -75,19 +84,32 @@ pub(crate) fn start(
         matcher,
         ignore_eos: req.ignore_eos,
         think_budget,
+        preserved: if harmony { crate::harmony::preserved_ids(vocab) } else { Vec::new() },
     })?;
     st.metrics.add_request();
     Ok((rx, opened))
 }
 
-/// With `tool_choice` `required` or a named function: the grammar of a reply that is a call.
-fn forced_call_grammar(st: &AppState, req: &GenRequest) -> Option<String> {
-    let t = req.tools.as_ref()?;
+/// With `tool_choice` `required` or a named function: the grammar of a reply that is a call
+/// (refused for a harmony template, which has no such grammar here yet).
+fn forced_call_grammar(
+    st: &AppState,
+    req: &GenRequest,
+    harmony: bool,
+) -> Result<Option<String>, ApiError> {
+    let Some(t) = req.tools.as_ref() else { return Ok(None) };
     if !matches!(t.choice, ToolChoice::Required | ToolChoice::Named(_)) {
-        return None;
+        return Ok(None);
     }
-    let format = Format::of(st.template.as_deref()?);
-    Some(crate::tools::grammar(format, &t.tools, &t.choice, t.parallel))
+    if harmony {
+        return Err(ApiError::field(
+            "tool_choice",
+            "forcing a call (required, or a named function) is not available for gpt-oss's \
+             harmony format yet; use auto",
+        ));
+    }
+    let Some(tpl) = st.template.as_deref() else { return Ok(None) };
+    Ok(Some(crate::tools::grammar(Format::of(tpl), &t.tools, &t.choice, t.parallel)))
 }
 
 /// The format of calls a chat request's reply may hold, and its tools (`None` without
@@ -103,6 +125,8 @@ pub(crate) fn reply_shape(st: &AppState, req: &GenRequest, opened: bool) -> Repl
         think: st.reasoning_format == ReasoningFormat::Deepseek,
         opened,
         tools: tool_format(st, req),
+        harmony: matches!(req.prompt, Prompt::Chat(_))
+            && st.template.as_deref().is_some_and(crate::harmony::is_harmony),
     }
 }
 
@@ -224,7 +248,7 @@ async fn openai(
         opened.push(o);
     }
     // Completions are text: no thoughts or calls taken apart.
-    let plain = ReplyShape { think: false, opened: false, tools: None };
+    let plain = ReplyShape { think: false, opened: false, tools: None, harmony: false };
     let shapes: Vec<ReplyShape> = opened
         .iter()
         .map(|&o| if chat { reply_shape(&st, &first, o) } else { plain.clone() })

@@ -252,7 +252,7 @@ pub(crate) fn render_chat(
     let mut values: Vec<Value> = msgs.iter().map(api::ChatMessage::template_value).collect();
     let mut tool_list = None;
     if let Some(t) = tools {
-        if Format::of(tpl) == Format::Generic {
+        if Format::of(tpl) == Format::Generic && !crate::harmony::is_harmony(tpl) {
             let text = crate::tools::generic_system_prompt(&t.tools);
             match values.first_mut() {
                 Some(first) if first["role"] == "system" => {

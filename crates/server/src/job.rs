@@ -116,6 +116,9 @@ pub struct Job {
     pub ignore_eos: bool,
     /// The reasoning budget: the end of thinking is forced once it is spent.
     pub think_budget: Option<crate::engine::ThinkBudget>,
+    /// Special tokens the reply shows as text (a harmony template's markers,
+    /// [`crate::harmony::PRESERVED`]); others stay hidden.
+    pub preserved: Vec<u32>,
 }
 
 /// What the engine thread is sent: a generation, or inputs to embed (`--embedding`).

@@ -45,6 +45,7 @@ pub mod engine;
 mod error;
 pub mod gbnf;
 mod generate;
+pub mod harmony;
 pub mod http;
 pub mod job;
 pub mod metrics;

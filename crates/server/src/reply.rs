@@ -3,6 +3,7 @@
 //! tools, the calls apart from the text ([`crate::tools`]); whole, or piece by piece as it
 //! streams.
 
+use crate::harmony::HarmonySplit;
 use crate::reasoning::ThinkSplit;
 use crate::tools::{Format, StreamSplit, Tool, ToolCall};
 
@@ -16,10 +17,17 @@ pub struct ReplyShape {
     pub opened: bool,
     /// The call format and the request's tools.
     pub tools: Option<(Format, Vec<Tool>)>,
+    /// The template is gpt-oss's harmony format ([`crate::harmony`]): its channels say what
+    /// is reasoning, content and calls, instead of `<think>` and the call format.
+    pub harmony: bool,
 }
 
 /// A finished reply: the reasoning (when there was thinking), the text, the calls.
 pub fn split(shape: &ReplyShape, text: &str) -> (Option<String>, String, Vec<ToolCall>) {
+    if shape.harmony {
+        let tools = shape.tools.as_ref().map_or(&[][..], |(_, l)| l);
+        return crate::harmony::split(shape.think, text, tools);
+    }
     let (reasoning, text) = if shape.think {
         crate::reasoning::split(text, shape.opened)
     } else {
@@ -35,6 +43,7 @@ pub fn split(shape: &ReplyShape, text: &str) -> (Option<String>, String, Vec<Too
 /// A reply split as it streams.
 #[derive(Debug)]
 pub struct ReplySplit {
+    harmony: Option<HarmonySplit>,
     think: Option<ThinkSplit>,
     calls: Option<StreamSplit>,
     tools: Vec<Tool>,
@@ -43,15 +52,20 @@ pub struct ReplySplit {
 impl ReplySplit {
     /// A split for replies of `shape`.
     pub fn new(shape: &ReplyShape) -> Self {
+        let harmony = shape.harmony;
         ReplySplit {
-            think: shape.think.then(|| ThinkSplit::new(shape.opened)),
-            calls: shape.tools.as_ref().map(|(f, _)| StreamSplit::new(*f)),
+            harmony: harmony.then(|| HarmonySplit::new(shape.think)),
+            think: (shape.think && !harmony).then(|| ThinkSplit::new(shape.opened)),
+            calls: shape.tools.as_ref().filter(|_| !harmony).map(|(f, _)| StreamSplit::new(*f)),
             tools: shape.tools.as_ref().map(|(_, l)| l.clone()).unwrap_or_default(),
         }
     }
 
     /// Adds a piece; returns the (reasoning, text) that may be shown now.
     pub fn push(&mut self, piece: &str) -> (String, String) {
+        if let Some(h) = &mut self.harmony {
+            return h.push(piece);
+        }
         let (reasoning, text) = match &mut self.think {
             Some(t) => t.push(piece),
             None => (String::new(), piece.to_string()),
@@ -65,6 +79,9 @@ impl ReplySplit {
 
     /// At the end: the reasoning and text still to show, and the calls.
     pub fn finish(&mut self) -> (String, String, Vec<ToolCall>) {
+        if let Some(h) = &mut self.harmony {
+            return h.finish(&self.tools);
+        }
         let (reasoning, tail) = match &mut self.think {
             Some(t) => t.finish(),
             None => (String::new(), String::new()),
