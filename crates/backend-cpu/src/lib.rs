@@ -19,6 +19,7 @@ mod simd;
 mod tensor_ref;
 
 pub use backend::{CpuBackend, CpuDevice};
+pub use matmul::plan;
 pub use params::{ComputeParams, ThreadSync};
 pub use pool::ThreadPool;
 pub use repack_buffer::{is_repacked, RepackBuffer, RepackBufferType, REPACK_NAME};

@@ -223,6 +223,50 @@ pub fn simd_level() -> String {
     format!("{level}{}", if vnni { "+vnni" } else { "" })
 }
 
+/// The matrix products' paths for `model`'s weights on `level` (`run -v`): per weight type
+/// and layout, the path of one activation row (decoding) and of a prompt's `n_prompt` rows
+/// (`tessera_backend_cpu::plan`).
+pub fn matmul_paths(
+    model: &Model,
+    level: tessera_backend_cpu::SimdLevel,
+    n_prompt: usize,
+) -> String {
+    use tessera_backend_cpu::plan::{plan, Batch, Cpu, Weight};
+    let w = &model.weights;
+    let mut kinds: Vec<Weight> = Vec::new();
+    for id in w.ctx.ids() {
+        let d = w.ctx.get(id);
+        let Some(s) = w.bindings.storage(&w.ctx, id) else { continue };
+        // Matrices (and expert stacks) on the CPU; norms and biases are vectors.
+        if d.ne[1] < 2
+            || d.ne[3] != 1
+            || !(s.buffer.is_host() || tessera_backend_cpu::is_repacked(&*s.buffer))
+        {
+            continue;
+        }
+        let repacked = tessera_backend_cpu::is_repacked(&*s.buffer);
+        // A stack of experts is multiplied matrix by matrix (MUL_MAT_ID).
+        let k = Weight { dtype: d.dtype, matrix: true, repacked };
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    let cpu = Cpu::at(level);
+    kinds
+        .iter()
+        .map(|&k| {
+            let layout = if k.repacked { " (repacked)" } else { "" };
+            format!(
+                "  {}{layout}: 1 row {}, {n_prompt} rows {}",
+                k.dtype,
+                plan(k, Batch::matrix(1), cpu),
+                plan(k, Batch::matrix(n_prompt.max(1)), cpu)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// One line on what runs: CPU, SIMD level and kernel family (llama-bench's system info), as
 /// the model's host device describes itself.
 pub fn system_info(model: &Model) -> String {

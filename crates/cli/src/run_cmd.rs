@@ -222,6 +222,12 @@ pub fn run(mut a: RunArgs) -> Result<()> {
                 format!(" | weights on {}", on_devices.join(", "))
             }
         );
+        // The CPU's matrix-product paths, per weight type: decoding, and a prompt batch.
+        let (level, _) = common::simd();
+        eprintln!(
+            "matmul paths on the CPU ({level}):\n{}",
+            common::matmul_paths(&model, level, 512)
+        );
     }
     let params = ContextParams {
         n_ctx: a.ctx_size,

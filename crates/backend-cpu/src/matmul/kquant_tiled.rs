@@ -50,11 +50,11 @@ const ROWS: usize = 4;
 /// Bytes of a Q8_K block: d (f32), qs (256 i8), bsums (16 i16).
 const Q8K_SIZE: usize = 292;
 
-/// Whether llama.cpp would take its tiled path for these operands (a K-quant or IQ4_XS weight
-/// type and `src1.ne[1] >= 8`), and these kernels can reproduce it (one weight matrix; the
-/// caller checks the SIMD level: AVX2 or AVX-512 VNNI).
-pub(super) fn applies(src0: &TensorRef, src1: &TensorRef) -> bool {
-    layout(src0.dtype).is_some() && src1.ne[1] >= 8 && src0.ne[2] == 1 && src0.ne[3] == 1
+/// Whether the tiled path has kernels for `dtype` (K-quants, IQ4_XS): llama.cpp takes it for
+/// one weight matrix against `src1.ne[1] >= 8` columns (`plan` decides, with the SIMD level:
+/// AVX2 or AVX-512 VNNI).
+pub(super) fn has_layout(dtype: DType) -> bool {
+    layout(dtype).is_some()
 }
 
 /// A tile kernel: four unpacked weight rows against one band, `out[row][band row]`.

@@ -52,6 +52,7 @@ mod interleaved_q2k;
 mod kquant_tiled;
 mod lowbit;
 pub(crate) mod mul_mat_id;
+pub mod plan;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack;
 #[cfg(target_arch = "x86_64")]
@@ -65,6 +66,7 @@ mod vnni_tile;
 mod tests;
 
 use crate::{ComputeParams, SimdLevel, TensorRef};
+use plan::Path;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
@@ -286,71 +288,59 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
             *dot = tb;
         }
     }
-    // Weights llama.cpp would have repacked take its repacked kernels' arithmetic (`repack`):
-    // no register tiles or VNNI matvec. The loader stores them interleaved (`interleaved`).
-    #[cfg(target_arch = "x86_64")]
-    let repacked = src0.repacked
-        && simd >= SimdLevel::Avx2
-        && src0.ne[2] * src0.ne[3] == 1
-        && repack::dots(src0.dtype).is_some();
     let vdt = match kernel {
         Kernel::Dot { vdt, .. } => vdt,
         Kernel::Dequant => DType::F32,
     };
     let act = Activations::prepare(p, src1, vdt, simd);
+    let weight = plan::Weight {
+        dtype: src0.dtype,
+        matrix: src0.ne[2] * src0.ne[3] == 1,
+        repacked: src0.repacked,
+    };
+    let batch =
+        plan::Batch { cols: src1.ne[1], rows: src1.n_rows(), batch_invariant: p.batch_invariant };
     #[cfg(target_arch = "x86_64")]
     let vnni = simd >= SimdLevel::Avx512 && cpu_vnni();
-    #[cfg(target_arch = "x86_64")]
-    if repacked {
-        // Multiplied lane by lane, eight rows per register.
-        assert!(interleaved::applies(src0.dtype), "repacked {} is not interleaved", src0.dtype);
-        return interleaved::mul_mat(p, dst, src0, &act, vnni);
-    }
-    #[cfg(target_arch = "x86_64")]
-    if simd >= SimdLevel::Avx2 && !p.batch_invariant && kquant_tiled::applies(src0, src1) {
-        return kquant_tiled::mul_mat(p, dst, src0, &act, vnni);
-    }
-    #[cfg(target_arch = "x86_64")]
-    if vnni && src1.n_rows() == 1 {
-        if let Some(mv) = vnni_matvec::Matvec::new(src0.dtype) {
-            return matvec(p, dst, src0, &act, mv);
+    #[cfg(not(target_arch = "x86_64"))]
+    let vnni = false;
+    match (plan::plan(weight, batch, plan::Cpu { level: simd, vnni }), kernel) {
+        // Weights llama.cpp would have repacked take its repacked kernels' arithmetic
+        // (`repack`), lane by lane, eight rows per register (`interleaved`).
+        #[cfg(target_arch = "x86_64")]
+        (Path::Interleaved, _) => {
+            assert!(interleaved::applies(src0.dtype), "repacked {} is not interleaved", src0.dtype);
+            interleaved::mul_mat(p, dst, src0, &act, vnni)
         }
+        #[cfg(target_arch = "x86_64")]
+        (Path::KquantTiled, _) => kquant_tiled::mul_mat(p, dst, src0, &act, vnni),
+        #[cfg(target_arch = "x86_64")]
+        (Path::VnniMatvec, _) => {
+            let mv = vnni_matvec::Matvec::new(src0.dtype).expect("planned for a VNNI matvec type");
+            matvec(p, dst, src0, &act, mv)
+        }
+        // Activation rows against a 2-D weight: with AVX-512 VNNI, the Q8_0 family's few-rows
+        // kernels take any number of rows (the Q4_1 family's 2-8), in passes of up to 16 over
+        // cached blocks of weight rows (faster than the 4x8 tiles, which give the same bits:
+        // Qwen2.5-0.5B pp512 +10%, 8 sequences decoding together +60%, Zen 4). Otherwise 2-7
+        // rows (several sequences decoding together) read the weights once through the one- and
+        // four-row dots; the tiles take 8 rows and more, as the K-quants must (llama.cpp's tiled
+        // order from 8 rows on). All give the chunked loop's bits (tests).
+        #[cfg(target_arch = "x86_64")]
+        (Path::VnniFewRows, _) => few_rows_vnni(p, dst, src0, &act),
+        #[cfg(target_arch = "x86_64")]
+        (Path::FewRows, Kernel::Dot { dot, dot4, .. }) => few_rows(p, dst, src0, &act, (dot, dot4)),
+        #[cfg(target_arch = "x86_64")]
+        (Path::Matvec, Kernel::Dot { dot, .. }) => matvec_rows(p, dst, src0, &act, dot),
+        (_, Kernel::Dot { dot, dot4, tile, .. }) => {
+            for_each_chunk(p, src0.ne[1], src1.n_rows(), |rows0, rows1| {
+                dot_chunk(dst, src0, &act, (dot, dot4, tile), rows0, rows1)
+            })
+        }
+        (_, Kernel::Dequant) => for_each_chunk(p, src0.ne[1], src1.n_rows(), |rows0, rows1| {
+            dequant_chunk(dst, src0, &act, simd, rows0, rows1)
+        }),
     }
-    // Activation rows against a 2-D weight: with AVX-512 VNNI, the Q8_0 family's few-rows
-    // kernels take any number of rows (the Q4_1 family's 2-8), in passes of up to 16 over cached blocks of
-    // weight rows (faster than the 4x8 tiles, which give the same bits: Qwen2.5-0.5B pp512
-    // +10%, 8 sequences decoding together +60%, Zen 4). Otherwise 2-7 rows (several sequences
-    // decoding together) read the weights once through the one- and four-row dots; the tiles
-    // take 8 rows and more, as the K-quants must (llama.cpp's tiled order from 8 rows on).
-    // All give the chunked loop's bits (tests).
-    #[cfg(target_arch = "x86_64")]
-    if simd >= SimdLevel::Avx2
-        && src1.n_rows() >= 2
-        && src1.ne[2] * src1.ne[3] == 1
-        && src0.ne[2] * src0.ne[3] == 1
-        && !kquant_tiled::applies(src0, src1)
-        && src0.dtype != DType::F16
-    {
-        let pass = src1.n_rows().min(vnni_few::MAX_ROWS);
-        if vnni && vnni_few::Few::new(src0.dtype, pass).is_some() {
-            return few_rows_vnni(p, dst, src0, &act);
-        }
-        if let (true, Kernel::Dot { dot, dot4, .. }) = (src1.n_rows() < 8, kernel) {
-            return few_rows(p, dst, src0, &act, (dot, dot4));
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if simd >= SimdLevel::Avx2 && src1.n_rows() == 1 && src0.ne[2] == 1 && src0.ne[3] == 1 {
-        if let Kernel::Dot { dot, .. } = kernel {
-            return matvec_rows(p, dst, src0, &act, dot);
-        }
-    }
-    for_each_chunk(p, src0.ne[1], src1.n_rows(), |rows0, rows1| match kernel {
-        Kernel::Dot { dot, dot4, tile, .. } => {
-            dot_chunk(dst, src0, &act, (dot, dot4, tile), rows0, rows1)
-        }
-        Kernel::Dequant => dequant_chunk(dst, src0, &act, simd, rows0, rows1),
-    });
 }
 
 /// Cuts `nr0` × `nr1` outputs into chunks (ggml's scheme: 16×16, or 64 rows when either side
