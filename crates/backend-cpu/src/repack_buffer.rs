@@ -21,9 +21,82 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use tessera_backend::{BackendError, Buffer, BufferType, BufferUsage, HostBuffer, Result};
 use tessera_tensor::graph::TensorDesc;
+use tessera_tensor::DType;
 
 /// The name of the buffer type and its buffers, as llama.cpp's.
 pub const REPACK_NAME: &str = "CPU_REPACK";
+
+/// The bytes a repacked weight holds in the CPU's repacked buffer ([`RepackBufferType`]),
+/// from its bytes in the file's layout (`rows` rows of `k` values of `dtype`): `Some` with the
+/// rows rearranged where the CPU backend keeps that type's repacked weights in a layout of
+/// its own (Q4_0, IQ4_NL, MXFP4, Q4_K and Q2_K: eight rows interleaved, as llama.cpp's
+/// `block_q4_0x8` family, so a group of eight rows is one memory stream), `None` for other
+/// types or where `bytes` is not `rows` whole rows of a multiple of eight. Only matrix
+/// products read a rearranged weight (an embedding's GET_ROWS reads the file's layout).
+pub fn repack_layout(dtype: DType, bytes: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
+    relayout(dtype, bytes, rows, k, true)
+}
+
+/// The file's layout back from [`repack_layout`]'s (same conditions).
+pub fn plain_layout(dtype: DType, bytes: &[u8], rows: usize, k: usize) -> Option<Vec<u8>> {
+    relayout(dtype, bytes, rows, k, false)
+}
+
+/// [`repack_layout`] (`interleave`) or [`plain_layout`].
+fn relayout(
+    dtype: DType,
+    bytes: &[u8],
+    rows: usize,
+    k: usize,
+    interleave: bool,
+) -> Option<Vec<u8>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::matmul::interleaved;
+        if !interleaved::applies(dtype) {
+            return None;
+        }
+        if interleave {
+            interleaved::interleave(dtype, bytes, rows, k)
+        } else {
+            interleaved::deinterleave(dtype, bytes, rows, k)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, bytes, rows, k, interleave);
+        None
+    }
+}
+
+/// Whether [`repack_layout`] rearranges repacked weights of `dtype`.
+pub fn repack_rearranges(dtype: DType) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::matmul::interleaved::applies(dtype)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = dtype;
+        false
+    }
+}
+
+/// Whether llama.cpp's CPU backend, built for `level`, would repack a 2-D weight of type
+/// `dtype` with `rows` rows into its CPU_REPACK buffer (its default on x86; `--no-repack`
+/// turns it off): the rule of [`RepackBufferType`], whose weights' products follow the
+/// repacked kernels' arithmetic. False off x86.
+pub fn repack_applies(dtype: DType, rows: usize, level: SimdLevel) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::matmul::repack::applies(dtype, rows, level)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, rows, level);
+        false
+    }
+}
 
 /// The CPU's repacked weight memory for one SIMD level (see the module docs).
 #[derive(Debug, Clone, Copy)]
@@ -43,11 +116,6 @@ fn matrix_rows(desc: &TensorDesc) -> Option<usize> {
     (desc.ne[3] == 1 && desc.ne[1] > 1).then_some(desc.ne[1])
 }
 
-/// Whether buffers of the type store `dtype` rearranged (eight rows interleaved).
-fn rearranges(dtype: tessera_tensor::DType) -> bool {
-    crate::repack_rearranges(dtype)
-}
-
 impl BufferType for RepackBufferType {
     fn name(&self) -> &str {
         REPACK_NAME
@@ -59,10 +127,10 @@ impl BufferType for RepackBufferType {
         tessera_backend::HOST_ALIGNMENT
     }
     fn supports_weight(&self, desc: &TensorDesc) -> bool {
-        matrix_rows(desc).is_some_and(|rows| crate::repack_applies(desc.dtype, rows, self.level))
+        matrix_rows(desc).is_some_and(|rows| repack_applies(desc.dtype, rows, self.level))
     }
     fn keeps_layout(&self, desc: &TensorDesc) -> bool {
-        !rearranges(desc.dtype)
+        !repack_rearranges(desc.dtype)
     }
 }
 
@@ -122,11 +190,11 @@ impl Buffer for RepackBuffer {
     /// Rearranges a weight of an interleaved type from the file's layout; other types are
     /// written as they are.
     fn set_tensor(&self, desc: &TensorDesc, offset: usize, data: &[u8]) -> Result<()> {
-        if !rearranges(desc.dtype) {
+        if !repack_rearranges(desc.dtype) {
             return self.write(offset, data);
         }
         let rows = desc.ne[1] * desc.ne[2] * desc.ne[3];
-        match crate::repack_layout(desc.dtype, data, rows, desc.ne[0]) {
+        match repack_layout(desc.dtype, data, rows, desc.ne[0]) {
             Some(v) => self.write(offset, &v),
             None => Err(self.refuse(&format!(
                 "{} ({}, {rows} rows of {}) is not whole groups of eight rows",
@@ -137,9 +205,9 @@ impl Buffer for RepackBuffer {
     /// The file's layout back from the interleaved one.
     fn get_tensor(&self, desc: &TensorDesc, offset: usize, out: &mut [u8]) -> Result<()> {
         self.read(offset, out)?;
-        if rearranges(desc.dtype) {
+        if repack_rearranges(desc.dtype) {
             let rows = desc.ne[1] * desc.ne[2] * desc.ne[3];
-            let plain = crate::plain_layout(desc.dtype, out, rows, desc.ne[0])
+            let plain = plain_layout(desc.dtype, out, rows, desc.ne[0])
                 .ok_or_else(|| self.refuse(&format!("{} is not whole groups", desc.name)))?;
             out.copy_from_slice(&plain);
         }

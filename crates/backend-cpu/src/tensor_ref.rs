@@ -16,8 +16,8 @@ pub struct TensorRef {
     pub ne: [usize; 4],
     /// Byte strides.
     pub nb: [usize; 4],
-    /// A weight marked [`Flags::REPACKED`](tessera_tensor::graph::Flags::REPACKED): matrix
-    /// products with it take the repacked kernels' arithmetic (`matmul::repack`).
+    /// A weight in the CPU's repacked buffer ([`RepackBufferType`](crate::RepackBufferType)):
+    /// matrix products with it take the repacked kernels' arithmetic (`matmul::repack`).
     pub repacked: bool,
 }
 

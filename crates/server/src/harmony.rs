@@ -84,7 +84,7 @@ fn header_like(s: &str) -> bool {
 }
 
 /// The word after `at` in `header`: up to whitespace or the next marker.
-fn word_after<'a>(header: &'a str, at: usize) -> &'a str {
+fn word_after(header: &str, at: usize) -> &str {
     let rest = &header[at..];
     let end = rest.find(|c: char| c.is_whitespace() || c == '<').unwrap_or(rest.len());
     &rest[..end]

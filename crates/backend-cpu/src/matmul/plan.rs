@@ -3,8 +3,8 @@
 //! (`tessera run -v`) apart from the kernels that carry it out.
 //!
 //! The order of the checks is llama.cpp's, and each condition is the one llama.cpp decides
-//! by (a faster path must give the bits of the one it replaces, see the module docs of
-//! [`super`]): repacked weights take the repacked GEMV/GEMM chains; K-quant batches of 8+
+//! by (a faster path must give the bits of the one it replaces, see the `matmul` module's
+//! docs): repacked weights take the repacked GEMV/GEMM chains; K-quant batches of 8+
 //! columns take the tiled order; everything else is ggml's `vec_dot` family, carried by
 //! whichever loop reads the weights fewest times for the batch's shape.
 
