@@ -481,7 +481,12 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
             }
             msg.tool_calls = crate::tools::parse_message_calls(calls, &p("tool_calls"))?;
         }
-        for (key, slot) in [("tool_call_id", &mut msg.tool_call_id), ("name", &mut msg.name)] {
+        let keys = [
+            ("tool_call_id", &mut msg.tool_call_id),
+            ("name", &mut msg.name),
+            ("reasoning_content", &mut msg.reasoning_content),
+        ];
+        for (key, slot) in keys {
             match m.get(key) {
                 None | Some(Value::Null) => {}
                 Some(Value::String(s)) => *slot = Some(s.clone()),

@@ -250,6 +250,20 @@ pub(crate) fn render_chat(
     })?;
     let tools = tools.filter(|t| t.choice != ToolChoice::None);
     let mut values: Vec<Value> = msgs.iter().map(api::ChatMessage::template_value).collect();
+    if crate::harmony::is_harmony(tpl) {
+        // gpt-oss's template reads earlier reasoning as `thinking`, and a call's message
+        // without content (as llama.cpp adjusts the messages).
+        for v in &mut values {
+            if let Some(r) = v.get("reasoning_content").cloned() {
+                v["thinking"] = r;
+                if v.get("tool_calls").is_some() {
+                    if let Some(o) = v.as_object_mut() {
+                        o.remove("content");
+                    }
+                }
+            }
+        }
+    }
     let mut tool_list = None;
     if let Some(t) = tools {
         if Format::of(tpl) == Format::Generic && !crate::harmony::is_harmony(tpl) {

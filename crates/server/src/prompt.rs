@@ -28,6 +28,9 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
     /// A tool result's function name.
     pub name: Option<String>,
+    /// An assistant's earlier reasoning (`reasoning_content`), which templates such as
+    /// Qwen3's and gpt-oss's (as `thinking`) render.
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
@@ -56,6 +59,9 @@ impl ChatMessage {
         }
         if let Some(n) = &self.name {
             v["name"] = n.clone().into();
+        }
+        if let Some(r) = &self.reasoning_content {
+            v["reasoning_content"] = r.clone().into();
         }
         v
     }
@@ -249,5 +255,22 @@ mod tests {
         assert!(p(json!([[1], [true]])).unwrap_err().message.starts_with("prompt[1][0]"));
         assert!(p(json!(3)).unwrap_err().message.contains("expected a string or an array"));
         assert!(parse_prompts(None).unwrap_err().message.contains("is required"));
+    }
+
+    #[test]
+    fn earlier_reasoning_reaches_the_template() {
+        let body = json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello", "reasoning_content": "greet back"},
+            {"role": "user", "content": "again"},
+        ]});
+        let req = crate::api::parse_chat(body.as_object().unwrap()).unwrap();
+        let Prompt::Chat(msgs) = &req.prompt else { panic!("a chat") };
+        assert_eq!(msgs[1].template_value()["reasoning_content"], "greet back");
+        assert!(msgs[0].template_value().get("reasoning_content").is_none());
+        let bad =
+            json!({"messages": [{"role": "assistant", "content": "", "reasoning_content": 1}]});
+        let e = crate::api::parse_chat(bad.as_object().unwrap()).unwrap_err();
+        assert!(e.message.starts_with("messages[0].reasoning_content"), "{}", e.message);
     }
 }
