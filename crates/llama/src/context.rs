@@ -4,10 +4,9 @@
 
 use crate::batch::Batch;
 use crate::graph::Builder;
-use crate::kv_cache::{KvCache, MAX_SEQ};
+use crate::kv_cache::{graph_input, KvCache, KvInputs, MAX_SEQ};
 use crate::model::Model;
 use crate::{LlamaError, Result};
-use half::f16;
 use std::sync::Arc;
 use tessera_backend::{Backend, Bindings, BufferType, HostBufferType};
 use tessera_sched::{SchedParams, Schedule, Scheduler};
@@ -85,10 +84,8 @@ struct Inputs {
     tokens: TensorId,
     pos: TensorId,
     out_ids: TensorId,
-    mask: TensorId,
-    mask_swa: Option<TensorId>,
-    k_idxs: TensorId,
-    v_idxs: TensorId,
+    /// What the attention reads the cache through (the cache's own inputs).
+    kv: KvInputs,
 }
 
 /// A micro-batch's graph, scheduled and allocated: kept for the next micro-batch of the same
@@ -355,28 +352,12 @@ impl<'m> LlamaContext<'m> {
         let model = self.model;
         let hp = &model.hparams;
         let kv_size = self.kv.size();
-        let fa = self.params.flash_attn;
         let mut ctx = self.base_ctx.clone();
-        let mask_type = if fa { DType::F16 } else { DType::F32 };
-        let ev = hp.n_embd_v_gqa(0);
-        let input =
-            |ctx: &mut Context, dtype: DType, ne: &[usize], name: &str| -> Result<TensorId> {
-                let id = ctx.new_tensor(dtype, ne)?;
-                ctx.set_name(id, name);
-                Ok(ctx.set_input(id))
-            };
         let inp = Inputs {
-            tokens: input(&mut ctx, DType::I32, &[n_tok], "inp_tokens")?,
-            pos: input(&mut ctx, DType::I32, &[n_tok], "inp_pos")?,
-            out_ids: input(&mut ctx, DType::I32, &[n_out], "inp_out_ids")?,
-            mask: input(&mut ctx, mask_type, &[n_kv, n_tok], "kq_mask")?,
-            mask_swa: if hp.n_swa > 0 {
-                Some(input(&mut ctx, mask_type, &[n_kv, n_tok], "kq_mask_swa")?)
-            } else {
-                None
-            },
-            k_idxs: input(&mut ctx, DType::I64, &[n_tok], "k_idxs")?,
-            v_idxs: input(&mut ctx, DType::I64, &[if fa { n_tok } else { n_tok * ev }], "v_idxs")?,
+            tokens: graph_input(&mut ctx, DType::I32, &[n_tok], "inp_tokens")?,
+            pos: graph_input(&mut ctx, DType::I32, &[n_tok], "inp_pos")?,
+            out_ids: graph_input(&mut ctx, DType::I32, &[n_out], "inp_out_ids")?,
+            kv: self.kv.new_inputs(&mut ctx, hp, n_tok, n_kv)?,
         };
         let mut b = Builder {
             ctx,
@@ -386,14 +367,12 @@ impl<'m> LlamaContext<'m> {
             inp_tokens: inp.tokens,
             inp_pos: inp.pos,
             inp_out_ids: inp.out_ids,
-            kq_mask: inp.mask,
-            kq_mask_swa: inp.mask_swa,
-            k_idxs: inp.k_idxs,
-            v_idxs: inp.v_idxs,
+            kv: inp.kv,
             cache: &self.kv.layers,
             n_kv,
             kv_size,
-            flash_attn: fa,
+            // The cache's layout decides the attention path: V in rows for flash attention.
+            flash_attn: !self.kv.v_trans,
             embeddings: self.params.embeddings,
         };
         let logits = model.graph.build(&mut b)?;
@@ -445,9 +424,6 @@ impl<'m> LlamaContext<'m> {
         let hp = &self.model.hparams;
         let (ctx, bindings, inp) = (&p.ctx, &p.bindings, p.inp);
         let n_kv = p.key.2;
-        let kv_size = self.kv.size();
-        let fa = self.params.flash_attn;
-        let ev = hp.n_embd_v_gqa(0);
         // Inputs.
         let toks: Vec<i32> = batch.tokens[range.clone()].iter().map(|&t| t as i32).collect();
         bindings.set_i32(ctx, inp.tokens, &toks)?;
@@ -455,30 +431,7 @@ impl<'m> LlamaContext<'m> {
         bindings.set_i32(ctx, inp.pos, pos)?;
         bindings.set_i32(ctx, inp.out_ids, out_idx)?;
         let seqs = &batch.seq_id[range.clone()];
-        let set_mask = |id: TensorId, n_swa: usize| -> Result<()> {
-            let m = self.kv.mask(n_kv, pos, seqs, n_swa);
-            if fa {
-                let bytes: Vec<u8> =
-                    m.iter().flat_map(|&x| f16::from_f32(x).to_le_bytes()).collect();
-                Ok(bindings.set(ctx, id, &bytes)?)
-            } else {
-                Ok(bindings.set_f32(ctx, id, &m)?)
-            }
-        };
-        set_mask(inp.mask, 0)?;
-        if let Some(id) = inp.mask_swa {
-            set_mask(id, hp.n_swa)?;
-        }
-        let i64_bytes =
-            |v: &mut dyn Iterator<Item = i64>| v.flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        bindings.set(ctx, inp.k_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
-        if fa {
-            bindings.set(ctx, inp.v_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
-        } else {
-            let mut it = slots.iter().flat_map(|&s| (0..ev).map(move |c| (c * kv_size + s) as i64));
-            bindings.set(ctx, inp.v_idxs, &i64_bytes(&mut it))?;
-        }
-
+        self.kv.set_inputs(&inp.kv, ctx, bindings, hp, n_kv, pos, seqs, slots)?;
         self.sched.compute(ctx, &p.schedule, bindings)?;
         if keep {
             self.logits.extend(bindings.get_f32(ctx, p.logits)?);

@@ -10,6 +10,7 @@ mod moe;
 pub use moe::{Gating, MoeActivation, MoeBiases, MoeRouting, MoeWeights};
 
 use crate::hparams::HParams;
+use crate::kv_cache::KvInputs;
 use crate::Result;
 use tessera_tensor::graph::{Context, GluOp, RopeMode, RopeParams, TensorId, UnaryOp};
 use tessera_tensor::DType;
@@ -40,14 +41,9 @@ pub struct Builder<'a> {
     pub inp_pos: TensorId,
     /// I32 `[n_outputs]` indexes of the tokens whose logits are wanted.
     pub inp_out_ids: TensorId,
-    /// `[n_kv, n_tokens]` attention mask (F16 with flash attention, else F32).
-    pub kq_mask: TensorId,
-    /// The sliding-window mask, for models that have one.
-    pub kq_mask_swa: Option<TensorId>,
-    /// I64 `[n_tokens]` cache rows the batch's K (and untransposed V) go to.
-    pub k_idxs: TensorId,
-    /// I64 cache indexes for V: `[n_tokens]`, or `[n_tokens * n_embd_v_gqa]` when transposed.
-    pub v_idxs: TensorId,
+    /// What the attention reads the cache through: masks and K/V row indexes, made and filled
+    /// by the cache (F16 masks with flash attention, else F32).
+    pub kv: KvInputs,
     /// Cache tensors per layer.
     pub cache: &'a [LayerCache],
     /// Cache cells the attention reads (a multiple of 256, or the whole cache).
@@ -226,11 +222,11 @@ impl Builder<'_> {
         let (ek, ev) = (hp.n_embd_k_gqa(il), hp.n_embd_v_gqa(il));
         let cache = self.cache[il];
         let mask =
-            if hp.is_swa(il) { self.kq_mask_swa.unwrap_or(self.kq_mask) } else { self.kq_mask };
+            if hp.is_swa(il) { self.kv.mask_swa.unwrap_or(self.kv.mask) } else { self.kv.mask };
 
         // Store K: rows of one token's heads.
         let k2 = self.ctx.reshape(k, &[ek, n_tok])?;
-        let k_all = self.ctx.set_rows(cache.k, k2, self.k_idxs)?;
+        let k_all = self.ctx.set_rows(cache.k, k2, self.kv.k_idxs)?;
         let kt = self.ctx.get(cache.k).dtype;
         let krow = kt.type_size() * ek / kt.block_size();
         let khead = kt.type_size() * hd_k / kt.block_size();
@@ -241,7 +237,7 @@ impl Builder<'_> {
         let vt = self.ctx.get(cache.v).dtype;
         let out = if self.flash_attn {
             let v2 = self.ctx.reshape(v, &[ev, n_tok])?;
-            let v_all = self.ctx.set_rows(cache.v, v2, self.v_idxs)?;
+            let v_all = self.ctx.set_rows(cache.v, v2, self.kv.v_idxs)?;
             let vrow = vt.type_size() * ev / vt.block_size();
             let vhead = vt.type_size() * hd_v / vt.block_size();
             let v_view = self.ctx.view(v_all, &[hd_v, n_head_kv, n_kv], &[vhead, vrow], 0)?;
@@ -264,7 +260,7 @@ impl Builder<'_> {
             // V transposed: element (channel c, cell j) at c * kv_size + j.
             let v_flat = self.ctx.reshape(cache.v, &[1, ev * kv_size])?;
             let v_cur = self.ctx.reshape(v, &[1, ev * n_tok])?;
-            let v_all = self.ctx.set_rows(v_flat, v_cur, self.v_idxs)?;
+            let v_all = self.ctx.set_rows(v_flat, v_cur, self.kv.v_idxs)?;
             let es = vt.type_size();
             let v_view = self.ctx.view(
                 v_all,

@@ -424,4 +424,98 @@ impl KvCache {
         }
         m
     }
+
+    /// The inputs of a micro-batch of `n_tok` tokens reading `n_kv` cells, added to `ctx`
+    /// (see [`KvInputs`]): the masks' type and V's index layout follow the cache's own layout.
+    pub fn new_inputs(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        n_tok: usize,
+        n_kv: usize,
+    ) -> Result<KvInputs> {
+        // Flash attention (V in rows) reads an F16 mask; MUL_MAT + SOFT_MAX an F32 one.
+        let mask_type = if self.v_trans { DType::F32 } else { DType::F16 };
+        let n_v = if self.v_trans { n_tok * hp.n_embd_v_gqa(0) } else { n_tok };
+        Ok(KvInputs {
+            mask: graph_input(ctx, mask_type, &[n_kv, n_tok], "kq_mask")?,
+            mask_swa: match hp.n_swa {
+                0 => None,
+                _ => Some(graph_input(ctx, mask_type, &[n_kv, n_tok], "kq_mask_swa")?),
+            },
+            k_idxs: graph_input(ctx, DType::I64, &[n_tok], "k_idxs")?,
+            v_idxs: graph_input(ctx, DType::I64, &[n_v], "v_idxs")?,
+        })
+    }
+
+    /// Fills `inp` for tokens at `pos` of sequences `seqs`, whose K and V go to cells
+    /// `slots`, reading the first `n_kv` cells.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_inputs(
+        &self,
+        inp: &KvInputs,
+        ctx: &Context,
+        bindings: &Bindings,
+        hp: &HParams,
+        n_kv: usize,
+        pos: &[i32],
+        seqs: &[u32],
+        slots: &[usize],
+    ) -> Result<()> {
+        let set_mask = |id: TensorId, n_swa: usize| -> Result<()> {
+            let m = self.mask(n_kv, pos, seqs, n_swa);
+            if self.v_trans {
+                Ok(bindings.set_f32(ctx, id, &m)?)
+            } else {
+                let bytes: Vec<u8> =
+                    m.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
+                Ok(bindings.set(ctx, id, &bytes)?)
+            }
+        };
+        set_mask(inp.mask, 0)?;
+        if let Some(id) = inp.mask_swa {
+            set_mask(id, hp.n_swa)?;
+        }
+        let i64_bytes =
+            |v: &mut dyn Iterator<Item = i64>| v.flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        bindings.set(ctx, inp.k_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
+        if self.v_trans {
+            // V transposed: channel c of cell s at c * kv_size + s.
+            let (ev, kv_size) = (hp.n_embd_v_gqa(0), self.size());
+            let mut it = slots.iter().flat_map(|&s| (0..ev).map(move |c| (c * kv_size + s) as i64));
+            bindings.set(ctx, inp.v_idxs, &i64_bytes(&mut it))?;
+        } else {
+            bindings.set(ctx, inp.v_idxs, &i64_bytes(&mut slots.iter().map(|&s| s as i64)))?;
+        }
+        Ok(())
+    }
+}
+
+/// The graph inputs through which a micro-batch's attention reaches the cache: which cells
+/// each token sees (the masks) and where its K and V are written (row indexes for SET_ROWS).
+/// The cache makes them ([`KvCache::new_inputs`]) and fills them ([`KvCache::set_inputs`]), so
+/// its layout (V in rows, or transposed per channel without flash attention) is decided in
+/// one place; the graph builder reads the cache through them.
+#[derive(Debug, Clone, Copy)]
+pub struct KvInputs {
+    /// `[n_kv, n_tokens]`: 0 where a token may attend a cell, -inf elsewhere.
+    pub mask: TensorId,
+    /// The same for sliding-window layers (where the model has them).
+    pub mask_swa: Option<TensorId>,
+    /// I64 `[n_tokens]`: the cache rows the batch's K goes to.
+    pub k_idxs: TensorId,
+    /// I64 cache indexes for V: `[n_tokens]`, or `[n_tokens · n_embd_v_gqa]` when transposed.
+    pub v_idxs: TensorId,
+}
+
+/// A graph input tensor `name` of `dtype` and shape `ne`, added to `ctx`.
+pub(crate) fn graph_input(
+    ctx: &mut Context,
+    dtype: DType,
+    ne: &[usize],
+    name: &str,
+) -> Result<TensorId> {
+    let id = ctx.new_tensor(dtype, ne)?;
+    ctx.set_name(id, name);
+    Ok(ctx.set_input(id))
 }

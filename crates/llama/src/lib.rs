@@ -50,7 +50,7 @@ pub use context::{ContextParams, LlamaContext};
 pub use embed::Pooling;
 pub use error::{LlamaError, Result};
 pub use hparams::HParams;
-pub use kv_cache::{Cell, KvCache, SeqState, MAX_SEQ};
+pub use kv_cache::{Cell, KvCache, KvInputs, SeqState, MAX_SEQ};
 pub use model::{LoadParams, Model, Weights};
 pub use placement::{LayerPlan, Offload, TensorOverride};
 pub use tessera_vocab::Vocab;
