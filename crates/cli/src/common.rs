@@ -173,6 +173,18 @@ impl Streamer {
     /// Adds a piece's bytes and prints what is complete.
     pub fn push(&mut self, bytes: &[u8]) {
         let text = self.stream.push_bytes(bytes).text;
+        self.write(&text);
+    }
+
+    /// Adds sampled token `tok` and prints what is complete; `true` when it ends the reply
+    /// (an end-of-generation token, which prints nothing).
+    pub fn push_token(&mut self, vocab: &tessera_llama::Vocab, tok: u32) -> bool {
+        let chunk = self.stream.push_token(vocab, tok);
+        self.write(&chunk.text);
+        chunk.end.is_some()
+    }
+
+    fn write(&self, text: &str) {
         let mut so = std::io::stdout().lock();
         let _ = so.write_all(text.as_bytes());
         let _ = so.flush();
@@ -237,14 +249,11 @@ pub fn matmul_paths(
     for id in w.ctx.ids() {
         let d = w.ctx.get(id);
         let Some(s) = w.bindings.storage(&w.ctx, id) else { continue };
+        let repacked = tessera_backend_cpu::is_repacked(&*s.buffer);
         // Matrices (and expert stacks) on the CPU; norms and biases are vectors.
-        if d.ne[1] < 2
-            || d.ne[3] != 1
-            || !(s.buffer.is_host() || tessera_backend_cpu::is_repacked(&*s.buffer))
-        {
+        if d.ne[1] < 2 || d.ne[3] != 1 || !(s.buffer.is_host() || repacked) {
             continue;
         }
-        let repacked = tessera_backend_cpu::is_repacked(&*s.buffer);
         // A stack of experts is multiplied matrix by matrix (MUL_MAT_ID).
         let k = Weight { dtype: d.dtype, matrix: true, repacked };
         if !kinds.contains(&k) {

@@ -386,10 +386,9 @@ fn one_shot(
             sampler.sample(logits)
         };
         sampler.accept(tok);
-        if model.vocab.is_eog(tok) {
+        if out.push_token(&model.vocab, tok) {
             break;
         }
-        out.push(&model.vocab.token_to_piece(tok, false));
         n_gen += 1;
         ctx.decode(&Batch::from_tokens(&[tok], pos as i32, 0))
             .map_err(|e| anyhow::anyhow!("{e}"))?;

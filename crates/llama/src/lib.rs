@@ -54,4 +54,4 @@ pub use kv_cache::{Cell, KvCache, KvInputs, SeqState, MAX_SEQ};
 pub use model::{LoadParams, Model, Weights};
 pub use placement::{LayerPlan, Offload, TensorOverride};
 pub use tessera_vocab::Vocab;
-pub use text_stream::{Chunk, StreamEnd, TextStream};
+pub use text_stream::{shown_end, Chunk, StreamEnd, TextStream};

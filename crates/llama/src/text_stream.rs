@@ -83,10 +83,7 @@ impl TextStream {
             self.pending.clear();
             return Chunk { text: self.take_to(p), end: Some(StreamEnd::Stop(stop)) };
         }
-        let mut end = self.text.len() - self.holdback();
-        while !self.text.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = shown_end(&self.text, self.stops.iter().map(String::as_str));
         Chunk { text: self.take_to(end.max(self.sent)), end: None }
     }
 
@@ -116,21 +113,27 @@ impl TextStream {
         self.sent = end;
         out
     }
+}
 
-    /// Bytes at the end of the text that could begin a stop string.
-    fn holdback(&self) -> usize {
-        let text = self.text.as_bytes();
-        let mut keep = 0;
-        for s in &self.stops {
-            for k in (1..s.len().min(text.len() + 1)).rev() {
-                if text.ends_with(&s.as_bytes()[..k]) {
-                    keep = keep.max(k);
-                    break;
-                }
-            }
-        }
-        keep
+/// Where the text that may be shown now ends: before the longest tail of `text` that could be
+/// the beginning of one of `markers` (a stop string, a closing tag split across pieces), moved
+/// back to a character boundary. The one hold-back rule of every streamed split (this
+/// crate's [`TextStream`]; the server's reasoning, tool-call and harmony splits).
+pub fn shown_end<'a>(text: &str, markers: impl IntoIterator<Item = &'a str>) -> usize {
+    let bytes = text.as_bytes();
+    let keep = markers
+        .into_iter()
+        .filter_map(|m| {
+            let m = m.as_bytes();
+            (1..m.len().min(bytes.len() + 1)).rev().find(|&k| bytes.ends_with(&m[..k]))
+        })
+        .max()
+        .unwrap_or(0);
+    let mut end = text.len() - keep;
+    while !text.is_char_boundary(end) {
+        end -= 1;
     }
+    end
 }
 
 #[cfg(test)]
@@ -139,6 +142,18 @@ mod tests {
 
     fn stream(stops: &[&str]) -> TextStream {
         TextStream::new(stops.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn shown_end_keeps_possible_stop_prefixes() {
+        let stops = ["</s>", "\n\n"];
+        let held = |t: &str| t.len() - shown_end(t, stops);
+        assert_eq!(held("hello <"), 1);
+        assert_eq!(held("hello </"), 2);
+        assert_eq!(held("hello\n"), 1);
+        assert_eq!(held("hello"), 0);
+        // A marker that begins with a whole character held back.
+        assert_eq!(shown_end("x€", ["€!"]), 1);
     }
 
     #[test]

@@ -53,8 +53,7 @@ pub(crate) fn start(
         e.code = Some("context_length_exceeded");
         return Err(e);
     }
-    let harmony =
-        rendered.is_some() && st.template.as_deref().is_some_and(crate::harmony::is_harmony);
+    let harmony = harmony_chat(st, req);
     let matcher = match (&req.constraint, forced_call_grammar(st, req, harmony)?) {
         (Some((c, param)), _) => Some(st.constrainer.matcher(c, param)?),
         (None, Some(lark)) => Some(st.constrainer.matcher(&Constraint::Lark(lark), "tools")?),
@@ -119,14 +118,19 @@ fn tool_format(st: &AppState, req: &GenRequest) -> Option<(Format, Vec<crate::to
     Some((Format::of(st.template.as_deref()?), t.tools.clone()))
 }
 
+/// Whether `req` is a chat rendered by a harmony template (gpt-oss: [`crate::harmony`]).
+fn harmony_chat(st: &AppState, req: &GenRequest) -> bool {
+    matches!(req.prompt, Prompt::Chat(_))
+        && st.template.as_deref().is_some_and(crate::harmony::is_harmony)
+}
+
 /// What a chat request's reply may hold (`opened`: from [`start`]).
 pub(crate) fn reply_shape(st: &AppState, req: &GenRequest, opened: bool) -> ReplyShape {
     ReplyShape {
         think: st.reasoning_format == ReasoningFormat::Deepseek,
         opened,
         tools: tool_format(st, req),
-        harmony: matches!(req.prompt, Prompt::Chat(_))
-            && st.template.as_deref().is_some_and(crate::harmony::is_harmony),
+        harmony: harmony_chat(st, req),
     }
 }
 

@@ -69,11 +69,6 @@ pub struct HarmonySplit {
     calls: Vec<(String, String)>,
 }
 
-/// Bytes at the end of `s` that could begin `marker`.
-fn could_begin(s: &str, marker: &str) -> usize {
-    (1..marker.len().min(s.len() + 1)).rev().find(|&k| s.ends_with(&marker[..k])).unwrap_or(0)
-}
-
 /// Whether `s` (a header so far) may still become a header: it starts with a marker, or
 /// with a recipient (` to=…`, after the prompt's `<|start|>assistant`).
 fn header_like(s: &str) -> bool {
@@ -170,10 +165,7 @@ impl HarmonySplit {
                         self.body = None;
                         continue;
                     }
-                    let mut end = self.buf.len() - could_begin(&self.buf, END);
-                    while !self.buf.is_char_boundary(end) {
-                        end -= 1;
-                    }
+                    let end = tessera_llama::shown_end(&self.buf, [END]);
                     let text: String = self.buf.drain(..end).collect();
                     self.emit(&body, &text, &mut out);
                     break;

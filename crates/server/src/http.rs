@@ -250,7 +250,8 @@ pub(crate) fn render_chat(
     })?;
     let tools = tools.filter(|t| t.choice != ToolChoice::None);
     let mut values: Vec<Value> = msgs.iter().map(api::ChatMessage::template_value).collect();
-    if crate::harmony::is_harmony(tpl) {
+    let harmony = crate::harmony::is_harmony(tpl);
+    if harmony {
         // gpt-oss's template reads earlier reasoning as `thinking`, and a call's message
         // without content (as llama.cpp adjusts the messages).
         for v in &mut values {
@@ -266,7 +267,7 @@ pub(crate) fn render_chat(
     }
     let mut tool_list = None;
     if let Some(t) = tools {
-        if Format::of(tpl) == Format::Generic && !crate::harmony::is_harmony(tpl) {
+        if Format::of(tpl) == Format::Generic && !harmony {
             let text = crate::tools::generic_system_prompt(&t.tools);
             match values.first_mut() {
                 Some(first) if first["role"] == "system" => {

@@ -69,14 +69,7 @@ impl ThinkSplit {
                         self.skip_ws = true;
                         continue;
                     }
-                    let keep = (1..CLOSE.len().min(self.buf.len() + 1))
-                        .rev()
-                        .find(|&k| self.buf.ends_with(&CLOSE[..k]))
-                        .unwrap_or(0);
-                    let mut end = self.buf.len() - keep;
-                    while !self.buf.is_char_boundary(end) {
-                        end -= 1;
-                    }
+                    let end = tessera_llama::shown_end(&self.buf, [CLOSE]);
                     reasoning.push_str(&self.buf[..end]);
                     self.buf.drain(..end);
                     break;

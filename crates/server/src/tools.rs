@@ -456,15 +456,7 @@ impl StreamSplit {
                 self.sent + p
             } else {
                 // Hold back what could be the marker's beginning.
-                let keep = (1..marker.len().min(self.text.len() + 1))
-                    .rev()
-                    .find(|&k| self.text.ends_with(&marker[..k]))
-                    .unwrap_or(0);
-                let mut end = self.text.len() - keep;
-                while !self.text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                end.max(self.sent)
+                tessera_llama::shown_end(&self.text, [marker]).max(self.sent)
             }
         };
         let out = self.text[self.sent..end].to_string();
