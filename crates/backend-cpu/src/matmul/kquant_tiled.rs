@@ -22,7 +22,7 @@
 //!
 //! llama.cpp takes this path on every x86 build with AVX2 (its AVX2 microkernel: `maddubs`
 //! products, `madd` with the scales, the same f32 epilogue with FMA), and its integers are exact
-//! there too, so the AVX2 level gives the same bits as the VNNI one. [`kernel_avx2`] reads the
+//! there too, so the AVX2 level gives the same bits as the VNNI one. [`x86::avx2`] reads the
 //! same band in two halves of eight rows: `maddubs` of the broadcast codes (unsigned, at most
 //! 63; IQ4_XS's signed values by the sign trick, at most 127 in magnitude) with the activation
 //! bytes cannot saturate, and `madd` with ones finishes the four-byte
@@ -31,22 +31,22 @@
 // The AVX-512 intrinsics are stable since Rust 1.89; see the note in `avx512.rs`.
 #![allow(clippy::incompatible_msrv)]
 
+use super::arch::x86::kquant_tiled as x86;
 use super::Activations;
 use crate::{ComputeParams, TensorRef};
-use std::arch::x86_64::*;
 use std::cell::RefCell;
 use tessera_tensor::blocks::KVALUES_IQ4NL;
 use tessera_tensor::quant::ints::{block_ints, ints_kind, BlockInts, IntsKind};
 use tessera_tensor::DType;
 
 /// Values per K-quant block.
-const QK: usize = 256;
+pub(in crate::matmul) const QK: usize = 256;
 /// Activation rows per band (lanes of a 512-bit register of i32).
-const BAND: usize = 16;
+pub(in crate::matmul) const BAND: usize = 16;
 /// Activation rows per chunk (bands repacked once per chunk).
 const CHUNK1: usize = 4 * BAND;
 /// Weight rows the kernel takes at once.
-const ROWS: usize = 4;
+pub(in crate::matmul) const ROWS: usize = 4;
 /// Bytes of a Q8_K block: d (f32), qs (256 i8), bsums (16 i16).
 const Q8K_SIZE: usize = 292;
 
@@ -66,15 +66,15 @@ type KernelFn = unsafe fn(usize, Layout, &[Unpacked], &Band, &mut [[f32; BAND]; 
 /// How a K-quant type splits a block: scales per block (8 of 32 values or 16 of 16) and
 /// whether it has mins.
 #[derive(Clone, Copy)]
-struct Layout {
+pub(in crate::matmul) struct Layout {
     /// Sub-blocks with a scale of their own.
-    nsub: usize,
+    pub(in crate::matmul) nsub: usize,
     /// Whether the block has mins (`s2`), else a bias correction folded into `s1`.
-    mins: bool,
+    pub(in crate::matmul) mins: bool,
     /// IQ4_XS: codes are signed values + 128 (beyond `maddubs`' unsigned range once paired),
     /// so the AVX2 kernel multiplies the signed values by the sign trick and needs no bias
     /// correction (the same integers).
-    signed: bool,
+    pub(in crate::matmul) signed: bool,
 }
 
 /// The [`Layout`] of a supported type.
@@ -96,21 +96,21 @@ fn layout(dtype: DType) -> Option<Layout> {
 
 /// A weight row in integer form, block after block.
 #[derive(Default)]
-struct Unpacked {
+pub(in crate::matmul) struct Unpacked {
     /// Unsigned codes, 256 per block, in element order.
-    codes: Vec<u8>,
+    pub(in crate::matmul) codes: Vec<u8>,
     /// `nsub` scales per block.
-    scales: Vec<i32>,
+    pub(in crate::matmul) scales: Vec<i32>,
     /// 8 per block: the correction weights of the 16-value sub-blocks in pairs (two i16 in
     /// one i32): `min` for types with mins, `−bias·scale` otherwise.
-    corr: Vec<i32>,
+    pub(in crate::matmul) corr: Vec<i32>,
     /// `d` per block.
-    d: Vec<f32>,
+    pub(in crate::matmul) d: Vec<f32>,
     /// `dmin` per block (0 without mins).
-    dmin: Vec<f32>,
+    pub(in crate::matmul) dmin: Vec<f32>,
     /// The grid i-quants' integer form of the block being unpacked (kept between blocks:
     /// one 580-byte initialisation per row set, not per block).
-    ints: BlockInts,
+    pub(in crate::matmul) ints: BlockInts,
 }
 
 impl Unpacked {
@@ -296,13 +296,13 @@ fn unpack_block(dtype: DType, blk: &[u8], u: &mut Unpacked, b: usize) {
 
 /// Sixteen activation rows (a band) repacked for the kernel, block after block.
 #[derive(Default)]
-struct Band {
+pub(in crate::matmul) struct Band {
     /// 64 groups of 64 bytes per block: group `g` holds bytes `4g..4g+4` of each row.
-    q: Vec<u8>,
+    pub(in crate::matmul) q: Vec<u8>,
     /// 8 pairs of block sums per block, 16 rows each (two i16 in one i32).
-    bsums: Vec<i32>,
+    pub(in crate::matmul) bsums: Vec<i32>,
     /// The rows' `d` per block, 16 each.
-    d: Vec<f32>,
+    pub(in crate::matmul) d: Vec<f32>,
 }
 
 impl Band {
@@ -350,7 +350,7 @@ pub(super) fn mul_mat(
     vnni: bool,
 ) {
     let lay = layout(src0.dtype).expect("checked by applies");
-    let kern: KernelFn = if vnni { kernel } else { kernel_avx2 };
+    let kern: KernelFn = if vnni { x86::vnni } else { x86::avx2 };
     let (nr0, nr1) = (src0.ne[1], act.src1.n_rows());
     let nb = src0.ne[0] / QK;
     let nchunk1 = nr1.div_ceil(CHUNK1);
@@ -393,7 +393,7 @@ pub(super) fn mul_mat_gathered(
     vnni: bool,
 ) {
     let lay = layout(src0.dtype).expect("checked by applies_to_expert");
-    let kern: KernelFn = if vnni { kernel } else { kernel_avx2 };
+    let kern: KernelFn = if vnni { x86::vnni } else { x86::avx2 };
     let nr0 = src0.ne[1];
     let nb = src0.ne[0] / QK;
     let quads = nr0.div_ceil(ROWS);
@@ -465,169 +465,6 @@ fn chunk(
                     unsafe { o.add(r0 + i).write(row[c]) };
                 }
             }
-        }
-    }
-}
-
-/// Four unpacked weight rows against one band: `out[row][band row]`.
-///
-/// # Safety
-/// The CPU must have AVX-512 F/BW/VL/DQ and VNNI; `u` and `band` must hold `nb` blocks.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")]
-unsafe fn kernel(
-    nb: usize,
-    lay: Layout,
-    u: &[Unpacked],
-    band: &Band,
-    out: &mut [[f32; BAND]; ROWS],
-) {
-    assert!(u.len() >= ROWS && band.q.len() >= nb * QK * BAND && band.d.len() >= nb * BAND);
-    for w in &u[..ROWS] {
-        assert!(
-            w.codes.len() >= nb * QK && w.scales.len() >= nb * lay.nsub && w.corr.len() >= nb * 8
-        );
-        assert!(w.d.len() >= nb && w.dmin.len() >= nb);
-    }
-    let zero = _mm512_setzero_si512();
-    let groups = 64 / lay.nsub;
-    let mut acc = [_mm512_setzero_ps(); ROWS];
-    for b in 0..nb {
-        // SAFETY: 16 f32 of block b (asserted above).
-        let dy = unsafe { _mm512_loadu_ps(band.d.as_ptr().add(b * BAND)) };
-        let mut s1 = [zero; ROWS];
-        for sub in 0..lay.nsub {
-            let mut raw = [zero; ROWS];
-            for g in 0..groups {
-                let gi = b * 64 + sub * groups + g;
-                // SAFETY: group gi < nb·64 of the band (asserted above): 64 bytes.
-                let a = unsafe { _mm512_loadu_si512(band.q.as_ptr().add(gi * 64).cast()) };
-                for (r, w) in raw.iter_mut().zip(u) {
-                    // SAFETY: codes gi·4..gi·4+4 < nb·256 (asserted above).
-                    let c = unsafe { w.codes.as_ptr().add(gi * 4).cast::<i32>().read_unaligned() };
-                    *r = _mm512_dpbusd_epi32(*r, _mm512_set1_epi32(c), a);
-                }
-            }
-            for ((s, r), w) in s1.iter_mut().zip(raw).zip(u) {
-                let sc = _mm512_set1_epi32(w.scales[b * lay.nsub + sub]);
-                *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(r, sc));
-            }
-        }
-        let mut corr = [zero; ROWS];
-        for tp in 0..8 {
-            // SAFETY: pair tp of block b: 16 i32 (asserted above).
-            let bs =
-                unsafe { _mm512_loadu_si512(band.bsums.as_ptr().add((b * 8 + tp) * BAND).cast()) };
-            for (c, w) in corr.iter_mut().zip(u) {
-                *c = _mm512_dpwssd_epi32(*c, _mm512_set1_epi32(w.corr[b * 8 + tp]), bs);
-            }
-        }
-        for (((a, s), c), w) in acc.iter_mut().zip(s1).zip(corr).zip(u) {
-            let mut r;
-            if lay.mins {
-                r = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(w.d[b]));
-                r = _mm512_fnmadd_ps(_mm512_set1_ps(w.dmin[b]), _mm512_cvtepi32_ps(c), r);
-            } else {
-                let s = _mm512_add_epi32(s, c);
-                r = _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(w.d[b]));
-            }
-            *a = _mm512_fmadd_ps(r, dy, *a);
-        }
-    }
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: 16 f32.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
-    }
-}
-
-/// [`kernel`] with AVX2: the band in two halves of eight rows, `vpdpbusd` as `maddubs` + `madd`
-/// (exact: see the module notes), `vpdpwssd` as `madd` + add; the same f32 epilogue.
-///
-/// # Safety
-/// The CPU must have AVX2 and FMA; `u` and `band` must hold `nb` blocks.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn kernel_avx2(
-    nb: usize,
-    lay: Layout,
-    u: &[Unpacked],
-    band: &Band,
-    out: &mut [[f32; BAND]; ROWS],
-) {
-    assert!(u.len() >= ROWS && band.q.len() >= nb * QK * BAND && band.d.len() >= nb * BAND);
-    assert!(band.bsums.len() >= nb * 8 * BAND);
-    for w in &u[..ROWS] {
-        assert!(
-            w.codes.len() >= nb * QK && w.scales.len() >= nb * lay.nsub && w.corr.len() >= nb * 8
-        );
-        assert!(w.d.len() >= nb && w.dmin.len() >= nb);
-    }
-    let zero = _mm256_setzero_si256();
-    let ones = _mm256_set1_epi16(1);
-    let flip = _mm256_set1_epi8(0x80u8 as i8);
-    let groups = 64 / lay.nsub;
-    for half in 0..2 {
-        let lane = half * (BAND / 2);
-        let mut acc = [_mm256_setzero_ps(); ROWS];
-        for b in 0..nb {
-            // SAFETY: 8 f32 of block b at `lane` (asserted above).
-            let dy = unsafe { _mm256_loadu_ps(band.d.as_ptr().add(b * BAND + lane)) };
-            let mut s1 = [zero; ROWS];
-            for sub in 0..lay.nsub {
-                let mut raw = [zero; ROWS];
-                for g in 0..groups {
-                    let gi = b * 64 + sub * groups + g;
-                    // SAFETY: group gi < nb·64 of the band (asserted above): 64 bytes, this
-                    // half's 32 at 4·lane.
-                    let a = unsafe {
-                        _mm256_loadu_si256(band.q.as_ptr().add(gi * 64 + 4 * lane).cast())
-                    };
-                    for (r, w) in raw.iter_mut().zip(u) {
-                        // SAFETY: codes gi·4..gi·4+4 < nb·256 (asserted above).
-                        let c =
-                            unsafe { w.codes.as_ptr().add(gi * 4).cast::<i32>().read_unaligned() };
-                        let prod = if lay.signed {
-                            // The signed values (codes − 128): |q| times y with q's signs, a
-                            // pair at most 2 · 127 · 128 (exact).
-                            let q = _mm256_xor_si256(_mm256_set1_epi32(c), flip);
-                            _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q))
-                        } else {
-                            _mm256_maddubs_epi16(_mm256_set1_epi32(c), a)
-                        };
-                        *r = _mm256_add_epi32(*r, _mm256_madd_epi16(prod, ones));
-                    }
-                }
-                for ((s, r), w) in s1.iter_mut().zip(raw).zip(u) {
-                    let sc = _mm256_set1_epi32(w.scales[b * lay.nsub + sub]);
-                    *s = _mm256_add_epi32(*s, _mm256_mullo_epi32(r, sc));
-                }
-            }
-            let mut corr = [zero; ROWS];
-            // Signed values carry no bias: the correction (−128·scale·Σy) is already out.
-            let pairs = if lay.signed { 0 } else { 8 };
-            for tp in 0..pairs {
-                // SAFETY: pair tp of block b: 16 i32, this half's 8 at `lane` (asserted above).
-                let bs = unsafe {
-                    _mm256_loadu_si256(band.bsums.as_ptr().add((b * 8 + tp) * BAND + lane).cast())
-                };
-                for (c, w) in corr.iter_mut().zip(u) {
-                    let m = _mm256_madd_epi16(_mm256_set1_epi32(w.corr[b * 8 + tp]), bs);
-                    *c = _mm256_add_epi32(*c, m);
-                }
-            }
-            for (((a, s), c), w) in acc.iter_mut().zip(s1).zip(corr).zip(u) {
-                let mut r;
-                if lay.mins {
-                    r = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(w.d[b]));
-                    r = _mm256_fnmadd_ps(_mm256_set1_ps(w.dmin[b]), _mm256_cvtepi32_ps(c), r);
-                } else {
-                    let s = _mm256_add_epi32(s, c);
-                    r = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(w.d[b]));
-                }
-                *a = _mm256_fmadd_ps(r, dy, *a);
-            }
-        }
-        for (o, a) in out.iter_mut().zip(acc) {
-            // SAFETY: 8 f32 at `lane` of a 16-float row.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(lane), a) };
         }
     }
 }
@@ -753,10 +590,10 @@ mod tests {
         let level = crate::SimdLevel::detect();
         let mut kernels: Vec<(&str, KernelFn)> = Vec::new();
         if level >= crate::SimdLevel::Avx2 {
-            kernels.push(("avx2", kernel_avx2));
+            kernels.push(("avx2", x86::avx2));
         }
         if level >= crate::SimdLevel::Avx512 && crate::has_vnni() {
-            kernels.push(("vnni", kernel));
+            kernels.push(("vnni", x86::vnni));
         }
         if kernels.is_empty() {
             eprintln!("skipped: no AVX2");

@@ -25,42 +25,24 @@
 //! Q8_K with ggml's reference quantizer (`iscale = -127/max`, `nearest_int`). The scalar level
 //! uses ggml's reference quantizers (`roundf`), as a ggml build without AVX does.
 
+mod arch;
 mod convert;
-#[cfg(target_arch = "x86_64")]
-mod dot_bf16;
 pub(crate) mod dot_f16;
-#[cfg(target_arch = "x86_64")]
-mod dot_f32;
-mod scalar;
-
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx2_k;
-#[cfg(target_arch = "x86_64")]
-mod avx512;
-/// Horizontal sums in ggml's orders, shared with the element-wise ops.
-#[cfg(target_arch = "x86_64")]
-pub(crate) use {avx2::hsum_ps, avx512::reduce_add as reduce_add_ps};
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod interleaved;
 #[cfg(target_arch = "x86_64")]
-mod interleaved_k;
-#[cfg(target_arch = "x86_64")]
-mod interleaved_q2k;
-#[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
-mod lowbit;
 pub(crate) mod mul_mat_id;
 pub mod plan;
+
+use arch::generic::scalar;
 #[cfg(target_arch = "x86_64")]
-pub(crate) mod repack;
+pub(crate) use arch::x86::repack;
 #[cfg(target_arch = "x86_64")]
-mod vnni_few;
+use arch::x86::{avx2, avx2_k, avx512, dot_bf16, dot_f32, vnni_few, vnni_matvec, vnni_tile};
+/// Horizontal sums in ggml's orders, shared with the element-wise ops.
 #[cfg(target_arch = "x86_64")]
-mod vnni_matvec;
-#[cfg(target_arch = "x86_64")]
-mod vnni_tile;
+pub(crate) use {avx2::hsum_ps, avx512::reduce_add as reduce_add_ps};
 
 #[cfg(test)]
 mod tests;
@@ -174,7 +156,7 @@ fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
         if simd >= SimdLevel::Avx2 {
             dot = avx2::vec_dot(src0)
                 .or_else(|| avx2_k::vec_dot(src0))
-                .or_else(|| lowbit::avx2_dot(src0))
+                .or_else(|| arch::x86::lowbit::avx2_dot(src0))
                 .unwrap_or(dot);
             dot4 = avx2::vec_dot4(src0).or_else(|| avx2_k::vec_dot4(src0));
             tile = avx2::tile(src0).map(|f| Tile { cols: 4, f });

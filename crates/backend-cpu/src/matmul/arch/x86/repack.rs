@@ -6,7 +6,7 @@
 //! (`ggml_gemv_q4_K_8x8_q8_K` and friends). Those kernels round differently from the `vec_dot`s:
 //! each output is one f32 chain over the blocks, not eight lanes summed at the end. Tessera
 //! reproduces that arithmetic; the bits do not depend on the memory layout. The weights are
-//! stored interleaved too (the loader rearranges them: [`super::interleaved`], a layout of
+//! stored interleaved too (the loader rearranges them: [`crate::matmul::interleaved`], a layout of
 //! Tessera's own in which lane `r` of a register is row `r`). The one-row chains here, in the
 //! file's layout, are the reference every kernel is tested against:
 //!
@@ -39,9 +39,9 @@ use super::avx2::{
     dot_u8_i8, fp16, hsum_epi32, iq4_nl_block, iq4_nl_table, ld256, mxfp4_block, mxfp4_table,
     q4_0_block, rd,
 };
-use super::kquant_tiled::scale_min_k4;
-use super::scalar::e8m0_half;
-use super::VecDot;
+use crate::matmul::kquant_tiled::scale_min_k4;
+use crate::matmul::scalar::e8m0_half;
+use crate::matmul::VecDot;
 use crate::SimdLevel;
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
@@ -60,7 +60,7 @@ pub(crate) fn applies(dtype: DType, rows: usize, level: SimdLevel) -> bool {
 
 /// The repacked kernels of `dtype` (one weight row against one activation row of its dot
 /// type): the GEMV chain and the GEMM chain. The CPU must have AVX2, FMA and F16C to call them.
-pub(super) fn dots(dtype: DType) -> Option<(VecDot, VecDot)> {
+pub(in crate::matmul) fn dots(dtype: DType) -> Option<(VecDot, VecDot)> {
     Some(match dtype {
         DType::Q4_0 => (q4_0_repacked, q4_0_repacked),
         DType::IQ4_NL => (iq4_nl_repacked, iq4_nl_repacked),
@@ -281,8 +281,8 @@ unsafe fn q2_k_repacked<const GEMM: bool>(n: usize, x: *const u8, y: *const u8) 
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::Rng;
     use super::*;
+    use crate::matmul::tests::Rng;
     use tessera_tensor::quant;
 
     /// ggml's repacked chains written out in scalar code from the dequantizer's integers.

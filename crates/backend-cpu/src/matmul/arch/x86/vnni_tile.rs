@@ -26,13 +26,13 @@
 
 use super::avx2::{ld128, ld256, rd};
 use super::vnni_matvec::{nibbles_at, q5_0_biased};
-use super::TileFn;
+use crate::matmul::TileFn;
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
 /// The 4x8 VNNI tile for weights of type `dtype`, where one exists. The CPU must have
 /// AVX-512 F/BW/VL/DQ and VNNI.
-pub(super) fn tile(dtype: DType) -> Option<TileFn> {
+pub(in crate::matmul) fn tile(dtype: DType) -> Option<TileFn> {
     Some(match dtype {
         DType::Q4_0 => q4_0_t48,
         DType::Q5_0 => q5_0_t48,

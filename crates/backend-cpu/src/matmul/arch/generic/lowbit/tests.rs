@@ -1,6 +1,10 @@
 //! The kernels against the dequantized values and against a scalar model of ggml's AVX2 order.
 
 use super::*;
+// The AVX2 bodies are tested here, against the models of ggml's lanes written beside the
+// generic ones.
+#[cfg(target_arch = "x86_64")]
+use crate::matmul::arch::x86::lowbit::{avx2_dot, x86, KEVEN, SIGNS};
 use half::f16;
 
 /// Deterministic pseudo-random generator.

@@ -1,4 +1,4 @@
-//! Products of interleaved Q4_K weights ([`super::interleaved`]'s layout: per block of a
+//! Products of interleaved Q4_K weights ([`crate::matmul::interleaved`]'s layout: per block of a
 //! group, the eight rows' `d`, their `dmin`, their 12 scale bytes as three 4-byte words, then
 //! their 128 code bytes as 32 words, word `w` of row `r` at `32 + 32·w + 4·r`) with Q8_K
 //! activation rows, in ggml's repacked chains ([`super::repack`]): lane `r` of every register
@@ -19,8 +19,8 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::avx2::{ld128, ld256, rd};
-use super::interleaved::GROUP;
 use super::vnni_matvec::PREFETCH;
+use crate::matmul::interleaved::GROUP;
 use std::arch::x86_64::*;
 
 /// Bytes of one Q4_K block of a group's eight rows.
@@ -36,7 +36,7 @@ const Q8K: usize = 292;
 /// The weight groups and activation rows readable as said, `outs[j]` writable for
 /// `8 · ngroups` f32; the CPU has the function's features (AVX-512 VNNI and VL for the VNNI
 /// one).
-pub(super) type GroupFn = unsafe fn(
+pub(in crate::matmul) type GroupFn = unsafe fn(
     n: usize,
     x: *const u8,
     gstride: usize,
@@ -49,7 +49,7 @@ pub(super) type GroupFn = unsafe fn(
 /// entry gives zero).
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) fn lane_bytes(k: [i8; 4]) -> __m256i {
+pub(in crate::matmul) fn lane_bytes(k: [i8; 4]) -> __m256i {
     let mut b = [0i8; 32];
     for (i, v) in b.iter_mut().enumerate() {
         let (lane, pos) = ((i % 16) / 4, i % 4);
@@ -235,7 +235,7 @@ macro_rules! both_instruction_sets {
         );
     };
 }
-pub(super) use both_instruction_sets;
+pub(in crate::matmul) use both_instruction_sets;
 
 both_instruction_sets!(k_kernel);
 
@@ -246,7 +246,7 @@ macro_rules! kernel_picker {
     ($vnni:ident, $avx2:ident) => {
         /// The kernel for `rows` (1..=4) activation rows in the GEMM chain (`gemm`) or the GEMV
         /// one.
-        pub(super) fn kernel(vnni: bool, rows: usize, gemm: bool) -> GroupFn {
+        pub(in crate::matmul) fn kernel(vnni: bool, rows: usize, gemm: bool) -> GroupFn {
             macro_rules! by_rows {
                 ($f:ident, $gemm:expr) => {
                     [$f::<1, $gemm> as GroupFn, $f::<2, $gemm>, $f::<3, $gemm>, $f::<4, $gemm>]
@@ -262,6 +262,6 @@ macro_rules! kernel_picker {
         }
     };
 }
-pub(super) use kernel_picker;
+pub(in crate::matmul) use kernel_picker;
 
 kernel_picker!(groups_vnni, groups_avx2);

@@ -49,13 +49,13 @@ use tessera_tensor::DType;
 /// and the block scale as f32 in all lanes, and (Q8_1) the block's `s` as f32.
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(32))]
-pub(super) struct BlockAux {
+pub(in crate::matmul) struct BlockAux {
     /// `-b·Σy` over the four activation bytes of each lane.
-    pub(super) start: [i32; 8],
+    pub(in crate::matmul) start: [i32; 8],
     /// The activation block's scale, eight times.
-    pub(super) dy: [f32; 8],
+    pub(in crate::matmul) dy: [f32; 8],
     /// A Q8_1 block's `s` (`d·Σq`).
-    pub(super) sy: f32,
+    pub(in crate::matmul) sy: f32,
 }
 
 /// Weight rows `x + r·nb01` (`r < nrows`) against one activation row `y` (its [`BlockAux`]
@@ -69,7 +69,7 @@ type MatvecFn = unsafe fn(usize, *const u8, usize, usize, *const u8, *const Bloc
 
 /// The matrix-vector kernel of one weight type.
 #[derive(Clone, Copy)]
-pub(super) struct Matvec {
+pub(in crate::matmul) struct Matvec {
     /// What the unpacked weights are biased by.
     bias: u8,
     /// Whether the activations are Q8_1 (the Q4_1 family), else Q8_0.
@@ -81,7 +81,7 @@ pub(super) struct Matvec {
 impl Matvec {
     /// The kernel for weights of type `dtype`, where one exists. The CPU must have AVX-512
     /// F/BW/VL/DQ and VNNI.
-    pub(super) fn new(dtype: DType) -> Option<Matvec> {
+    pub(in crate::matmul) fn new(dtype: DType) -> Option<Matvec> {
         let (bias, f): (u8, MatvecFn) = match dtype {
             DType::Q4_0 => (8, q4_0_mv),
             DType::Q5_0 => (16, q5_0_mv),
@@ -101,7 +101,12 @@ impl Matvec {
     /// # Safety
     /// `y` must be a readable row of `n` values (`n` a multiple of 32) of that type; AVX-512
     /// F/BW/VL/DQ/VNNI.
-    pub(super) unsafe fn prepare(&self, n: usize, y: *const u8, aux: &mut Vec<BlockAux>) {
+    pub(in crate::matmul) unsafe fn prepare(
+        &self,
+        n: usize,
+        y: *const u8,
+        aux: &mut Vec<BlockAux>,
+    ) {
         aux.clear();
         aux.resize(n / 32, BlockAux::default());
         // SAFETY: forwarded; `aux` holds n / 32 blocks.
@@ -113,7 +118,7 @@ impl Matvec {
     /// # Safety
     /// `x` must hold `out.len()` readable rows of `n` values of the kernel's type, `y` the
     /// Q8_0 row `aux` was prepared from, and the CPU AVX-512 F/BW/VL/DQ/VNNI.
-    pub(super) unsafe fn run(
+    pub(in crate::matmul) unsafe fn run(
         &self,
         n: usize,
         x: *const u8,
@@ -154,7 +159,7 @@ unsafe fn prepare(y: *const u8, bias: u8, q8_1: bool, aux: &mut [BlockAux]) {
 }
 
 /// How many bytes ahead of the weight block being read the loops prefetch.
-pub(super) const PREFETCH: usize = 3072;
+pub(in crate::matmul) const PREFETCH: usize = 3072;
 
 /// The f16 at `p` as f32 in all eight lanes. (A broadcast writes the whole register: a lone
 /// f16 loaded into lane 0 lets LLVM insert it into whatever register is free, often an
@@ -164,7 +169,7 @@ pub(super) const PREFETCH: usize = 3072;
 /// Two readable bytes at `p`; AVX2, F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn f16_bcast(p: *const u8) -> __m256 {
+pub(in crate::matmul) unsafe fn f16_bcast(p: *const u8) -> __m256 {
     // SAFETY: two readable bytes (the caller's contract).
     _mm256_cvtph_ps(_mm_set1_epi16(unsafe { rd::<u16>(p) } as i16))
 }
@@ -222,7 +227,7 @@ unsafe fn rows_loop(
 /// 16 readable bytes at `p`; AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn nibbles_at(p: *const u8) -> __m256i {
+pub(in crate::matmul) unsafe fn nibbles_at(p: *const u8) -> __m256i {
     // SAFETY: 16 readable bytes (the caller's contract).
     let both = _mm256_broadcastsi128_si256(unsafe { ld128(p) });
     let shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
@@ -266,7 +271,7 @@ matvec!(q4_0_mv, 18, |b: *const u8| {
 /// A whole Q5_0 block (22 bytes: d, qh[4], qs[16]) at `b`; AVX-512 BW/VL.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(super) unsafe fn q5_0_biased(b: *const u8) -> __m256i {
+pub(in crate::matmul) unsafe fn q5_0_biased(b: *const u8) -> __m256i {
     // SAFETY: the caller's contract.
     unsafe { five_bits(b.add(2), b.add(6)) }
 }
@@ -278,7 +283,7 @@ pub(super) unsafe fn q5_0_biased(b: *const u8) -> __m256i {
 /// 4 readable bytes at `qh`, 16 at `qs`; AVX-512 BW/VL.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(super) unsafe fn five_bits(qh: *const u8, qs: *const u8) -> __m256i {
+pub(in crate::matmul) unsafe fn five_bits(qh: *const u8, qs: *const u8) -> __m256i {
     // SAFETY: the caller's contract.
     let (qh, low) = unsafe { (rd::<u32>(qh), nibbles_at(qs)) };
     _mm256_mask_add_epi8(low, _cvtu32_mask32(qh), low, _mm256_set1_epi8(16))

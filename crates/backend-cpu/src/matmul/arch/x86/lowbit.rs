@@ -1,151 +1,23 @@
-//! Dot products of the grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) and
-//! the ternary types (TQ1_0, TQ2_0) with Q8_K activations, in ggml's arithmetic.
-//!
-//! ggml multiplies these types in integers (`ggml_vec_dot_*_q8_K`): per 256-value block an exact
-//! integer sum of `scale · value · y`, then a few f32 steps. Any summation order gives the same
-//! integers, so only the f32 steps and which integers reach them decide the bits:
-//!
-//! - the scalar level follows ggml's generic kernels (a build without AVX): one integer per
-//!   block, `sum += d · f32(isum)` with `d = d_x · d_y`, the type's constant (1/8, 1/4) applied
-//!   to the total; IQ1 adds its delta sum as `d · (f32(isum) + f32(dsum) / 8)`;
-//! - the AVX2 level follows ggml's AVX2 kernels, which llama.cpp's x86 builds (AVX2 and
-//!   AVX-512 alike) run: eight i32 lanes per block, lane `l` holding the products of elements
-//!   `4l..4l+4` of every 32-element chunk, converted and accumulated with one FMA per block into
-//!   eight f32 lanes, summed as `hsum_float_8` and then scaled. The ternary types subtract the
-//!   activations' sum per lane (`Σ y` of elements `32l..32l+32`, from the Q8_K block sums:
-//!   their codes are 0..=2); IQ1_S keeps its delta sum in one scalar f32 (`fma`), IQ1_M in a
-//!   second eight-lane accumulator. GCC contracts ggml's `acc + a·b` into FMA there, and so
-//!   does this module.
-//!
-//! Weights are decoded per 32 elements into unsigned grid bytes and ±1 sign bytes (the sign
-//! tables are expanded to bytes at compile time), multiplied with `maddubs` (at most
-//! 2·62·127 per pair: no saturation) and scaled with `madd`. TQ1_0's base-3 bytes are decoded
-//! in 16-bit lanes (`(q·3ⁿ mod 256)·3 >> 8`, exact) before the same lanes.
+//! The AVX2 kernels of the grid i-quants and the ternary types: the arithmetic of ggml's AVX2
+//! `ggml_vec_dot_*_q8_K`, which [`crate::matmul::arch::generic::lowbit`] describes beside the
+//! generic order it shares its block decoding with.
 
-use super::VecDot;
+use crate::matmul::arch::generic::lowbit::*;
+use crate::matmul::VecDot;
 use tessera_tensor::blocks::QK_K;
-use tessera_tensor::quant::ints::{block_ints, d_bits, ints_kind, BlockInts, IntsKind, INT_TYPES};
+use tessera_tensor::quant::ints::{d_bits, ints_kind, IntsKind};
 use tessera_tensor::quant::iq_tables::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
 };
 use tessera_tensor::DType;
 
-/// Bytes of a Q8_K block: d (f32), qs (256 i8), bsums (16 i16).
-const Q8K_SIZE: usize = 292;
-
-/// The types of this module, indexed by the kernels' const parameter.
-const TYPES: [DType; 9] = INT_TYPES;
-
-/// The index of `dtype` in [`TYPES`].
-fn type_index(dtype: DType) -> Option<usize> {
-    TYPES.iter().position(|&t| t == dtype)
-}
-
-/// One kernel per type: `$f::<i>` for the type at index `i` of [`TYPES`].
-macro_rules! per_type {
-    ($f:ident) => {
-        [$f::<0>, $f::<1>, $f::<2>, $f::<3>, $f::<4>, $f::<5>, $f::<6>, $f::<7>, $f::<8>]
-    };
-}
-
-/// The scalar (ggml generic) kernel for `dtype`, if this module covers it.
-pub(super) fn scalar_dot(dtype: DType) -> Option<VecDot> {
-    let table: [VecDot; 9] = per_type!(generic);
-    type_index(dtype).map(|i| table[i])
-}
-
 /// The AVX2 kernel for `dtype`, if this module covers it.
-#[cfg(target_arch = "x86_64")]
-pub(super) fn avx2_dot(dtype: DType) -> Option<VecDot> {
+pub(in crate::matmul) fn avx2_dot(dtype: DType) -> Option<VecDot> {
     let table: [VecDot; 9] = per_type!(avx2);
     type_index(dtype).map(|i| table[i])
 }
 
-/// A Q8_K block of an activation row: `d`, the 256 values and the raw bytes (for the sums).
-struct Q8K<'a> {
-    d: f32,
-    qs: &'a [i8],
-    raw: &'a [u8],
-}
-
-impl Q8K<'_> {
-    /// The sum of the activation values of sixteen-value group `t`.
-    fn bsum(&self, t: usize) -> i32 {
-        i32::from(i16::from_le_bytes([self.raw[260 + 2 * t], self.raw[261 + 2 * t]]))
-    }
-}
-
-/// Block `i` of the Q8_K row at `y`.
-///
-/// # Safety
-/// `y` must hold at least `i + 1` Q8_K blocks.
-unsafe fn q8k<'a>(y: *const u8, i: usize) -> Q8K<'a> {
-    // SAFETY: block i is readable (the caller's contract); i8 has no alignment.
-    let raw = unsafe { std::slice::from_raw_parts(y.add(i * Q8K_SIZE), Q8K_SIZE) };
-    let d = f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
-    // SAFETY: bytes 4..260 of the block, reinterpreted as i8.
-    let qs = unsafe { std::slice::from_raw_parts(raw.as_ptr().add(4).cast::<i8>(), QK_K) };
-    Q8K { d, qs, raw }
-}
-
-/// Block `i` (of `size` bytes) of the weight row at `x`.
-///
-/// # Safety
-/// `x` must hold at least `i + 1` blocks of `size` bytes.
-unsafe fn block<'a>(x: *const u8, i: usize, size: usize) -> &'a [u8] {
-    // SAFETY: by the caller's contract.
-    unsafe { std::slice::from_raw_parts(x.add(i * size), size) }
-}
-
-/// `Σ scale(j/16) · v[j] · y[j]` over a block.
-fn scaled_sum(ints: &BlockInts, v: &[i8; QK_K], y: &[i8]) -> i32 {
-    (0..16)
-        .map(|t| {
-            let s: i32 = (16 * t..16 * t + 16).map(|j| i32::from(v[j]) * i32::from(y[j])).sum();
-            ints.scales[t] * s
-        })
-        .sum()
-}
-
-/// ggml's generic kernel (`ggml_vec_dot_*_q8_K_generic`) for `TYPES[T]`.
-///
-/// # Safety
-/// The [`VecDot`] contract: `x` and `y` hold `n / 256` blocks of the type and of Q8_K.
-unsafe fn generic<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
-    let dtype = TYPES[T];
-    let kind = ints_kind(dtype).expect("TYPES are covered");
-    let size = dtype.type_size();
-    let mut ints = BlockInts::default();
-    let mut sumf = 0f32;
-    for i in 0..n / QK_K {
-        // SAFETY: block i < n / 256 of each row.
-        let (b, q) = unsafe { (block(x, i, size), q8k(y, i)) };
-        block_ints(dtype, b, &mut ints);
-        match kind {
-            IntsKind::Grid { .. } => {
-                let d = ints.d * q.d;
-                sumf += d * scaled_sum(&ints, &ints.values, q.qs) as f32;
-            }
-            IntsKind::Iq1 => {
-                let (s1, s2) =
-                    (scaled_sum(&ints, &ints.values, q.qs), scaled_sum(&ints, &ints.deltas, q.qs));
-                sumf += ints.d * q.d * (s1 as f32 + 0.125 * s2 as f32);
-            }
-            IntsKind::Ternary => {
-                let s: i32 =
-                    ints.values.iter().zip(q.qs).map(|(&v, &y)| i32::from(v) * i32::from(y)).sum();
-                sumf += s as f32 * (ints.d * q.d);
-            }
-        }
-    }
-    match kind {
-        IntsKind::Grid { mult } => mult * sumf,
-        _ => sumf,
-    }
-}
-
 /// The eight sign bytes of a sign byte: `0xFF` (−1) where bit j is set, else `0x01`.
-#[cfg(target_arch = "x86_64")]
 const fn sign_bytes(s: u8) -> u64 {
     let mut out = 0u64;
     let mut j = 0;
@@ -158,8 +30,7 @@ const fn sign_bytes(s: u8) -> u64 {
 }
 
 /// [`sign_bytes`] of every byte value (IQ2_S, IQ3_S keep whole sign bytes).
-#[cfg(target_arch = "x86_64")]
-static SIGNS: [u64; 256] = {
+pub(in crate::matmul) static SIGNS: [u64; 256] = {
     let mut t = [0u64; 256];
     let mut i = 0;
     while i < 256 {
@@ -171,8 +42,7 @@ static SIGNS: [u64; 256] = {
 
 /// [`sign_bytes`] of `ksigns_iq2xs[i]`: seven stored signs and an eighth that makes the count
 /// of negatives even (ggml's `keven_signs_q2xs`).
-#[cfg(target_arch = "x86_64")]
-static KEVEN: [u64; 128] = {
+pub(in crate::matmul) static KEVEN: [u64; 128] = {
     let mut t = [0u64; 128];
     let mut i = 0;
     while i < 128 {
@@ -183,8 +53,7 @@ static KEVEN: [u64; 128] = {
     t
 };
 
-#[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(in crate::matmul) mod x86 {
     use super::*;
     use std::arch::x86_64::*;
 
@@ -192,7 +61,7 @@ mod x86 {
     /// sign bytes as four u64 (IQ1: the deltas), and the scales of the two 16-element halves.
     /// Plain integers, so [`chunk`] inlines into the kernels without target features (a
     /// target-feature `chunk` returning vectors was left out of line: 3x slower).
-    pub(super) struct Chunk {
+    pub(in crate::matmul) struct Chunk {
         pub grid: Grid,
         pub signs: [u64; 4],
         pub scales: (i16, i16),
@@ -216,7 +85,7 @@ mod x86 {
 
     /// A chunk's grid bytes: eight-value entries (IQ2, IQ1) or four-value ones (IQ3), first
     /// lowest, as ggml's `_mm256_set_epi64x` / `_mm256_set_epi32` build them.
-    pub(super) enum Grid {
+    pub(in crate::matmul) enum Grid {
         U64([u64; 4]),
         U32([u32; 8]),
     }
@@ -245,7 +114,7 @@ mod x86 {
 
     /// Chunk `ib` (32 elements) of a block of `TYPES[T]` (not the ternary types).
     #[inline(always)]
-    pub(super) fn chunk<const T: usize>(b: &[u8], ib: usize) -> Chunk {
+    pub(in crate::matmul) fn chunk<const T: usize>(b: &[u8], ib: usize) -> Chunk {
         let odd = |s: u32| (2 * s + 1) as i16;
         match TYPES[T] {
             DType::IQ2_XXS => {
@@ -369,7 +238,7 @@ mod x86 {
     /// `240 + 4n + j` (the one place with 16-bit multiplies).
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) fn tq1_codes(b: &[u8]) -> [__m256i; 8] {
+    pub(in crate::matmul) fn tq1_codes(b: &[u8]) -> [__m256i; 8] {
         assert!(b.len() >= 54);
         // SAFETY: bytes 0..32 and 32..48 of the block (asserted above).
         let (head, tail) = unsafe {
@@ -432,7 +301,11 @@ mod x86 {
     /// # Safety
     /// The [`VecDot`] contract, and AVX2/FMA.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn kernel<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
+    pub(in crate::matmul) unsafe fn kernel<const T: usize>(
+        n: usize,
+        x: *const u8,
+        y: *const u8,
+    ) -> f32 {
         let dtype = TYPES[T];
         let kind = ints_kind(dtype).expect("TYPES are covered");
         let size = dtype.type_size();
@@ -522,11 +395,11 @@ mod x86 {
                 }
             }
         }
-        let h = super::super::avx2::hsum_ps(acc);
+        let h = crate::matmul::avx2::hsum_ps(acc);
         match kind {
             IntsKind::Grid { mult } => mult * h,
             IntsKind::Iq1 if dtype == DType::IQ1_M => {
-                super::super::avx2::hsum_ps(acc2).mul_add(0.125, h)
+                crate::matmul::avx2::hsum_ps(acc2).mul_add(0.125, h)
             }
             IntsKind::Iq1 => h + 0.125 * acc1,
             IntsKind::Ternary => h,
@@ -538,11 +411,7 @@ mod x86 {
 ///
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C (the caller's level).
-#[cfg(target_arch = "x86_64")]
 unsafe fn avx2<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { x86::kernel::<T>(n, x, y) }
 }
-
-#[cfg(test)]
-mod tests;

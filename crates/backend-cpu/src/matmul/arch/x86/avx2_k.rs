@@ -11,8 +11,9 @@
 //! Q8_K block: f32 `d` at 0, `qs[256]` at 4, i16 `bsums[16]` at 260; 292 bytes.
 
 use super::avx2::{fp16x2, hsum_ps, ld128, ld256, nibbles, rd};
-use super::scalar::{k4_scales, q3_k_scales};
-use super::{VecDot, VecDot4};
+use crate::matmul::scalar::{k4_scales, q3_k_scales};
+use crate::matmul::VecDot;
+use crate::matmul::VecDot4;
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
@@ -44,7 +45,7 @@ one_row! {
 }
 
 /// The AVX2 kernel for weights of type `dtype`, if this module has one.
-pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
+pub(in crate::matmul) fn vec_dot(dtype: DType) -> Option<VecDot> {
     use DType::*;
     Some(match dtype {
         Q2_K => q2_k,
@@ -58,7 +59,7 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
 }
 
 /// The AVX2 four-row kernel for weights of type `dtype`, if this module has one.
-pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
+pub(in crate::matmul) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
     use DType::*;
     Some(match dtype {
         Q2_K => q2_k_n::<4>,
@@ -465,8 +466,8 @@ unsafe fn iq4_xs_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) ->
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::Rng;
     use super::*;
+    use crate::matmul::tests::Rng;
     use crate::SimdLevel;
     use tessera_tensor::quant;
 
@@ -477,7 +478,7 @@ mod tests {
         let mut acc = [0f32; 8];
         for b in 0..n / 256 {
             let (xb, yb) = (&x[110 * b..110 * (b + 1)], &y[292 * b..292 * (b + 1)]);
-            let scales = super::super::scalar::q3_k_scales(xb[96..108].try_into().unwrap());
+            let scales = crate::matmul::scalar::q3_k_scales(xb[96..108].try_into().unwrap());
             let d = f32::from_le_bytes(yb[..4].try_into().unwrap())
                 * half::f16::from_le_bytes([xb[108], xb[109]]).to_f32();
             let mut lanes = [0i32; 8];

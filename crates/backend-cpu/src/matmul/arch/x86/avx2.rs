@@ -5,12 +5,13 @@
 //! rows `C`: the one-row kernel is `C = 1`, so both do the same arithmetic in the same order
 //! for each row and a result never depends on how the rows were tiled.
 
-use super::{VecDot, VecDot4};
+use crate::matmul::VecDot;
+use crate::matmul::VecDot4;
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
 /// The AVX2 kernel for weights of type `dtype`, if this module has one.
-pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
+pub(in crate::matmul) fn vec_dot(dtype: DType) -> Option<VecDot> {
     use DType::*;
     Some(match dtype {
         F32 => super::dot_f32::vec_dot(false),
@@ -28,7 +29,7 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
 }
 
 /// The AVX2 four-row kernel for weights of type `dtype`, if this module has one.
-pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
+pub(in crate::matmul) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
     Some(match dtype {
         DType::F16 => f16_f16_n::<4>,
         DType::BF16 => super::dot_bf16::tinyblas(false).1,
@@ -58,7 +59,7 @@ pub(crate) fn hsum_ps(x: __m256) -> f32 {
 /// Sum of the 8 i32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn hsum_epi32(x: __m256i) -> i32 {
+pub(in crate::matmul) fn hsum_epi32(x: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
     let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
@@ -71,7 +72,7 @@ pub(super) fn hsum_epi32(x: __m256i) -> i32 {
 /// serializes the loop.)
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn fp16x2(bits: u32) -> (f32, f32) {
+pub(in crate::matmul) fn fp16x2(bits: u32) -> (f32, f32) {
     let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
@@ -80,7 +81,7 @@ pub(super) fn fp16x2(bits: u32) -> (f32, f32) {
 /// read once per large block, where a vector conversion would risk the false dependency
 /// [`fp16x2`] describes.
 #[inline]
-pub(super) fn fp16(h: u16) -> f32 {
+pub(in crate::matmul) fn fp16(h: u16) -> f32 {
     let h = u32::from(h);
     let sign = (h & 0x8000) << 16;
     if h & 0x7c00 == 0x7c00 {
@@ -95,14 +96,14 @@ pub(super) fn fp16(h: u16) -> f32 {
 /// as 8 i32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256i {
+pub(in crate::matmul) fn dot_u8_i8(x: __m256i, y: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
 }
 
 /// 32 bytes, 0xFF where bit `k` of `bits` is set (ggml's `bytes_from_bits_32`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn bytes_from_bits(bits: u32) -> __m256i {
+pub(in crate::matmul) fn bytes_from_bits(bits: u32) -> __m256i {
     let shuf =
         _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0);
     let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
@@ -113,7 +114,7 @@ pub(super) fn bytes_from_bits(bits: u32) -> __m256i {
 /// 16 packed nibbles as 32 bytes: low nibbles first, then high (values 0..16).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn nibbles(qs: __m128i) -> __m256i {
+pub(in crate::matmul) fn nibbles(qs: __m128i) -> __m256i {
     let both = _mm256_set_m128i(_mm_srli_epi16::<4>(qs), qs);
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
 }
@@ -124,7 +125,7 @@ pub(super) fn nibbles(qs: __m128i) -> __m256i {
 /// 32 readable bytes at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn ld256(p: *const u8) -> __m256i {
+pub(in crate::matmul) unsafe fn ld256(p: *const u8) -> __m256i {
     // SAFETY: by the caller's contract.
     unsafe { _mm256_loadu_si256(p.cast()) }
 }
@@ -135,7 +136,7 @@ pub(super) unsafe fn ld256(p: *const u8) -> __m256i {
 /// 16 readable bytes at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn ld128(p: *const u8) -> __m128i {
+pub(in crate::matmul) unsafe fn ld128(p: *const u8) -> __m128i {
     // SAFETY: by the caller's contract.
     unsafe { _mm_loadu_si128(p.cast()) }
 }
@@ -145,7 +146,7 @@ pub(super) unsafe fn ld128(p: *const u8) -> __m128i {
 /// # Safety
 /// `size_of::<T>()` readable bytes at `p`.
 #[inline(always)]
-pub(super) unsafe fn rd<T: Copy>(p: *const u8) -> T {
+pub(in crate::matmul) unsafe fn rd<T: Copy>(p: *const u8) -> T {
     // SAFETY: by the caller's contract.
     unsafe { p.cast::<T>().read_unaligned() }
 }
@@ -164,7 +165,7 @@ unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -
     if n % 8 != 0 {
         // SAFETY: n f16 values in each row (the VecDot4 contract).
         return y.map(|y| unsafe {
-            super::dot_f16::dot(n, x.cast(), y.cast(), crate::SimdLevel::Avx2)
+            crate::matmul::dot_f16::dot(n, x.cast(), y.cast(), crate::SimdLevel::Avx2)
         });
     }
     let mut acc = [_mm256_setzero_ps(); C];
@@ -239,7 +240,7 @@ unsafe fn q8_0_rows<const C: usize, const MX: bool>(
         // SAFETY: block i of every activation row (the caller's contract).
         let dys = unsafe { q8_0_scales(&y, i) };
         let dxs = if MX {
-            _mm_set1_ps(super::scalar::e8m0_half(dx as u8))
+            _mm_set1_ps(crate::matmul::scalar::e8m0_half(dx as u8))
         } else {
             _mm_cvtph_ps(_mm_set1_epi16(dx as i16))
         };
@@ -262,7 +263,7 @@ unsafe fn q8_0_rows<const C: usize, const MX: bool>(
 /// `b` must be a whole readable Q4_0 block (18 bytes: d, qs[16]); AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q4_0_block(b: *const u8) -> (u16, __m256i) {
+pub(in crate::matmul) unsafe fn q4_0_block(b: *const u8) -> (u16, __m256i) {
     // SAFETY: by the caller's contract.
     let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
     (d, _mm256_sub_epi8(nibbles(qs), _mm256_set1_epi8(8)))
@@ -274,7 +275,7 @@ pub(super) unsafe fn q4_0_block(b: *const u8) -> (u16, __m256i) {
 /// `b` must be a whole readable Q8_0 block (34 bytes: d, qs[32]); AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q8_0_block(b: *const u8) -> (u16, __m256i) {
+pub(in crate::matmul) unsafe fn q8_0_block(b: *const u8) -> (u16, __m256i) {
     // SAFETY: by the caller's contract.
     unsafe { (rd::<u16>(b), ld256(b.add(2))) }
 }
@@ -286,7 +287,7 @@ pub(super) unsafe fn q8_0_block(b: *const u8) -> (u16, __m256i) {
 /// `b` must be a whole readable Q5_0 block (22 bytes: d, qh[4], qs[16]); AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q5_0_block(b: *const u8) -> (u16, __m256i) {
+pub(in crate::matmul) unsafe fn q5_0_block(b: *const u8) -> (u16, __m256i) {
     // SAFETY: by the caller's contract.
     let (d, qh, qs) = unsafe { (rd::<u16>(b), rd::<u32>(b.add(2)), ld128(b.add(6))) };
     let high = _mm256_andnot_si256(bytes_from_bits(qh), _mm256_set1_epi8(0xF0u8 as i8));
@@ -296,7 +297,7 @@ pub(super) unsafe fn q5_0_block(b: *const u8) -> (u16, __m256i) {
 /// `kvalues_iq4nl` in both 128-bit lanes, for [`iq4_nl_block`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn iq4_nl_table() -> __m256i {
+pub(in crate::matmul) fn iq4_nl_table() -> __m256i {
     // SAFETY: the table is 16 bytes.
     _mm256_broadcastsi128_si256(unsafe {
         ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast())
@@ -306,7 +307,7 @@ pub(super) fn iq4_nl_table() -> __m256i {
 /// `kvalues_mxfp4` (the doubled E2M1 values) in both lanes, for byte shuffles.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn mxfp4_table() -> __m256i {
+pub(in crate::matmul) fn mxfp4_table() -> __m256i {
     // SAFETY: the table is 16 bytes.
     _mm256_broadcastsi128_si256(unsafe {
         ld128(tessera_tensor::blocks::KVALUES_MXFP4.as_ptr().cast())
@@ -319,7 +320,7 @@ pub(super) fn mxfp4_table() -> __m256i {
 /// `b` must be a whole readable MXFP4 block (17 bytes: e, qs[16]); AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn mxfp4_block(table: __m256i, b: *const u8) -> (u8, __m256i) {
+pub(in crate::matmul) unsafe fn mxfp4_block(table: __m256i, b: *const u8) -> (u8, __m256i) {
     // SAFETY: by the caller's contract.
     let (e, qs) = unsafe { (*b, ld128(b.add(1))) };
     (e, _mm256_shuffle_epi8(table, nibbles(qs)))
@@ -331,7 +332,7 @@ pub(super) unsafe fn mxfp4_block(table: __m256i, b: *const u8) -> (u8, __m256i) 
 /// `b` must be a whole readable IQ4_NL block (18 bytes: d, qs[16]); AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn iq4_nl_block(table: __m256i, b: *const u8) -> (u16, __m256i) {
+pub(in crate::matmul) unsafe fn iq4_nl_block(table: __m256i, b: *const u8) -> (u16, __m256i) {
     // SAFETY: by the caller's contract.
     let (d, qs) = unsafe { (rd::<u16>(b), ld128(b.add(2))) };
     (d, _mm256_shuffle_epi8(table, nibbles(qs)))
@@ -344,7 +345,7 @@ pub(super) unsafe fn iq4_nl_block(table: __m256i, b: *const u8) -> (u16, __m256i
 /// measured slower: it takes two 2x4 passes ([`q8_0_tile`]).
 ///
 /// # Safety
-/// The [`TileFn`](super::TileFn) contract (4 columns), `xsize` bytes per weight block,
+/// The [`TileFn`](crate::matmul::TileFn) contract (4 columns), `xsize` bytes per weight block,
 /// AVX2/FMA/F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -387,7 +388,7 @@ unsafe fn q8_1_tile(
 /// [`q8_0_rows`], so the bits are the one-row kernel's.
 ///
 /// # Safety
-/// The [`VecDot4`](super::VecDot4) contract for each weight row, `xsize` bytes per weight
+/// The [`VecDot4`](crate::matmul::VecDot4) contract for each weight row, `xsize` bytes per weight
 /// block, AVX2/FMA/F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -456,7 +457,7 @@ macro_rules! tile_kernel {
         /// A 4x4 tile: four weight rows against `y[..4]`.
         ///
         /// # Safety
-        /// The [`TileFn`](super::TileFn) contract, and AVX2/FMA/F16C.
+        /// The [`TileFn`](crate::matmul::TileFn) contract, and AVX2/FMA/F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $name(n: usize, x: [*const u8; 4], y: &[*const u8; 8], outs: &[*mut f32; 8]) {
             let y = [y[0], y[1], y[2], y[3]];
@@ -491,7 +492,7 @@ tile_kernel!(iq4_nl_t44, 18, q8_0_tile, {
 });
 
 /// The 4x4 tile kernel for `dtype` (batched products), where one exists.
-pub(super) fn tile(dtype: DType) -> Option<super::TileFn> {
+pub(in crate::matmul) fn tile(dtype: DType) -> Option<crate::matmul::TileFn> {
     Some(match dtype {
         DType::Q4_0 => q4_0_t44,
         DType::Q5_0 => q5_0_t44,

@@ -5,13 +5,13 @@
 //! scale) exactly, then scale in f32 as ggml's generic kernels do; float kernels accumulate in
 //! f64 (ggml's `ggml_float`).
 
-use super::VecDot;
+use crate::matmul::VecDot;
 use half::f16;
 use tessera_tensor::blocks::*;
 use tessera_tensor::DType;
 
 /// The scalar kernel for weights of type `dtype`, if it has one.
-pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
+pub(in crate::matmul) fn vec_dot(dtype: DType) -> Option<VecDot> {
     use DType::*;
     let f: VecDot = match dtype {
         F32 => f32_f32,
@@ -177,7 +177,7 @@ fn iq4_nl(a: &BlockIQ4NL, b: &BlockQ8_0) -> f32 {
 }
 
 /// `ggml_e8m0_to_fp32_half`: half the E8M0 value, `2^(e - 128)` (subnormal for `e < 2`).
-pub(super) fn e8m0_half(e: u8) -> f32 {
+pub(in crate::matmul) fn e8m0_half(e: u8) -> f32 {
     f32::from_bits(if e < 2 { 0x0020_0000u32 << e } else { u32::from(e - 1) << 23 })
 }
 
@@ -187,7 +187,7 @@ fn mxfp4(a: &BlockMXFP4, b: &BlockQ8_0) -> f32 {
 }
 
 /// The 16 signed 6-bit scales of a Q3_K block (already minus 32).
-pub(super) fn q3_k_scales(s: &[u8; 12]) -> [i8; 16] {
+pub(in crate::matmul) fn q3_k_scales(s: &[u8; 12]) -> [i8; 16] {
     std::array::from_fn(|j| {
         let low = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
         let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
@@ -197,7 +197,7 @@ pub(super) fn q3_k_scales(s: &[u8; 12]) -> [i8; 16] {
 
 /// The 8 scales and 8 mins (6 bits each) of a Q4_K/Q5_K block, as bytes
 /// `[scale 0..8, min 0..8]` (ggml's `utmp` unpacking).
-pub(super) fn k4_scales(s: &[u8; 12]) -> [u8; 16] {
+pub(in crate::matmul) fn k4_scales(s: &[u8; 12]) -> [u8; 16] {
     let u = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
     let (u0, u1, u2) = (u(0), u(1), u(2));
     let (m1, m2, m3) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);

@@ -1,4 +1,4 @@
-//! Products of interleaved Q2_K weights ([`super::interleaved`]'s layout: per block of a
+//! Products of interleaved Q2_K weights ([`crate::matmul::interleaved`]'s layout: per block of a
 //! group, the eight rows' `d`, their `dmin`, their 16 scale bytes as four 4-byte words, then
 //! their 64 code bytes as 16 words, word `w` of row `r` at `32 + 32·w + 4·r`) with Q8_K
 //! activation rows, in ggml's repacked chains ([`super::repack`]; llama.cpp repacks Q2_K when
@@ -20,9 +20,9 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::avx2::{ld128, ld256, rd};
-use super::interleaved::GROUP;
 use super::interleaved_k::{both_instruction_sets, kernel_picker, lane_bytes, GroupFn};
 use super::vnni_matvec::PREFETCH;
+use crate::matmul::interleaved::GROUP;
 use std::arch::x86_64::*;
 
 /// Bytes of one Q2_K block of a group's eight rows.

@@ -10,7 +10,7 @@
 
 use super::avx2::hsum_ps;
 use super::avx512::reduce_add;
-use super::VecDot;
+use crate::matmul::VecDot;
 use std::arch::x86_64::*;
 
 /// `ggml_vec_dot_f32` of an AVX2 build (`GGML_F32x8_REDUCE`: the pairs, then the 128-bit
@@ -103,7 +103,7 @@ unsafe fn tinyblas_avx512(n: usize, x: *const u8, y: *const u8) -> f32 {
 }
 
 /// `ggml_vec_dot_f32` at the AVX2 or AVX-512 level.
-pub(super) fn vec_dot(avx512: bool) -> VecDot {
+pub(in crate::matmul) fn vec_dot(avx512: bool) -> VecDot {
     if avx512 {
         vec_dot_avx512
     } else {
@@ -114,7 +114,7 @@ pub(super) fn vec_dot(avx512: bool) -> VecDot {
 /// tinyBLAS's F32 kernel at the AVX2 or AVX-512 level, where llama.cpp takes it for a product
 /// of `m` weight rows of `k` values by `n1` activation rows (contiguous): `n1 >= 2`, `k` a
 /// multiple of the vector width and `m` of four.
-pub(super) fn tinyblas(avx512: bool, m: usize, k: usize, n1: usize) -> Option<VecDot> {
+pub(in crate::matmul) fn tinyblas(avx512: bool, m: usize, k: usize, n1: usize) -> Option<VecDot> {
     let width = if avx512 { 16 } else { 8 };
     if n1 < 2 || k % width != 0 || m % 4 != 0 {
         return None;

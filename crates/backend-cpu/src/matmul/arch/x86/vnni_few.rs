@@ -37,17 +37,17 @@ use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
 /// Most activation rows one call takes.
-pub(super) const MAX_ROWS: usize = 16;
+pub(in crate::matmul) const MAX_ROWS: usize = 16;
 
 /// One block of one Q8_0 activation row as the Q8_0-family kernels read it: its bytes plus
 /// 128 (unsigned).
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
-pub(super) struct Biased([u8; 32]);
+pub(in crate::matmul) struct Biased([u8; 32]);
 
 /// Per-thread room for the prepared activation rows.
 #[derive(Default)]
-pub(super) struct Scratch {
+pub(in crate::matmul) struct Scratch {
     /// The values per row.
     n: usize,
     /// The activation rows.
@@ -88,7 +88,7 @@ enum Kind {
 
 /// The few-rows kernel of one weight type and row count.
 #[derive(Clone, Copy)]
-pub(super) struct Few {
+pub(in crate::matmul) struct Few {
     /// The loop, monomorphized for the row (or pair) count.
     kind: Kind,
     /// The activation rows it takes.
@@ -99,7 +99,7 @@ impl Few {
     /// The kernel for `rows` activation rows against weights of type `dtype`, where one
     /// exists: the Q8_0 family for 2..=[`MAX_ROWS`] rows, the Q4_1 family for 2..=8. The CPU must have AVX-512
     /// F/BW/VL/DQ and VNNI.
-    pub(super) fn new(dtype: DType, rows: usize) -> Option<Few> {
+    pub(in crate::matmul) fn new(dtype: DType, rows: usize) -> Option<Few> {
         if !(2..=MAX_ROWS).contains(&rows) {
             return None;
         }
@@ -162,7 +162,12 @@ impl Few {
     /// # Safety
     /// Each `ys[j]` a readable activation row of `n` values of that type, and the rows must
     /// stay readable and unchanged while `scratch` is used; the CPU AVX-512 F/BW/VL/DQ/VNNI.
-    pub(super) unsafe fn prepare(&self, n: usize, ys: &[*const u8], scratch: &mut Scratch) {
+    pub(in crate::matmul) unsafe fn prepare(
+        &self,
+        n: usize,
+        ys: &[*const u8],
+        scratch: &mut Scratch,
+    ) {
         let rows = self.rows;
         assert_eq!(ys.len(), rows, "Few::prepare: rows given to a {rows}-row kernel");
         scratch.n = n;
@@ -191,7 +196,7 @@ impl Few {
     /// `x` must hold `nrows` readable rows of `scratch`'s `n` values of the kernel's type;
     /// `scratch` prepared by this kernel, its rows still readable; `outs[j]` room for `nrows`
     /// f32; the CPU AVX-512 F/BW/VL/DQ/VNNI.
-    pub(super) unsafe fn run(
+    pub(in crate::matmul) unsafe fn run(
         &self,
         x: *const u8,
         nb01: usize,

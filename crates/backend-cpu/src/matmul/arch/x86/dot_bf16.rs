@@ -17,7 +17,8 @@
 
 use super::avx2::{hsum_ps, ld128};
 use super::avx512::reduce_add;
-use super::{VecDot, VecDot4};
+use crate::matmul::VecDot;
+use crate::matmul::VecDot4;
 use std::arch::x86_64::*;
 
 /// Which build's arithmetic: an AVX2 build.
@@ -38,7 +39,7 @@ fn avx512_variant() -> u8 {
 
 /// The one-column dot (`ggml_vec_dot_bf16`) of the build a level stands for: AVX2, or
 /// (`avx512`) AVX-512 with or without AVX512_BF16 as this CPU has it.
-pub(super) fn one_column(avx512: bool) -> VecDot {
+pub(in crate::matmul) fn one_column(avx512: bool) -> VecDot {
     match (avx512, avx512_variant()) {
         (false, _) => vec_dot::<AVX2>,
         (true, AVX512_BF16) => vec_dot::<AVX512_BF16>,
@@ -48,7 +49,7 @@ pub(super) fn one_column(avx512: bool) -> VecDot {
 
 /// The tinyBLAS-order kernels (one row, four rows) of the build a level stands for, as
 /// [`one_column`].
-pub(super) fn tinyblas(avx512: bool) -> (VecDot, VecDot4) {
+pub(in crate::matmul) fn tinyblas(avx512: bool) -> (VecDot, VecDot4) {
     match (avx512, avx512_variant()) {
         (false, _) => (tiny1::<AVX2>, tiny::<AVX2, 4>),
         (true, AVX512_BF16) => (tiny1::<AVX512_BF16>, tiny::<AVX512_BF16, 4>),

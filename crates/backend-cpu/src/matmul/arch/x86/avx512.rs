@@ -11,12 +11,13 @@
 // allowance can go.
 #![allow(clippy::incompatible_msrv)]
 
-use super::{VecDot, VecDot4};
+use crate::matmul::VecDot;
+use crate::matmul::VecDot4;
 use std::arch::x86_64::*;
 use tessera_tensor::DType;
 
 /// The AVX-512 kernel for weights of type `dtype`, if this module has one.
-pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
+pub(in crate::matmul) fn vec_dot(dtype: DType) -> Option<VecDot> {
     Some(match dtype {
         DType::F32 => super::dot_f32::vec_dot(true),
         DType::F16 => f16_f16,
@@ -26,7 +27,7 @@ pub(super) fn vec_dot(dtype: DType) -> Option<VecDot> {
 }
 
 /// The AVX-512 four-row kernel for weights of type `dtype`, if this module has one.
-pub(super) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
+pub(in crate::matmul) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
     Some(match dtype {
         DType::F16 => f16_f16_n::<4>,
         DType::BF16 => super::dot_bf16::tinyblas(true).1,
@@ -45,7 +46,9 @@ unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -
     let x = x.cast::<u16>();
     if n % 16 != 0 {
         // SAFETY: n f16 values in each row (the VecDot4 contract).
-        return y.map(|y| unsafe { super::dot_f16::dot(n, x, y.cast(), crate::SimdLevel::Avx512) });
+        return y.map(|y| unsafe {
+            crate::matmul::dot_f16::dot(n, x, y.cast(), crate::SimdLevel::Avx512)
+        });
     }
     let mut acc = [_mm512_setzero_ps(); C];
     for i in (0..n).step_by(16) {
