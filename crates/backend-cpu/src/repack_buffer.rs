@@ -71,7 +71,7 @@ fn relayout(
 pub fn repack_rearranges(dtype: DType) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        crate::matmul::interleaved::applies(dtype)
+        crate::matmul::interleaved::interleaves(dtype)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -87,7 +87,7 @@ pub fn repack_rearranges(dtype: DType) -> bool {
 pub fn repack_applies(dtype: DType, rows: usize, level: SimdLevel) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        crate::matmul::repack::applies(dtype, rows, level)
+        crate::matmul::interleaved::repacks(dtype, rows, level)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -1,12 +1,12 @@
 //! Repacked Q4_0, IQ4_NL, MXFP4, Q4_K and Q2_K weights with eight rows interleaved in memory,
 //! as llama.cpp's CPU_REPACK buffer holds them (`block_q4_0x8`, `block_iq4_nlx8`,
 //! `block_mxfp4x8`, `block_q4_Kx8`, `block_q2_Kx8`; the layout here is Tessera's own), and their
-//! products (Q4_0, IQ4_NL and MXFP4 here, Q4_K in [`super::interleaved_k`], Q2_K in
-//! [`super::interleaved_q2k`]).
+//! products (the Q8_0 family's group kernels in `arch/x86/interleaved.rs`, Q4_K's in
+//! `arch/x86/interleaved_k.rs`, Q2_K's in `arch/x86/interleaved_q2k.rs`).
 //!
 //! # Why a layout of its own
 //!
-//! The repacked chain ([`super::repack`]) needs, per weight row and block, the exact integer
+//! The repacked chain (`arch/x86/repack.rs`) needs, per weight row and block, the exact integer
 //! `Σ q·y` of its products. Read from the file's layout, eight rows make eight memory streams
 //! and each row's sum ends in a horizontal reduction. Interleaved, a group of eight rows is
 //! one stream, and each 32-bit lane of a register holds four bytes of one row: one
@@ -14,7 +14,7 @@
 //! sums at once, lane `r` ending with row `r`'s exact sum. No horizontal sums, no shuffles;
 //! the output is lane `r`'s f32 chain (Q4_0: `acc = fma(f32(Σ q·y), f32(dx)·f32(dy), acc)`
 //! over the blocks in order; IQ4_NL and MXFP4 the same), which is the repacked chain exactly (same bits as
-//! [`super::repack`]'s one-row kernels, tests).
+//! `arch/x86/repack.rs`'s one-row kernels, tests).
 //!
 //! # The layout
 //!
@@ -36,7 +36,7 @@
 //! summed in i32. MXFP4 is IQ4_NL with its own table (`kvalues_mxfp4`) and its scales the eight
 //! rows' E8M0 exponents, each as half its power of two.
 
-use super::arch::x86::interleaved::{block_bias, block_sums, run_tile};
+use super::arch::x86::interleaved::{block_sums, run_tile};
 use super::{row_targets, Activations};
 use crate::{ComputeParams, TensorRef};
 use std::cell::RefCell;
@@ -56,7 +56,7 @@ pub(in crate::matmul) const MAX_ROWS: usize = 4;
 /// of each row's block, in order, as 4-byte words, word `w` of row `r` at
 /// `8·field·head + 32·w + 4·r`.
 #[derive(Clone, Copy)]
-struct Shape {
+pub(in crate::matmul) struct Shape {
     /// Bytes per block.
     bytes: usize,
     /// Values per block.
@@ -70,27 +70,59 @@ struct Shape {
 }
 
 impl Shape {
+    /// Q4_0 and IQ4_NL: one f16 scale, 16 bytes of nibbles.
+    pub(in crate::matmul) const Q4_0: Shape =
+        Shape { bytes: QK_BYTES, values: 32, head: 1, field: 2, at: 0 };
+    /// MXFP4: one E8M0 exponent, 16 bytes of nibbles.
+    pub(in crate::matmul) const MXFP4: Shape =
+        Shape { bytes: MXFP4_BYTES, values: 32, head: 1, field: 1, at: 0 };
+    /// Q4_K: `d` and `dmin` first.
+    pub(in crate::matmul) const Q4_K: Shape =
+        Shape { bytes: 144, values: 256, head: 2, field: 2, at: 0 };
+    /// Q2_K: `d` and `dmin` at the end of the file's block.
+    pub(in crate::matmul) const Q2_K: Shape =
+        Shape { bytes: 84, values: 256, head: 2, field: 2, at: 80 };
+
     /// Bytes of the scale fields of one row's block.
     fn head_bytes(self) -> usize {
         self.head * self.field
     }
+
+    /// Bytes of one row's block.
+    #[cfg(test)]
+    pub(in crate::matmul) fn block_bytes(self) -> usize {
+        self.bytes
+    }
+
+    /// Values of one row's block.
+    #[cfg(test)]
+    pub(in crate::matmul) fn block_values(self) -> usize {
+        self.values
+    }
 }
 
-/// The interleaved shape of `dtype`, where its repacked weights are stored interleaved.
+/// The interleaved shape of `dtype`, where its repacked weights are stored interleaved (the
+/// type table's [`Repack::shape`](super::types::Repack::shape)).
 fn shape(dtype: DType) -> Option<Shape> {
-    let sh = |bytes, values, head, field, at| Some(Shape { bytes, values, head, field, at });
-    match dtype {
-        DType::Q4_0 | DType::IQ4_NL => sh(QK_BYTES, 32, 1, 2, 0),
-        DType::MXFP4 => sh(MXFP4_BYTES, 32, 1, 1, 0),
-        DType::Q4_K => sh(144, 256, 2, 2, 0),
-        DType::Q2_K => sh(84, 256, 2, 2, 80),
-        _ => None,
-    }
+    Some(repack_of(dtype)?.shape)
+}
+
+/// Whether llama.cpp (built for `level`) would repack a 2-D weight of type `dtype` with `rows`
+/// rows (`ggml_repack_get_optimal_repack_type` on x86): the type table names the types and
+/// the level each needs (Q4_0, Q4_K, IQ4_NL and MXFP4 with AVX2, Q2_K with AVX-512), and the
+/// row count must be divisible by 8.
+pub(crate) fn repacks(dtype: DType, rows: usize, level: crate::SimdLevel) -> bool {
+    repack_of(dtype).is_some_and(|r| level >= r.level) && rows % 8 == 0
+}
+
+/// The type table's repacking of `dtype`.
+fn repack_of(dtype: DType) -> Option<super::types::Repack> {
+    super::types::row(dtype)?.x86.repack
 }
 
 /// Whether the repacked weights of `dtype` are stored interleaved ([`interleave`]) rather
 /// than in the file's layout.
-pub(crate) fn applies(dtype: DType) -> bool {
+pub(crate) fn interleaves(dtype: DType) -> bool {
     shape(dtype).is_some()
 }
 
@@ -205,7 +237,8 @@ pub(super) fn mul_mat(
         }
     };
     let dtype = src0.dtype;
-    let bias = block_bias(dtype, vnni);
+    let kernels = repack_of(dtype).expect("an interleaved type").groups;
+    let bias = kernels.bias(vnni);
     SUMS.with(|cell| {
         let mut sums = cell.borrow_mut();
         sums.clear();
@@ -237,7 +270,7 @@ pub(super) fn mul_mat(
                 // bias); dst rows r0.. hold nr0 values and this thread owns the columns of its
                 // groups; the caller checked the CPU.
                 unsafe {
-                    run_tile(dtype, vnni, gemm, (k, x, gstride, g1 - g0), ys, &sy[..rows], outs)
+                    run_tile(kernels, vnni, gemm, (k, x, gstride, g1 - g0), ys, &sy[..rows], outs)
                 };
             }
         }
@@ -265,7 +298,8 @@ pub(super) fn gemv_gathered(
         return;
     }
     let dtype = src0.dtype;
-    let bias = block_bias(dtype, vnni);
+    let kernels = repack_of(dtype).expect("an interleaved type").groups;
+    let bias = kernels.bias(vnni);
     let x = src0.data.cast_const().wrapping_add(mine.start * gstride);
     let mut sums = Vec::new();
     for tile in pairs.chunks(MAX_ROWS) {
@@ -292,7 +326,9 @@ pub(super) fn gemv_gathered(
         // converted activation rows of its dot type (and their block bias); each output row
         // holds nr0 values and this thread owns the columns of its groups; the caller checked
         // the CPU.
-        unsafe { run_tile(dtype, vnni, false, (k, x, gstride, mine.len()), ys, &sy[..rows], outs) };
+        unsafe {
+            run_tile(kernels, vnni, false, (k, x, gstride, mine.len()), ys, &sy[..rows], outs)
+        };
     }
 }
 

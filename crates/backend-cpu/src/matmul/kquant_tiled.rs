@@ -50,13 +50,6 @@ pub(in crate::matmul) const ROWS: usize = 4;
 /// Bytes of a Q8_K block: d (f32), qs (256 i8), bsums (16 i16).
 const Q8K_SIZE: usize = 292;
 
-/// Whether the tiled path has kernels for `dtype` (K-quants, IQ4_XS): llama.cpp takes it for
-/// one weight matrix against `src1.ne[1] >= 8` columns (`plan` decides, with the SIMD level:
-/// AVX2 or AVX-512 VNNI).
-pub(super) fn has_layout(dtype: DType) -> bool {
-    layout(dtype).is_some()
-}
-
 /// A tile kernel: four unpacked weight rows against one band, `out[row][band row]`.
 ///
 /// # Safety
@@ -77,21 +70,9 @@ pub(in crate::matmul) struct Layout {
     pub(in crate::matmul) signed: bool,
 }
 
-/// The [`Layout`] of a supported type.
+/// The [`Layout`] of `dtype`, where the type table gives it one.
 fn layout(dtype: DType) -> Option<Layout> {
-    Some(match dtype {
-        DType::Q4_K | DType::Q5_K => Layout { nsub: 8, mins: true, signed: false },
-        DType::IQ4_XS => Layout { nsub: 8, mins: false, signed: true },
-        DType::Q2_K => Layout { nsub: 16, mins: true, signed: false },
-        DType::Q3_K | DType::Q6_K => Layout { nsub: 16, mins: false, signed: false },
-        DType::IQ2_XXS | DType::IQ3_XXS | DType::IQ3_S | DType::IQ1_S => {
-            Layout { nsub: 8, mins: false, signed: true }
-        }
-        DType::IQ2_XS | DType::IQ2_S | DType::IQ1_M => {
-            Layout { nsub: 16, mins: false, signed: true }
-        }
-        _ => return None,
-    })
+    super::types::row(dtype)?.x86.tiled
 }
 
 /// A weight row in integer form, block after block.
@@ -349,7 +330,7 @@ pub(super) fn mul_mat(
     act: &Activations,
     vnni: bool,
 ) {
-    let lay = layout(src0.dtype).expect("checked by applies");
+    let lay = layout(src0.dtype).expect("planned for a tiled type");
     let kern: KernelFn = if vnni { x86::vnni } else { x86::avx2 };
     let (nr0, nr1) = (src0.ne[1], act.src1.n_rows());
     let nb = src0.ne[0] / QK;
@@ -446,7 +427,7 @@ fn chunk(
             u.resize(nb, lay.nsub);
             // Rows past the end repeat the last one (computed, not stored).
             let r = r0 + i.min(n0 - 1);
-            // SAFETY: row r of the 2-D src0 (checked by `applies`), `src0_row` bytes.
+            // SAFETY: row r of the 2-D src0 (the plan checked), `src0_row` bytes.
             let w = unsafe { std::slice::from_raw_parts(src0.data.add(r * src0.nb[1]), src0_row) };
             let bsz = src0.dtype.type_size();
             for b in 0..nb {

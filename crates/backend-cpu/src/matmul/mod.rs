@@ -7,18 +7,26 @@
 //! converting its share; after a barrier the output is cut into chunks that threads claim from
 //! a shared counter, and each chunk is computed in 16×16 tiles of dot products.
 //!
-//! Kernels: every weight type ggml has a dot product for that the models use (F32, F16, BF16,
-//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4) has a scalar kernel
-//! ([`scalar`]) and AVX2 kernels ([`avx2`], [`avx2_k`]); F32, F16 and BF16 also have AVX-512
-//! kernels ([`avx512`]). Batches of 8+ rows of the K-quants take llama.cpp's tiled path
-//! ([`kquant_tiled`]: its own rounding, as llama.cpp's, at AVX2 and AVX-512 VNNI alike). With
-//! AVX-512 VNNI, batches of the Q8_0 family take register tiles ([`vnni_tile`]) and
-//! matrix-vector products of the Q8_0 and Q4_1 families [`vnni_matvec`]; those give the
-//! one-row kernels' bits. The grid i-quants (IQ2_XXS..IQ1_M) and TQ1_0/TQ2_0 multiply Q8_K
-//! activations in [`lowbit`] (ggml's generic and AVX2 orders), the grid i-quants' batches of
-//! 8+ rows in [`kquant_tiled`], as llama.cpp. Any other type with a reference dequantizer (the
-//! integer and F64 types) is computed by dequantizing tiles of src0 rows to f32 and taking f32
-//! dots with unconverted activations.
+//! # Where things are
+//!
+//! - [`types`]: the type table, one row per weight type naming every kernel it has at every
+//!   level (its activation type, scalar, AVX2 and AVX-512 dots, VNNI tiles and row loops, the
+//!   tiled layout, llama.cpp's repacking). Kernels are chosen there by weight type, except the
+//!   float types' routing to ggml's own dots or tinyBLAS, which `mul_mat` does as llama.cpp.
+//! - [`plan`]: which path a product takes, a pure function of the weight, the batch and the
+//!   CPU, read from the table.
+//! - This module and the path modules ([`kquant_tiled`], [`interleaved`], [`mul_mat_id`]):
+//!   the loops that carry a path out (chunks, few rows, bands, groups, threads).
+//! - `arch/`: the arithmetic, one folder per architecture (`arch/generic`: ggml's generic
+//!   kernels, the scalar level; `arch/x86`: AVX2, AVX-512 and VNNI bodies).
+//!
+//! Every weight type ggml has a dot product for that the models use (F32, F16, BF16, Q4_0,
+//! Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4, the grid i-quants, TQ1_0/TQ2_0)
+//! has a row; batches of 8+ rows of the K-quants and grid i-quants take llama.cpp's tiled path
+//! (its own rounding, at AVX2 and AVX-512 VNNI alike); with AVX-512 VNNI the Q8_0 and Q4_1
+//! families take register tiles and row loops that give the one-row kernels' bits. Any other
+//! type with a reference dequantizer (the integer and F64 types) is computed by dequantizing
+//! tiles of src0 rows to f32 and taking f32 dots with unconverted activations.
 //!
 //! Bit-level choices follow ggml's x86 build: on the SIMD levels activations are quantized to
 //! Q8_0/Q8_1 with `d = amax/127` (stored as f16), multiplier `127/amax` and round-half-even;
@@ -34,12 +42,11 @@ pub(crate) mod interleaved;
 mod kquant_tiled;
 pub(crate) mod mul_mat_id;
 pub mod plan;
+mod types;
 
 use arch::generic::scalar;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use arch::x86::repack;
-#[cfg(target_arch = "x86_64")]
-use arch::x86::{avx2, avx2_k, avx512, dot_bf16, dot_f32, vnni_few, vnni_matvec, vnni_tile};
+use arch::x86::{avx2, avx512, dot_bf16, dot_f32, vnni_few, vnni_matvec};
 /// Horizontal sums in ggml's orders, shared with the element-wise ops.
 #[cfg(target_arch = "x86_64")]
 pub(crate) use {avx2::hsum_ps, avx512::reduce_add as reduce_add_ps};
@@ -112,19 +119,10 @@ enum Kernel {
     Dequant,
 }
 
-/// The activation type ggml converts src1 to for weights of type `src0` (`vec_dot_type`);
-/// F32 for the types computed by dequantization.
+/// The activation type ggml converts src1 to for weights of type `src0` (`vec_dot_type`,
+/// from the type table); F32 for the types computed by dequantization.
 fn vec_dot_type(src0: DType) -> DType {
-    use DType::*;
-    match src0 {
-        F16 => F16,
-        BF16 => BF16,
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | MXFP4 => Q8_0,
-        Q4_1 | Q5_1 => Q8_1,
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Q8_K,
-        IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M | TQ1_0 | TQ2_0 => Q8_K,
-        _ => F32,
-    }
+    types::row(src0).map_or(DType::F32, |r| r.vdt)
 }
 
 /// The best level this CPU runs, detected once.
@@ -144,42 +142,39 @@ fn effective(requested: SimdLevel) -> SimdLevel {
     requested.min(cpu_level())
 }
 
-/// The kernel for weights of type `src0` at level `simd` (which the CPU must support).
+/// The kernel for weights of type `src0` at level `simd` (which the CPU must support): the
+/// type table's best dots for the level.
 fn kernel(src0: DType, simd: SimdLevel) -> Kernel {
-    let Some(scalar) = scalar::vec_dot(src0) else {
+    let Some(row) = types::row(src0) else {
         return Kernel::Dequant;
     };
     #[allow(unused_mut)]
-    let (mut dot, mut dot4, mut tile) = (scalar, None, None);
+    let (mut dot, mut dot4, mut tile) = (row.scalar, None, None);
     #[cfg(target_arch = "x86_64")]
     {
-        if simd >= SimdLevel::Avx2 {
-            dot = avx2::vec_dot(src0)
-                .or_else(|| avx2_k::vec_dot(src0))
-                .or_else(|| arch::x86::lowbit::avx2_dot(src0))
-                .unwrap_or(dot);
-            dot4 = avx2::vec_dot4(src0).or_else(|| avx2_k::vec_dot4(src0));
-            tile = avx2::tile(src0).map(|f| Tile { cols: 4, f });
+        let x86 = &row.x86;
+        if let Some(d) = x86.avx2.filter(|_| simd >= SimdLevel::Avx2) {
+            (dot, dot4, tile) = (d.one, d.four, d.tile.map(|f| Tile { cols: 4, f }));
         }
-        // The block types stay on the AVX2 kernels: llama.cpp multiplies them one 8-lane
-        // accumulator per output with blocks in order (tinyBLAS, ggml's dots), which those
-        // reproduce bit for bit.
+        // The block types stay on the AVX2 kernels at AVX-512: llama.cpp multiplies them one
+        // 8-lane accumulator per output with blocks in order (tinyBLAS, ggml's dots), which
+        // those reproduce bit for bit. One- and four-row kernels always come from the same
+        // level, so every result is the same whichever of the two computed it.
         if simd >= SimdLevel::Avx512 {
-            // One- and four-row kernels always come from the same module, so every result is
-            // the same whichever of the two computed it.
-            if let Some(d) = avx512::vec_dot(src0) {
-                (dot, dot4, tile) = (d, avx512::vec_dot4(src0), None);
+            let bf16 = x86.avx512_bf16.filter(|_| crate::has_avx512_bf16());
+            if let Some(d) = bf16.or(x86.avx512) {
+                (dot, dot4, tile) = (d.one, d.four, d.tile.map(|f| Tile { cols: 4, f }));
             }
         }
         // The Q8_0 family's 4x8 tiles need AVX-512 VNNI; they give the AVX2 kernels' bits
         // (see `vnni_tile`), so they pair with those one-row kernels.
         if simd >= SimdLevel::Avx512 && cpu_vnni() {
-            tile = vnni_tile::tile(src0).map(|f| Tile { cols: 8, f }).or(tile);
+            tile = x86.vnni_tile.map(|f| Tile { cols: 8, f }).or(tile);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = simd;
-    Kernel::Dot { vdt: vec_dot_type(src0), dot, dot4, tile }
+    Kernel::Dot { vdt: row.vdt, dot, dot4, tile }
 }
 
 /// `ggml_vec_dot_f16` as a [`VecDot`], at AVX-512 or AVX2 (`AVX512`).
@@ -213,7 +208,7 @@ fn ggml_vec_dot(src0: DType, simd: SimdLevel) -> Option<VecDot> {
 /// every weight type with a reference dequantizer, by F32, F16 or BF16 activations.
 pub(crate) fn supports(src0: DType, src1: DType) -> bool {
     matches!(src1, DType::F32 | DType::F16 | DType::BF16)
-        && (scalar::vec_dot(src0).is_some() || quant::can_dequantize(src0))
+        && (types::row(src0).is_some() || quant::can_dequantize(src0))
 }
 
 /// Whether src1 must be converted into the work buffer before the dots: its type is not the
@@ -290,15 +285,13 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
         // Weights llama.cpp would have repacked take its repacked kernels' arithmetic
         // (`repack`), lane by lane, eight rows per register (`interleaved`).
         #[cfg(target_arch = "x86_64")]
-        (Path::Interleaved, _) => {
-            assert!(interleaved::applies(src0.dtype), "repacked {} is not interleaved", src0.dtype);
-            interleaved::mul_mat(p, dst, src0, &act, vnni)
-        }
+        (Path::Interleaved, _) => interleaved::mul_mat(p, dst, src0, &act, vnni),
         #[cfg(target_arch = "x86_64")]
         (Path::KquantTiled, _) => kquant_tiled::mul_mat(p, dst, src0, &act, vnni),
         #[cfg(target_arch = "x86_64")]
         (Path::VnniMatvec, _) => {
-            let mv = vnni_matvec::Matvec::new(src0.dtype).expect("planned for a VNNI matvec type");
+            let mv = types::row(src0.dtype).and_then(|r| r.x86.vnni_matvec);
+            let mv = mv.expect("planned for a VNNI matvec type");
             matvec(p, dst, src0, &act, mv)
         }
         // Activation rows against a 2-D weight: with AVX-512 VNNI, the Q8_0 family's few-rows
@@ -484,7 +477,12 @@ fn few_rows_vnni(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, act: &Act
     let pass_rows = |c: usize| n1 * c / passes..n1 * (c + 1) / passes;
     // Passes have n1 / passes rows or one more: one kernel for each size, no allocation on
     // this (decoding) path.
-    let kernel = |rows: usize| vnni_few::Few::new(src0.dtype, rows).expect("checked by mul_mat");
+    let x86 = &types::row(src0.dtype).expect("planned for a few-rows type").x86;
+    let (kernels, mv) = (x86.vnni_few, x86.vnni_matvec);
+    let kernel = |rows: usize| {
+        let few = kernels.zip(mv).and_then(|(k, mv)| vnni_few::Few::new(k, mv, rows));
+        few.expect("checked by mul_mat")
+    };
     let (short, long) = (kernel(n1 / passes), kernel(n1.div_ceil(passes)));
     let few = |c: usize| if pass_rows(c).len() == n1 / passes { short } else { long };
     SCRATCH.with(|cell| {

@@ -70,7 +70,7 @@ pub(crate) fn mul_mat_id(
     #[cfg(target_arch = "x86_64")]
     let repacked = src0.repacked
         && simd >= SimdLevel::Avx2
-        && super::interleaved::applies(src0.dtype)
+        && super::interleaved::interleaves(src0.dtype)
         && m % 8 == 0;
     GROUPS.with(|cell| {
         let (groups, pairs) = &mut *cell.borrow_mut();

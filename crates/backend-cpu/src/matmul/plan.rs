@@ -107,25 +107,29 @@ impl Cpu {
 
 /// The path of the product of `w` with `b` on `cpu` (module docs).
 pub fn plan(w: Weight, b: Batch, cpu: Cpu) -> Path {
-    let has_dot = super::scalar::vec_dot(w.dtype).is_some();
+    let row = super::types::row(w.dtype);
+    let has_dot = row.is_some();
     #[cfg(target_arch = "x86_64")]
     {
+        let x86 = row.map(|r| &r.x86);
         let simd = cpu.level >= SimdLevel::Avx2;
         let vnni = cpu.level >= SimdLevel::Avx512 && cpu.vnni;
-        if w.repacked && simd && w.matrix && super::repack::dots(w.dtype).is_some() {
+        if w.repacked && simd && w.matrix && x86.is_some_and(|x| x.repack.is_some()) {
             return Path::Interleaved;
         }
-        let tiled = w.matrix && b.cols >= 8 && super::kquant_tiled::has_layout(w.dtype);
+        let tiled = w.matrix && b.cols >= 8 && x86.is_some_and(|x| x.tiled.is_some());
         if simd && !b.batch_invariant && tiled {
             return Path::KquantTiled;
         }
-        if vnni && b.rows == 1 && super::vnni_matvec::Matvec::new(w.dtype).is_some() {
+        let matvec = x86.and_then(|x| x.vnni_matvec);
+        if vnni && b.rows == 1 && matvec.is_some() {
             return Path::VnniMatvec;
         }
         let batch_2d = b.rows == b.cols;
         if simd && b.rows >= 2 && batch_2d && w.matrix && !tiled && w.dtype != DType::F16 {
             let pass = b.rows.min(super::vnni_few::MAX_ROWS);
-            if vnni && super::vnni_few::Few::new(w.dtype, pass).is_some() {
+            let few = x86.and_then(|x| x.vnni_few).zip(matvec);
+            if vnni && few.and_then(|(k, mv)| super::vnni_few::Few::new(k, mv, pass)).is_some() {
                 return Path::VnniFewRows;
             }
             if b.rows < 8 && has_dot {

@@ -273,7 +273,7 @@ fn every_type_level_and_shape_matches_f64_reference() {
 
 /// Weight types with kernels of their own.
 fn dot_types() -> Vec<DType> {
-    DType::ALL.into_iter().filter(|&t| scalar::vec_dot(t).is_some()).collect()
+    DType::ALL.into_iter().filter(|&t| types::row(t).is_some()).collect()
 }
 
 /// `Σ |x|·|y|` in f64 of a weight row and a converted activation row (the scale of the
@@ -594,7 +594,7 @@ fn vnni_matvec_matches_one_row_dots() {
     let mut rng = Rng(7);
     let mut failures = Vec::new();
     for dtype in [DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::IQ4_NL, DType::Q4_1, DType::Q5_1] {
-        let mv = vnni_matvec::Matvec::new(dtype).expect("a matvec kernel");
+        let mv = types::row(dtype).and_then(|r| r.x86.vnni_matvec).expect("a matvec kernel");
         let Kernel::Dot { dot, .. } = kernel(dtype, SimdLevel::Avx512) else { unreachable!() };
         for n in [32, 96, 640, 4096] {
             for random in [false, true] {
@@ -744,7 +744,7 @@ fn repacked_products_follow_the_repacked_chains() {
         // The weights as the loader hands them over (eight rows interleaved); the chains read
         // the file's layout.
         let plain = weights(dtype, k * m, &mut rng, false);
-        let bytes = if interleaved::applies(dtype) {
+        let bytes = if interleaved::interleaves(dtype) {
             interleaved::interleave(dtype, &plain, m, k).expect("whole groups of eight rows")
         } else {
             plain.clone()
@@ -752,7 +752,7 @@ fn repacked_products_follow_the_repacked_chains() {
         let mut src0 = Host::packed(dtype, [k, m, 1, 1], &bytes);
         src0.repacked = true;
         let row = src0.nb[1];
-        let (gemv, gemm) = repack::dots(dtype).expect("a repacked type");
+        let (gemv, gemm) = types::row(dtype).and_then(|r| r.x86.repack).expect("a repacked").chains;
         for n in [1, 2, 3, 4, 5, 6, 7, 9, 12, 17] {
             let x = rng.f32s(k * n);
             let src1 = Host::packed(DType::F32, [k, n, 1, 1], &f32_bytes(&x));

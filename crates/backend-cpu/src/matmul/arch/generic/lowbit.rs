@@ -22,6 +22,7 @@
 //! 2·62·127 per pair: no saturation) and scaled with `madd`. TQ1_0's base-3 bytes are decoded
 //! in 16-bit lanes (`(q·3ⁿ mod 256)·3 >> 8`, exact) before the same lanes.
 
+#[cfg(doc)]
 use crate::matmul::VecDot;
 use tessera_tensor::blocks::QK_K;
 use tessera_tensor::quant::ints::{block_ints, ints_kind, BlockInts, IntsKind, INT_TYPES};
@@ -32,25 +33,6 @@ pub(in crate::matmul) const Q8K_SIZE: usize = 292;
 
 /// The types of this module, indexed by the kernels' const parameter.
 pub(in crate::matmul) const TYPES: [DType; 9] = INT_TYPES;
-
-/// The index of `dtype` in [`TYPES`].
-pub(in crate::matmul) fn type_index(dtype: DType) -> Option<usize> {
-    TYPES.iter().position(|&t| t == dtype)
-}
-
-/// One kernel per type: `$f::<i>` for the type at index `i` of [`TYPES`].
-macro_rules! per_type {
-    ($f:ident) => {
-        [$f::<0>, $f::<1>, $f::<2>, $f::<3>, $f::<4>, $f::<5>, $f::<6>, $f::<7>, $f::<8>]
-    };
-}
-pub(in crate::matmul) use per_type;
-
-/// The scalar (ggml generic) kernel for `dtype`, if this module covers it.
-pub(in crate::matmul) fn scalar_dot(dtype: DType) -> Option<VecDot> {
-    let table: [VecDot; 9] = per_type!(generic);
-    type_index(dtype).map(|i| table[i])
-}
 
 /// A Q8_K block of an activation row: `d`, the 256 values and the raw bytes (for the sums).
 pub(in crate::matmul) struct Q8K<'a> {
@@ -102,7 +84,11 @@ fn scaled_sum(ints: &BlockInts, v: &[i8; QK_K], y: &[i8]) -> i32 {
 ///
 /// # Safety
 /// The [`VecDot`] contract: `x` and `y` hold `n / 256` blocks of the type and of Q8_K.
-unsafe fn generic<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn generic<const T: usize>(
+    n: usize,
+    x: *const u8,
+    y: *const u8,
+) -> f32 {
     let dtype = TYPES[T];
     let kind = ints_kind(dtype).expect("TYPES are covered");
     let size = dtype.type_size();

@@ -5,38 +5,13 @@
 //! scale) exactly, then scale in f32 as ggml's generic kernels do; float kernels accumulate in
 //! f64 (ggml's `ggml_float`).
 
+#[cfg(doc)]
 use crate::matmul::VecDot;
 use half::f16;
 use tessera_tensor::blocks::*;
-use tessera_tensor::DType;
-
-/// The scalar kernel for weights of type `dtype`, if it has one.
-pub(in crate::matmul) fn vec_dot(dtype: DType) -> Option<VecDot> {
-    use DType::*;
-    let f: VecDot = match dtype {
-        F32 => f32_f32,
-        F16 => f16_f16,
-        BF16 => bf16_bf16,
-        Q4_0 => rows::<BlockQ4_0>,
-        Q4_1 => rows::<BlockQ4_1>,
-        Q5_0 => rows::<BlockQ5_0>,
-        Q5_1 => rows::<BlockQ5_1>,
-        Q8_0 => rows::<BlockQ8_0>,
-        IQ4_NL => rows::<BlockIQ4NL>,
-        MXFP4 => rows::<BlockMXFP4>,
-        Q2_K => rows::<BlockQ2K>,
-        Q3_K => rows::<BlockQ3K>,
-        Q4_K => rows::<BlockQ4K>,
-        Q5_K => rows::<BlockQ5K>,
-        Q6_K => rows::<BlockQ6K>,
-        IQ4_XS => rows::<BlockIQ4XS>,
-        _ => return super::lowbit::scalar_dot(dtype),
-    };
-    Some(f)
-}
 
 /// A weight block with a scalar dot product against a block of its dot type.
-trait BlockDot: Copy {
+pub(in crate::matmul) trait BlockDot: Copy {
     /// The activation block.
     type Y: Copy;
     /// Values per block.
@@ -49,7 +24,7 @@ trait BlockDot: Copy {
 ///
 /// # Safety
 /// The [`VecDot`] contract: `x` and `y` hold `n / QK` readable blocks of `X` and `X::Y`.
-unsafe fn rows<X: BlockDot>(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn rows<X: BlockDot>(n: usize, x: *const u8, y: *const u8) -> f32 {
     let mut sum = 0.0;
     for i in 0..n / X::QK {
         // SAFETY: i < n / QK blocks of each row, read without alignment.
@@ -102,7 +77,7 @@ unsafe fn at<T: Copy>(p: *const u8, i: usize) -> T {
 ///
 /// # Safety
 /// The [`VecDot`] contract.
-unsafe fn f32_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn f32_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: i < n values of each row.
     (0..n).map(|i| unsafe { f64::from(at::<f32>(x, i) * at::<f32>(y, i)) }).sum::<f64>() as f32
 }
@@ -111,7 +86,7 @@ unsafe fn f32_f32(n: usize, x: *const u8, y: *const u8) -> f32 {
 ///
 /// # Safety
 /// The [`VecDot`] contract.
-unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
     let h = |p, i| {
         // SAFETY: i < n values of the row.
         f16::from_bits(unsafe { at::<u16>(p, i) }).to_f32()
@@ -123,7 +98,7 @@ unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
 ///
 /// # Safety
 /// The [`VecDot`] contract.
-unsafe fn bf16_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn bf16_bf16(n: usize, x: *const u8, y: *const u8) -> f32 {
     let h = |p, i| {
         // SAFETY: i < n values of the row.
         f32::from_bits(u32::from(unsafe { at::<u16>(p, i) }) << 16)

@@ -5,43 +5,11 @@
 //! rows `C`: the one-row kernel is `C = 1`, so both do the same arithmetic in the same order
 //! for each row and a result never depends on how the rows were tiled.
 
+#[cfg(doc)]
 use crate::matmul::VecDot;
+#[cfg(doc)]
 use crate::matmul::VecDot4;
 use std::arch::x86_64::*;
-use tessera_tensor::DType;
-
-/// The AVX2 kernel for weights of type `dtype`, if this module has one.
-pub(in crate::matmul) fn vec_dot(dtype: DType) -> Option<VecDot> {
-    use DType::*;
-    Some(match dtype {
-        F32 => super::dot_f32::vec_dot(false),
-        F16 => f16_f16,
-        BF16 => super::dot_bf16::tinyblas(false).0,
-        Q4_0 => q4_0_q8_0,
-        Q4_1 => q4_1_q8_1,
-        Q5_0 => q5_0_q8_0,
-        Q5_1 => q5_1_q8_1,
-        Q8_0 => q8_0_q8_0,
-        IQ4_NL => iq4_nl_q8_0,
-        MXFP4 => mxfp4_q8_0,
-        _ => return None,
-    })
-}
-
-/// The AVX2 four-row kernel for weights of type `dtype`, if this module has one.
-pub(in crate::matmul) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
-    Some(match dtype {
-        DType::F16 => f16_f16_n::<4>,
-        DType::BF16 => super::dot_bf16::tinyblas(false).1,
-        DType::Q4_0 => q4_0_q8_0_n::<4>,
-        DType::Q8_0 => q8_0_q8_0_n::<4>,
-        DType::Q4_1 => q4_1_q8_1_n::<4>,
-        DType::Q5_1 => q5_1_q8_1_n::<4>,
-        DType::Q5_0 => q5_0_q8_0_n::<4>,
-        DType::IQ4_NL => iq4_nl_q8_0_n::<4>,
-        _ => return None,
-    })
-}
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.
@@ -161,7 +129,11 @@ pub(in crate::matmul) unsafe fn rd<T: Copy>(p: *const u8) -> T {
 /// # Safety
 /// The [`VecDot4`] contract for each of the `C` rows, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn f16_f16_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     if n % 8 != 0 {
         // SAFETY: n f16 values in each row (the VecDot4 contract).
         return y.map(|y| unsafe {
@@ -186,7 +158,7 @@ unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { f16_f16_n::<1>(n, x, [y])[0] }
 }
@@ -388,7 +360,7 @@ unsafe fn q8_1_tile(
 /// [`q8_0_rows`], so the bits are the one-row kernel's.
 ///
 /// # Safety
-/// The [`VecDot4`](crate::matmul::VecDot4) contract for each weight row, `xsize` bytes per weight
+/// The [`VecDot4`] contract for each weight row, `xsize` bytes per weight
 /// block, AVX2/FMA/F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -459,7 +431,12 @@ macro_rules! tile_kernel {
         /// # Safety
         /// The [`TileFn`](crate::matmul::TileFn) contract, and AVX2/FMA/F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name(n: usize, x: [*const u8; 4], y: &[*const u8; 8], outs: &[*mut f32; 8]) {
+        pub(in crate::matmul) unsafe fn $name(
+            n: usize,
+            x: [*const u8; 4],
+            y: &[*const u8; 8],
+            outs: &[*mut f32; 8],
+        ) {
             let y = [y[0], y[1], y[2], y[3]];
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
             let v = unsafe { $tile(n, x, $size, y, $unpack) };
@@ -491,25 +468,16 @@ tile_kernel!(iq4_nl_t44, 18, q8_0_tile, {
     move |b: *const u8| iq4_nl_block(table, b)
 });
 
-/// The 4x4 tile kernel for `dtype` (batched products), where one exists.
-pub(in crate::matmul) fn tile(dtype: DType) -> Option<crate::matmul::TileFn> {
-    Some(match dtype {
-        DType::Q4_0 => q4_0_t44,
-        DType::Q5_0 => q5_0_t44,
-        DType::Q8_0 => q8_0_t44,
-        DType::IQ4_NL => iq4_nl_t44,
-        DType::Q4_1 => q4_1_t44,
-        DType::Q5_1 => q5_1_t44,
-        _ => return None,
-    })
-}
-
 /// Q4_0 · Q8_0 against `C` rows.
 ///
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q4_0_q8_0_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     // SAFETY: `b` is a whole Q4_0 block of the row.
     let unpack = |b: *const u8| unsafe { q4_0_block(b) };
     // SAFETY: forwarded.
@@ -521,7 +489,7 @@ unsafe fn q4_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn q4_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { q4_0_q8_0_n::<1>(n, x, [y])[0] }
 }
@@ -531,7 +499,11 @@ unsafe fn q4_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q8_0_q8_0_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     // SAFETY: `b` is a whole Q8_0 block of the row.
     let unpack = |b: *const u8| unsafe { q8_0_block(b) };
     // SAFETY: forwarded.
@@ -543,7 +515,7 @@ unsafe fn q8_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn q8_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { q8_0_q8_0_n::<1>(n, x, [y])[0] }
 }
@@ -554,7 +526,11 @@ unsafe fn q8_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q5_0_q8_0_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     // SAFETY: `b` is a whole Q5_0 block of the row.
     let unpack = |b: *const u8| unsafe { q5_0_block(b) };
     // SAFETY: forwarded.
@@ -566,7 +542,7 @@ unsafe fn q5_0_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn q5_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { q5_0_q8_0_n::<1>(n, x, [y])[0] }
 }
@@ -576,7 +552,11 @@ unsafe fn q5_0_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn iq4_nl_q8_0_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let table = iq4_nl_table();
     // SAFETY: `b` is a whole IQ4_NL block of the row.
     let unpack = |b: *const u8| unsafe { iq4_nl_block(table, b) };
@@ -589,7 +569,7 @@ unsafe fn iq4_nl_q8_0_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn iq4_nl_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { iq4_nl_q8_0_n::<1>(n, x, [y])[0] }
 }
@@ -599,7 +579,7 @@ unsafe fn iq4_nl_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mxfp4_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn mxfp4_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
     let table = mxfp4_table();
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole MXFP4 block (17 bytes: e, qs[16]).
@@ -647,7 +627,11 @@ unsafe fn q8_1_rows<const C: usize>(
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_q8_1_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q4_1_q8_1_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole Q4_1 block (20 bytes: d, m, qs[16]).
         let (dm, qs) = unsafe { (rd::<u32>(b), ld128(b.add(4))) };
@@ -662,7 +646,7 @@ unsafe fn q4_1_q8_1_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn q4_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { q4_1_q8_1_n::<1>(n, x, [y])[0] }
 }
@@ -672,7 +656,11 @@ unsafe fn q4_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_1_q8_1_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q5_1_q8_1_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole Q5_1 block (24 bytes: d, m, qh[4], qs[16]).
         let (dm, qh, qs) = unsafe { (rd::<u32>(b), rd::<u32>(b.add(4)), ld128(b.add(8))) };
@@ -688,7 +676,7 @@ unsafe fn q5_1_q8_1_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C])
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn q5_1_q8_1(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { q5_1_q8_1_n::<1>(n, x, [y])[0] }
 }

@@ -12,9 +12,12 @@
 
 use super::avx2::{fp16x2, hsum_ps, ld128, ld256, nibbles, rd};
 use crate::matmul::scalar::{k4_scales, q3_k_scales};
+#[cfg(any(test, doc))]
 use crate::matmul::VecDot;
+#[cfg(any(test, doc))]
 use crate::matmul::VecDot4;
 use std::arch::x86_64::*;
+#[cfg(test)]
 use tessera_tensor::DType;
 
 /// Bytes of a Q8_K block.
@@ -28,7 +31,7 @@ macro_rules! one_row {
         /// # Safety
         /// The [`VecDot`] contract, and AVX2/FMA/F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $one(n: usize, x: *const u8, y: *const u8) -> f32 {
+        pub(in crate::matmul) unsafe fn $one(n: usize, x: *const u8, y: *const u8) -> f32 {
             // SAFETY: forwarded.
             unsafe { $n::<1>(n, x, [y])[0] }
         }
@@ -42,34 +45,6 @@ one_row! {
     q5_k = q5_k_n;
     q6_k = q6_k_n;
     iq4_xs = iq4_xs_n;
-}
-
-/// The AVX2 kernel for weights of type `dtype`, if this module has one.
-pub(in crate::matmul) fn vec_dot(dtype: DType) -> Option<VecDot> {
-    use DType::*;
-    Some(match dtype {
-        Q2_K => q2_k,
-        Q3_K => q3_k,
-        Q4_K => q4_k,
-        Q5_K => q5_k,
-        Q6_K => q6_k,
-        IQ4_XS => iq4_xs,
-        _ => return None,
-    })
-}
-
-/// The AVX2 four-row kernel for weights of type `dtype`, if this module has one.
-pub(in crate::matmul) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
-    use DType::*;
-    Some(match dtype {
-        Q2_K => q2_k_n::<4>,
-        Q3_K => q3_k_n::<4>,
-        Q4_K => q4_k_n::<4>,
-        Q5_K => q5_k_n::<4>,
-        Q6_K => q6_k_n::<4>,
-        IQ4_XS => iq4_xs_n::<4>,
-        _ => return None,
-    })
 }
 
 /// `pshufb` controls over 8 i16 scales (duplicated in both 128-bit lanes) that give, for the
@@ -196,7 +171,11 @@ fn two_bit_fields(bits: __m256i) -> [__m256i; 4] {
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q2_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q2_k_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole 84-byte Q2_K block.
         let (packed, lo, hi, dd) =
@@ -220,7 +199,11 @@ unsafe fn q2_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q3_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q3_k_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole 110-byte Q3_K block.
         let (hmask, lo, hi, packed, d) = unsafe {
@@ -254,7 +237,11 @@ unsafe fn q3_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q6_k_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let unpack = |b: *const u8| {
         let (m4, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
         let mut q = [_mm256_setzero_si256(); 8];
@@ -387,7 +374,11 @@ unsafe fn k_nibbles(qs: *const u8) -> [__m256i; 8] {
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q4_k_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole 144-byte Q4_K block.
         let (dd, packed, q) =
@@ -405,7 +396,11 @@ unsafe fn q4_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn q5_k_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole 176-byte Q5_K block.
         let (dd, packed, qh, mut q) = unsafe {
@@ -429,7 +424,11 @@ unsafe fn q5_k_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_xs_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn iq4_xs_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     // SAFETY: the table is 16 bytes.
     let table = _mm256_broadcastsi128_si256(unsafe {
         ld128(tessera_tensor::blocks::KVALUES_IQ4NL.as_ptr().cast())

@@ -11,29 +11,11 @@
 // allowance can go.
 #![allow(clippy::incompatible_msrv)]
 
+#[cfg(doc)]
 use crate::matmul::VecDot;
+#[cfg(doc)]
 use crate::matmul::VecDot4;
 use std::arch::x86_64::*;
-use tessera_tensor::DType;
-
-/// The AVX-512 kernel for weights of type `dtype`, if this module has one.
-pub(in crate::matmul) fn vec_dot(dtype: DType) -> Option<VecDot> {
-    Some(match dtype {
-        DType::F32 => super::dot_f32::vec_dot(true),
-        DType::F16 => f16_f16,
-        DType::BF16 => super::dot_bf16::tinyblas(true).0,
-        _ => return None,
-    })
-}
-
-/// The AVX-512 four-row kernel for weights of type `dtype`, if this module has one.
-pub(in crate::matmul) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
-    Some(match dtype {
-        DType::F16 => f16_f16_n::<4>,
-        DType::BF16 => super::dot_bf16::tinyblas(true).1,
-        _ => return None,
-    })
-}
 
 /// F16 · F16 against `C` rows, in llama.cpp's order: where `n` is a multiple of 16 (when its
 /// MUL_MAT takes llamafile's tinyBLAS) one accumulator of 16 lanes in `k` order, reduced as
@@ -42,7 +24,11 @@ pub(in crate::matmul) fn vec_dot4(dtype: DType) -> Option<VecDot4> {
 /// # Safety
 /// The [`VecDot4`] contract for each row, and AVX-512 F/BW/VL/DQ.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn f16_f16_n<const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn f16_f16_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let x = x.cast::<u16>();
     if n % 16 != 0 {
         // SAFETY: n f16 values in each row (the VecDot4 contract).
@@ -79,7 +65,7 @@ pub(crate) fn reduce_add(v: __m512) -> f32 {
 /// # Safety
 /// The [`VecDot`] contract, and AVX-512 F/BW/VL/DQ.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn f16_f16(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { f16_f16_n::<1>(n, x, [y])[0] }
 }

@@ -18,15 +18,14 @@
 use super::avx2::{hsum_ps, ld128};
 use super::avx512::reduce_add;
 use crate::matmul::VecDot;
-use crate::matmul::VecDot4;
 use std::arch::x86_64::*;
 
 /// Which build's arithmetic: an AVX2 build.
-const AVX2: u8 = 0;
+pub(in crate::matmul) const AVX2: u8 = 0;
 /// An AVX-512F build without AVX512_BF16.
-const AVX512: u8 = 1;
+pub(in crate::matmul) const AVX512: u8 = 1;
 /// An AVX512_BF16 build.
-const AVX512_BF16: u8 = 2;
+pub(in crate::matmul) const AVX512_BF16: u8 = 2;
 
 /// The variant for the AVX-512 level on this CPU.
 fn avx512_variant() -> u8 {
@@ -47,21 +46,11 @@ pub(in crate::matmul) fn one_column(avx512: bool) -> VecDot {
     }
 }
 
-/// The tinyBLAS-order kernels (one row, four rows) of the build a level stands for, as
-/// [`one_column`].
-pub(in crate::matmul) fn tinyblas(avx512: bool) -> (VecDot, VecDot4) {
-    match (avx512, avx512_variant()) {
-        (false, _) => (tiny1::<AVX2>, tiny::<AVX2, 4>),
-        (true, AVX512_BF16) => (tiny1::<AVX512_BF16>, tiny::<AVX512_BF16, 4>),
-        (true, _) => (tiny1::<AVX512>, tiny::<AVX512, 4>),
-    }
-}
-
 /// One row of [`tiny`].
 ///
 /// # Safety
 /// As [`tiny`].
-unsafe fn tiny1<const V: u8>(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn tiny1<const V: u8>(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { tiny::<V, 1>(n, x, [y])[0] }
 }
@@ -183,7 +172,11 @@ unsafe fn bf16_vec(n: usize, x: *const u16, y: *const u16, i: &mut usize) -> f64
 /// # Safety
 /// `n` readable bf16 at `x` and at each `y`; the CPU has `V`'s features.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tiny<const V: u8, const C: usize>(n: usize, x: *const u8, y: [*const u8; C]) -> [f32; C] {
+pub(in crate::matmul) unsafe fn tiny<const V: u8, const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let width = match V {
         AVX2 => 8,
         AVX512 => 16,

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn vec_dot_avx2(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn vec_dot_avx2(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x.cast::<f32>(), y.cast::<f32>());
     let np = n & !31;
     let mut acc = [_mm256_setzero_ps(); 4];
@@ -47,7 +47,7 @@ unsafe fn vec_dot_avx2(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// # Safety
 /// The [`VecDot`] contract, and AVX-512 F/BW/VL/DQ.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn vec_dot_avx512(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn vec_dot_avx512(n: usize, x: *const u8, y: *const u8) -> f32 {
     let (x, y) = (x.cast::<f32>(), y.cast::<f32>());
     let np = n & !63;
     let mut acc = [_mm512_setzero_ps(); 4];
@@ -100,15 +100,6 @@ unsafe fn tinyblas_avx512(n: usize, x: *const u8, y: *const u8) -> f32 {
         acc = _mm512_fmadd_ps(u, v, acc);
     }
     reduce_add(acc)
-}
-
-/// `ggml_vec_dot_f32` at the AVX2 or AVX-512 level.
-pub(in crate::matmul) fn vec_dot(avx512: bool) -> VecDot {
-    if avx512 {
-        vec_dot_avx512
-    } else {
-        vec_dot_avx2
-    }
 }
 
 /// tinyBLAS's F32 kernel at the AVX2 or AVX-512 level, where llama.cpp takes it for a product

@@ -7,13 +7,12 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::avx2::{dot_u8_i8, hsum_epi32, iq4_nl_table, ld128, ld256, mxfp4_table, rd};
+use super::interleaved_k;
 use super::vnni_matvec::PREFETCH;
-use super::{interleaved_k, interleaved_q2k};
 #[cfg(doc)]
 use crate::matmul::interleaved::MAX_ROWS;
 use crate::matmul::interleaved::{GROUP, MXFP4_BYTES, QK_BYTES};
 use std::arch::x86_64::*;
-use tessera_tensor::DType;
 
 /// `N` activation rows (Q8_0, `n` values each, at `ys`; `bias[j]` what each of their blocks'
 /// sums must lose: `8·Σy` for Q4_0, `128·Σy` for IQ4_NL with VNNI, unused otherwise) against
@@ -207,26 +206,49 @@ table_kernels!(iq4_nl_avx2, iq4_nl_vnni, (GROUP * QK_BYTES, 16, f16_scales), iq4
 // MXFP4: `kvalues_mxfp4` (values within ±12), E8M0 scales.
 table_kernels!(mxfp4_avx2, mxfp4_vnni, (GROUP * MXFP4_BYTES, 8, e8m0_scales), mxfp4_table);
 
-/// The group kernel of `dtype` (Q4_0, IQ4_NL or MXFP4) for `rows` (1..=[`MAX_ROWS`])
-/// activation rows.
-fn kernel(dtype: DType, vnni: bool, rows: usize) -> GroupFn {
-    macro_rules! pick {
-        ($f:ident) => {
-            match rows {
-                1 => $f::<1> as GroupFn,
-                2 => $f::<2>,
-                3 => $f::<3>,
-                _ => $f::<4>,
-            }
-        };
-    }
-    match (dtype, vnni) {
-        (DType::IQ4_NL, true) => pick!(iq4_nl_vnni),
-        (DType::IQ4_NL, false) => pick!(iq4_nl_avx2),
-        (DType::MXFP4, true) => pick!(mxfp4_vnni),
-        (DType::MXFP4, false) => pick!(mxfp4_avx2),
-        (_, true) => pick!(q4_0_vnni),
-        (_, false) => pick!(q4_0_avx2),
+/// The group kernel of one Q8_0-family type for 1..=[`MAX_ROWS`] activation rows, with
+/// AVX-512 VNNI (`vnni`) or AVX2.
+macro_rules! group_picker {
+    ($($name:ident = $avx2:ident, $vnni:ident;)*) => {$(
+        #[doc = concat!("[`", stringify!($avx2), "`] or [`", stringify!($vnni), "`] for `rows` rows.")]
+        pub(in crate::matmul) fn $name(vnni: bool, rows: usize) -> GroupFn {
+            let pick: [[GroupFn; 4]; 2] = [
+                [$avx2::<1>, $avx2::<2>, $avx2::<3>, $avx2::<4>],
+                [$vnni::<1>, $vnni::<2>, $vnni::<3>, $vnni::<4>],
+            ];
+            pick[usize::from(vnni)][rows.clamp(1, 4) - 1]
+        }
+    )*};
+}
+
+group_picker! {
+    q4_0_group = q4_0_avx2, q4_0_vnni;
+    iq4_nl_group = iq4_nl_avx2, iq4_nl_vnni;
+    mxfp4_group = mxfp4_avx2, mxfp4_vnni;
+}
+
+/// The group kernels of a repacked type (the type table names them).
+#[derive(Clone, Copy)]
+pub(in crate::matmul) enum Groups {
+    /// The Q8_0 family: `pick(vnni, rows)`, each activation block's sums losing
+    /// `bias[vnni]·Σy` (`None`: unbiased), which [`block_sums`] computes.
+    Biased {
+        /// The kernel by instruction set and row count.
+        pick: fn(bool, usize) -> GroupFn,
+        /// The bias with AVX2 and with VNNI.
+        bias: [Option<u8>; 2],
+    },
+    /// The K-quants' repacked chains: `kernel(vnni, rows, gemm)`.
+    Chains(fn(bool, usize, bool) -> interleaved_k::GroupFn),
+}
+
+impl Groups {
+    /// What each activation block's sums lose with these kernels (`vnni` as the kernels').
+    pub(in crate::matmul) fn bias(self, vnni: bool) -> Option<u8> {
+        match self {
+            Groups::Biased { bias, .. } => bias[usize::from(vnni)],
+            Groups::Chains(_) => None,
+        }
     }
 }
 
@@ -243,16 +265,6 @@ pub(in crate::matmul) unsafe fn block_sums(n: usize, y: *const u8, m: u8, out: &
     out.extend((0..n / 32).map(|i| hsum_epi32(dot_u8_i8(m, unsafe { ld256(y.add(34 * i + 2)) }))));
 }
 
-/// What each activation block's sums lose for `dtype`'s group kernel (`group_kernel`'s
-/// `$biased`): the Q8_0 family's bias, which [`block_sums`] computes.
-pub(in crate::matmul) fn block_bias(dtype: DType, vnni: bool) -> Option<u8> {
-    match dtype {
-        DType::Q4_0 => Some(8),
-        DType::IQ4_NL | DType::MXFP4 if vnni => Some(128),
-        _ => None,
-    }
-}
-
 /// One tile of up to [`MAX_ROWS`] activation rows `ys` against `ngroups` groups of eight
 /// interleaved weight rows at `x` (`gstride` bytes apart, rows of `k` values): the Q8_0
 /// family's group kernel (with the rows' block bias `sy`), else the K-quants' chain (`gemm`:
@@ -263,7 +275,7 @@ pub(in crate::matmul) fn block_bias(dtype: DType, vnni: bool) -> Option<u8> {
 /// weight's dot type (and their block sums for the Q8_0 family), writable outputs for every
 /// group, a CPU with the kernel's instruction set (`vnni`: AVX-512 VNNI, else AVX2).
 pub(in crate::matmul) unsafe fn run_tile(
-    dtype: DType,
+    groups: Groups,
     vnni: bool,
     gemm: bool,
     (k, x, gstride, ngroups): (usize, *const u8, usize, usize),
@@ -274,12 +286,9 @@ pub(in crate::matmul) unsafe fn run_tile(
     let rows = ys.len();
     // SAFETY: forwarded from the caller.
     unsafe {
-        if matches!(dtype, DType::Q4_0 | DType::IQ4_NL | DType::MXFP4) {
-            kernel(dtype, vnni, rows)(k, x, gstride, ngroups, ys, sy, outs)
-        } else {
-            let kernel =
-                if dtype == DType::Q2_K { interleaved_q2k::kernel } else { interleaved_k::kernel };
-            kernel(vnni, rows, gemm)(k, x, gstride, ngroups, ys, outs)
+        match groups {
+            Groups::Biased { pick, .. } => pick(vnni, rows)(k, x, gstride, ngroups, ys, sy, outs),
+            Groups::Chains(kernel) => kernel(vnni, rows, gemm)(k, x, gstride, ngroups, ys, outs),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! generic order it shares its block decoding with.
 
 use crate::matmul::arch::generic::lowbit::*;
+#[cfg(doc)]
 use crate::matmul::VecDot;
 use tessera_tensor::blocks::QK_K;
 use tessera_tensor::quant::ints::{d_bits, ints_kind, IntsKind};
@@ -10,12 +11,6 @@ use tessera_tensor::quant::iq_tables::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID,
 };
 use tessera_tensor::DType;
-
-/// The AVX2 kernel for `dtype`, if this module covers it.
-pub(in crate::matmul) fn avx2_dot(dtype: DType) -> Option<VecDot> {
-    let table: [VecDot; 9] = per_type!(avx2);
-    type_index(dtype).map(|i| table[i])
-}
 
 /// The eight sign bytes of a sign byte: `0xFF` (−1) where bit j is set, else `0x01`.
 const fn sign_bytes(s: u8) -> u64 {
@@ -411,7 +406,7 @@ pub(in crate::matmul) mod x86 {
 ///
 /// # Safety
 /// The [`VecDot`] contract, and AVX2/FMA/F16C (the caller's level).
-unsafe fn avx2<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn avx2<const T: usize>(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: forwarded.
     unsafe { x86::kernel::<T>(n, x, y) }
 }

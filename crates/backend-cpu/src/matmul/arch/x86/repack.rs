@@ -20,7 +20,7 @@
 //!   sums over each 256-value block; the GEMM over each 64 values (two sub-blocks), four
 //!   times per block. llama.cpp runs the GEMM on the activation rows `0..ne11 − ne11 % 4` of
 //!   a product and the GEMV on the rest (and on single rows), so which chain an output gets
-//!   depends on its row: [`dots`] gives both.
+//!   depends on its row: the type table names both (`Repack::chains`).
 //!
 //! For Q4_0, IQ4_NL and MXFP4 the GEMV and GEMM chains are the same. The
 //! activations are quantized as for the `vec_dot`s: ggml's 4-row quantizers
@@ -32,7 +32,8 @@
 //!   chains with `s1 = Σ_sub scale·Σ q·y` and `s2 = Σ_sub min·Σ y` over its sixteen 16-value
 //!   sub-blocks; the GEMV takes them over each 256-value block, the GEMM over each 128 values.
 //!
-//! Which weights are repacked is llama.cpp's rule ([`applies`]), decided when the model is
+//! Which weights are repacked is llama.cpp's rule
+//! ([`interleaved::repacks`](crate::matmul::interleaved::repacks)), decided when the model is
 //! loaded.
 
 use super::avx2::{
@@ -41,35 +42,13 @@ use super::avx2::{
 };
 use crate::matmul::kquant_tiled::scale_min_k4;
 use crate::matmul::scalar::e8m0_half;
+#[cfg(doc)]
 use crate::matmul::VecDot;
+#[cfg(test)]
 use crate::SimdLevel;
 use std::arch::x86_64::*;
+#[cfg(test)]
 use tessera_tensor::DType;
-
-/// Whether llama.cpp (built for `level`) would repack a 2-D weight of type `dtype` with `rows`
-/// rows (`ggml_repack_get_optimal_repack_type` on x86): Q4_0, Q4_K, IQ4_NL and MXFP4 with AVX2,
-/// Q2_K with AVX-512, each with a row count divisible by 8.
-pub(crate) fn applies(dtype: DType, rows: usize, level: SimdLevel) -> bool {
-    let needs = match dtype {
-        DType::Q4_0 | DType::Q4_K | DType::IQ4_NL | DType::MXFP4 => SimdLevel::Avx2,
-        DType::Q2_K => SimdLevel::Avx512,
-        _ => return false,
-    };
-    level >= needs && rows % 8 == 0
-}
-
-/// The repacked kernels of `dtype` (one weight row against one activation row of its dot
-/// type): the GEMV chain and the GEMM chain. The CPU must have AVX2, FMA and F16C to call them.
-pub(in crate::matmul) fn dots(dtype: DType) -> Option<(VecDot, VecDot)> {
-    Some(match dtype {
-        DType::Q4_0 => (q4_0_repacked, q4_0_repacked),
-        DType::IQ4_NL => (iq4_nl_repacked, iq4_nl_repacked),
-        DType::MXFP4 => (mxfp4_repacked, mxfp4_repacked),
-        DType::Q4_K => (q4_k_repacked::<false>, q4_k_repacked::<true>),
-        DType::Q2_K => (q2_k_repacked::<false>, q2_k_repacked::<true>),
-        _ => return None,
-    })
-}
 
 /// The chain of the Q8_0 family for one weight row against one activation row:
 /// `unpack(block)` gives the f16 scale and the 32 signed weight values as bytes. One row at a
@@ -105,7 +84,7 @@ unsafe fn q8_0_chain(
 /// # Safety
 /// The [`VecDot`] contract; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn q4_0_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
     // SAFETY: `b` is a whole Q4_0 block of the row; forwarded.
     unsafe {
         q8_0_chain(n, x, 18, y, |b| {
@@ -120,7 +99,7 @@ unsafe fn q4_0_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// # Safety
 /// The [`VecDot`] contract; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn iq4_nl_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
     let table = iq4_nl_table();
     // SAFETY: `b` is a whole IQ4_NL block of the row; forwarded.
     unsafe {
@@ -136,7 +115,7 @@ unsafe fn iq4_nl_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
 /// # Safety
 /// The [`VecDot`] contract; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mxfp4_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn mxfp4_repacked(n: usize, x: *const u8, y: *const u8) -> f32 {
     let table = mxfp4_table();
     // SAFETY: `b` is a whole MXFP4 block of the row; forwarded.
     unsafe {
@@ -167,7 +146,11 @@ fn scales_mins(q: &[u8; 12]) -> ([i32; 8], [i32; 8]) {
 /// # Safety
 /// The [`VecDot`] contract; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_repacked<const GEMM: bool>(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn q4_k_repacked<const GEMM: bool>(
+    n: usize,
+    x: *const u8,
+    y: *const u8,
+) -> f32 {
     let (mut acc, mut accm) = (0f32, 0f32);
     for b in 0..n / 256 {
         let xb = x.wrapping_add(b * Q4K);
@@ -235,7 +218,11 @@ const Q2K: usize = 84;
 /// # Safety
 /// The [`VecDot`] contract; AVX2, FMA, F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q2_k_repacked<const GEMM: bool>(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn q2_k_repacked<const GEMM: bool>(
+    n: usize,
+    x: *const u8,
+    y: *const u8,
+) -> f32 {
     let (mut acc, mut accm) = (0f32, 0f32);
     for b in 0..n / 256 {
         let xb = x.wrapping_add(b * Q2K);
@@ -386,7 +373,8 @@ mod tests {
                 let x = quant::quantize(dtype, &rng.f32s(k)).unwrap();
                 let vdt = if dtype.block_size() == 256 { DType::Q8_K } else { DType::Q8_0 };
                 let y = quant::quantize(vdt, &rng.f32s(k)).unwrap();
-                let (gemv, gemm) = dots(dtype).unwrap();
+                let (gemv, gemm) =
+                    crate::matmul::types::row(dtype).unwrap().x86.repack.unwrap().chains;
                 for (f, is_gemm) in [(gemv, false), (gemm, true)] {
                     // SAFETY: one row of k values of each type; AVX2 checked above.
                     let got = unsafe { f(k, x.as_ptr(), y.as_ptr()) };

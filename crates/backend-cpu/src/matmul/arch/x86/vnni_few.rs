@@ -34,6 +34,7 @@
 use super::avx2::{fp16x2, hsum_ps, ld128, ld256, rd};
 use super::vnni_matvec::{f16_bcast, nibbles_at, BlockAux, Matvec, PREFETCH};
 use std::arch::x86_64::*;
+#[cfg(test)]
 use tessera_tensor::DType;
 
 /// Most activation rows one call takes.
@@ -66,7 +67,8 @@ pub(in crate::matmul) struct Scratch {
 /// `nrows` weight rows of `n` values of the kernel's type at `x`, `nb01` bytes apart; `yu`
 /// and `dy` hold `n / 32 · N` prepared blocks; `outs` has `N` entries, each room for `nrows`
 /// f32; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
-type SignedFn = unsafe fn(usize, *const u8, usize, usize, *const Biased, *const f32, &[*mut f32]);
+pub(in crate::matmul) type SignedFn =
+    unsafe fn(usize, *const u8, usize, usize, *const Biased, *const f32, &[*mut f32]);
 
 /// Weight rows against `N` Q8_1 activation rows (the Q4_1 family).
 ///
@@ -74,7 +76,7 @@ type SignedFn = unsafe fn(usize, *const u8, usize, usize, *const Biased, *const 
 /// `nrows` weight rows of `n` values of the kernel's type; `ys`, `auxes`, `outs` with `N`
 /// entries: each `ys[j]` a Q8_1 row of `n` values, `auxes[j]` its `n / 32` prepared blocks,
 /// `outs[j]` room for `nrows` f32; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
-type Q8_1Fn =
+pub(in crate::matmul) type Q8_1Fn =
     unsafe fn(usize, *const u8, usize, usize, &[*const u8], &[*const BlockAux], &[*mut f32]);
 
 /// How a [`Few`] runs.
@@ -84,6 +86,15 @@ enum Kind {
     Signed(SignedFn),
     /// Q4_1 family, with the one-row kernel's preparation.
     Q8_1(Matvec, Q8_1Fn),
+}
+
+/// A type's few-rows loops, by row count (the type table names them).
+#[derive(Clone, Copy)]
+pub(in crate::matmul) enum FewKernels {
+    /// The Q8_0 family: the loop for 2..=[`MAX_ROWS`] rows.
+    Signed(fn(usize) -> SignedFn),
+    /// The Q4_1 family: the loop for 2..=8 rows (`None` beyond).
+    Q8_1(fn(usize) -> Option<Q8_1Fn>),
 }
 
 /// The few-rows kernel of one weight type and row count.
@@ -96,62 +107,17 @@ pub(in crate::matmul) struct Few {
 }
 
 impl Few {
-    /// The kernel for `rows` activation rows against weights of type `dtype`, where one
-    /// exists: the Q8_0 family for 2..=[`MAX_ROWS`] rows, the Q4_1 family for 2..=8. The CPU must have AVX-512
-    /// F/BW/VL/DQ and VNNI.
-    pub(in crate::matmul) fn new(dtype: DType, rows: usize) -> Option<Few> {
+    /// The kernel for `rows` activation rows from a type's few-rows loops (its
+    /// [`FewKernels`], with its matrix-vector kernel `mv`, whose preparation the Q4_1 family
+    /// shares), where one exists: the Q8_0 family for 2..=[`MAX_ROWS`] rows, the Q4_1 family
+    /// for 2..=8. The CPU must have AVX-512 F/BW/VL/DQ and VNNI.
+    pub(in crate::matmul) fn new(kernels: FewKernels, mv: Matvec, rows: usize) -> Option<Few> {
         if !(2..=MAX_ROWS).contains(&rows) {
             return None;
         }
-        macro_rules! signed {
-            ($f:ident) => {
-                Kind::Signed(match rows {
-                    2 => $f::<2> as SignedFn,
-                    3 => $f::<3>,
-                    4 => $f::<4>,
-                    5 => $f::<5>,
-                    6 => $f::<6>,
-                    7 => $f::<7>,
-                    8 => $f::<8>,
-                    9 => $f::<9>,
-                    10 => $f::<10>,
-                    11 => $f::<11>,
-                    12 => $f::<12>,
-                    13 => $f::<13>,
-                    14 => $f::<14>,
-                    15 => $f::<15>,
-                    _ => $f::<16>,
-                })
-            };
-        }
-        // The Q4_1 family only up to 8 rows: beyond, its 4x8 tiles are as fast or faster
-        // (Zen 4, SmolLM2: 8 sequences decoding together 263-289 t/s with the tiles, 313-356
-        // through this loop; 16 sequences 308-332 and ~300; pp512 443 and 380).
-        macro_rules! q8_1 {
-            ($f:ident) => {
-                Kind::Q8_1(
-                    Matvec::new(dtype)?,
-                    match rows {
-                        2 => $f::<2> as Q8_1Fn,
-                        3 => $f::<3>,
-                        4 => $f::<4>,
-                        5 => $f::<5>,
-                        6 => $f::<6>,
-                        7 => $f::<7>,
-                        8 => $f::<8>,
-                        _ => return None,
-                    },
-                )
-            };
-        }
-        let kind = match dtype {
-            DType::Q4_0 => signed!(q4_0_few),
-            DType::Q5_0 => signed!(q5_0_few),
-            DType::IQ4_NL => signed!(iq4_nl_few),
-            DType::Q8_0 => signed!(q8_0_few),
-            DType::Q4_1 => q8_1!(q4_1_few),
-            DType::Q5_1 => q8_1!(q5_1_few),
-            _ => return None,
+        let kind = match kernels {
+            FewKernels::Signed(at) => Kind::Signed(at(rows)),
+            FewKernels::Q8_1(at) => Kind::Q8_1(mv, at(rows)?),
         };
         Some(Few { kind, rows })
     }
@@ -443,25 +409,93 @@ q8_1_few!(q5_1_few, 24, |b: *const u8| {
     unsafe { super::vnni_matvec::five_bits(b.add(4), b.add(8)) }
 });
 
+/// The loop of one Q8_0-family type for `rows` (2..=[`MAX_ROWS`]) as a [`SignedFn`].
+macro_rules! signed_at {
+    ($($at:ident = $f:ident;)*) => {$(
+        #[doc = concat!("[`", stringify!($f), "`] for `rows` activation rows.")]
+        pub(in crate::matmul) fn $at(rows: usize) -> SignedFn {
+            match rows {
+                2 => $f::<2>,
+                3 => $f::<3>,
+                4 => $f::<4>,
+                5 => $f::<5>,
+                6 => $f::<6>,
+                7 => $f::<7>,
+                8 => $f::<8>,
+                9 => $f::<9>,
+                10 => $f::<10>,
+                11 => $f::<11>,
+                12 => $f::<12>,
+                13 => $f::<13>,
+                14 => $f::<14>,
+                15 => $f::<15>,
+                _ => $f::<16>,
+            }
+        }
+    )*};
+}
+
+signed_at! {
+    q4_0_few_at = q4_0_few;
+    q5_0_few_at = q5_0_few;
+    iq4_nl_few_at = iq4_nl_few;
+    q8_0_few_at = q8_0_few;
+}
+
+// The Q4_1 family only up to 8 rows: beyond, its 4x8 tiles are as fast or faster (Zen 4,
+// SmolLM2: 8 sequences decoding together 263-289 t/s with the tiles, 313-356 through this
+// loop; 16 sequences 308-332 and ~300; pp512 443 and 380).
+/// The loop of one Q4_1-family type for `rows` (2..=8) as a [`Q8_1Fn`].
+macro_rules! q8_1_at {
+    ($($at:ident = $f:ident;)*) => {$(
+        #[doc = concat!("[`", stringify!($f), "`] for `rows` activation rows (2..=8).")]
+        pub(in crate::matmul) fn $at(rows: usize) -> Option<Q8_1Fn> {
+            Some(match rows {
+                2 => $f::<2>,
+                3 => $f::<3>,
+                4 => $f::<4>,
+                5 => $f::<5>,
+                6 => $f::<6>,
+                7 => $f::<7>,
+                8 => $f::<8>,
+                _ => return None,
+            })
+        }
+    )*};
+}
+
+q8_1_at! {
+    q4_1_few_at = q4_1_few;
+    q5_1_few_at = q5_1_few;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// `Few::new` covers exactly the one-row kernel's types: 2-16 rows, the Q4_1 family 2-8.
+    /// The few-rows loops exist for exactly the types with a VNNI matrix-vector kernel:
+    /// 2-16 rows, the Q4_1 family 2-8.
     #[test]
     fn kernels_exist_for_the_matvec_types_and_few_rows() {
-        for dtype in
-            [DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::IQ4_NL, DType::Q4_1, DType::Q5_1]
-        {
-            assert!(Matvec::new(dtype).is_some());
-            assert!(Few::new(dtype, 1).is_none());
-            assert!(Few::new(dtype, MAX_ROWS + 1).is_none());
+        let family =
+            [DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::IQ4_NL, DType::Q4_1, DType::Q5_1];
+        for dtype in DType::ALL {
+            let x86 = crate::matmul::types::row(dtype).map(|r| &r.x86);
+            let (Some(kernels), Some(mv)) =
+                (x86.and_then(|x| x.vnni_few), x86.and_then(|x| x.vnni_matvec))
+            else {
+                assert!(!family.contains(&dtype), "{dtype}: no few-rows loops");
+                assert!(x86.and_then(|x| x.vnni_few).is_none(), "{dtype}: loops without a matvec");
+                continue;
+            };
+            assert!(family.contains(&dtype), "{dtype}");
+            assert!(Few::new(kernels, mv, 1).is_none());
+            assert!(Few::new(kernels, mv, MAX_ROWS + 1).is_none());
             let most = if matches!(dtype, DType::Q4_1 | DType::Q5_1) { 8 } else { MAX_ROWS };
             for rows in 2..=most {
-                assert_eq!(Few::new(dtype, rows).map(|f| f.rows), Some(rows));
+                assert_eq!(Few::new(kernels, mv, rows).map(|f| f.rows), Some(rows));
             }
-            assert!(Few::new(dtype, most + 1).is_none());
+            assert!(Few::new(kernels, mv, most + 1).is_none());
         }
-        assert!(Few::new(DType::Q4_K, 4).is_none());
     }
 }

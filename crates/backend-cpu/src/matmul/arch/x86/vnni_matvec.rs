@@ -43,7 +43,6 @@
 
 use super::avx2::{fp16, fp16x2, hsum_ps, ld128, ld256, rd};
 use std::arch::x86_64::*;
-use tessera_tensor::DType;
 
 /// The activation side of one Q8_0 or Q8_1 block: each lane's starting value `-b·Σy` (Q8_0)
 /// and the block scale as f32 in all lanes, and (Q8_1) the block's `s` as f32.
@@ -65,7 +64,8 @@ pub(in crate::matmul) struct BlockAux {
 /// `nrows` weight rows of `n` values (`n / 32` blocks) of the kernel's type, `y` a Q8_0 row
 /// (Q8_1 for the Q4_1 family) of `n` values, `aux` that row's `n / 32` prepared blocks, `out` room for `nrows` f32; AVX-512
 /// F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
-type MatvecFn = unsafe fn(usize, *const u8, usize, usize, *const u8, *const BlockAux, *mut f32);
+pub(in crate::matmul) type MatvecFn =
+    unsafe fn(usize, *const u8, usize, usize, *const u8, *const BlockAux, *mut f32);
 
 /// The matrix-vector kernel of one weight type.
 #[derive(Clone, Copy)]
@@ -79,20 +79,15 @@ pub(in crate::matmul) struct Matvec {
 }
 
 impl Matvec {
-    /// The kernel for weights of type `dtype`, where one exists. The CPU must have AVX-512
-    /// F/BW/VL/DQ and VNNI.
-    pub(in crate::matmul) fn new(dtype: DType) -> Option<Matvec> {
-        let (bias, f): (u8, MatvecFn) = match dtype {
-            DType::Q4_0 => (8, q4_0_mv),
-            DType::Q5_0 => (16, q5_0_mv),
-            DType::IQ4_NL => (128, iq4_nl_mv),
-            // The sign trick: unbiased, no start vector.
-            DType::Q8_0 => (0, q8_0_mv),
-            DType::Q4_1 => (0, q4_1_mv),
-            DType::Q5_1 => (0, q5_1_mv),
-            _ => return None,
-        };
-        Some(Matvec { bias, q8_1: matches!(dtype, DType::Q4_1 | DType::Q5_1), f })
+    /// The kernel of a Q8_0-family type (Q8_0 activations): `f`, its weights unpacked as
+    /// unsigned bytes biased by `bias` (0: signed, by the sign trick, no start vector).
+    pub(in crate::matmul) const fn signed(bias: u8, f: MatvecFn) -> Matvec {
+        Matvec { bias, q8_1: false, f }
+    }
+
+    /// The kernel of a Q4_1-family type (Q8_1 activations, unbiased).
+    pub(in crate::matmul) const fn q8_1(f: MatvecFn) -> Matvec {
+        Matvec { bias: 0, q8_1: true, f }
     }
 
     /// Fills `aux` with the [`BlockAux`] of the activation row `y` (`n` values; Q8_0, or Q8_1
@@ -244,7 +239,7 @@ macro_rules! matvec {
         /// # Safety
         /// The [`MatvecFn`] contract.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        unsafe fn $name(
+        pub(in crate::matmul) unsafe fn $name(
             n: usize,
             x: *const u8,
             nb01: usize,
@@ -308,7 +303,7 @@ matvec!(iq4_nl_mv, 18, |b: *const u8| {
 /// # Safety
 /// The [`MatvecFn`] contract.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn q8_0_mv(
+pub(in crate::matmul) unsafe fn q8_0_mv(
     n: usize,
     x: *const u8,
     nb01: usize,

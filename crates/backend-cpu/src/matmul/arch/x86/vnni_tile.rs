@@ -26,21 +26,9 @@
 
 use super::avx2::{ld128, ld256, rd};
 use super::vnni_matvec::{nibbles_at, q5_0_biased};
+#[cfg(doc)]
 use crate::matmul::TileFn;
 use std::arch::x86_64::*;
-use tessera_tensor::DType;
-
-/// The 4x8 VNNI tile for weights of type `dtype`, where one exists. The CPU must have
-/// AVX-512 F/BW/VL/DQ and VNNI.
-pub(in crate::matmul) fn tile(dtype: DType) -> Option<TileFn> {
-    Some(match dtype {
-        DType::Q4_0 => q4_0_t48,
-        DType::Q5_0 => q5_0_t48,
-        DType::Q8_0 => q8_0_t48,
-        DType::IQ4_NL => iq4_nl_t48,
-        _ => return None,
-    })
-}
 
 /// The tile loop over four weight rows and `P` pairs of activation rows. `unpack(block)`
 /// gives a weight block's f16 scale and its 32 values plus `bias`, as unsigned bytes.
@@ -155,7 +143,12 @@ macro_rules! vnni_tile {
         /// # Safety
         /// The [`TileFn`] contract; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        unsafe fn $name(n: usize, x: [*const u8; 4], y: &[*const u8; 8], outs: &[*mut f32; 8]) {
+        pub(in crate::matmul) unsafe fn $name(
+            n: usize,
+            x: [*const u8; 4],
+            y: &[*const u8; 8],
+            outs: &[*mut f32; 8],
+        ) {
             let unpack = $unpack;
             let pairs = [0, 2, 4, 6].map(|c| [y[c], y[c + 1]]);
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.

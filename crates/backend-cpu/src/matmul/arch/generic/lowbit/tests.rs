@@ -4,7 +4,7 @@ use super::*;
 // The AVX2 bodies are tested here, against the models of ggml's lanes written beside the
 // generic ones.
 #[cfg(target_arch = "x86_64")]
-use crate::matmul::arch::x86::lowbit::{avx2_dot, x86, KEVEN, SIGNS};
+use crate::matmul::arch::x86::lowbit::{x86, KEVEN, SIGNS};
 use half::f16;
 
 /// Deterministic pseudo-random generator.
@@ -146,7 +146,7 @@ fn generic_kernels_match_the_dequantized_dot() {
     for &dtype in &TYPES {
         for nb in [1, 3, 8] {
             let (x, y) = (weights(dtype, nb, &mut rng), activations(nb, &mut rng));
-            let f = scalar_dot(dtype).expect("covered");
+            let f = crate::matmul::types::row(dtype).expect("covered").scalar;
             // SAFETY: nb blocks of each.
             let got = unsafe { f(nb * QK_K, x.as_ptr(), y.as_ptr()) };
             let want = reference(dtype, &x, &y);
@@ -172,12 +172,12 @@ fn avx2_kernels_follow_ggml_lanes() {
     for &dtype in &TYPES {
         for nb in [1, 2, 5, 16] {
             let (x, y) = (weights(dtype, nb, &mut rng), activations(nb, &mut rng));
-            let f = avx2_dot(dtype).expect("covered");
+            let f = crate::matmul::types::row(dtype).and_then(|r| r.x86.avx2).expect("covered").one;
             // SAFETY: nb blocks of each; the CPU has AVX2 (checked above).
             let got = unsafe { f(nb * QK_K, x.as_ptr(), y.as_ptr()) };
             let want = avx2_model(dtype, nb * QK_K, &x, &y);
             assert_eq!(got.to_bits(), want.to_bits(), "{dtype} nb {nb}: {got} vs {want}");
-            let generic = scalar_dot(dtype).expect("covered");
+            let generic = crate::matmul::types::row(dtype).expect("covered").scalar;
             // SAFETY: as above.
             let g = unsafe { generic(nb * QK_K, x.as_ptr(), y.as_ptr()) };
             assert!((g - got).abs() <= 1e-4 * g.abs().max(1e-3), "{dtype} nb {nb}: {g} vs {got}");
