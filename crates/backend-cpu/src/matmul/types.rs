@@ -380,7 +380,7 @@ static TABLE: &[TypeRow] = &[
         scalar: scalar::rows::<tessera_tensor::blocks::BlockMXFP4>,
         #[cfg(target_arch = "x86_64")]
         x86: X86 {
-            avx2: Some(Dots { one: avx2::mxfp4_q8_0, four: None, tile: None }),
+            avx2: Dots::rows(avx2::mxfp4_q8_0, avx2::mxfp4_q8_0_n::<4>),
             repack: Some(Repack {
                 level: Avx2,
                 chains: (repack::mxfp4_repacked, repack::mxfp4_repacked),

@@ -574,12 +574,17 @@ pub(in crate::matmul) unsafe fn iq4_nl_q8_0(n: usize, x: *const u8, y: *const u8
     unsafe { iq4_nl_q8_0_n::<1>(n, x, [y])[0] }
 }
 
-/// MXFP4 · Q8_0: nibbles index the doubled E2M1 values, scaled by half the E8M0 exponent.
+/// MXFP4 · Q8_0 against `C` rows: nibbles index the doubled E2M1 values, scaled by half the
+/// E8M0 exponent.
 ///
 /// # Safety
-/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+/// The [`VecDot4`] contract for each row, and AVX2/FMA/F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(in crate::matmul) unsafe fn mxfp4_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+pub(in crate::matmul) unsafe fn mxfp4_q8_0_n<const C: usize>(
+    n: usize,
+    x: *const u8,
+    y: [*const u8; C],
+) -> [f32; C] {
     let table = mxfp4_table();
     let unpack = |b: *const u8| {
         // SAFETY: `b` is a whole MXFP4 block (17 bytes: e, qs[16]).
@@ -587,7 +592,17 @@ pub(in crate::matmul) unsafe fn mxfp4_q8_0(n: usize, x: *const u8, y: *const u8)
         (u16::from(e), q)
     };
     // SAFETY: forwarded.
-    unsafe { q8_0_rows::<1, true>(n, x, 17, [y], unpack)[0] }
+    unsafe { q8_0_rows::<C, true>(n, x, 17, y, unpack) }
+}
+
+/// MXFP4 · Q8_0.
+///
+/// # Safety
+/// The [`VecDot`] contract, and AVX2/FMA/F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(in crate::matmul) unsafe fn mxfp4_q8_0(n: usize, x: *const u8, y: *const u8) -> f32 {
+    // SAFETY: forwarded.
+    unsafe { mxfp4_q8_0_n::<1>(n, x, [y])[0] }
 }
 
 /// Generic block loop of the `d·q + m` types against Q8_1: `Σ (dx·dy)·Σq·y + m·s`.
