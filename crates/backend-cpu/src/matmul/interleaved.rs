@@ -190,6 +190,16 @@ pub(crate) fn deinterleave(dtype: DType, src: &[u8], rows: usize, k: usize) -> O
     Some(out)
 }
 
+/// The bytes from one group of eight interleaved rows of `src0` to the next, and this
+/// thread's contiguous range of groups.
+fn my_groups(p: &ComputeParams, src0: &TensorRef) -> (usize, std::ops::Range<usize>) {
+    let nr0 = src0.ne[1];
+    assert!(nr0 % GROUP == 0, "interleaved weights: {nr0} rows, not groups of eight");
+    let groups = nr0 / GROUP;
+    let share = |i: usize| groups * i / p.nth;
+    (GROUP * src0.nb[1], share(p.ith)..share(p.ith + 1))
+}
+
 /// Computes this thread's share of `dst = src0 · src1ᵀ` for interleaved weights (2-D, rows
 /// a multiple of 8): contiguous ranges of groups per thread; each range in pieces of four
 /// groups that every tile of up to four activation rows reads while they are in cache.
@@ -207,12 +217,8 @@ pub(super) fn mul_mat(
         /// Per-thread bias of every activation row's blocks (Q4_0, IQ4_NL with VNNI).
         static SUMS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
     }
-    let (k, nr0) = (src0.ne[0], src0.ne[1]);
-    assert!(nr0 % GROUP == 0, "interleaved weights: {nr0} rows, not groups of eight");
-    let gstride = GROUP * src0.nb[1];
-    let groups = nr0 / GROUP;
-    let share = |i: usize| groups * i / p.nth;
-    let mine = share(p.ith)..share(p.ith + 1);
+    let k = src0.ne[0];
+    let (gstride, mine) = my_groups(p, src0);
     if mine.is_empty() {
         return;
     }
@@ -288,12 +294,8 @@ pub(super) fn gemv_gathered(
     pairs: &[(*const u8, *mut f32)],
     vnni: bool,
 ) {
-    let (k, nr0) = (src0.ne[0], src0.ne[1]);
-    assert!(nr0 % GROUP == 0, "interleaved weights: {nr0} rows, not groups of eight");
-    let gstride = GROUP * src0.nb[1];
-    let groups = nr0 / GROUP;
-    let share = |i: usize| groups * i / p.nth;
-    let mine = share(p.ith)..share(p.ith + 1);
+    let k = src0.ne[0];
+    let (gstride, mine) = my_groups(p, src0);
     if mine.is_empty() {
         return;
     }

@@ -314,9 +314,18 @@ impl Band {
     }
 }
 
+/// A thread's working memory on the tiled path.
+#[derive(Default)]
+struct Scratch {
+    /// The weight rows the kernel takes at once, unpacked.
+    units: Vec<Unpacked>,
+    /// The chunk's activation rows, repacked in bands.
+    bands: Vec<Band>,
+}
+
 thread_local! {
     /// Per-thread unpacked weight rows and repacked bands.
-    static SCRATCH: RefCell<(Vec<Unpacked>, Vec<Band>)> = RefCell::new(Default::default());
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 /// This thread's share of `dst = src0 · src1ᵀ` by the tiled path, after the activations were
@@ -339,9 +348,9 @@ pub(super) fn mul_mat(
     let dr0 = nr0.div_ceil(nchunk0).next_multiple_of(ROWS);
     let total = nchunk0 * nchunk1;
     SCRATCH.with(|cell| {
-        let (units, bands) = &mut *cell.borrow_mut();
-        units.resize_with(ROWS, Unpacked::default);
-        bands.resize_with(CHUNK1 / BAND, Band::default);
+        let scratch = &mut *cell.borrow_mut();
+        scratch.units.resize_with(ROWS, Unpacked::default);
+        scratch.bands.resize_with(CHUNK1 / BAND, Band::default);
         let y = |r: usize| act.row(r);
         let out = |r: usize| {
             let (i1, i2, i3) = act.src1.row_coords(r);
@@ -352,7 +361,7 @@ pub(super) fn mul_mat(
             let (c0, c1) = (current % nchunk0, current / nchunk0);
             let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
             let rows1 = (CHUNK1 * c1)..(CHUNK1 * (c1 + 1)).min(nr1);
-            chunk(src0, (&y, &out), (lay, kern), nb, rows0, rows1, units, bands);
+            chunk(src0, (&y, &out), (lay, kern), nb, rows0, rows1, scratch);
         });
     });
 }
@@ -386,12 +395,12 @@ pub(super) fn mul_mat_gathered(
     let y = |r: usize| pairs[r].0;
     let out = |r: usize| pairs[r].1;
     SCRATCH.with(|cell| {
-        let (units, bands) = &mut *cell.borrow_mut();
-        units.resize_with(ROWS, Unpacked::default);
-        bands.resize_with(CHUNK1 / BAND, Band::default);
+        let scratch = &mut *cell.borrow_mut();
+        scratch.units.resize_with(ROWS, Unpacked::default);
+        scratch.bands.resize_with(CHUNK1 / BAND, Band::default);
         for s in (0..pairs.len()).step_by(CHUNK1) {
             let rows1 = s..(s + CHUNK1).min(pairs.len());
-            chunk(src0, (&y, &out), (lay, kern), nb, rows0.clone(), rows1, units, bands);
+            chunk(src0, (&y, &out), (lay, kern), nb, rows0.clone(), rows1, scratch);
         }
     });
 }
@@ -400,7 +409,6 @@ pub(super) fn mul_mat_gathered(
 type RowIo<'a> = (&'a dyn Fn(usize) -> *const u8, &'a dyn Fn(usize) -> *mut f32);
 
 /// One chunk: weight rows `rows0` against activation rows `rows1` (at most [`CHUNK1`]).
-#[allow(clippy::too_many_arguments)]
 fn chunk(
     src0: &TensorRef,
     (y, out_row): RowIo,
@@ -408,9 +416,9 @@ fn chunk(
     nb: usize,
     rows0: std::ops::Range<usize>,
     rows1: std::ops::Range<usize>,
-    units: &mut [Unpacked],
-    bands: &mut [Band],
+    scratch: &mut Scratch,
 ) {
+    let Scratch { units, bands } = scratch;
     let row_size = nb * Q8K_SIZE;
     let starts: Vec<usize> = rows1.clone().step_by(BAND).collect();
     for (band, &s) in bands.iter_mut().zip(&starts) {

@@ -8,6 +8,18 @@
 use crate::matmul::kquant_tiled::{Band, Layout, Unpacked, BAND, QK, ROWS};
 use std::arch::x86_64::*;
 
+/// Asserts that the four weight rows `u` and the band hold `nb` blocks (the kernels' bounds).
+fn check(nb: usize, lay: Layout, u: &[Unpacked], band: &Band) {
+    assert!(u.len() >= ROWS && band.q.len() >= nb * QK * BAND && band.d.len() >= nb * BAND);
+    assert!(band.bsums.len() >= nb * 8 * BAND);
+    for w in &u[..ROWS] {
+        assert!(
+            w.codes.len() >= nb * QK && w.scales.len() >= nb * lay.nsub && w.corr.len() >= nb * 8
+        );
+        assert!(w.d.len() >= nb && w.dmin.len() >= nb);
+    }
+}
+
 /// Four unpacked weight rows against one band: `out[row][band row]`.
 ///
 /// # Safety
@@ -20,13 +32,7 @@ pub(in crate::matmul) unsafe fn vnni(
     band: &Band,
     out: &mut [[f32; BAND]; ROWS],
 ) {
-    assert!(u.len() >= ROWS && band.q.len() >= nb * QK * BAND && band.d.len() >= nb * BAND);
-    for w in &u[..ROWS] {
-        assert!(
-            w.codes.len() >= nb * QK && w.scales.len() >= nb * lay.nsub && w.corr.len() >= nb * 8
-        );
-        assert!(w.d.len() >= nb && w.dmin.len() >= nb);
-    }
+    check(nb, lay, u, band);
     let zero = _mm512_setzero_si512();
     let groups = 64 / lay.nsub;
     let mut acc = [_mm512_setzero_ps(); ROWS];
@@ -91,14 +97,7 @@ pub(in crate::matmul) unsafe fn avx2(
     band: &Band,
     out: &mut [[f32; BAND]; ROWS],
 ) {
-    assert!(u.len() >= ROWS && band.q.len() >= nb * QK * BAND && band.d.len() >= nb * BAND);
-    assert!(band.bsums.len() >= nb * 8 * BAND);
-    for w in &u[..ROWS] {
-        assert!(
-            w.codes.len() >= nb * QK && w.scales.len() >= nb * lay.nsub && w.corr.len() >= nb * 8
-        );
-        assert!(w.d.len() >= nb && w.dmin.len() >= nb);
-    }
+    check(nb, lay, u, band);
     let zero = _mm256_setzero_si256();
     let ones = _mm256_set1_epi16(1);
     let flip = _mm256_set1_epi8(0x80u8 as i8);

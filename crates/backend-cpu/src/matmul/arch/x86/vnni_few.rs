@@ -32,7 +32,7 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::avx2::{fp16x2, hsum_ps, ld128, ld256, rd};
-use super::vnni_matvec::{f16_bcast, nibbles_at, BlockAux, Matvec, PREFETCH};
+use super::vnni_matvec::{f16_bcast, nibbles_at, BlockAux, Matvec, WeightRows, PREFETCH};
 use std::arch::x86_64::*;
 #[cfg(test)]
 use tessera_tensor::DType;
@@ -64,20 +64,18 @@ pub(in crate::matmul) struct Scratch {
 /// The Q8_0-family loop: weight rows against `N` prepared activation rows.
 ///
 /// # Safety
-/// `nrows` weight rows of `n` values of the kernel's type at `x`, `nb01` bytes apart; `yu`
-/// and `dy` hold `n / 32 · N` prepared blocks; `outs` has `N` entries, each room for `nrows`
-/// f32; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
-pub(in crate::matmul) type SignedFn =
-    unsafe fn(usize, *const u8, usize, usize, *const Biased, *const f32, &[*mut f32]);
+/// `w`'s rows readable (values of the kernel's type); `yu` and `dy` hold `n / 32 · N`
+/// prepared blocks; `outs` has `N` entries, each room for `w.count` f32; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
+pub(in crate::matmul) type SignedFn = unsafe fn(WeightRows, *const Biased, *const f32, &[*mut f32]);
 
 /// Weight rows against `N` Q8_1 activation rows (the Q4_1 family).
 ///
 /// # Safety
-/// `nrows` weight rows of `n` values of the kernel's type; `ys`, `auxes`, `outs` with `N`
+/// `w`'s rows readable (values of the kernel's type); `ys`, `auxes`, `outs` with `N`
 /// entries: each `ys[j]` a Q8_1 row of `n` values, `auxes[j]` its `n / 32` prepared blocks,
-/// `outs[j]` room for `nrows` f32; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
+/// `outs[j]` room for `w.count` f32; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
 pub(in crate::matmul) type Q8_1Fn =
-    unsafe fn(usize, *const u8, usize, usize, &[*const u8], &[*const BlockAux], &[*mut f32]);
+    unsafe fn(WeightRows, &[*const u8], &[*const BlockAux], &[*mut f32]);
 
 /// How a [`Few`] runs.
 #[derive(Clone, Copy)]
@@ -176,10 +174,11 @@ impl Few {
             "Few::run: {} rows given to a {rows}-row kernel",
             outs.len()
         );
+        let w = WeightRows { x, n, stride: nb01, count: nrows };
         match self.kind {
             Kind::Signed(f) => {
                 // SAFETY: forwarded; the scratch holds n / 32 · rows prepared blocks.
-                unsafe { f(n, x, nb01, nrows, scratch.yu.as_ptr(), scratch.dy.as_ptr(), outs) }
+                unsafe { f(w, scratch.yu.as_ptr(), scratch.dy.as_ptr(), outs) }
             }
             Kind::Q8_1(_, f) => {
                 let mut ptrs = [std::ptr::null::<BlockAux>(); MAX_ROWS];
@@ -188,7 +187,7 @@ impl Few {
                     *p = aux.as_ptr();
                 }
                 // SAFETY: forwarded; each aux holds the n / 32 blocks of its row.
-                unsafe { f(n, x, nb01, nrows, &scratch.ys, &ptrs[..rows], outs) }
+                unsafe { f(w, &scratch.ys, &ptrs[..rows], outs) }
             }
         }
     }
@@ -228,18 +227,15 @@ unsafe fn prepare_signed(n: usize, ys: &[*const u8], scratch: &mut Scratch) {
 /// The [`SignedFn`] contract with `N` rows and `xsize` bytes per weight block.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn signed_loop<const N: usize>(
-    n: usize,
-    x: *const u8,
-    nb01: usize,
-    nrows: usize,
+    w: WeightRows,
     yu: *const Biased,
     dy: *const f32,
     outs: &[*mut f32],
     xsize: usize,
     unpack: impl Fn(*const u8) -> __m256i,
 ) {
+    let WeightRows { x, n, stride: nb01, count: nrows } = w;
     let outs: [*mut f32; N] = arr(outs);
     let zero = _mm256_setzero_si256();
     let c128 = _mm256_set1_epi8(0x80u8 as i8);
@@ -282,17 +278,14 @@ macro_rules! signed_few {
         /// The [`SignedFn`] contract with `N` rows.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
         unsafe fn $name<const N: usize>(
-            n: usize,
-            x: *const u8,
-            nb01: usize,
-            nrows: usize,
+            w: WeightRows,
             yu: *const Biased,
             dy: *const f32,
             outs: &[*mut f32],
         ) {
             let unpack = $unpack;
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
-            unsafe { signed_loop::<N>(n, x, nb01, nrows, yu, dy, outs, $size, unpack) }
+            unsafe { signed_loop::<N>(w, yu, dy, outs, $size, unpack) }
         }
     };
 }
@@ -332,18 +325,15 @@ fn arr<T: Copy, const N: usize>(s: &[T]) -> [T; N] {
 /// The [`Q8_1Fn`] contract with `N` rows and `xsize` bytes per block.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn rows_loop_q8_1<const N: usize>(
-    n: usize,
-    x: *const u8,
-    nb01: usize,
-    nrows: usize,
+    w: WeightRows,
     ys: &[*const u8],
     auxes: &[*const BlockAux],
     outs: &[*mut f32],
     xsize: usize,
     unpack: impl Fn(*const u8) -> __m256i,
 ) {
+    let WeightRows { x, n, stride: nb01, count: nrows } = w;
     let (ys, auxes, outs): ([*const u8; N], [*const BlockAux; N], [*mut f32; N]) =
         (arr(ys), arr(auxes), arr(outs));
     let zero = _mm256_setzero_si256();
@@ -385,17 +375,14 @@ macro_rules! q8_1_few {
         /// The [`Q8_1Fn`] contract with `N` rows.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
         unsafe fn $name<const N: usize>(
-            n: usize,
-            x: *const u8,
-            nb01: usize,
-            nrows: usize,
+            w: WeightRows,
             ys: &[*const u8],
             auxes: &[*const BlockAux],
             outs: &[*mut f32],
         ) {
             let unpack = $unpack;
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
-            unsafe { rows_loop_q8_1::<N>(n, x, nb01, nrows, ys, auxes, outs, $size, unpack) }
+            unsafe { rows_loop_q8_1::<N>(w, ys, auxes, outs, $size, unpack) }
         }
     };
 }

@@ -57,15 +57,28 @@ pub(in crate::matmul) struct BlockAux {
     pub(in crate::matmul) sy: f32,
 }
 
-/// Weight rows `x + r·nb01` (`r < nrows`) against one activation row `y` (its [`BlockAux`]
-/// at `aux`), results to `out[r]`.
+/// The weight rows `w` against one activation row `y` (its [`BlockAux`] at `aux`), row `r`'s
+/// result to `out[r]`.
 ///
 /// # Safety
-/// `nrows` weight rows of `n` values (`n / 32` blocks) of the kernel's type, `y` a Q8_0 row
-/// (Q8_1 for the Q4_1 family) of `n` values, `aux` that row's `n / 32` prepared blocks, `out` room for `nrows` f32; AVX-512
-/// F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
-pub(in crate::matmul) type MatvecFn =
-    unsafe fn(usize, *const u8, usize, usize, *const u8, *const BlockAux, *mut f32);
+/// `w`'s rows readable (`n / 32` blocks of the kernel's type each), `y` a Q8_0 row (Q8_1 for
+/// the Q4_1 family) of `n` values, `aux` that row's `n / 32` prepared blocks, `out` room for
+/// `w.count` f32; AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C.
+pub(in crate::matmul) type MatvecFn = unsafe fn(WeightRows, *const u8, *const BlockAux, *mut f32);
+
+/// The weight rows a row loop reads: `count` rows of `n` values each, the first at `x`, the
+/// others `stride` bytes apart.
+#[derive(Clone, Copy)]
+pub(in crate::matmul) struct WeightRows {
+    /// The first row.
+    pub(in crate::matmul) x: *const u8,
+    /// Values per row.
+    pub(in crate::matmul) n: usize,
+    /// Bytes from one row to the next.
+    pub(in crate::matmul) stride: usize,
+    /// Rows.
+    pub(in crate::matmul) count: usize,
+}
 
 /// The matrix-vector kernel of one weight type.
 #[derive(Clone, Copy)]
@@ -123,8 +136,9 @@ impl Matvec {
         out: &mut [f32],
     ) {
         assert_eq!(aux.len(), n / 32, "Matvec::run: aux prepared for another length");
+        let w = WeightRows { x, n, stride: nb01, count: out.len() };
         // SAFETY: forwarded; `out` has room for its length.
-        unsafe { (self.f)(n, x, nb01, out.len(), y, aux.as_ptr(), out.as_mut_ptr()) }
+        unsafe { (self.f)(w, y, aux.as_ptr(), out.as_mut_ptr()) }
     }
 }
 
@@ -176,18 +190,15 @@ pub(in crate::matmul) unsafe fn f16_bcast(p: *const u8) -> __m256 {
 /// The [`MatvecFn`] contract with `xsize` bytes per weight block.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn rows_loop(
-    n: usize,
-    x: *const u8,
-    nb01: usize,
-    nrows: usize,
+    w: WeightRows,
     y: *const u8,
     aux: *const BlockAux,
     out: *mut f32,
     xsize: usize,
     unpack: impl Fn(*const u8) -> __m256i,
 ) {
+    let WeightRows { x, n, stride: nb01, count: nrows } = w;
     for r in 0..nrows {
         let row = x.wrapping_add(r * nb01);
         let mut acc = _mm256_setzero_ps();
@@ -240,17 +251,14 @@ macro_rules! matvec {
         /// The [`MatvecFn`] contract.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
         pub(in crate::matmul) unsafe fn $name(
-            n: usize,
-            x: *const u8,
-            nb01: usize,
-            nrows: usize,
+            w: WeightRows,
             y: *const u8,
             aux: *const BlockAux,
             out: *mut f32,
         ) {
             let unpack = $unpack;
             // SAFETY: forwarded; `unpack` reads one whole block of a weight row.
-            unsafe { $rows(n, x, nb01, nrows, y, aux, out, $size, unpack) }
+            unsafe { $rows(w, y, aux, out, $size, unpack) }
         }
     };
 }
@@ -304,14 +312,12 @@ matvec!(iq4_nl_mv, 18, |b: *const u8| {
 /// The [`MatvecFn`] contract.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 pub(in crate::matmul) unsafe fn q8_0_mv(
-    n: usize,
-    x: *const u8,
-    nb01: usize,
-    nrows: usize,
+    w: WeightRows,
     y: *const u8,
     aux: *const BlockAux,
     out: *mut f32,
 ) {
+    let WeightRows { x, n, stride: nb01, count: nrows } = w;
     let zero = _mm256_setzero_si256();
     for r in 0..nrows {
         let row = x.wrapping_add(r * nb01);
@@ -348,18 +354,15 @@ pub(in crate::matmul) unsafe fn q8_0_mv(
 /// The [`MatvecFn`] contract (a Q8_1 activation row) with `xsize` bytes per weight block.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn rows_loop_q8_1(
-    n: usize,
-    x: *const u8,
-    nb01: usize,
-    nrows: usize,
+    w: WeightRows,
     y: *const u8,
     aux: *const BlockAux,
     out: *mut f32,
     xsize: usize,
     unpack: impl Fn(*const u8) -> __m256i,
 ) {
+    let WeightRows { x, n, stride: nb01, count: nrows } = w;
     let zero = _mm256_setzero_si256();
     for r in 0..nrows {
         let row = x.wrapping_add(r * nb01);
