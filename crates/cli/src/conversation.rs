@@ -20,7 +20,7 @@ use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tessera_llama::sampling::SamplerChain;
-use tessera_llama::{Batch, LlamaContext, Model};
+use tessera_llama::{Generator, LlamaContext, Model};
 
 /// Set while a reply is being generated: Ctrl-C then only stops the reply.
 static GENERATING: AtomicBool = AtomicBool::new(false);
@@ -192,18 +192,13 @@ impl<'m> Conversation<'m> {
             self.messages.pop();
             return Err(anyhow!("nothing to evaluate: the template rendered no new text"));
         }
-        for &t in &tokens {
-            sampler.accept(t);
-        }
-        self.ctx
-            .decode(&Batch::from_tokens(&tokens, self.n_past as i32, 0))
-            .map_err(|e| anyhow!("{e}"))?;
-        self.n_past += tokens.len();
+        let mut generator = Generator::new(&mut self.ctx, sampler, 0, self.n_past);
+        generator.prompt(&tokens).map_err(|e| anyhow!("{e}"))?;
+        self.n_past = generator.pos();
         self.cached.extend_from_slice(&tokens);
         self.in_cache = full;
 
         let t0 = Instant::now();
-        let mut last = tokens.len() - 1;
         let mut reply: Vec<u8> = Vec::new();
         let mut n_gen = 0;
         let mut context_full = false;
@@ -220,9 +215,7 @@ impl<'m> Conversation<'m> {
                 context_full = true;
                 break Ok(());
             }
-            let logits = self.ctx.logits_ith(last).expect("the last token asked for logits");
-            let tok = sampler.sample(logits);
-            sampler.accept(tok);
+            let tok = generator.sample();
             if self.model.vocab.is_eog(tok) {
                 break Ok(());
             }
@@ -230,12 +223,11 @@ impl<'m> Conversation<'m> {
             out.push(&piece);
             reply.extend_from_slice(&piece);
             n_gen += 1;
-            if let Err(e) = self.ctx.decode(&Batch::from_tokens(&[tok], self.n_past as i32, 0)) {
+            if let Err(e) = generator.feed(tok) {
                 break Err(anyhow!("{e}"));
             }
-            self.n_past += 1;
+            self.n_past = generator.pos();
             self.cached.push(tok);
-            last = 0;
         };
         out.finish();
         let elapsed = t0.elapsed().as_secs_f64();

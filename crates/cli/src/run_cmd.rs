@@ -9,7 +9,7 @@ use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
 use tessera_llama::sampling::{SamplerChain, SamplingParams};
-use tessera_llama::{Batch, ContextParams, LlamaContext};
+use tessera_llama::{ContextParams, Generator, LlamaContext};
 
 /// Options of `tessera run` (named as llama.cpp's).
 #[derive(Args, Debug)]
@@ -331,10 +331,6 @@ fn one_shot(
             tokens.len()
         );
     }
-    for &t in &tokens {
-        sampler.accept(t);
-    }
-
     let mut out = Streamer::default();
     if !a.no_display_prompt {
         // As llama.cpp echoes it: the prompt's tokens as text, special tokens (a chat
@@ -343,10 +339,14 @@ fn one_shot(
             out.push(&model.vocab.token_to_piece(t, false));
         }
     }
+    let mut generator = Generator::new(&mut ctx, &mut sampler, 0, 0);
+    if a.ignore_eos {
+        generator = generator.ban(model.vocab.eog_tokens());
+    }
     let t0 = Instant::now();
-    ctx.decode(&Batch::from_tokens(&tokens, 0, 0)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    generator.prompt(&tokens).map_err(|e| anyhow::anyhow!("{e}"))?;
     let pp = t0.elapsed().as_secs_f64();
-    if let Some((gctx, schedule)) = ctx.last_schedule() {
+    if let Some((gctx, schedule)) = generator.context().last_schedule() {
         if a.verbose {
             let per: Vec<String> = schedule
                 .nodes_per_backend(gctx)
@@ -366,34 +366,17 @@ fn one_shot(
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         }
     }
-    let mut last = tokens.len() - 1;
-    let mut pos = tokens.len();
     let n_predict = a.n_predict.unwrap_or(128);
     let limit = if n_predict < 0 { usize::MAX } else { n_predict as usize };
     let t1 = Instant::now();
     let mut n_gen = 0;
-    while n_gen < limit && pos < n_ctx {
-        let logits = ctx.logits_ith(last).expect("the last token asked for logits");
-        let tok = if a.ignore_eos {
-            let mut l = logits.to_vec();
-            for t in model.vocab.eog_tokens() {
-                if let Some(v) = l.get_mut(t as usize) {
-                    *v = f32::NEG_INFINITY;
-                }
-            }
-            sampler.sample(&l)
-        } else {
-            sampler.sample(logits)
-        };
-        sampler.accept(tok);
+    while n_gen < limit && generator.pos() < n_ctx {
+        let tok = generator.sample();
         if out.push_token(&model.vocab, tok) {
             break;
         }
         n_gen += 1;
-        ctx.decode(&Batch::from_tokens(&[tok], pos as i32, 0))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        pos += 1;
-        last = 0;
+        generator.feed(tok).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let tg = t1.elapsed().as_secs_f64();
     out.finish();

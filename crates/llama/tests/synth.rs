@@ -302,3 +302,54 @@ fn batch_invariant_logits_do_not_depend_on_the_batch() {
         }
     }
 }
+
+/// `Generator` gives the tokens of the hand-written loop (decode, sample from the last row,
+/// accept, decode the token at the next position), and a banned token is never sampled.
+#[test]
+fn generator_follows_the_plain_loop_and_bans() {
+    use tessera_llama::sampling::SamplerChain;
+    use tessera_llama::{Batch, ContextParams, Generator, LlamaContext};
+    let (_, spec, vocab) = tessera_llama::synth::test_models()
+        .into_iter()
+        .find(|m| m.0 == "synth-qwen3-q8_0")
+        .unwrap();
+    let vocab = tessera_models::fixtures::vocab(vocab).unwrap();
+    let v = tessera_gguf::GgufFile::open(&vocab).expect("vocabulary fixture");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
+    let model = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).unwrap();
+    let params = || ContextParams { n_ctx: 64, n_threads: 2, ..Default::default() };
+    let prompt = [1u32, 5, 9, 14, 3];
+
+    let mut ctx = LlamaContext::new(&model, params()).unwrap();
+    let mut sampler = SamplerChain::greedy();
+    ctx.decode(&Batch::from_tokens(&prompt, 0, 0)).unwrap();
+    let (mut want, mut last, mut pos) = (Vec::new(), prompt.len() - 1, prompt.len());
+    for _ in 0..6 {
+        let tok = sampler.sample(ctx.logits_ith(last).unwrap());
+        want.push(tok);
+        ctx.decode(&Batch::from_tokens(&[tok], pos as i32, 0)).unwrap();
+        (last, pos) = (0, pos + 1);
+    }
+
+    let mut ctx = LlamaContext::new(&model, params()).unwrap();
+    let mut sampler = SamplerChain::greedy();
+    let mut g = Generator::new(&mut ctx, &mut sampler, 0, 0);
+    g.prompt(&prompt).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..6 {
+        let tok = g.sample();
+        got.push(tok);
+        g.feed(tok).unwrap();
+    }
+    assert_eq!(got, want);
+    assert_eq!(g.pos(), prompt.len() + 6);
+
+    let mut ctx = LlamaContext::new(&model, params()).unwrap();
+    let mut sampler = SamplerChain::greedy();
+    let mut g = Generator::new(&mut ctx, &mut sampler, 0, 0).ban([want[0]]);
+    g.prompt(&prompt).unwrap();
+    assert_ne!(g.sample(), want[0], "a banned token was sampled");
+    assert!(g.prompt(&[]).is_err(), "an empty prompt is the context's error");
+}

@@ -1,0 +1,103 @@
+//! One sequence's generate-and-sample loop, as llama.cpp's `llama-cli` and `llama-simple` run
+//! it: decode the prompt, then sample a token from the last logits, hand it to the sampler's
+//! history, decode it at the next position, and again.
+//!
+//! [`Generator`] owns the positions and the logits row to sample from, so a caller's loop is
+//! only its own stopping rules (a token budget, the context's size, an interrupt) and what it
+//! does with each token: [`crate::TextStream`] turns them into UTF-8-complete text, applies
+//! stop strings and says when an end-of-generation token ends the reply. `tessera run` and
+//! its `-cnv` conversation use both; `tessera serve` uses the text half, its decoding being
+//! one batch for all of its slots.
+
+use crate::sampling::SamplerChain;
+use crate::{Batch, LlamaContext, Result};
+
+/// Generates one sequence of a context (module docs).
+pub struct Generator<'a, 'm> {
+    ctx: &'a mut LlamaContext<'m>,
+    sampler: &'a mut SamplerChain,
+    /// The sequence's id in the context.
+    seq: u32,
+    /// Tokens of the sequence in the cache: the next token's position.
+    pos: usize,
+    /// The row of the last decoded batch whose logits the next sample reads (`None` before
+    /// anything was decoded).
+    last: Option<usize>,
+    /// Tokens never sampled (their logits set to −∞): llama.cpp's `--ignore-eos` bans the
+    /// end-of-generation tokens.
+    banned: Vec<u32>,
+}
+
+impl<'a, 'm> Generator<'a, 'm> {
+    /// A generator for sequence `seq` of `ctx`, which holds `pos` of its tokens already (0 for
+    /// a new sequence), sampling with `sampler`.
+    pub fn new(
+        ctx: &'a mut LlamaContext<'m>,
+        sampler: &'a mut SamplerChain,
+        seq: u32,
+        pos: usize,
+    ) -> Self {
+        Generator { ctx, sampler, seq, pos, last: None, banned: Vec::new() }
+    }
+
+    /// Never samples `tokens` (as llama.cpp's `--ignore-eos` with the end-of-generation
+    /// tokens).
+    pub fn ban(mut self, tokens: impl IntoIterator<Item = u32>) -> Self {
+        self.banned.extend(tokens);
+        self
+    }
+
+    /// Evaluates `tokens` at the sequence's next positions: they join the sampler's history
+    /// (penalties see the prompt, as llama.cpp's) and the next sample reads the logits of the
+    /// last of them. An empty or too long batch is the context's error.
+    pub fn prompt(&mut self, tokens: &[u32]) -> Result<()> {
+        self.ctx.decode(&Batch::from_tokens(tokens, self.pos as i32, self.seq))?;
+        for &t in tokens {
+            self.sampler.accept(t);
+        }
+        self.pos += tokens.len();
+        self.last = Some(tokens.len() - 1);
+        Ok(())
+    }
+
+    /// Samples the next token from the logits of the last evaluated token and adds it to the
+    /// sampler's history; the caller decides whether to [`feed`](Self::feed) it back.
+    ///
+    /// # Panics
+    /// Before anything was evaluated ([`prompt`](Self::prompt) first).
+    pub fn sample(&mut self) -> u32 {
+        let last = self.last.expect("Generator::sample before any prompt was evaluated");
+        let logits = self.ctx.logits_ith(last).expect("the last token of a batch has logits");
+        let tok = if self.banned.is_empty() {
+            self.sampler.sample(logits)
+        } else {
+            let mut l = logits.to_vec();
+            for &t in &self.banned {
+                if let Some(v) = l.get_mut(t as usize) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+            self.sampler.sample(&l)
+        };
+        self.sampler.accept(tok);
+        tok
+    }
+
+    /// Evaluates sampled token `tok` at the next position, so the next sample follows it.
+    pub fn feed(&mut self, tok: u32) -> Result<()> {
+        self.ctx.decode(&Batch::from_tokens(&[tok], self.pos as i32, self.seq))?;
+        self.pos += 1;
+        self.last = Some(0);
+        Ok(())
+    }
+
+    /// Tokens of the sequence in the cache (the next position).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// The context (for its schedule and timings between steps).
+    pub fn context(&self) -> &LlamaContext<'m> {
+        self.ctx
+    }
+}
