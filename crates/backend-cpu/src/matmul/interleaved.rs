@@ -37,6 +37,7 @@
 //! rows' E8M0 exponents, each as half its power of two.
 
 use super::arch::x86::interleaved::{block_sums, run_tile};
+use super::arch::x86::interleaved_k::WeightGroups;
 use super::{row_targets, Activations};
 use crate::{ComputeParams, TensorRef};
 use std::cell::RefCell;
@@ -219,6 +220,7 @@ pub(super) fn mul_mat(
     }
     let k = src0.ne[0];
     let (gstride, mine) = my_groups(p, src0);
+    let groups = |x, count| WeightGroups { x, n: k, stride: gstride, count };
     if mine.is_empty() {
         return;
     }
@@ -275,9 +277,7 @@ pub(super) fn mul_mat(
                 // converted activation rows r0.. of the weight's dot type (and their block
                 // bias); dst rows r0.. hold nr0 values and this thread owns the columns of its
                 // groups; the caller checked the CPU.
-                unsafe {
-                    run_tile(kernels, vnni, gemm, (k, x, gstride, g1 - g0), ys, &sy[..rows], outs)
-                };
+                unsafe { run_tile(kernels, vnni, gemm, groups(x, g1 - g0), ys, &sy[..rows], outs) };
             }
         }
     });
@@ -296,6 +296,7 @@ pub(super) fn gemv_gathered(
 ) {
     let k = src0.ne[0];
     let (gstride, mine) = my_groups(p, src0);
+    let groups = |x, count| WeightGroups { x, n: k, stride: gstride, count };
     if mine.is_empty() {
         return;
     }
@@ -328,9 +329,7 @@ pub(super) fn gemv_gathered(
         // converted activation rows of its dot type (and their block bias); each output row
         // holds nr0 values and this thread owns the columns of its groups; the caller checked
         // the CPU.
-        unsafe {
-            run_tile(kernels, vnni, false, (k, x, gstride, mine.len()), ys, &sy[..rows], outs)
-        };
+        unsafe { run_tile(kernels, vnni, false, groups(x, mine.len()), ys, &sy[..rows], outs) };
     }
 }
 

@@ -9,12 +9,24 @@
 //!
 //! A type without a row is multiplied by dequantizing tiles of its rows to f32 (`Dequant`).
 
-use super::{TileFn, VecDot, VecDot4};
+use super::VecDot;
+#[cfg(target_arch = "x86_64")]
+use super::{TileFn, VecDot4};
 use tessera_tensor::DType;
 
 use super::arch::generic::{lowbit, scalar};
 #[cfg(target_arch = "x86_64")]
 use super::arch::x86;
+#[cfg(target_arch = "x86_64")]
+use super::interleaved::Shape;
+#[cfg(target_arch = "x86_64")]
+use super::kquant_tiled::Layout;
+#[cfg(target_arch = "x86_64")]
+use crate::SimdLevel::{Avx2, Avx512};
+#[cfg(target_arch = "x86_64")]
+use x86::{avx2, avx2_k, avx512, dot_bf16 as bf16, dot_f32, interleaved as il, repack, vnni_few};
+#[cfg(target_arch = "x86_64")]
+use x86::{vnni_matvec::Matvec, vnni_tile};
 
 /// What one weight type has (module docs).
 pub(super) struct TypeRow {
@@ -30,6 +42,7 @@ pub(super) struct TypeRow {
 }
 
 /// The dots of one level: one row, four rows, a register tile.
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 pub(super) struct Dots {
     /// One weight row by one activation row.
@@ -40,6 +53,7 @@ pub(super) struct Dots {
     pub tile: Option<TileFn>,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Dots {
     /// One-row and four-row kernels, no tile.
     const fn rows(one: VecDot, four: VecDot4) -> Option<Dots> {
@@ -106,7 +120,9 @@ pub(super) fn row(dtype: DType) -> Option<&'static TypeRow> {
 }
 
 /// A grid i-quant or ternary type: ggml's generic and AVX2 integer kernels ([`lowbit`]),
-/// `$tiled` its layout on the tiled path (the grid i-quants have one; the ternary types not).
+/// `$i` the type's index in `lowbit::TYPES` (the kernels' const parameter; `lowbit`'s tests
+/// catch a wrong one, as the kernel then reads another type's blocks), `$tiled` its layout
+/// on the tiled path (the grid i-quants have one; the ternary types not).
 macro_rules! lowbit {
     ($dtype:ident, $i:literal, $tiled:expr) => {
         TypeRow {
@@ -123,18 +139,7 @@ macro_rules! lowbit {
     };
 }
 
-#[cfg(target_arch = "x86_64")]
-use super::interleaved::Shape;
-#[cfg(target_arch = "x86_64")]
-use super::kquant_tiled::Layout;
-#[cfg(target_arch = "x86_64")]
-use crate::SimdLevel::{Avx2, Avx512};
-#[cfg(target_arch = "x86_64")]
-use x86::{avx2, avx2_k, avx512, dot_bf16 as bf16, dot_f32, interleaved as il, repack, vnni_few};
-#[cfg(target_arch = "x86_64")]
-use x86::{vnni_matvec::Matvec, vnni_tile};
-
-/// Every type with dot kernels, in ggml's type order (module docs).
+/// Every type with dot kernels, family by family (module docs).
 static TABLE: &[TypeRow] = &[
     TypeRow {
         dtype: DType::F32,

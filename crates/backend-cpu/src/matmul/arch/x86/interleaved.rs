@@ -7,7 +7,7 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::avx2::{dot_u8_i8, hsum_epi32, iq4_nl_table, ld128, ld256, mxfp4_table, rd};
-use super::interleaved_k;
+use super::interleaved_k::{self, WeightGroups};
 use super::vnni_matvec::PREFETCH;
 #[cfg(doc)]
 use crate::matmul::interleaved::MAX_ROWS;
@@ -16,22 +16,15 @@ use std::arch::x86_64::*;
 
 /// `N` activation rows (Q8_0, `n` values each, at `ys`; `bias[j]` what each of their blocks'
 /// sums must lose: `8·Σy` for Q4_0, `128·Σy` for IQ4_NL with VNNI, unused otherwise) against
-/// the groups of eight interleaved weight rows at `x` (`ngroups` of them, `gstride` bytes
-/// apart): `outs[j]` gets the group's eight outputs per group, consecutive.
+/// the weight groups `w` (eight interleaved rows each): `outs[j]` gets the group's eight
+/// outputs per group, consecutive.
 ///
 /// # Safety
 /// The weight groups, activation rows and `bias` readable as said, `outs[j]` writable for
-/// `8 · ngroups` f32; the CPU has the function's features (AVX-512 VNNI and VL for the VNNI
+/// `8 · w.count` f32; the CPU has the function's features (AVX-512 VNNI and VL for the VNNI
 /// ones).
-pub(in crate::matmul) type GroupFn = unsafe fn(
-    n: usize,
-    x: *const u8,
-    gstride: usize,
-    ngroups: usize,
-    ys: &[*const u8],
-    bias: &[*const i32],
-    outs: &[*mut f32],
-);
+pub(in crate::matmul) type GroupFn =
+    unsafe fn(w: WeightGroups, ys: &[*const u8], bias: &[*const i32], outs: &[*mut f32]);
 
 /// The group loop of one type and instruction set: `$block` bytes per group block, its scales
 /// first (`$head` bytes, which `$scales(block)` turns into the eight rows' f32 scales), then
@@ -48,14 +41,12 @@ macro_rules! group_kernel {
         /// The [`GroupFn`] contract.
         #[target_feature(enable = $features)]
         unsafe fn $name<const N: usize>(
-            n: usize,
-            x: *const u8,
-            gstride: usize,
-            ngroups: usize,
+            w: WeightGroups,
             ys: &[*const u8],
             bias: &[*const i32],
             outs: &[*mut f32],
         ) {
+            let WeightGroups { x, n, stride: gstride, count: ngroups } = w;
             let ys: [*const u8; N] = std::array::from_fn(|j| ys[j]);
             let bias: [*const i32; N] = std::array::from_fn(|j| bias[j]);
             let m4 = _mm256_set1_epi8(0x0F);
@@ -265,10 +256,10 @@ pub(in crate::matmul) unsafe fn block_sums(n: usize, y: *const u8, m: u8, out: &
     out.extend((0..n / 32).map(|i| hsum_epi32(dot_u8_i8(m, unsafe { ld256(y.add(34 * i + 2)) }))));
 }
 
-/// One tile of up to [`MAX_ROWS`] activation rows `ys` against `ngroups` groups of eight
-/// interleaved weight rows at `x` (`gstride` bytes apart, rows of `k` values): the Q8_0
-/// family's group kernel (with the rows' block bias `sy`), else the K-quants' chain (`gemm`:
-/// Q4_K's GEMM chain, else the GEMV chain); row `j`'s outputs start at `outs[j]`.
+/// One tile of up to [`MAX_ROWS`] activation rows `ys` against the weight groups `w` (eight
+/// interleaved rows each): the Q8_0 family's group kernel (with the rows' block bias `sy`),
+/// else the K-quants' chain (`gemm`: Q4_K's GEMM chain, else the GEMV chain); row `j`'s
+/// outputs start at `outs[j]`.
 ///
 /// # Safety
 /// The group kernels' contract: readable weight groups and converted activation rows of the
@@ -278,7 +269,7 @@ pub(in crate::matmul) unsafe fn run_tile(
     groups: Groups,
     vnni: bool,
     gemm: bool,
-    (k, x, gstride, ngroups): (usize, *const u8, usize, usize),
+    w: WeightGroups,
     ys: &[*const u8],
     sy: &[*const i32],
     outs: &[*mut f32],
@@ -287,8 +278,8 @@ pub(in crate::matmul) unsafe fn run_tile(
     // SAFETY: forwarded from the caller.
     unsafe {
         match groups {
-            Groups::Biased { pick, .. } => pick(vnni, rows)(k, x, gstride, ngroups, ys, sy, outs),
-            Groups::Chains(kernel) => kernel(vnni, rows, gemm)(k, x, gstride, ngroups, ys, outs),
+            Groups::Biased { pick, .. } => pick(vnni, rows)(w, ys, sy, outs),
+            Groups::Chains(kernel) => kernel(vnni, rows, gemm)(w, ys, outs),
         }
     }
 }

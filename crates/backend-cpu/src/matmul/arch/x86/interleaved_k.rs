@@ -28,22 +28,30 @@ const GROUP_BLOCK: usize = GROUP * 144;
 /// Bytes of one Q8_K block (f32 d, qs[256], bsums[16]).
 const Q8K: usize = 292;
 
-/// `N` Q8_K activation rows (`n` values each, at `ys`) against the groups of eight
-/// interleaved Q4_K weight rows at `x` (`ngroups` of them, `gstride` bytes apart): `outs[j]`
-/// gets the group's eight outputs per group, consecutive.
+/// The weight side of a group kernel: `count` groups of eight interleaved rows of `n` values,
+/// the first at `x`, the others `stride` bytes apart.
+#[derive(Clone, Copy)]
+pub(in crate::matmul) struct WeightGroups {
+    /// The first group.
+    pub(in crate::matmul) x: *const u8,
+    /// Values per row.
+    pub(in crate::matmul) n: usize,
+    /// Bytes from one group to the next.
+    pub(in crate::matmul) stride: usize,
+    /// Groups.
+    pub(in crate::matmul) count: usize,
+}
+
+/// `N` Q8_K activation rows (`n` values each, at `ys`) against the weight groups `w` (eight
+/// interleaved Q4_K or Q2_K rows each): `outs[j]` gets the group's eight outputs per group,
+/// consecutive.
 ///
 /// # Safety
 /// The weight groups and activation rows readable as said, `outs[j]` writable for
-/// `8 · ngroups` f32; the CPU has the function's features (AVX-512 VNNI and VL for the VNNI
+/// `8 · w.count` f32; the CPU has the function's features (AVX-512 VNNI and VL for the VNNI
 /// one).
-pub(in crate::matmul) type GroupFn = unsafe fn(
-    n: usize,
-    x: *const u8,
-    gstride: usize,
-    ngroups: usize,
-    ys: &[*const u8],
-    outs: &[*mut f32],
-);
+pub(in crate::matmul) type GroupFn =
+    unsafe fn(w: WeightGroups, ys: &[*const u8], outs: &[*mut f32]);
 
 /// A byte shuffle taking, in every 32-bit lane, bytes `k[0..4]` of the same lane (a negative
 /// entry gives zero).
@@ -71,13 +79,11 @@ macro_rules! k_kernel {
         /// The [`GroupFn`] contract.
         #[target_feature(enable = $features)]
         unsafe fn $name<const N: usize, const GEMM: bool>(
-            n: usize,
-            x: *const u8,
-            gstride: usize,
-            ngroups: usize,
+            w: WeightGroups,
             ys: &[*const u8],
             outs: &[*mut f32],
         ) {
+            let WeightGroups { x, n, stride: gstride, count: ngroups } = w;
             let ys: [*const u8; N] = std::array::from_fn(|j| ys[j]);
             let m4 = _mm256_set1_epi8(0x0F);
             let (m1, m2, m3) = (

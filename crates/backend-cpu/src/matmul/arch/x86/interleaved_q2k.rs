@@ -20,7 +20,9 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::avx2::{ld128, ld256, rd};
-use super::interleaved_k::{both_instruction_sets, kernel_picker, lane_bytes, GroupFn};
+use super::interleaved_k::{
+    both_instruction_sets, kernel_picker, lane_bytes, GroupFn, WeightGroups,
+};
 use super::vnni_matvec::PREFETCH;
 use crate::matmul::interleaved::GROUP;
 use std::arch::x86_64::*;
@@ -44,13 +46,11 @@ macro_rules! q2k_kernel {
         /// The [`GroupFn`] contract, with interleaved Q2_K weights.
         #[target_feature(enable = $features)]
         unsafe fn $name<const N: usize, const GEMM: bool>(
-            n: usize,
-            x: *const u8,
-            gstride: usize,
-            ngroups: usize,
+            w: WeightGroups,
             ys: &[*const u8],
             outs: &[*mut f32],
         ) {
+            let WeightGroups { x, n, stride: gstride, count: ngroups } = w;
             let ys: [*const u8; N] = std::array::from_fn(|j| ys[j]);
             let (m3, m4) = (_mm256_set1_epi8(3), _mm256_set1_epi8(0x0F));
             // Byte k of each lane's word, as an i32 (VNNI) or as an i16 pair (AVX2).
