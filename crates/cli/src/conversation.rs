@@ -194,7 +194,6 @@ impl<'m> Conversation<'m> {
         }
         let mut generator = Generator::new(&mut self.ctx, sampler, 0, self.n_past);
         generator.prompt(&tokens).map_err(|e| anyhow!("{e}"))?;
-        self.n_past = generator.pos();
         self.cached.extend_from_slice(&tokens);
         self.in_cache = full;
 
@@ -211,7 +210,7 @@ impl<'m> Conversation<'m> {
             if n_gen >= self.n_predict {
                 break Ok(());
             }
-            if self.n_past >= n_ctx {
+            if generator.pos() >= n_ctx {
                 context_full = true;
                 break Ok(());
             }
@@ -226,9 +225,10 @@ impl<'m> Conversation<'m> {
             if let Err(e) = generator.feed(tok) {
                 break Err(anyhow!("{e}"));
             }
-            self.n_past = generator.pos();
             self.cached.push(tok);
         };
+        // The generator kept the position: the prompt and every token fed back.
+        self.n_past = generator.pos();
         out.finish();
         let elapsed = t0.elapsed().as_secs_f64();
         result?;

@@ -72,9 +72,7 @@ impl Activations {
 
 thread_local! {
     /// Per-thread f32 scratch: src1 slices gathered before conversion.
-    pub(super) static GATHER: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// Per-thread f32 scratch: dequantized src0 tiles.
-    pub(super) static TILE_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static GATHER: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on `n` floats of a per-thread scratch buffer.

@@ -2,10 +2,16 @@
 //! computed with the type's dots (`dot_chunk`), or by dequantizing weight tiles for the types
 //! without one (`dequant_chunk`).
 
-use super::activations::{with_scratch, Activations, TILE_F32};
+use super::activations::{with_scratch, Activations};
 use super::{for_each_claimed, kernel, row_targets, Kernel, Tile, VecDot, VecDot4, TILE};
 use crate::{ComputeParams, SimdLevel, TensorRef};
+use std::cell::RefCell;
 use tessera_tensor::{quant, DType};
+
+thread_local! {
+    /// Per-thread f32 scratch: dequantized src0 tiles.
+    static TILE_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// Cuts `nr0` × `nr1` outputs into chunks (ggml's scheme: 16×16, or 64 rows when either side
 /// is one; one range per thread along the longer side when there are too few to balance) and
