@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
-use tessera_llama::sampling::{SamplerChain, SamplingParams};
+use tessera_llama::sampling::{SamplerChain, SamplingParams, DEFAULT_ORDER, DEFAULT_SEED};
 use tessera_llama::{ContextParams, Generator, LlamaContext};
 
 /// Options of `tessera run` (named as llama.cpp's).
@@ -272,9 +272,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
 /// randomly (`-1`).
 fn make_sampler(a: &RunArgs) -> Result<SamplerChain> {
     let seed = match a.seed {
-        None | Some(-1) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos()),
+        None | Some(-1) => DEFAULT_SEED,
         Some(s) => u32::try_from(s).map_err(|_| {
             anyhow::anyhow!("--seed {s}: give 0 to {} (or -1 for a random seed)", u32::MAX)
         })?,
@@ -291,8 +289,10 @@ fn make_sampler(a: &RunArgs) -> Result<SamplerChain> {
         presence_penalty: a.presence_penalty,
         seed,
     };
+    // llama.cpp's chain: at temperature 0 the penalties still apply before the argmax.
     let sampler =
-        if a.temp <= 0.0 { SamplerChain::greedy() } else { SamplerChain::from_params(&sp) };
+        SamplerChain::for_params(&sp, &DEFAULT_ORDER, &[]).map_err(|e| anyhow::anyhow!(e))?;
+    let seed = sampler.seed().unwrap_or(seed);
     tracing::info!(sampler = %sampler.describe(), seed, "sampling");
     if a.verbose {
         eprintln!("sampler: {} (seed {seed})", sampler.describe());

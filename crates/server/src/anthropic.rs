@@ -77,6 +77,7 @@ fn text_of(v: &Value, field: &str) -> Result<String, ApiError> {
 
 /// The Anthropic body as the OpenAI chat body the rest of the server reads.
 fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    crate::fields::check(o, crate::fields::ANTHROPIC, false)?;
     let mut out = Map::new();
     // `metadata.user_id` identifies the end user: it goes to the log, as a gateway would use it.
     match o.get("metadata") {

@@ -54,44 +54,8 @@ impl ApiError {
     }
 }
 
-/// Sampling settings of one request (OpenAI's and llama-server's fields).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sampling {
-    /// 0 is greedy.
-    pub temperature: f32,
-    /// Nucleus sampling.
-    pub top_p: f32,
-    /// llama-server's `top_k` (0: off).
-    pub top_k: usize,
-    /// llama-server's `min_p`.
-    pub min_p: f32,
-    /// Random seed (random when absent).
-    pub seed: Option<u32>,
-    /// OpenAI's presence penalty.
-    pub presence_penalty: f32,
-    /// OpenAI's frequency penalty.
-    pub frequency_penalty: f32,
-    /// llama-server's repeat penalty (1: off).
-    pub repeat_penalty: f32,
-}
-
-impl Default for Sampling {
-    fn default() -> Self {
-        // llama-server's defaults.
-        Sampling {
-            temperature: 0.8,
-            top_p: 0.95,
-            top_k: 40,
-            min_p: 0.05,
-            seed: None,
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            repeat_penalty: 1.0,
-        }
-    }
-}
-
 pub use crate::prompt::{ChatMessage, Prompt, PromptPart};
+pub use crate::sampling::Sampling;
 
 /// A validated generation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +87,8 @@ pub struct GenRequest {
     /// llama-server's `thinking_budget_tokens`: most tokens inside `<think>` before the end of
     /// thinking is forced (-1: no limit; `None`: the server's `--reasoning-budget`).
     pub thinking_budget: Option<i64>,
+    /// llama-server's `cache_prompt` (default true): reuse the slot's cached prefix.
+    pub cache_prompt: bool,
 }
 
 /// `response_format` (OpenAI's `json_object` / `json_schema`, llama-server's
@@ -313,17 +279,9 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
     let max_b = opt_int(o, "max_completion_tokens", 1, 1 << 30)?;
     let max_c = opt_int(o, "n_predict", -1, 1 << 30)?.filter(|&n| n > 0);
     let max_tokens = max_b.or(max_a).or(max_c).map(|n| n as usize);
-    let d = Sampling::default();
-    let sampling = Sampling {
-        temperature: opt_num(o, "temperature", 0.0, 2.0)?.map_or(d.temperature, |x| x as f32),
-        top_p: opt_num(o, "top_p", 0.0, 1.0)?.map_or(d.top_p, |x| x as f32),
-        top_k: opt_int(o, "top_k", 0, 1 << 20)?.map_or(d.top_k, |x| x as usize),
-        min_p: opt_num(o, "min_p", 0.0, 1.0)?.map_or(d.min_p, |x| x as f32),
-        seed: opt_int(o, "seed", i64::MIN, i64::MAX)?.map(|s| s as u32),
-        presence_penalty: opt_num(o, "presence_penalty", -2.0, 2.0)?.map_or(0.0, |x| x as f32),
-        frequency_penalty: opt_num(o, "frequency_penalty", -2.0, 2.0)?.map_or(0.0, |x| x as f32),
-        repeat_penalty: opt_num(o, "repeat_penalty", 0.0, 10.0)?.map_or(1.0, |x| x as f32),
-    };
+    let sampling = crate::sampling::parse(o)?;
+    let cache_prompt = opt_bool(o, "cache_prompt")?.unwrap_or(true);
+    other_fields(o, chat)?;
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
@@ -384,7 +342,79 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
         tools: None,
         template_kwargs: Map::new(),
         thinking_budget: opt_int(o, "thinking_budget_tokens", -1, 1 << 30)?,
+        cache_prompt,
     })
+}
+
+/// llama-server's and OpenAI's fields that do not shape sampling: those with no effect in
+/// Tessera at the value sent are refused by name; the rest are type-checked.
+fn other_fields(o: &Map<String, Value>, chat: bool) -> Result<(), ApiError> {
+    let not_here = |key: &str, what: &str| ApiError::field(key, what.to_string());
+    // Only matters once the context shifts, which tessera serve does not do (as llama-server
+    // without --context-shift): the reply ends at the context's end.
+    opt_int(o, "n_keep", -1, i64::MAX)?;
+    opt_int(o, "n_discard", 0, i64::MAX)?;
+    match o.get("user") {
+        None | Some(Value::Null | Value::String(_)) => {}
+        Some(other) => {
+            return Err(ApiError::field(
+                "user",
+                format!("expected a string, got {}", type_name(other)),
+            ))
+        }
+    }
+    if opt_int(o, "id_slot", -1, i64::MAX)?.is_some_and(|i| i >= 0) {
+        return Err(not_here("id_slot", "choosing a slot is not available in tessera serve yet"));
+    }
+    if opt_bool(o, "echo")? == Some(true) {
+        return Err(not_here("echo", "echoing the prompt is not available in tessera serve yet"));
+    }
+    match o.get("suffix") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s.is_empty() => {}
+        Some(Value::String(_)) => {
+            return Err(not_here("suffix", "a suffix needs fill-in-the-middle: use /infill"))
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "suffix",
+                format!("expected a string, got {}", type_name(other)),
+            ))
+        }
+    }
+    if opt_int(o, "best_of", 1, i64::MAX)?.is_some_and(|n| n != 1) {
+        return Err(not_here("best_of", "only 1 candidate per request is supported"));
+    }
+    if !chat && o.get("top_logprobs").is_some_and(|v| !v.is_null()) {
+        return Err(not_here(
+            "top_logprobs",
+            "is a chat field: /v1/completions takes \"logprobs\": N (0 to 20)",
+        ));
+    }
+    for (key, what) in [
+        ("return_tokens", "returning token ids"),
+        ("post_sampling_probs", "probabilities after the sampler chain"),
+        ("timings_per_token", "timings in every streamed chunk"),
+    ] {
+        if opt_bool(o, key)? == Some(true) {
+            return Err(not_here(key, &format!("{what} is not available in tessera serve yet")));
+        }
+    }
+    for (key, what) in
+        [("n_indent", "indentation of infill replies"), ("t_max_predict_ms", "a time limit")]
+    {
+        if opt_int(o, key, 0, i64::MAX)?.is_some_and(|n| n > 0) {
+            return Err(not_here(key, &format!("{what} is not available in tessera serve yet")));
+        }
+    }
+    match o.get("lora") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) if a.is_empty() => {}
+        Some(_) => {
+            return Err(not_here("lora", "LoRA adapters are not available in tessera serve yet"))
+        }
+    }
+    Ok(())
 }
 
 /// Roles a chat message may have (`developer` is OpenAI's newer name for `system`).
@@ -392,6 +422,7 @@ const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 /// `POST /v1/chat/completions`.
 pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+    crate::fields::check(o, crate::fields::CHAT, true)?;
     let msgs = match o.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
         Some(Value::Array(_)) => return Err(ApiError::field("messages", "must not be empty")),
@@ -530,6 +561,7 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
 /// `POST /v1/completions`: one request per prompt (`prompt` may be a string, token ids,
 /// llama-server's mix of both, or a list of any of these).
 pub fn parse_completion(o: &Map<String, Value>) -> Result<Vec<GenRequest>, ApiError> {
+    crate::fields::check(o, crate::fields::COMPLETION, true)?;
     let prompts = crate::prompt::parse_prompts(o.get("prompt"))?;
     let first = common(o, Prompt::Text(String::new()), false)?;
     Ok(prompts.into_iter().map(|prompt| GenRequest { prompt, ..first.clone() }).collect())
@@ -537,6 +569,7 @@ pub fn parse_completion(o: &Map<String, Value>) -> Result<Vec<GenRequest>, ApiEr
 
 /// llama-server's `POST /completion`: one prompt (string, token ids or their mix).
 pub fn parse_native(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+    crate::fields::check(o, crate::fields::COMPLETION, true)?;
     let mut prompts = crate::prompt::parse_prompts(o.get("prompt"))?;
     if prompts.len() != 1 {
         return Err(ApiError::field(
@@ -551,6 +584,7 @@ pub fn parse_native(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
 /// (`[{"filename", "text"}]`, other files of the project) and `prompt` (text already typed
 /// after the cursor's prefix).
 pub fn parse_infill(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+    crate::fields::check(o, crate::fields::INFILL, true)?;
     let text = |k: &str| match o.get(k) {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),

@@ -183,6 +183,7 @@ pub fn parse_request(
     n_embd: usize,
     n_ctx: usize,
 ) -> Result<EmbedRequest, ApiError> {
+    crate::fields::check(o, crate::fields::EMBEDDINGS, false)?;
     let (field, v) = match (o.get("input"), o.get("content")) {
         (Some(v), _) if !v.is_null() => ("input", v),
         (_, Some(v)) if !v.is_null() => ("content", v),

@@ -20,7 +20,7 @@ use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender, TrySendError}
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tessera_llama::sampling::{SamplerChain, SamplingParams};
+use tessera_llama::sampling::SamplerChain;
 use tessera_llama::{Batch, ContextParams, LlamaContext, Model, Pooling, StreamEnd, TextStream};
 
 pub use crate::job::{Event, Job, Logprob, SlotInfo, Timings, Work};
@@ -359,33 +359,22 @@ impl Worker<'_> {
         else {
             return;
         };
-        let keep = self.reuse_prefix(i, &job.prompt);
+        let keep = if job.cache_prompt {
+            self.reuse_prefix(i, &job.prompt)
+        } else {
+            // `cache_prompt: false`: the whole prompt is evaluated again.
+            self.save_slot(i);
+            let seq = self.slots[i].seq;
+            self.ctx.kv_cache_mut().seq_rm(Some(seq), -1, -1);
+            self.slots[i].cache.clear();
+            0
+        };
         let slot = &mut self.slots[i];
         self.clock += 1;
         slot.last_used = self.clock;
-        let sp = &job.sampling;
-        let sampler = if sp.temperature <= 0.0 {
-            SamplerChain::greedy()
-        } else {
-            SamplerChain::from_params(&SamplingParams {
-                temp: sp.temperature,
-                top_k: sp.top_k,
-                top_p: sp.top_p,
-                min_p: sp.min_p,
-                typical_p: 1.0,
-                repeat_penalty: sp.repeat_penalty,
-                repeat_last_n: 64,
-                frequency_penalty: sp.frequency_penalty,
-                presence_penalty: sp.presence_penalty,
-                seed: sp.seed.unwrap_or_else(|| {
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.subsec_nanos())
-                }),
-            })
-        };
-        tracing::debug!(slot = i, prompt = job.prompt.len(), cached = keep, "request assigned");
         let mut job = job;
+        let sampler = std::mem::take(&mut job.sampler);
+        tracing::debug!(slot = i, prompt = job.prompt.len(), cached = keep, "request assigned");
         let forced = job.think_budget.as_mut().and_then(ThinkBudget::start).unwrap_or_default();
         let stream = TextStream::new(job.stop.clone());
         slot.active = Some(Active {

@@ -72,11 +72,15 @@ pub(crate) fn start(
         let end = format!("{}\n</think>\n\n", st.reasoning_budget_message);
         crate::engine::ThinkBudget::new(budget as usize, opened, vocab.tokenize(&end, false, true))
     });
+    let bias = req.sampling.resolve_bias(vocab)?;
+    let sampler = req.sampling.chain(st.engine.n_ctx, &bias)?;
+    tracing::debug!(sampler = %sampler.describe(), seed = ?sampler.seed(), "sampling");
     let (tx, rx) = mpsc::unbounded_channel();
     st.engine.submit(Job {
         prompt: tokens,
         max_tokens: req.max_tokens,
-        sampling: req.sampling.clone(),
+        sampler,
+        cache_prompt: req.cache_prompt,
         stop: req.stop.clone(),
         logprobs: req.logprobs,
         events: tx,

@@ -1,7 +1,8 @@
 //! What the engine is sent and what it answers: a generation [`Job`] and the [`Event`]s that
 //! stream back, llama-server's [`Timings`], and what `GET /slots` shows of a slot.
 
-use crate::api::{ApiError, Sampling};
+use crate::api::ApiError;
+use tessera_llama::sampling::SamplerChain;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// One token's log-probability and the most likely alternatives.
@@ -102,8 +103,10 @@ pub struct Job {
     pub prompt: Vec<u32>,
     /// Most tokens to generate.
     pub max_tokens: Option<usize>,
-    /// Sampling.
-    pub sampling: Sampling,
+    /// The request's sampler chain (its logit bias first, its seed drawn).
+    pub sampler: SamplerChain,
+    /// Reuse the slot's cached prefix of the prompt (llama-server's `cache_prompt`).
+    pub cache_prompt: bool,
     /// Stop strings.
     pub stop: Vec<String>,
     /// Log-probabilities (top `n`).

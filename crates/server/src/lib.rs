@@ -43,6 +43,7 @@ pub mod constrain;
 pub mod embed;
 pub mod engine;
 mod error;
+pub mod fields;
 pub mod gbnf;
 mod generate;
 pub mod harmony;
@@ -54,6 +55,7 @@ pub mod reasoning;
 pub mod reply;
 pub mod response_store;
 pub mod responses;
+pub mod sampling;
 pub mod tools;
 
 pub use error::{Result, ServerError};

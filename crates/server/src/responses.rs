@@ -242,6 +242,7 @@ struct Extras {
 }
 
 fn extras(st: &AppState, o: &Map<String, Value>) -> Result<Extras, ApiError> {
+    crate::fields::check(o, crate::fields::RESPONSES, false)?;
     let store = api::opt_bool(o, "store")?.unwrap_or(true);
     let previous_id = match o.get("previous_response_id") {
         None | Some(Value::Null) => None,

@@ -370,15 +370,18 @@ fn parse_format(format: Format, text: &str, tools: &[Tool]) -> (String, Vec<Tool
             let mut rest = &text[start..];
             while let Some(open) = rest.find("<tool_call>") {
                 let after = &rest[open + "<tool_call>".len()..];
-                let (body, next) = match after.find("</tool_call>") {
-                    Some(close) => (&after[..close], &after[close + "</tool_call>".len()..]),
-                    None => (after, ""),
+                let (body, next, closed) = match after.find("</tool_call>") {
+                    Some(close) => (&after[..close], &after[close + "</tool_call>".len()..], true),
+                    None => (after, "", false),
                 };
                 match serde_json::from_str::<Value>(body.trim())
                     .ok()
                     .and_then(|v| call(&v, &["arguments", "parameters"]))
                 {
                     Some(c) => calls.push(c),
+                    // A reply cut inside a later call (max_tokens): the calls before it stand,
+                    // as llama-server's partial parse keeps them; the unfinished one is dropped.
+                    None if !closed && !calls.is_empty() => break,
                     None => return none,
                 }
                 rest = next;
@@ -388,7 +391,12 @@ fn parse_format(format: Format, text: &str, tools: &[Tool]) -> (String, Vec<Tool
         Format::Mistral => {
             let Some(start) = text.find("[TOOL_CALLS]") else { return none };
             let body = text[start + "[TOOL_CALLS]".len()..].trim();
-            let Ok(Value::Array(a)) = serde_json::from_str::<Value>(body) else { return none };
+            let a = match serde_json::from_str::<Value>(body) {
+                Ok(Value::Array(a)) => a,
+                Ok(_) => return none,
+                // Cut inside the array (max_tokens): the whole objects before the cut.
+                Err(_) => whole_items(body),
+            };
             let calls: Option<Vec<ToolCall>> =
                 a.iter().map(|v| call(v, &["arguments", "parameters"])).collect();
             match calls {
@@ -404,6 +412,27 @@ fn parse_format(format: Format, text: &str, tools: &[Tool]) -> (String, Vec<Tool
                 Some(c) => (String::new(), vec![c]),
                 None => none,
             }
+        }
+    }
+}
+
+/// The whole JSON values at the start of an array that was cut off (`[{..}, {..}, {"na`).
+fn whole_items(body: &str) -> Vec<Value> {
+    let Some(mut rest) = body.strip_prefix('[') else { return Vec::new() };
+    let mut items = Vec::new();
+    loop {
+        let mut it = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        match it.next() {
+            Some(Ok(v)) => {
+                let used = it.byte_offset();
+                items.push(v);
+                rest = rest[used..].trim_start();
+                match rest.strip_prefix(',') {
+                    Some(r) => rest = r,
+                    None => return items,
+                }
+            }
+            _ => return items,
         }
     }
 }
@@ -490,6 +519,25 @@ mod tests {
             description: "Weather in a city".into(),
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
         }]
+    }
+
+    /// A reply cut by max_tokens inside its third call gives the two whole calls (the
+    /// forced-call reply that made CI flaky: Qwen2.5-Coder, greedy, `tool_choice: any`).
+    #[test]
+    fn a_cut_reply_keeps_its_whole_calls() {
+        let t = tools();
+        let call = |c: &str| {
+            format!("<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"{c}\"}}}}\n</tool_call>")
+        };
+        let cut =
+            format!("{}\n{}\n<tool_call>\n{{\"name\": \"get_wea", call("Paris"), call("Rome"));
+        let (text, calls) = parse_reply(Format::Hermes, &cut, &t);
+        assert_eq!((text.as_str(), calls.len()), ("", 2), "{cut}");
+        assert_eq!(calls[1].arguments["city"], "Rome");
+        let cut = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, {\"name\": \"get_w";
+        let (_, calls) = parse_reply(Format::Mistral, cut, &t);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].arguments["city"], "Oslo");
     }
 
     #[test]

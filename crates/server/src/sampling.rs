@@ -1,0 +1,401 @@
+//! The sampling fields of a generation request: OpenAI's (`temperature`, `top_p`, `seed`,
+//! `logit_bias`, the penalties) and llama-server's (`top_k`, `min_p`, `typical_p`,
+//! `repeat_last_n`, `samplers`, and the samplers Tessera does not have yet).
+//!
+//! Every field either has llama-server's effect or is refused with a 400 that names it:
+//! DRY, XTC, top-n-sigma, mirostat, dynamic temperature and `min_keep` above 1 are accepted
+//! only at their "off" values (where llama.cpp's steps change nothing), since the chain has
+//! no such steps yet. `seed` is llama-server's: `-1` (and 4294967295, `LLAMA_DEFAULT_SEED`)
+//! draws a random seed, other values outside 0..2^32 are refused rather than wrapped.
+
+use crate::api::{opt_int, opt_num, type_name, ApiError};
+use serde_json::{Map, Value};
+use tessera_llama::sampling::{
+    order_from_chars, order_from_names, SamplerChain, SamplingParams, Step, DEFAULT_ORDER,
+    DEFAULT_SEED,
+};
+use tessera_llama::Vocab;
+
+/// What a `logit_bias` entry names: a token id, or a text whose every token gets the bias.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BiasTarget {
+    /// A token id (checked against the vocabulary when the request is started).
+    Token(u64),
+    /// A text, tokenized without special tokens (llama-server's string keys).
+    Text(String),
+}
+
+/// One `logit_bias` entry as sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BiasEntry {
+    /// Where it was in the request (`logit_bias.15043`, `logit_bias[2]`).
+    pub param: String,
+    /// The token or text.
+    pub target: BiasTarget,
+    /// Added to the logit; −∞ bans (`false`).
+    pub bias: f32,
+}
+
+/// Sampling settings of one request (OpenAI's and llama-server's fields).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    /// 0 is greedy.
+    pub temperature: f32,
+    /// Nucleus sampling.
+    pub top_p: f32,
+    /// llama-server's `top_k` (0: off).
+    pub top_k: usize,
+    /// llama-server's `min_p`.
+    pub min_p: f32,
+    /// llama-server's `typical_p` (1: off).
+    pub typical_p: f32,
+    /// Random seed ([`DEFAULT_SEED`]: a random one, as `-1`).
+    pub seed: u32,
+    /// OpenAI's presence penalty.
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty.
+    pub frequency_penalty: f32,
+    /// llama-server's repeat penalty (1: off).
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over (`-1`: the context's size, 0: off).
+    pub repeat_last_n: i64,
+    /// The order of the chain's steps (`samplers`).
+    pub order: Vec<Step>,
+    /// `logit_bias`, as sent.
+    pub logit_bias: Vec<BiasEntry>,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        // llama-server's defaults.
+        Sampling {
+            temperature: 0.8,
+            top_p: 0.95,
+            top_k: 40,
+            min_p: 0.05,
+            typical_p: 1.0,
+            seed: DEFAULT_SEED,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            order: DEFAULT_ORDER.to_vec(),
+            logit_bias: Vec::new(),
+        }
+    }
+}
+
+/// Reads the sampling fields of request `o`.
+pub fn parse(o: &Map<String, Value>) -> Result<Sampling, ApiError> {
+    let d = Sampling::default();
+    let f32_of = |key: &str, min: f64, max: f64, dflt: f32| {
+        opt_num(o, key, min, max).map(|v| v.map_or(dflt, |x| x as f32))
+    };
+    let s = Sampling {
+        temperature: f32_of("temperature", 0.0, 2.0, d.temperature)?,
+        top_p: f32_of("top_p", 0.0, 1.0, d.top_p)?,
+        top_k: opt_int(o, "top_k", 0, 1 << 20)?.map_or(d.top_k, |x| x as usize),
+        min_p: f32_of("min_p", 0.0, 1.0, d.min_p)?,
+        typical_p: f32_of("typical_p", 0.0, 1.0, d.typical_p)?,
+        seed: seed(o)?,
+        presence_penalty: f32_of("presence_penalty", -2.0, 2.0, 0.0)?,
+        frequency_penalty: f32_of("frequency_penalty", -2.0, 2.0, 0.0)?,
+        repeat_penalty: f32_of("repeat_penalty", 0.0, 10.0, 1.0)?,
+        repeat_last_n: opt_int(o, "repeat_last_n", -1, 1 << 30)?.unwrap_or(d.repeat_last_n),
+        order: order(o)?,
+        logit_bias: logit_bias(o)?,
+    };
+    refuse_unbuilt(o)?;
+    Ok(s)
+}
+
+/// llama-server's `seed`: `-1` or `LLAMA_DEFAULT_SEED` draw a random seed; 0 to 2^32 − 2 are
+/// kept; anything else is refused (llama-server would wrap it).
+fn seed(o: &Map<String, Value>) -> Result<u32, ApiError> {
+    match opt_int(o, "seed", -1, i64::from(u32::MAX))
+        .map_err(|e| ApiError::field("seed", format!("{} (-1 draws a random seed)", e.message)))?
+    {
+        None | Some(-1) => Ok(DEFAULT_SEED),
+        Some(s) => Ok(s as u32),
+    }
+}
+
+/// llama-server's `samplers`: an array of names (`["top_k", "temperature"]`) or a string of
+/// one-letter codes (`"kt"`).
+fn order(o: &Map<String, Value>) -> Result<Vec<Step>, ApiError> {
+    let order = match o.get("samplers") {
+        None | Some(Value::Null) => return Ok(DEFAULT_ORDER.to_vec()),
+        Some(Value::String(s)) => {
+            order_from_chars(s).map_err(|e| ApiError::field("samplers", e))?
+        }
+        Some(Value::Array(a)) => {
+            let mut names = Vec::with_capacity(a.len());
+            for (i, v) in a.iter().enumerate() {
+                match v {
+                    Value::String(s) => names.push(s.as_str()),
+                    other => {
+                        return Err(ApiError::field(
+                            &format!("samplers[{i}]"),
+                            format!("expected a sampler name, got {}", type_name(other)),
+                        ))
+                    }
+                }
+            }
+            order_from_names(names).map_err(|e| ApiError::field("samplers", e))?
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "samplers",
+                format!(
+                    "expected an array of names or a string of letters, got {}",
+                    type_name(other)
+                ),
+            ))
+        }
+    };
+    if let Some(s) = order.iter().find(|s| matches!(s, Step::Infill | Step::AdaptiveP)) {
+        return Err(ApiError::field(
+            "samplers",
+            format!("the '{}' sampler is not available in tessera serve yet", s.name()),
+        ));
+    }
+    Ok(order)
+}
+
+/// OpenAI's `{"15043": -100}` or llama-server's `[[15043, -1.5], ["Hello", false]]`; a key
+/// that is not a number is a text. Values are numbers, or `false` to ban.
+fn logit_bias(o: &Map<String, Value>) -> Result<Vec<BiasEntry>, ApiError> {
+    let value = |param: &str, v: &Value| -> Result<f32, ApiError> {
+        match v {
+            Value::Bool(false) => Ok(f32::NEG_INFINITY),
+            Value::Number(n) => match n.as_f64().map(|x| x as f32) {
+                Some(x) if x.is_finite() => Ok(x),
+                _ => Err(ApiError::field(param, format!("{n} is not a finite bias"))),
+            },
+            other => Err(ApiError::field(
+                param,
+                format!("expected a number or false, got {}", type_name(other)),
+            )),
+        }
+    };
+    let target = |param: &str, v: &Value| -> Result<BiasTarget, ApiError> {
+        match v {
+            Value::Number(n) => n
+                .as_u64()
+                .map(BiasTarget::Token)
+                .ok_or_else(|| ApiError::field(param, format!("{n} is not a token id"))),
+            Value::String(s) if !s.is_empty() => Ok(BiasTarget::Text(s.clone())),
+            other => Err(ApiError::field(
+                param,
+                format!("expected a token id or a non-empty text, got {}", type_name(other)),
+            )),
+        }
+    };
+    let mut out = Vec::new();
+    match o.get("logit_bias") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => {
+            for (k, v) in m {
+                let param = format!("logit_bias.{k}");
+                let target = match k.parse::<i64>() {
+                    Ok(id) if id >= 0 => BiasTarget::Token(id as u64),
+                    Ok(id) => {
+                        return Err(ApiError::field(&param, format!("{id} is not a token id")))
+                    }
+                    Err(_) => target(&param, &Value::String(k.clone()))?,
+                };
+                out.push(BiasEntry { bias: value(&param, v)?, target, param });
+            }
+        }
+        Some(Value::Array(a)) => {
+            for (i, e) in a.iter().enumerate() {
+                let param = format!("logit_bias[{i}]");
+                let Some([t, v]) = e.as_array().map(Vec::as_slice) else {
+                    return Err(ApiError::field(&param, "expected a [token, bias] pair"));
+                };
+                out.push(BiasEntry {
+                    target: target(&format!("{param}[0]"), t)?,
+                    bias: value(&format!("{param}[1]"), v)?,
+                    param,
+                });
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "logit_bias",
+                format!("expected an object or an array of pairs, got {}", type_name(other)),
+            ))
+        }
+    }
+    Ok(out)
+}
+
+/// Fields of llama-server's samplers that Tessera does not have: accepted (type-checked) at
+/// their off values, where llama.cpp's steps change nothing; refused otherwise.
+fn refuse_unbuilt(o: &Map<String, Value>) -> Result<(), ApiError> {
+    let not_yet = |key: &str, what: &str| {
+        ApiError::field(key, format!("{what} is not available in tessera serve yet"))
+    };
+    if opt_int(o, "mirostat", 0, 2)?.is_some_and(|m| m != 0) {
+        return Err(not_yet("mirostat", "mirostat sampling"));
+    }
+    if opt_num(o, "dry_multiplier", 0.0, f64::MAX)?.is_some_and(|m| m > 0.0) {
+        return Err(not_yet("dry_multiplier", "the DRY sampler"));
+    }
+    let xtc_p = opt_num(o, "xtc_probability", 0.0, 1.0)?.unwrap_or(0.0);
+    let xtc_t = opt_num(o, "xtc_threshold", f64::MIN, f64::MAX)?.unwrap_or(0.1);
+    if xtc_p > 0.0 && xtc_t <= 0.5 {
+        return Err(not_yet("xtc_probability", "the XTC sampler"));
+    }
+    if opt_num(o, "top_n_sigma", f64::MIN, f64::MAX)?.is_some_and(|n| n > 0.0) {
+        return Err(not_yet("top_n_sigma", "top-n-sigma sampling"));
+    }
+    if opt_num(o, "dynatemp_range", f64::MIN, f64::MAX)?.is_some_and(|r| r > 0.0) {
+        return Err(not_yet("dynatemp_range", "dynamic temperature"));
+    }
+    if opt_int(o, "min_keep", 0, 1 << 20)?.is_some_and(|k| k > 1) {
+        return Err(not_yet("min_keep", "keeping more than one candidate"));
+    }
+    // Their companions only matter when the sampler is on: type-checked.
+    for key in ["mirostat_tau", "mirostat_eta", "dry_base", "dynatemp_exponent"] {
+        opt_num(o, key, f64::MIN, f64::MAX)?;
+    }
+    for key in ["dry_allowed_length", "dry_penalty_last_n"] {
+        opt_int(o, key, -1, i64::MAX)?;
+    }
+    match o.get("dry_sequence_breakers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
+        Some(other) => {
+            return Err(ApiError::field(
+                "dry_sequence_breakers",
+                format!("expected an array of strings, got {}", type_name(other)),
+            ))
+        }
+    }
+    Ok(())
+}
+
+impl Sampling {
+    /// The token-level bias of `logit_bias`: ids checked against the vocabulary, texts
+    /// tokenized (every token of the text gets the bias, as llama-server's).
+    pub fn resolve_bias(&self, vocab: &Vocab) -> Result<Vec<(u32, f32)>, ApiError> {
+        let n_vocab = vocab.n_tokens();
+        let mut out = Vec::with_capacity(self.logit_bias.len());
+        for e in &self.logit_bias {
+            match &e.target {
+                BiasTarget::Token(id) if (*id as usize) < n_vocab => out.push((*id as u32, e.bias)),
+                BiasTarget::Token(id) => {
+                    return Err(ApiError::field(
+                        &e.param,
+                        format!("{id} is not a token id below {n_vocab}"),
+                    ))
+                }
+                BiasTarget::Text(t) => {
+                    out.extend(vocab.tokenize(t, false, false).into_iter().map(|id| (id, e.bias)))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The chain this request samples with (context size `n_ctx` for `repeat_last_n: -1`),
+    /// with `bias` first; llama.cpp's chain reduced to an argmax where it picks the same.
+    pub fn chain(&self, n_ctx: usize, bias: &[(u32, f32)]) -> Result<SamplerChain, ApiError> {
+        let params = SamplingParams {
+            temp: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            typical_p: self.typical_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: if self.repeat_last_n < 0 { n_ctx } else { self.repeat_last_n as usize },
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            seed: self.seed,
+        };
+        SamplerChain::for_params(&params, &self.order, bias)
+            .map_err(|e| ApiError::field("samplers", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse_v(v: Value) -> Result<Sampling, ApiError> {
+        parse(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn seeds_are_llama_servers() {
+        assert_eq!(parse_v(json!({})).unwrap().seed, DEFAULT_SEED);
+        assert_eq!(parse_v(json!({"seed": -1})).unwrap().seed, DEFAULT_SEED);
+        assert_eq!(parse_v(json!({"seed": 4294967295u64})).unwrap().seed, DEFAULT_SEED);
+        assert_eq!(parse_v(json!({"seed": 42})).unwrap().seed, 42);
+        for bad in [json!(4294967296u64), json!(-2), json!(1.5), json!("7")] {
+            let e = parse_v(json!({"seed": bad})).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("seed"), "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn logit_bias_forms_and_errors() {
+        let s = parse_v(json!({"logit_bias": {"15": -100, "7": false, "Hi": 2}})).unwrap();
+        assert_eq!(s.logit_bias.len(), 3);
+        assert_eq!(s.logit_bias[0].target, BiasTarget::Token(15));
+        assert_eq!(s.logit_bias[1].bias, f32::NEG_INFINITY);
+        assert_eq!(s.logit_bias[2].target, BiasTarget::Text("Hi".into()));
+        let s = parse_v(json!({"logit_bias": [[3, 1.5], ["x", false]]})).unwrap();
+        assert_eq!(s.logit_bias[0].target, BiasTarget::Token(3));
+        assert_eq!(s.logit_bias[1].bias, f32::NEG_INFINITY);
+        for (bad, param) in [
+            (json!({"1": "x"}), "logit_bias.1"),
+            (json!({"1": true}), "logit_bias.1"),
+            (json!({"-1": 1}), "logit_bias.-1"),
+            (json!({"1": 1e300}), "logit_bias.1"),
+            (json!([[1]]), "logit_bias[0]"),
+            (json!([[-4, 1]]), "logit_bias[0][0]"),
+            (json!([[1, "x"]]), "logit_bias[0][1]"),
+            (json!(5), "logit_bias"),
+        ] {
+            let e = parse_v(json!({ "logit_bias": bad })).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn unbuilt_samplers_only_when_off() {
+        for ok in [
+            json!({"mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1}),
+            json!({"dry_multiplier": 0, "dry_base": 1.75, "dry_sequence_breakers": ["\n"]}),
+            json!({"xtc_probability": 0.5, "xtc_threshold": 0.9}),
+            json!({"top_n_sigma": -1, "dynatemp_range": 0, "min_keep": 1}),
+        ] {
+            parse_v(ok.clone()).unwrap_or_else(|e| panic!("{ok}: {}", e.message));
+        }
+        for (bad, param) in [
+            (json!({"mirostat": 2}), "mirostat"),
+            (json!({"mirostat": "2"}), "mirostat"),
+            (json!({"dry_multiplier": 0.8}), "dry_multiplier"),
+            (json!({"xtc_probability": 0.5}), "xtc_probability"),
+            (json!({"top_n_sigma": 1}), "top_n_sigma"),
+            (json!({"dynatemp_range": 0.5}), "dynatemp_range"),
+            (json!({"min_keep": 5}), "min_keep"),
+            (json!({"dry_sequence_breakers": [1]}), "dry_sequence_breakers"),
+            (json!({"typical_p": "0.5"}), "typical_p"),
+            (json!({"samplers": ["top_k", "nope"]}), "samplers"),
+            (json!({"samplers": "kq"}), "samplers"),
+            (json!({"samplers": ["infill"]}), "samplers"),
+            (json!({"samplers": [1]}), "samplers[0]"),
+        ] {
+            let e = parse_v(bad.clone()).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{bad}: {}", e.message);
+        }
+        let s = parse_v(json!({"samplers": "kt", "typical_p": 0.5})).unwrap();
+        assert_eq!(s.order, [Step::TopK, Step::Temperature]);
+        assert_eq!(s.typical_p, 0.5);
+        assert_eq!(s.chain(64, &[]).unwrap().describe(), "top-k -> temp -> dist");
+    }
+}
