@@ -84,10 +84,16 @@ for t in "$B"/tests/*; do
 done
 grep -h "test result\|panicked\|FAILED" "$L"/test-*.log >> "$R"
 
-step "CUDA test matrix"
+step "CUDA test matrix: the generic kernels alone, then with every fast path"
+# The plan's fast paths (TESSERA_CUDA_PATHS, crates/backend-cuda/src/plan) each have the generic
+# kernels behind them: a case failing only in the second run is that path's fault, and the
+# path can be named off (TESSERA_CUDA_PATHS=-mmvq) in every later step.
+run 200 test-matrix-generic env TESSERA_CUDA_PATHS=generic "$B/test-matrix" --backend cuda --max-failures 80
+echo "generic only: $(grep -E "^TOTAL" "$L/test-matrix-generic.log")" >> "$R"
 run 300 test-matrix "$B/test-matrix" --backend cuda --max-failures 80
 cp "$L/test-matrix.log" "$OUT/test-matrix.log"
-grep -E "^TOTAL" "$L/test-matrix.log" >> "$R"
+echo "fast paths: $(grep -E "^TOTAL" "$L/test-matrix.log")" >> "$R"
+grep -E "FAIL" "$L/test-matrix.log" | head -20 >> "$R"
 "$B/tessera" --version >> "$R" 2>&1
 
 step "random-weight Llama-3.2-1B files"
@@ -111,6 +117,9 @@ for q in $TYPES f16; do
     run 240 "kld-cuda-$q-ngl$ngl" "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl $ngl --kl-divergence-base $T/base-$q.kld --kl-divergence
     echo "$q -ngl $ngl:" >> "$R"; grep -iE "mean +kld|same top|mean ppl|error" "$L/kld-cuda-$q-ngl$ngl.log" | head -6 >> "$R"
   done
+  # The same with the generic kernels alone: the fast paths' own share of the divergence.
+  run 240 "kld-cuda-$q-generic" env TESSERA_CUDA_PATHS=generic "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl 99 --kl-divergence-base $T/base-$q.kld --kl-divergence
+  echo "$q -ngl 99, generic kernels only:" >> "$R"; grep -iE "mean +kld|same top|error" "$L/kld-cuda-$q-generic.log" | head -4 >> "$R"
 done
 
 step "real models: Tessera CUDA vs Tessera CPU (c=256, 4 chunks)"
@@ -135,6 +144,10 @@ for q in $([ -z "$QUICK" ] && echo Q4_0 Q4_K_M f16); do
   run 150 "bench-tessera-$q" "$B/tessera" bench -m $T/1b-$q.gguf -ngl 99 -p 512 -n 128 -r 3
   grep "|" "$L/bench-tessera-$q.log" | tail -3 >> "$R"
 done
+if [ -z "$QUICK" ]; then  # decoding without the fast paths, for their share of the speed
+  run 150 "bench-tessera-Q4_0-generic" env TESSERA_CUDA_PATHS=generic "$B/tessera" bench -m $T/1b-Q4_0.gguf -ngl 99 -p 512 -n 128 -r 2
+  echo "Q4_0, generic kernels only:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-generic.log" | tail -2 >> "$R"
+fi
 
 step "llama.cpp b11312 beside it"
 if [ -n "${BUILD:-}" ]; then wait $BUILD; fi

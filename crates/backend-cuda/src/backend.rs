@@ -1,13 +1,15 @@
 //! [`CudaDevice`] and [`CudaBackend`]: the `tessera_backend` traits on an NVIDIA GPU.
 
 use crate::buffer::CudaBufferType;
+use crate::exec::Executor;
 use crate::gpu::Gpu;
-use crate::ops::{supports, Launcher};
+use crate::plan::{plan_node, Capability, Paths};
 use crate::CudaError;
 use cudarc::driver::result;
 use std::sync::Arc;
 use tessera_backend::{
-    op_batch_size, Backend, BackendError, Bindings, Buffer, BufferType, Device, DeviceKind, Result,
+    op_batch_size, Backend, BackendError, Bindings, Buffer, BufferType, Device, DeviceKind, Event,
+    Result,
 };
 use tessera_tensor::graph::{Context, Graph, TensorId};
 
@@ -15,13 +17,20 @@ use tessera_tensor::graph::{Context, Graph, TensorId};
 #[derive(Debug, Clone)]
 pub struct CudaDevice {
     gpu: Arc<Gpu>,
+    /// The fast paths its backends may take (`TESSERA_CUDA_PATHS`).
+    paths: Paths,
 }
 
 impl CudaDevice {
     /// Opens GPU `ordinal`: an error, never a panic, where there is no driver, library or
-    /// device.
+    /// device, or where `TESSERA_CUDA_PATHS` names an unknown path.
     pub fn new(ordinal: usize) -> std::result::Result<CudaDevice, CudaError> {
-        Ok(CudaDevice { gpu: Arc::new(Gpu::open(ordinal)?) })
+        let paths = Paths::from_env()?;
+        let gpu = Arc::new(Gpu::open(ordinal)?);
+        if paths != Paths::all() {
+            tracing::info!(device = %gpu.name, paths = %paths.describe(), "CUDA fast paths limited");
+        }
+        Ok(CudaDevice { gpu, paths })
     }
 
     /// Every GPU the driver reports (none, without a driver).
@@ -32,7 +41,7 @@ impl CudaDevice {
 
     /// The device's backend, typed.
     pub fn backend(&self) -> CudaBackend {
-        CudaBackend { gpu: self.gpu.clone() }
+        CudaBackend { gpu: self.gpu.clone(), exec: Executor::new(self.paths) }
     }
 }
 
@@ -64,10 +73,43 @@ impl Device for CudaDevice {
     }
 }
 
-/// A stream on one GPU that computes graphs.
+/// Computes graphs on one GPU's stream: each graph planned, resolved once and queued
+/// ([`crate::exec`]); `graph_compute` returns once the work is queued, and reads of the
+/// results wait for it (they are queued on the same stream).
 #[derive(Debug)]
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
+    exec: Executor,
+}
+
+impl CudaBackend {
+    fn capability(&self) -> Capability {
+        Capability { arch: self.gpu.info.arch() }
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        self.exec.release(&self.gpu);
+    }
+}
+
+/// A point in the GPU's stream (`cuEventRecord`).
+struct GpuEvent {
+    gpu: String,
+    event: cudarc::driver::CudaEvent,
+}
+
+impl Event for GpuEvent {
+    fn is_complete(&self) -> bool {
+        self.event.is_complete()
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.event.synchronize().map_err(|e| BackendError::Kernel {
+            backend: self.gpu.clone(),
+            message: format!("waiting for an event: {e:?}"),
+        })
+    }
 }
 
 impl Backend for CudaBackend {
@@ -78,7 +120,7 @@ impl Backend for CudaBackend {
         Arc::new(CudaBufferType { gpu: self.gpu.clone() })
     }
     fn supports_op(&self, ctx: &Context, node: TensorId) -> bool {
-        supports(ctx, node)
+        plan_node(ctx, node, self.capability(), self.exec.paths()).is_ok()
     }
     fn supports_buffer(&self, buffer: &dyn Buffer) -> bool {
         !buffer.is_host() && buffer.device_ptr().is_some() && buffer.name() == self.gpu.name
@@ -90,30 +132,21 @@ impl Backend for CudaBackend {
         op_batch_size(ctx.get(node)) >= 32
     }
     fn graph_compute(&mut self, ctx: &Context, graph: &Graph, bindings: &Bindings) -> Result<()> {
-        for &node in graph.nodes() {
-            if !supports(ctx, node) {
-                let d = ctx.get(node);
-                return Err(BackendError::Unsupported {
-                    backend: self.gpu.name.clone(),
-                    op: d.op.name(),
-                    name: d.name.clone(),
-                    detail: format!("{} {}", d.dtype, d.shape_str()),
-                });
-            }
-        }
         self.gpu.bind().map_err(|e| backend_error(&self.gpu, e))?;
-        let launcher = Launcher { gpu: &self.gpu, ctx, bindings };
-        for &node in graph.nodes() {
-            if !ctx.get(node).op.is_view() {
-                launcher.node(node).map_err(|e| backend_error(&self.gpu, e))?;
-            }
-        }
-        self.synchronize()
+        self.exec.run(&self.gpu, ctx, graph, bindings)
     }
     fn synchronize(&mut self) -> Result<()> {
         self.gpu
             .stream
             .synchronize()
             .map_err(|e| backend_error(&self.gpu, CudaError::Driver(format!("{e:?}"))))
+    }
+    fn record_event(&mut self) -> Result<Box<dyn Event>> {
+        let event = self
+            .gpu
+            .stream
+            .record_event(None)
+            .map_err(|e| backend_error(&self.gpu, CudaError::Driver(format!("{e:?}"))))?;
+        Ok(Box::new(GpuEvent { gpu: self.gpu.name.clone(), event }))
     }
 }

@@ -1,8 +1,9 @@
 //! Device memory: [`CudaBufferType`] and [`CudaBuffer`] (`ggml_backend_cuda_buffer_type`).
 //!
-//! A buffer is one `cuMemAlloc` block owned by the buffer (freed on drop); reads and writes are
-//! synchronous copies, which the driver orders after the work queued on the legacy default
-//! stream the backend computes on, so a read sees every kernel queued before it.
+//! A buffer is one `cuMemAlloc` block owned by the buffer (freed on drop). Reads, writes,
+//! clears and copies are queued on the GPU's stream, the one the backend computes on, and
+//! waited for: a read sees every kernel queued before it, and a write (the next step's inputs)
+//! lands only after the kernels queued before it that read the old bytes.
 
 use crate::gpu::Gpu;
 use cudarc::driver::{result, sys};
@@ -60,9 +61,17 @@ impl CudaBuffer {
     }
 }
 
+impl CudaBuffer {
+    /// Waits for everything queued on the GPU's stream (this buffer's copy among it).
+    fn wait(&self) -> Result<()> {
+        self.gpu.stream.synchronize().map_err(|e| self.driver_error("stream synchronize", e))
+    }
+}
+
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        // No queued kernel may still read the block.
+        if self.gpu.stream.synchronize().is_ok() && self.gpu.bind().is_ok() {
             // SAFETY: `ptr` came from malloc_sync in this context and is freed only here.
             let _ = unsafe { result::free_sync(self.ptr) };
         }
@@ -88,9 +97,12 @@ impl Buffer for CudaBuffer {
             return Ok(());
         }
         self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
-        // SAFETY: the range was checked against the allocation; `data` is a live host slice.
-        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
-            .map_err(|e| self.driver_error("host to device copy", e))
+        let stream = self.gpu.stream.cu_stream();
+        // SAFETY: the range was checked against the allocation; `data` is a live host slice,
+        // and the stream is drained before it is given back.
+        unsafe { result::memcpy_htod_async(self.ptr + offset as u64, data, stream) }
+            .map_err(|e| self.driver_error("host to device copy", e))?;
+        self.wait()
     }
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         check_range(&self.gpu.name, "read", offset, out.len(), self.size)?;
@@ -98,15 +110,19 @@ impl Buffer for CudaBuffer {
             return Ok(());
         }
         self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
-        // SAFETY: as in `write`, with `out` writable.
-        unsafe { result::memcpy_dtoh_sync(out, self.ptr + offset as u64) }
-            .map_err(|e| self.driver_error("device to host copy", e))
+        let stream = self.gpu.stream.cu_stream();
+        // SAFETY: as in `write`, with `out` writable until the stream drained.
+        unsafe { result::memcpy_dtoh_async(out, self.ptr + offset as u64, stream) }
+            .map_err(|e| self.driver_error("device to host copy", e))?;
+        self.wait()
     }
     fn clear(&self, value: u8) -> Result<()> {
         self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
+        let stream = self.gpu.stream.cu_stream();
         // SAFETY: the whole allocation, which this buffer owns.
-        unsafe { result::memset_d8_sync(self.ptr, value, self.size.max(1)) }
-            .map_err(|e| self.driver_error("memset", e))
+        unsafe { result::memset_d8_async(self.ptr, value, self.size.max(1), stream) }
+            .map_err(|e| self.driver_error("memset", e))?;
+        self.wait()
     }
     fn usage(&self) -> BufferUsage {
         self.usage.get()
@@ -138,11 +154,18 @@ impl Buffer for CudaBuffer {
             return Ok(true);
         }
         self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
+        let stream = self.gpu.stream.cu_stream();
         // SAFETY: both ranges lie in live allocations of this context (checked above).
         unsafe {
-            result::memcpy_dtod_sync(d.ptr + dst_offset as u64, self.ptr + offset as u64, len)
+            result::memcpy_dtod_async(
+                d.ptr + dst_offset as u64,
+                self.ptr + offset as u64,
+                len,
+                stream,
+            )
         }
         .map_err(|e| self.driver_error("device to device copy", e))?;
+        self.wait()?;
         Ok(true)
     }
 }

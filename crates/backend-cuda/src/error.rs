@@ -20,6 +20,9 @@ pub enum CudaError {
     /// A driver call failed.
     #[error("CUDA driver: {0}")]
     Driver(String),
+    /// A setting (an environment variable) could not be read.
+    #[error("CUDA backend setting: {0}")]
+    Config(String),
     /// NVRTC refused a kernel source.
     #[error("NVRTC could not compile {kernel} for sm_{arch}: {log}")]
     Compile {

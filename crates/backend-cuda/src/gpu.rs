@@ -1,5 +1,6 @@
 //! One opened GPU, shared by its device, buffers and backends: the driver context, the stream
-//! the backend computes on, and the kernels compiled for it (loaded once per module).
+//! everything is queued on (kernels and copies alike, so they are ordered), and the kernels
+//! compiled for it (loaded once per module).
 
 use crate::device::{self, DeviceInfo};
 use crate::error::{guarded, CudaError};
@@ -31,8 +32,12 @@ impl Gpu {
     /// Opens device `ordinal`; an error, never a panic, without a driver or device.
     pub(crate) fn open(ordinal: usize) -> Result<Gpu, CudaError> {
         let (ctx, info) = device::open(ordinal)?;
-        // The legacy default stream: synchronous copies are ordered after its kernels.
-        let stream = ctx.default_stream();
+        // An owned, non-blocking stream (the legacy default stream cannot be captured into a
+        // CUDA graph); buffers queue their copies on it too, so they are ordered after the
+        // kernels that read or write the same memory.
+        let stream = guarded(|| {
+            ctx.new_stream().map_err(|e| CudaError::Driver(format!("creating a stream: {e:?}")))
+        })?;
         Ok(Gpu {
             name: format!("CUDA{ordinal}"),
             info,

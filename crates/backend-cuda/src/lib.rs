@@ -27,12 +27,23 @@
 //!   (pointer, `ne`, `nb`, type) and so handle views, permutations and broadcasts without
 //!   copies; weights of every type in the list are dequantized per element. These are
 //!   the correctness baseline the test matrix checks (`cargo xtask test-matrix --backend
-//!   cuda`); the int8 matrix-vector kernels of `quant.cu`, cuBLAS and CUDA graphs replace them
-//!   per shape where they apply. `supports_op` says no to what has no kernel, so the scheduler
-//!   keeps it on the CPU.
+//!   cuda`). Fast paths (the matrix-vector kernels of `quant.cu` today) replace them where
+//!   [`plan`] says, and `TESSERA_CUDA_PATHS` turns each off, so a GPU run can compare every
+//!   path with the baseline.
+//! - **The CPU backend's shape.** A type table ([`types`]) and a pure plan ([`plan`]) decide;
+//!   kernels only implement. Both are plain functions of tensor descriptions, so they build
+//!   and are tested without the feature and without a GPU; `supports_op` and the executor
+//!   read the same plan, so what the backend claims and what it runs cannot drift apart.
+//! - **One stream, resolved launches.** The backend owns a non-blocking stream (the legacy
+//!   default stream cannot be captured into a CUDA graph); buffer copies are queued on it too,
+//!   so they are ordered with the kernels. A graph is planned and resolved (functions,
+//!   addresses, scratch) before its first launch; nothing is compiled, loaded or allocated
+//!   between launches, and `graph_compute` does not wait for the GPU.
 
 pub mod error;
 pub mod kernels;
+pub mod plan;
+pub mod types;
 
 #[cfg(feature = "cuda")]
 mod backend;
@@ -41,11 +52,11 @@ pub mod buffer;
 #[cfg(feature = "cuda")]
 pub mod device;
 #[cfg(feature = "cuda")]
+mod exec;
+#[cfg(feature = "cuda")]
 mod gpu;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
-#[cfg(feature = "cuda")]
-mod ops;
 
 #[cfg(feature = "cuda")]
 pub use backend::{CudaBackend, CudaDevice};

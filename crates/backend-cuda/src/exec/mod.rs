@@ -1,0 +1,171 @@
+//! The executor: a graph is planned node by node ([`crate::plan`]), resolved once (every
+//! launch's function handle, device addresses and scratch address, modules loaded), and only
+//! then queued on the GPU's stream, with no lookup, lock or allocation between launches.
+//!
+//! Scratch memory is one arena per backend, as large as the largest need of a node (nodes run
+//! in stream order, so they share it); it grows only between graphs, after the stream has
+//! drained, so its address holds while a resolved graph lives.
+
+mod args;
+mod nodes;
+
+use crate::gpu::Gpu;
+use crate::plan::{plan_node, Capability, Kernel, NodePlan, Paths};
+use crate::CudaError;
+use args::Arg;
+use cudarc::driver::{result, sys, CudaFunction, LaunchConfig, PushKernelArg};
+use nodes::{Pending, Resolver};
+use std::collections::HashMap;
+use tessera_backend::{BackendError, Bindings};
+use tessera_tensor::graph::{Context, Graph, TensorId};
+
+/// One launch, resolved.
+struct Launch {
+    entry: &'static str,
+    func: CudaFunction,
+    cfg: LaunchConfig,
+    args: Vec<Arg>,
+}
+
+/// Device memory the kernels use between their inputs and outputs (see the module docs).
+#[derive(Debug, Default)]
+struct Scratch {
+    ptr: sys::CUdeviceptr,
+    size: usize,
+}
+
+/// Plans, resolves and queues graphs on one GPU (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Executor {
+    paths: Paths,
+    scratch: Scratch,
+}
+
+impl Executor {
+    /// An executor taking the fast paths `paths` allows.
+    pub(crate) fn new(paths: Paths) -> Executor {
+        Executor { paths, scratch: Scratch::default() }
+    }
+
+    /// The fast paths allowed.
+    pub(crate) fn paths(&self) -> Paths {
+        self.paths
+    }
+
+    /// The plan of every node of `graph`: the first the backend does not run is the error.
+    pub(crate) fn plan(
+        &self,
+        gpu: &Gpu,
+        ctx: &Context,
+        graph: &Graph,
+    ) -> Result<Vec<(TensorId, NodePlan)>, BackendError> {
+        let cap = Capability { arch: gpu.info.arch() };
+        graph
+            .nodes()
+            .iter()
+            .map(|&node| {
+                plan_node(ctx, node, cap, self.paths).map(|p| (node, p)).map_err(|why| {
+                    let d = ctx.get(node);
+                    BackendError::Unsupported {
+                        backend: gpu.name.clone(),
+                        op: d.op.name(),
+                        name: d.name.clone(),
+                        detail: why,
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Plans, resolves and queues `graph` on the GPU's stream (not waiting for it).
+    pub(crate) fn run(
+        &mut self,
+        gpu: &Gpu,
+        ctx: &Context,
+        graph: &Graph,
+        bindings: &Bindings,
+    ) -> Result<(), BackendError> {
+        let plans = self.plan(gpu, ctx, graph)?;
+        self.queue(gpu, ctx, &plans, bindings)
+            .map_err(|e| BackendError::Kernel { backend: gpu.name.clone(), message: e.to_string() })
+    }
+
+    fn queue(
+        &mut self,
+        gpu: &Gpu,
+        ctx: &Context,
+        plans: &[(TensorId, NodePlan)],
+        bindings: &Bindings,
+    ) -> Result<(), CudaError> {
+        let need = plans.iter().map(|(_, p)| p.scratch).max().unwrap_or(0);
+        self.reserve(gpu, need)?;
+        let resolver = Resolver { gpu, ctx, bindings, scratch: self.scratch.ptr };
+        let mut pending: Vec<Pending> = Vec::new();
+        for (node, plan) in plans {
+            if plan.kernel != Kernel::Nothing {
+                pending.extend(resolver.node(*node, plan)?);
+            }
+        }
+        let mut functions: HashMap<&'static str, CudaFunction> = HashMap::new();
+        let mut launches = Vec::with_capacity(pending.len());
+        for p in pending {
+            let func = match functions.get(p.entry) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = gpu.function(p.entry)?;
+                    functions.insert(p.entry, f.clone());
+                    f
+                }
+            };
+            launches.push(Launch { entry: p.entry, func, cfg: p.cfg, args: p.args });
+        }
+        for l in &launches {
+            let mut b = gpu.stream.launch_builder(&l.func);
+            for a in &l.args {
+                match a {
+                    Arg::T(t) => b.arg(t),
+                    Arg::Ptr(p) => b.arg(p),
+                    Arg::I32(x) => b.arg(x),
+                    Arg::I64(x) => b.arg(x),
+                    Arg::F32(x) => b.arg(x),
+                };
+            }
+            // SAFETY: every address is inside a buffer of this device (checked when resolved)
+            // or the scratch arena (sized by the plan), with the shape and strides the kernels
+            // index within; scalars match the kernels' parameter types in order.
+            unsafe { b.launch(l.cfg) }
+                .map_err(|e| CudaError::Driver(format!("{}: {e:?}", l.entry)))?;
+        }
+        Ok(())
+    }
+
+    /// Makes the arena at least `need` bytes: a larger one only after the stream drained, so
+    /// no queued kernel reads the old one.
+    fn reserve(&mut self, gpu: &Gpu, need: usize) -> Result<(), CudaError> {
+        if need <= self.scratch.size {
+            return Ok(());
+        }
+        gpu.stream.synchronize().map_err(|e| CudaError::Driver(format!("{e:?}")))?;
+        self.release(gpu);
+        let size = need.next_power_of_two().max(1 << 16);
+        gpu.bind()?;
+        // SAFETY: the context is current (bound above); freed once, in `release`.
+        let ptr = unsafe { result::malloc_sync(size) }
+            .map_err(|e| CudaError::Driver(format!("scratch of {size} bytes: {e:?}")))?;
+        self.scratch = Scratch { ptr, size };
+        Ok(())
+    }
+
+    /// Frees the arena (the stream drained first).
+    pub(crate) fn release(&mut self, gpu: &Gpu) {
+        if self.scratch.size == 0 {
+            return;
+        }
+        if gpu.stream.synchronize().is_ok() && gpu.bind().is_ok() {
+            // SAFETY: allocated by `reserve` in this context; no queued kernel reads it (the
+            // stream drained above); freed once (the size is reset below).
+            let _ = unsafe { result::free_sync(self.scratch.ptr) };
+        }
+        self.scratch = Scratch::default();
+    }
+}

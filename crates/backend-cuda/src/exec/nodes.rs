@@ -1,0 +1,305 @@
+//! The launches of one node: which kernels of `kernels/` run it, with which arguments and launch
+//! shape, for the kernel its plan chose ([`crate::plan`]).
+
+use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
+use crate::gpu::Gpu;
+use crate::plan::{Kernel, MatmulPath, NodePlan};
+use crate::types::row_of;
+use crate::CudaError;
+use cudarc::driver::LaunchConfig;
+use tessera_backend::{Bindings, Buffer};
+use tessera_tensor::graph::{Context, GluOp, Op, RopeMode, TensorId, UnaryOp};
+
+/// One kernel launch, before its function is looked up.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub entry: &'static str,
+    pub cfg: LaunchConfig,
+    pub args: Vec<Arg>,
+}
+
+fn one(entry: &'static str, cfg: LaunchConfig, args: Vec<Arg>) -> Vec<Pending> {
+    vec![Pending { entry, cfg, args }]
+}
+
+/// What resolving a graph's nodes needs.
+pub(crate) struct Resolver<'a> {
+    pub gpu: &'a Gpu,
+    pub ctx: &'a Context,
+    pub bindings: &'a Bindings,
+    /// The scratch arena's device address (valid while the executor's plan lives).
+    pub scratch: u64,
+}
+
+impl Resolver<'_> {
+    fn arg(&self, id: TensorId) -> Result<TensorArg, CudaError> {
+        let d = self.ctx.get(id);
+        let s = self
+            .bindings
+            .storage(self.ctx, id)
+            .ok_or_else(|| CudaError::Driver(format!("tensor '{}' has no storage", d.name)))?;
+        let buf: &dyn Buffer = &*s.buffer;
+        if buf.is_host() || buf.name() != self.gpu.name {
+            return Err(CudaError::Driver(format!(
+                "tensor '{}' is in a {} buffer, which {} cannot read",
+                d.name,
+                buf.name(),
+                self.gpu.name
+            )));
+        }
+        let base = buf.device_ptr().map_or(0, |p| p.as_ptr() as usize as u64);
+        Ok(TensorArg {
+            p: base + s.offset as u64,
+            ne: d.ne.map(|x| x as i64),
+            nb: d.nb.map(|x| x as i64),
+            dtype: d.dtype.id() as i32,
+            pad: 0,
+        })
+    }
+
+    fn src(&self, node: TensorId, i: usize) -> Result<TensorArg, CudaError> {
+        match self.ctx.get(node).src[i] {
+            Some(s) => self.arg(s),
+            None => Ok(TensorArg::NONE),
+        }
+    }
+
+    /// The launches of `id` on the kernel of `plan`.
+    pub(crate) fn node(&self, id: TensorId, plan: &NodePlan) -> Result<Vec<Pending>, CudaError> {
+        let d = self.ctx.get(id);
+        if plan.kernel == Kernel::Nothing {
+            return Ok(Vec::new());
+        }
+        let dst = self.arg(id)?;
+        let a = self.src(id, 0)?;
+        let n = d.n_elements();
+        let rows = d.ne[1] * d.ne[2] * d.ne[3];
+        Ok(match plan.kernel {
+            Kernel::Nothing => Vec::new(),
+            Kernel::GetRows => {
+                one("get_rows_op", grid_for(n), vec![dst.into(), a.into(), self.src(id, 1)?.into()])
+            }
+            Kernel::Binary => {
+                let op: i32 = match d.op {
+                    Op::Add => 0,
+                    Op::Sub => 1,
+                    Op::Mul => 2,
+                    _ => 3,
+                };
+                one(
+                    "binary_op",
+                    grid_for(n),
+                    vec![dst.into(), a.into(), self.src(id, 1)?.into(), op.into()],
+                )
+            }
+            Kernel::Unary => {
+                let (op, p0, p1) = match d.op {
+                    Op::Scale { scale, bias } => (0, scale, bias),
+                    Op::Unary(u) => {
+                        let op = match u {
+                            UnaryOp::Gelu => 1,
+                            UnaryOp::GeluErf => 2,
+                            UnaryOp::Silu => 3,
+                            UnaryOp::Tanh => 4,
+                        };
+                        (op, 0.0, 0.0)
+                    }
+                    _ => return Err(mismatch(d.op.name(), plan)),
+                };
+                one(
+                    "unary_op",
+                    grid_for(n),
+                    vec![dst.into(), a.into(), op.into(), p0.into(), p1.into()],
+                )
+            }
+            Kernel::Glu => {
+                let Op::Glu { op, swapped } = d.op else { return Err(mismatch(d.op.name(), plan)) };
+                let split = d.src[1].is_some();
+                let b = if split { self.src(id, 1)? } else { TensorArg::NONE };
+                let args = vec![
+                    dst.into(),
+                    a.into(),
+                    b.into(),
+                    i32::from(op == GluOp::GeGlu).into(),
+                    i32::from(swapped).into(),
+                    i32::from(split).into(),
+                ];
+                one("glu_op", grid_for(n), args)
+            }
+            Kernel::Norm => {
+                let (eps, rms) = match d.op {
+                    Op::RmsNorm { eps } => (eps, 1i32),
+                    Op::Norm { eps } => (eps, 0),
+                    _ => return Err(mismatch(d.op.name(), plan)),
+                };
+                one(
+                    "norm_op",
+                    per_row(rows, THREADS),
+                    vec![dst.into(), a.into(), eps.into(), rms.into()],
+                )
+            }
+            Kernel::SoftMax => {
+                let Op::SoftMax { scale, max_bias } = d.op else {
+                    return Err(mismatch(d.op.name(), plan));
+                };
+                let has = i32::from(d.src[1].is_some());
+                let args = vec![
+                    dst.into(),
+                    a.into(),
+                    self.src(id, 1)?.into(),
+                    has.into(),
+                    scale.into(),
+                    max_bias.into(),
+                ];
+                one("soft_max_op", per_row(rows, THREADS), args)
+            }
+            Kernel::Rope => self.rope(id, dst, a)?,
+            Kernel::MulMat(path) => self.mul_mat(id, path, dst, a)?,
+            Kernel::CpyQuantize => one("cpy_q_op", grid_for(n / 32), vec![dst.into(), a.into()]),
+            Kernel::CpyBlocks => {
+                let row_bytes = d.row_size() as i64;
+                let cfg = grid_for(row_bytes as usize * rows);
+                one("cpy_rows_bytes", cfg, vec![dst.into(), a.into(), row_bytes.into()])
+            }
+            Kernel::Cpy => one("cpy_op", grid_for(n), vec![dst.into(), a.into()]),
+            Kernel::SetRows | Kernel::SetRowsQuantize => {
+                let bn = self.ctx.get(d.src[1].expect("planned with rows")).n_elements();
+                let args = vec![dst.into(), self.src(id, 1)?.into(), self.src(id, 2)?.into()];
+                if plan.kernel == Kernel::SetRowsQuantize {
+                    one("set_rows_q_op", grid_for(bn / 32), args)
+                } else {
+                    one("set_rows_op", grid_for(bn), args)
+                }
+            }
+            Kernel::FlashAttn(_) => {
+                let Op::FlashAttnExt { scale, max_bias, softcap } = d.op else {
+                    return Err(mismatch(d.op.name(), plan));
+                };
+                let q = self.ctx.get(d.src[0].expect("q"));
+                let n_warps = q.ne[1] * q.ne[2] * q.ne[3];
+                let args = vec![
+                    dst.into(),
+                    a.into(),
+                    self.src(id, 1)?.into(),
+                    self.src(id, 2)?.into(),
+                    self.src(id, 3)?.into(),
+                    i32::from(d.src[3].is_some()).into(),
+                    scale.into(),
+                    max_bias.into(),
+                    softcap.into(),
+                ];
+                one("flash_attn_op", warps(n_warps, 4), args)
+            }
+            Kernel::Concat => {
+                let Op::Concat { dim } = d.op else { return Err(mismatch(d.op.name(), plan)) };
+                one(
+                    "concat_op",
+                    grid_for(n),
+                    vec![dst.into(), a.into(), self.src(id, 1)?.into(), (dim as i32).into()],
+                )
+            }
+            Kernel::SumRows => {
+                one("sum_rows_op", per_row(rows, THREADS), vec![dst.into(), a.into()])
+            }
+            Kernel::Argmax => {
+                let r = self.ctx.get(d.src[0].expect("a source")).ne[1];
+                one("argmax_op", per_row(r, 32), vec![dst.into(), a.into()])
+            }
+        })
+    }
+
+    fn rope(&self, id: TensorId, dst: TensorArg, a: TensorArg) -> Result<Vec<Pending>, CudaError> {
+        let d = self.ctx.get(id);
+        let Op::Rope(p) = d.op else {
+            return Err(CudaError::Driver("ROPE planned for another op".into()));
+        };
+        let [c0, c1] = p.yarn_corr_dims();
+        let args = vec![
+            dst.into(),
+            a.into(),
+            self.src(id, 1)?.into(),
+            self.src(id, 2)?.into(),
+            i32::from(d.src[2].is_some()).into(),
+            (p.n_dims as i32).into(),
+            i32::from(p.mode == RopeMode::Neox).into(),
+            p.freq_base.into(),
+            p.freq_scale.into(),
+            p.ext_factor.into(),
+            p.attn_factor.into(),
+            c0.into(),
+            c1.into(),
+        ];
+        Ok(one("rope_op", grid_for(d.n_elements() / 2), args))
+    }
+
+    /// A product on `path`: the generic kernel, or a matrix-vector kernel over the one
+    /// contiguous column the plan checked (raw addresses, the weight's row stride).
+    fn mul_mat(
+        &self,
+        id: TensorId,
+        path: MatmulPath,
+        dst: TensorArg,
+        w: TensorArg,
+    ) -> Result<Vec<Pending>, CudaError> {
+        let d = self.ctx.get(id);
+        let x = self.src(id, 1)?;
+        let wd = self.ctx.get(d.src[0].expect("weights"));
+        let (nrows, ncols) = (wd.ne[1], wd.ne[0]);
+        let row_bytes = wd.nb[1] as i64;
+        let kernel = |pick: fn(&crate::types::TypeRow) -> Option<&'static str>| {
+            row_of(wd.dtype).and_then(pick).ok_or_else(|| {
+                CudaError::Driver(format!(
+                    "{path} planned for {} weights without a kernel",
+                    wd.dtype
+                ))
+            })
+        };
+        let cfg = warps(nrows, 8);
+        Ok(match path {
+            MatmulPath::Generic => {
+                one("mul_mat_op", warps(d.n_elements(), 8), vec![dst.into(), w.into(), x.into()])
+            }
+            MatmulPath::Mmvq => {
+                let nblocks = ncols / 32;
+                let q = vec![Arg::Ptr(x.p), Arg::Ptr(self.scratch), (nblocks as i64).into()];
+                let mm = vec![
+                    Arg::Ptr(w.p),
+                    Arg::Ptr(self.scratch),
+                    Arg::Ptr(dst.p),
+                    (nrows as i32).into(),
+                    (nblocks as i32).into(),
+                    row_bytes.into(),
+                ];
+                vec![
+                    Pending { entry: "quantize_q8_1", cfg: warps(nblocks, 8), args: q },
+                    Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm },
+                ]
+            }
+            MatmulPath::Mmv => {
+                let args = vec![
+                    Arg::Ptr(w.p),
+                    Arg::Ptr(x.p),
+                    Arg::Ptr(dst.p),
+                    (nrows as i32).into(),
+                    (ncols as i32).into(),
+                    row_bytes.into(),
+                ];
+                one(kernel(|r| r.mmv)?, cfg, args)
+            }
+            MatmulPath::MmvF16 => {
+                let args = vec![
+                    Arg::Ptr(w.p),
+                    Arg::Ptr(x.p),
+                    Arg::Ptr(dst.p),
+                    (nrows as i32).into(),
+                    (ncols as i32).into(),
+                ];
+                one(kernel(|r| r.mmv)?, cfg, args)
+            }
+        })
+    }
+}
+
+fn mismatch(op: &str, plan: &NodePlan) -> CudaError {
+    CudaError::Driver(format!("{op} planned as {:?}", plan.kernel))
+}

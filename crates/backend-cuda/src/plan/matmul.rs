@@ -1,0 +1,109 @@
+//! The path of a matrix product (MUL_MAT): the generic strided kernel for every shape, or a
+//! matrix-vector kernel of the weight type's row in [`crate::types`] where the shape is one
+//! contiguous column and the path is allowed ([`Paths`]).
+//!
+//! The order is llama.cpp's for one column: int8 MMVQ where the type has it (and the device
+//! has dp4a, sm_61+), else a float matrix-vector kernel that dequantizes the weights, else the
+//! generic kernel. Products of more columns take the generic kernel until the batched paths
+//! (the next issue's GEMM and MMQ) exist.
+
+use super::{Capability, FastPath, Paths};
+use crate::types::{row_of, Q8_1_BYTES};
+use tessera_tensor::graph::TensorDesc;
+use tessera_tensor::DType::{self, F16, F32};
+
+/// The path of one product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MatmulPath {
+    /// `mul_mat_op`: one warp per output element over strided, dequantized-per-element
+    /// sources; every shape, view and broadcast. The baseline behind every other path.
+    Generic,
+    /// The activation column quantized to Q8_1 (`quantize_q8_1`, into scratch), then the
+    /// type's int8 kernel (`mmvq_*`), one warp per weight row.
+    Mmvq,
+    /// The type's dequantizing matrix-vector kernel (`mmv_*`) over the f32 column.
+    Mmv,
+    /// `mmv_f16`: F16 weights times the f32 column.
+    MmvF16,
+}
+
+impl MatmulPath {
+    /// A short name (`generic`, `mmvq`, ...), as `TESSERA_CUDA_PATHS` spells the fast ones.
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulPath::Generic => "generic",
+            MatmulPath::Mmvq => FastPath::Mmvq.name(),
+            MatmulPath::Mmv => FastPath::Mmv.name(),
+            MatmulPath::MmvF16 => FastPath::MmvF16.name(),
+        }
+    }
+}
+
+impl std::fmt::Display for MatmulPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Whether the product is one contiguous f32 column into a contiguous f32 column, against one
+/// weight matrix whose elements (blocks) are packed within each row: what the matrix-vector
+/// kernels index (raw pointers, a row stride).
+fn one_column(w: &TensorDesc, x: &TensorDesc, dst: &TensorDesc) -> bool {
+    let fits = |n: usize| n < i32::MAX as usize;
+    x.dtype == F32
+        && x.ne[1] * x.ne[2] * x.ne[3] == 1
+        && x.nb[0] == 4
+        && dst.dtype == F32
+        && dst.nb[0] == 4
+        && dst.ne[1] * dst.ne[2] * dst.ne[3] == 1
+        && w.ne[2] == 1
+        && w.ne[3] == 1
+        && w.nb[0] == w.dtype.type_size()
+        && w.nb[1] >= w.row_size()
+        && fits(w.ne[0])
+        && fits(w.ne[1])
+}
+
+/// The path of `dst = w · x` (see the module docs) and the scratch bytes it needs.
+pub fn matmul_path(
+    w: &TensorDesc,
+    x: &TensorDesc,
+    dst: &TensorDesc,
+    cap: Capability,
+    paths: Paths,
+) -> (MatmulPath, usize) {
+    let Some(row) = row_of(w.dtype) else { return (MatmulPath::Generic, 0) };
+    if !one_column(w, x, dst) {
+        return (MatmulPath::Generic, 0);
+    }
+    if row.mmvq.is_some() && paths.allows(FastPath::Mmvq) && cap.arch >= 61 {
+        return (MatmulPath::Mmvq, w.ne[0] / 32 * Q8_1_BYTES);
+    }
+    if w.dtype == F16 {
+        // `mmv_f16` reads rows `ncols` apart.
+        if paths.allows(FastPath::MmvF16) && w.nb[1] == w.row_size() {
+            return (MatmulPath::MmvF16, 0);
+        }
+        return (MatmulPath::Generic, 0);
+    }
+    if row.mmv.is_some() && paths.allows(FastPath::Mmv) {
+        return (MatmulPath::Mmv, 0);
+    }
+    (MatmulPath::Generic, 0)
+}
+
+/// Every path the plan can give a product with weights of `dtype` (on a device with dp4a):
+/// what the test matrix must reach for each type.
+pub fn possible_paths(dtype: DType) -> Vec<MatmulPath> {
+    let mut v = vec![MatmulPath::Generic];
+    let Some(row) = row_of(dtype) else { return v };
+    if row.mmvq.is_some() {
+        v.push(MatmulPath::Mmvq);
+    }
+    if dtype == F16 {
+        v.push(MatmulPath::MmvF16);
+    } else if row.mmv.is_some() {
+        v.push(MatmulPath::Mmv);
+    }
+    v
+}

@@ -1,0 +1,204 @@
+//! What runs each node: one pure function of the node, its sources, the device's capability
+//! and the allowed fast paths ([`plan_node`]), so the choice can be read, tested as a table
+//! without a GPU and printed, apart from the kernels that carry it out. `supports_op` is
+//! "the plan has a kernel" and the executor launches what the plan says: the two cannot
+//! disagree.
+//!
+//! A refusal says why (types, shapes), and the scheduler keeps the node on the CPU.
+
+mod matmul;
+mod paths;
+
+pub use matmul::{matmul_path, possible_paths, MatmulPath};
+pub use paths::{FastPath, Paths};
+
+use crate::types::{is_block, is_float, quantizable, readable};
+use tessera_tensor::graph::{Context, Op, TensorDesc, TensorId};
+use tessera_tensor::DType::{F16, F32, I32, I64};
+
+/// What the plan knows of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capability {
+    /// The architecture number (`90` for sm_90).
+    pub arch: u32,
+}
+
+/// The attention path of a FLASH_ATTN_EXT node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttnPath {
+    /// One warp per query row over the strided K/V (`flash_attn_op`).
+    Generic,
+}
+
+/// The kernel (family) a node runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// A view or a leaf: nothing to launch.
+    Nothing,
+    /// `get_rows_op`.
+    GetRows,
+    /// `binary_op` (ADD, SUB, MUL, DIV with broadcast).
+    Binary,
+    /// `unary_op` (SCALE and the unary functions).
+    Unary,
+    /// `glu_op`.
+    Glu,
+    /// `norm_op` (RMS_NORM and NORM).
+    Norm,
+    /// `soft_max_op`.
+    SoftMax,
+    /// `rope_op`.
+    Rope,
+    /// A matrix product on the given path.
+    MulMat(MatmulPath),
+    /// `cpy_q_op`: floats quantized into blocks.
+    CpyQuantize,
+    /// `cpy_rows_bytes`: blocks copied between equal types.
+    CpyBlocks,
+    /// `cpy_op`: element by element.
+    Cpy,
+    /// `set_rows_q_op`.
+    SetRowsQuantize,
+    /// `set_rows_op`.
+    SetRows,
+    /// Attention on the given path.
+    FlashAttn(AttnPath),
+    /// `concat_op`.
+    Concat,
+    /// `sum_rows_op`.
+    SumRows,
+    /// `argmax_op`.
+    Argmax,
+}
+
+/// The plan of one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodePlan {
+    /// What runs it.
+    pub kernel: Kernel,
+    /// Bytes of scratch memory it needs while it runs (the Q8_1 activations of an int8
+    /// product, say); nodes run in stream order, so one arena of the largest need serves all.
+    pub scratch: usize,
+}
+
+impl NodePlan {
+    fn of(kernel: Kernel) -> Result<NodePlan, String> {
+        Ok(NodePlan { kernel, scratch: 0 })
+    }
+}
+
+fn types_of(d: &TensorDesc) -> String {
+    format!("{} {}", d.dtype, d.shape_str())
+}
+
+/// The plan of `node`, or why the backend does not run it.
+pub fn plan_node(
+    ctx: &Context,
+    node: TensorId,
+    cap: Capability,
+    paths: Paths,
+) -> Result<NodePlan, String> {
+    let d = ctx.get(node);
+    let s = |i: usize| d.src[i].map(|s| ctx.get(s));
+    let float = |t: &TensorDesc| is_float(t.dtype);
+    let refuse = |why: &str| Err(format!("{why} ({} -> {})", srcs(ctx, d), types_of(d)));
+    let Some(src0) = s(0) else {
+        return if d.op.is_view() || d.op == Op::None {
+            NodePlan::of(Kernel::Nothing)
+        } else {
+            refuse("no source")
+        };
+    };
+    let index = |t: Option<&TensorDesc>| t.is_some_and(|i| matches!(i.dtype, I32 | I64));
+    match d.op {
+        Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
+            NodePlan::of(Kernel::Nothing)
+        }
+        Op::GetRows if readable(src0.dtype) && index(s(1)) && float(d) => {
+            NodePlan::of(Kernel::GetRows)
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div
+            if float(src0) && s(1).is_some_and(float) && float(d) =>
+        {
+            NodePlan::of(Kernel::Binary)
+        }
+        Op::Concat { .. } if float(src0) && s(1).is_some_and(float) && float(d) => {
+            NodePlan::of(Kernel::Concat)
+        }
+        Op::Scale { .. } | Op::Unary(_) if float(src0) && float(d) => NodePlan::of(Kernel::Unary),
+        Op::RmsNorm { .. } | Op::Norm { .. } if float(src0) && float(d) => {
+            NodePlan::of(Kernel::Norm)
+        }
+        Op::SumRows if float(src0) && float(d) => NodePlan::of(Kernel::SumRows),
+        Op::Glu { .. } if float(src0) && s(1).is_none_or(float) && float(d) => {
+            NodePlan::of(Kernel::Glu)
+        }
+        Op::SoftMax { .. } if s(2).is_some() => refuse("attention sinks have no CUDA kernel yet"),
+        Op::SoftMax { .. } if float(src0) && s(1).is_none_or(float) && float(d) => {
+            NodePlan::of(Kernel::SoftMax)
+        }
+        Op::Rope(_)
+            if matches!(src0.dtype, F32 | F16)
+                && s(1).is_some_and(|p| p.dtype == I32)
+                && s(2).is_none_or(|f| f.dtype == F32)
+                && d.dtype == src0.dtype =>
+        {
+            NodePlan::of(Kernel::Rope)
+        }
+        Op::MulMat => match s(1) {
+            Some(src1) if readable(src0.dtype) && float(src1) && d.dtype == F32 => {
+                let (path, scratch) = matmul_path(src0, src1, d, cap, paths);
+                Ok(NodePlan { kernel: Kernel::MulMat(path), scratch })
+            }
+            _ => refuse("MUL_MAT reads weights of a CUDA type and float activations into F32"),
+        },
+        Op::Cpy | Op::Cont | Op::Dup => {
+            if quantizable(d.dtype) && float(src0) && d.ne[0] % d.dtype.block_size() == 0 {
+                NodePlan::of(Kernel::CpyQuantize)
+            } else if is_block(d.dtype) && src0.dtype == d.dtype {
+                NodePlan::of(Kernel::CpyBlocks)
+            } else if readable(src0.dtype) && float(d) {
+                NodePlan::of(Kernel::Cpy)
+            } else {
+                refuse("no CUDA copy between these types")
+            }
+        }
+        Op::SetRows if s(1).is_some_and(float) && index(s(2)) => {
+            if float(d) {
+                NodePlan::of(Kernel::SetRows)
+            } else if quantizable(d.dtype) && d.ne[0] % d.dtype.block_size() == 0 {
+                NodePlan::of(Kernel::SetRowsQuantize)
+            } else {
+                refuse("SET_ROWS writes floats or the quantizable block types")
+            }
+        }
+        Op::FlashAttnExt { .. } if s(4).is_some() => {
+            refuse("attention sinks have no CUDA kernel yet")
+        }
+        Op::FlashAttnExt { .. }
+            if src0.dtype == F32
+                && s(1).is_some_and(|k| readable(k.dtype))
+                && s(2).is_some_and(|v| readable(v.dtype) && v.ne[0] <= 512)
+                && s(3).is_none_or(float)
+                && d.dtype == F32 =>
+        {
+            NodePlan::of(Kernel::FlashAttn(AttnPath::Generic))
+        }
+        Op::Argmax if src0.dtype == F32 && src0.ne[2] == 1 && src0.ne[3] == 1 => {
+            NodePlan::of(Kernel::Argmax)
+        }
+        Op::MulMatId | Op::Argsort { .. } | Op::Clamp { .. } | Op::AddId | Op::SwiGluOai { .. } => {
+            refuse(&format!("{} has no CUDA kernel yet", d.op.name()))
+        }
+        _ => refuse(&format!("{} has no CUDA kernel for these types", d.op.name())),
+    }
+}
+
+/// The sources' types and shapes, for refusals.
+fn srcs(ctx: &Context, d: &TensorDesc) -> String {
+    let v: Vec<String> = d.src.iter().flatten().map(|&s| types_of(ctx.get(s))).collect();
+    v.join(", ")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,122 @@
+//! Which fast paths may run (`TESSERA_CUDA_PATHS`): every fast path has the generic kernels
+//! behind it, so one run on a GPU can compare each path with the baseline and isolate a
+//! failing one.
+//!
+//! The variable holds a comma-separated list: `all` (the default), `generic` (no fast path),
+//! path names (only those), or names with a leading `-` (all but those), for example
+//! `TESSERA_CUDA_PATHS=-mmvq`.
+
+use crate::error::CudaError;
+
+/// A fast path the plan may choose instead of the generic kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FastPath {
+    /// Int8 matrix-vector products: the activation row quantized to Q8_1 once, dp4a dots.
+    Mmvq,
+    /// Matrix-vector products over f32 activations, the weights dequantized on the fly.
+    Mmv,
+    /// The F16 matrix-vector kernel.
+    MmvF16,
+}
+
+impl FastPath {
+    /// Every fast path.
+    pub const ALL: [FastPath; 3] = [FastPath::Mmvq, FastPath::Mmv, FastPath::MmvF16];
+
+    /// Its name in `TESSERA_CUDA_PATHS` and in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            FastPath::Mmvq => "mmvq",
+            FastPath::Mmv => "mmv",
+            FastPath::MmvF16 => "mmv-f16",
+        }
+    }
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+/// The fast paths that may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Paths(u32);
+
+impl Default for Paths {
+    fn default() -> Self {
+        Paths::all()
+    }
+}
+
+impl Paths {
+    /// Every fast path on.
+    pub fn all() -> Paths {
+        Paths(FastPath::ALL.iter().fold(0, |m, p| m | p.bit()))
+    }
+
+    /// Only the generic kernels.
+    pub fn generic() -> Paths {
+        Paths(0)
+    }
+
+    /// Whether `p` may run.
+    pub fn allows(self, p: FastPath) -> bool {
+        self.0 & p.bit() != 0
+    }
+
+    /// Reads a `TESSERA_CUDA_PATHS` value (module docs); an unknown name is the error.
+    pub fn parse(spec: &str) -> Result<Paths, CudaError> {
+        let spec = spec.trim();
+        if spec.is_empty() || spec == "all" {
+            return Ok(Paths::all());
+        }
+        if spec == "generic" {
+            return Ok(Paths::generic());
+        }
+        let find = |n: &str| {
+            FastPath::ALL.into_iter().find(|p| p.name() == n).ok_or_else(|| {
+                let names: Vec<_> = FastPath::ALL.iter().map(|p| p.name()).collect();
+                CudaError::Config(format!(
+                    "TESSERA_CUDA_PATHS: unknown path '{n}' (all, generic, or of {})",
+                    names.join(", ")
+                ))
+            })
+        };
+        let items: Vec<&str> = spec.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        let negative = items.iter().all(|i| i.starts_with('-'));
+        if !negative && items.iter().any(|i| i.starts_with('-')) {
+            return Err(CudaError::Config(format!(
+                "TESSERA_CUDA_PATHS={spec}: give the paths to keep or, each with '-', those to \
+                 turn off, not both"
+            )));
+        }
+        let mut mask = if negative { Paths::all().0 } else { 0 };
+        for i in items {
+            let p = find(i.trim_start_matches('-'))?;
+            if negative {
+                mask &= !p.bit();
+            } else {
+                mask |= p.bit();
+            }
+        }
+        Ok(Paths(mask))
+    }
+
+    /// The paths of `TESSERA_CUDA_PATHS` (all when unset).
+    pub fn from_env() -> Result<Paths, CudaError> {
+        match std::env::var("TESSERA_CUDA_PATHS") {
+            Ok(s) => Paths::parse(&s),
+            Err(_) => Ok(Paths::all()),
+        }
+    }
+
+    /// The names of the allowed paths (`generic` when none).
+    pub fn describe(self) -> String {
+        let on: Vec<_> =
+            FastPath::ALL.iter().filter(|p| self.allows(**p)).map(|p| p.name()).collect();
+        if on.is_empty() {
+            "generic".into()
+        } else {
+            on.join(",")
+        }
+    }
+}

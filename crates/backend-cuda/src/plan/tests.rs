@@ -1,0 +1,136 @@
+//! The plan as tables: every weight type × columns × device × allowed paths, the refusals, and
+//! `TESSERA_CUDA_PATHS`.
+
+use super::*;
+use tessera_tensor::DType::{self, *};
+
+const SM90: Capability = Capability { arch: 90 };
+
+fn product(w: DType, cols: usize) -> (Context, TensorId) {
+    let mut ctx = Context::new();
+    let a = ctx.new_tensor(w, &[256, 8]).unwrap();
+    let x = ctx.new_tensor(F32, &[256, cols]).unwrap();
+    let y = ctx.mul_mat(a, x).unwrap();
+    (ctx, y)
+}
+
+fn path(w: DType, cols: usize, cap: Capability, paths: Paths) -> Option<MatmulPath> {
+    let (ctx, y) = product(w, cols);
+    match plan_node(&ctx, y, cap, paths).ok()?.kernel {
+        Kernel::MulMat(p) => Some(p),
+        k => panic!("MUL_MAT planned as {k:?}"),
+    }
+}
+
+/// One column takes the type's matrix-vector kernel; more columns, an old device or the
+/// generic setting take the generic kernel; types without a dequantizer are refused.
+#[test]
+fn matmul_paths_by_type_columns_and_device() {
+    use MatmulPath::*;
+    let table: &[(DType, Option<MatmulPath>)] = &[
+        (F32, Some(Generic)),
+        (F16, Some(MmvF16)),
+        (BF16, Some(Generic)),
+        (Q4_0, Some(Mmvq)),
+        (Q4_1, Some(Mmv)),
+        (Q5_0, Some(Mmvq)),
+        (Q5_1, Some(Mmv)),
+        (Q8_0, Some(Mmvq)),
+        (Q2_K, Some(Generic)),
+        (Q3_K, Some(Generic)),
+        (Q4_K, Some(Mmv)),
+        (Q5_K, Some(Generic)),
+        (Q6_K, Some(Mmv)),
+        (IQ4_NL, Some(Generic)),
+        (IQ4_XS, Some(Generic)),
+        (MXFP4, Some(Generic)),
+        (IQ2_XXS, None),
+        (TQ2_0, None),
+    ];
+    for &(w, one) in table {
+        assert_eq!(path(w, 1, SM90, Paths::all()), one, "{w} x 1 column");
+        let generic = one.map(|_| Generic);
+        for cols in [2, 8, 64] {
+            assert_eq!(path(w, cols, SM90, Paths::all()), generic, "{w} x {cols} columns");
+        }
+        assert_eq!(path(w, 1, SM90, Paths::generic()), generic, "{w}, generic only");
+        let old = if one == Some(Mmvq) { generic } else { one };
+        assert_eq!(path(w, 1, Capability { arch: 52 }, Paths::all()), old, "{w} on sm_52");
+        if let Some(p) = one {
+            assert!(possible_paths(w).contains(&p), "{w}: {p} not among the possible paths");
+        }
+    }
+}
+
+/// The int8 path asks for the Q8_1 column in scratch; turning one path off leaves the others.
+#[test]
+fn scratch_and_single_paths_off() {
+    let (ctx, y) = product(Q8_0, 1);
+    let p = plan_node(&ctx, y, SM90, Paths::all()).unwrap();
+    assert_eq!(p.scratch, 256 / 32 * 36);
+    let no_mmvq = Paths::parse("-mmvq").unwrap();
+    assert_eq!(path(Q8_0, 1, SM90, no_mmvq), Some(MatmulPath::Generic));
+    assert_eq!(path(Q4_K, 1, SM90, no_mmvq), Some(MatmulPath::Mmv));
+    assert_eq!(path(F16, 1, SM90, Paths::parse("mmv-f16").unwrap()), Some(MatmulPath::MmvF16));
+    assert_eq!(path(Q4_K, 1, SM90, Paths::parse("mmv-f16").unwrap()), Some(MatmulPath::Generic));
+}
+
+/// A column view is still one contiguous column; a weight stack and F16 rows with gaps take
+/// the generic kernel.
+#[test]
+fn strided_products_stay_generic() {
+    let mut ctx = Context::new();
+    let a = ctx.new_tensor(Q8_0, &[256, 8]).unwrap();
+    let x = ctx.new_tensor(F32, &[512, 2]).unwrap();
+    let col = ctx.view(x, &[256, 1], &[4 * 512], 0).unwrap();
+    let y = ctx.mul_mat(a, col).unwrap();
+    let p = plan_node(&ctx, y, SM90, Paths::all()).unwrap();
+    assert_eq!(p.kernel, Kernel::MulMat(MatmulPath::Mmvq), "a column view is contiguous");
+    let stack = ctx.new_tensor(Q8_0, &[256, 8, 2]).unwrap();
+    let x3 = ctx.new_tensor(F32, &[256, 1, 2]).unwrap();
+    let y = ctx.mul_mat(stack, x3).unwrap();
+    assert_eq!(
+        plan_node(&ctx, y, SM90, Paths::all()).unwrap().kernel,
+        Kernel::MulMat(MatmulPath::Generic)
+    );
+    // F16 rows 1024 bytes apart holding 256 values: `mmv_f16` reads rows `ncols` apart.
+    let f = ctx.new_tensor(F16, &[512, 8]).unwrap();
+    let fv = ctx.view(f, &[256, 8], &[1024], 0).unwrap();
+    let x1 = ctx.new_tensor(F32, &[256, 1]).unwrap();
+    let y = ctx.mul_mat(fv, x1).unwrap();
+    assert_eq!(
+        plan_node(&ctx, y, SM90, Paths::all()).unwrap().kernel,
+        Kernel::MulMat(MatmulPath::Generic)
+    );
+}
+
+/// The plan says yes to the weight types with a dequantizer and to the quantizable
+/// destinations, no to the rest (so the scheduler keeps those on the CPU), with a reason.
+#[test]
+fn refusals_follow_the_kernels() {
+    let mut ctx = Context::new();
+    let x = ctx.new_tensor(F32, &[256, 4]).unwrap();
+    for (d, want) in [(F16, true), (Q8_0, true), (Q5_1, true), (Q4_K, false), (IQ4_NL, false)] {
+        let dst = ctx.new_tensor(d, &[256, 4]).unwrap();
+        let c = ctx.cpy(x, dst).unwrap();
+        assert_eq!(plan_node(&ctx, c, SM90, Paths::all()).is_ok(), want, "CPY F32 -> {d}");
+    }
+    let m = ctx.argmax(x).unwrap();
+    assert_eq!(plan_node(&ctx, m, SM90, Paths::all()).unwrap().kernel, Kernel::Argmax);
+    let v = ctx.new_tensor(F32, &[8]).unwrap();
+    assert_eq!(plan_node(&ctx, v, SM90, Paths::all()).unwrap().kernel, Kernel::Nothing);
+    let (ctx, y) = product(IQ2_XXS, 1);
+    let why = plan_node(&ctx, y, SM90, Paths::all()).unwrap_err();
+    assert!(why.contains("iq2_xxs") && why.contains("MUL_MAT"), "{why}");
+}
+
+#[test]
+fn paths_parse_and_refuse() {
+    assert_eq!(Paths::parse("").unwrap(), Paths::all());
+    assert_eq!(Paths::parse("generic").unwrap().describe(), "generic");
+    assert_eq!(Paths::parse("mmvq,mmv").unwrap().describe(), "mmvq,mmv");
+    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv,mmv-f16");
+    assert!(Paths::parse("mmvq,-mmv").is_err());
+    let e = Paths::parse("mmvx").unwrap_err().to_string();
+    assert!(e.contains("'mmvx'"), "{e}");
+}

@@ -1,0 +1,36 @@
+//! The CUDA test matrix reaches every path the CUDA plan can choose: for each weight type the
+//! backend reads, every matrix-product path ([`possible_paths`]) is the plan of at least one
+//! MUL_MAT case, so a run of the matrix on a GPU checks each fast path and the generic kernel
+//! behind it. Runs on the CPU side (the plan is a pure function).
+
+use std::collections::BTreeSet;
+use tessera_backend_cuda::plan::{plan_node, possible_paths, Capability, Kernel, Paths};
+use tessera_backend_cuda::types::{readable, TYPES};
+use tessera_tensor::graph::Op;
+use tessera_testmatrix::{cases, Builder};
+
+#[test]
+fn every_cuda_matmul_path_is_reached_by_a_case() {
+    let cap = Capability { arch: 90 };
+    let mut hit = BTreeSet::new();
+    for case in cases::all().iter().filter(|c| c.op() == "MUL_MAT") {
+        let mut b = Builder::new();
+        let out = case.spec.build(&mut b).unwrap();
+        let ctx = &b.ctx;
+        assert_eq!(ctx.get(out).op, Op::MulMat, "{}", case.name());
+        let w = ctx.get(ctx.get(out).src[0].unwrap()).dtype;
+        if let Ok(p) = plan_node(ctx, out, cap, Paths::all()) {
+            let Kernel::MulMat(path) = p.kernel else { panic!("{}: {:?}", case.name(), p.kernel) };
+            hit.insert((w.name(), path.name()));
+        }
+    }
+    let mut missing = Vec::new();
+    for row in TYPES.iter().filter(|r| readable(r.dtype)) {
+        for path in possible_paths(row.dtype) {
+            if !hit.contains(&(row.dtype.name(), path.name())) {
+                missing.push(format!("{} x {path}", row.dtype));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "no test-matrix case reaches: {}", missing.join(", "));
+}
