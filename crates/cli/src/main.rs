@@ -73,6 +73,7 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-np", "--parallel"),
     ("-cram", "--cache-ram"),
     ("-rea", "--reasoning"),
+    ("-to", "--timeout"),
 ];
 
 /// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`), and

@@ -80,9 +80,30 @@ pub struct ServeArgs {
     /// Requests that may wait for a free slot before new ones get 503.
     #[arg(long = "queue", default_value_t = 64)]
     queue: usize,
-    /// Require `Authorization: Bearer KEY` on every endpoint but /health.
+    /// Require `Authorization: Bearer KEY` (or `X-Api-Key: KEY`) on every endpoint but
+    /// /health; several keys comma-separated. Default: $LLAMA_API_KEY, as llama-server (a
+    /// key on the command line shows in `ps`; prefer the variable or --api-key-file).
     #[arg(long = "api-key")]
     api_key: Option<String>,
+    /// A file of API keys, one per line (llama-server's flag); joins --api-key's.
+    #[arg(long = "api-key-file")]
+    api_key_file: Option<PathBuf>,
+    /// Seconds a request body may take to arrive, and a blocked write to a client (a stream it
+    /// stopped reading) may take to make progress, before the connection is closed
+    /// (llama-server's -to/--timeout).
+    #[arg(long = "timeout", default_value_t = 600.0)]
+    timeout: f64,
+    /// Seconds a request's headers may take to arrive before the connection is closed.
+    #[arg(long = "header-timeout", default_value_t = 10.0)]
+    header_timeout: f64,
+    /// Most connections open at once; more are closed as they arrive (0: half the process's
+    /// open-file limit, at most 4096).
+    #[arg(long = "max-connections", default_value_t = 0)]
+    max_connections: usize,
+    /// An origin browsers may call the server from (repeat for several); default any origin,
+    /// with credentials, as llama-server.
+    #[arg(long = "cors-origin")]
+    cors_origin: Vec<String>,
     /// A Jinja chat template to use instead of the model's.
     #[arg(long = "chat-template-file")]
     chat_template_file: Option<PathBuf>,
@@ -96,6 +117,34 @@ pub struct ServeArgs {
     /// Device placement (`-ngl`, `--device`, `-ts`, `-ot`).
     #[command(flatten)]
     offload: common::OffloadArgs,
+}
+
+/// The API keys: --api-key (else $LLAMA_API_KEY) and the lines of --api-key-file, joined by
+/// commas as `ServerConfig::api_key` takes them; an empty key is refused there.
+fn api_keys(a: &ServeArgs) -> Result<Option<String>> {
+    let mut keys: Vec<String> = Vec::new();
+    match &a.api_key {
+        Some(k) => keys.push(k.clone()),
+        None => keys.extend(std::env::var("LLAMA_API_KEY").ok()),
+    }
+    if let Some(f) = &a.api_key_file {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("--api-key-file {}", f.display()))?;
+        let lines: Vec<String> =
+            text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+        if lines.is_empty() {
+            anyhow::bail!("--api-key-file {}: no key in the file", f.display());
+        }
+        if let Some(l) = lines.iter().find(|l| l.contains(',')) {
+            anyhow::bail!(
+                "--api-key-file {}: a key may not contain a comma ({} characters)",
+                f.display(),
+                l.len()
+            );
+        }
+        keys.extend(lines);
+    }
+    Ok((!keys.is_empty()).then(|| keys.join(",")))
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -112,9 +161,21 @@ pub fn run(a: ServeArgs) -> Result<()> {
         Some(n) => n.clone(),
         None => path.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned()),
     };
-    if !(a.shutdown_timeout >= 0.0 && a.shutdown_timeout.is_finite()) {
-        anyhow::bail!("--shutdown-timeout {}: give seconds, 0 or more", a.shutdown_timeout);
-    }
+    let seconds = |flag: &str, v: f64, min: f64| {
+        if v >= min && v.is_finite() && v < 1e9 {
+            Ok(std::time::Duration::from_secs_f64(v))
+        } else {
+            Err(anyhow::anyhow!("{flag} {v}: give seconds, {min} or more"))
+        }
+    };
+    let shutdown_timeout = seconds("--shutdown-timeout", a.shutdown_timeout, 0.0)?;
+    let hardening = tessera_server::listen::Hardening {
+        timeout: seconds("--timeout", a.timeout, 1.0)?,
+        header_timeout: seconds("--header-timeout", a.header_timeout, 1.0)?,
+        max_connections: a.max_connections,
+        cors_origins: a.cors_origin.clone(),
+    };
+    let api_key = api_keys(&a)?;
     let cfg = tessera_server::ServerConfig {
         host: a.host.clone(),
         port: a.port,
@@ -124,7 +185,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         flash_attn: a.flash_attn != "off",
         queue: a.queue,
         n_batch: a.batch_size,
-        api_key: a.api_key.clone(),
+        api_key,
         deterministic: a.deterministic,
         reasoning_format: if a.reasoning_format == "none" {
             tessera_server::reasoning::ReasoningFormat::None
@@ -143,7 +204,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         pooling: a.pooling.as_deref().map(tessera_llama::Pooling::parse).transpose()?,
         chat_template,
         model_name: name,
-        shutdown_timeout: std::time::Duration::from_secs_f64(a.shutdown_timeout),
+        shutdown_timeout,
+        hardening,
     };
     let server = tessera_server::start(model, cfg, true).map_err(common::explain)?;
     if a.embedding {

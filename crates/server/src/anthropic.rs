@@ -8,7 +8,7 @@
 
 use crate::api::{self, type_name, ApiError};
 use crate::engine::Event;
-use crate::generate::{collect, merge, reply_shape, sse_response, start};
+use crate::generate::{collect, merge, reply_shape, sse_channel, sse_response, start};
 use crate::http::{body_or_413, AppState};
 use crate::reply::ReplySplit;
 use axum::body::Bytes;
@@ -19,7 +19,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
@@ -84,7 +83,9 @@ fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
         None | Some(Value::Null) => {}
         Some(Value::Object(m)) => match m.get("user_id") {
             None | Some(Value::Null) => {}
-            Some(Value::String(u)) => tracing::info!(user_id = %u, "messages request"),
+            // Debug-formatted: a newline or an escape code in it cannot forge or color a
+            // log line.
+            Some(Value::String(u)) => tracing::info!(user_id = ?u, "messages request"),
             Some(other) => {
                 return Err(ApiError::field(
                     "metadata.user_id",
@@ -222,6 +223,16 @@ fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
         out.insert("tool_choice".into(), choice);
         if tc.get("disable_parallel_tool_use") == Some(&Value::Bool(true)) {
             out.insert("parallel_tool_calls".into(), Value::Bool(false));
+        }
+    }
+    match o.get("thinking") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(t)) if t.get("type").is_some_and(Value::is_string) => {}
+        Some(other) => {
+            return Err(ApiError::field(
+                "thinking",
+                format!("expected {{\"type\": \"enabled\" or \"disabled\"}}, got {other}"),
+            ))
         }
     }
     match o.get("thinking").and_then(|t| t.get("type")).and_then(Value::as_str) {
@@ -364,7 +375,7 @@ async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
         }))
         .into_response());
     }
-    let (tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
+    let (tx, sse_rx) = sse_channel();
     let _ = tx.send(ev(
         "message_start",
         json!({"type": "message_start", "message": {

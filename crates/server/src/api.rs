@@ -284,6 +284,9 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
     other_fields(o, chat)?;
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) if s.is_empty() => {
+            return Err(ApiError::field("stop", "empty stop string"))
+        }
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => a
             .iter()

@@ -85,13 +85,42 @@ impl Constrainer {
         let parser = self
             .factory
             .create_parser(grammar)
-            .map_err(|e| ApiError::field(param, format!("cannot be compiled: {e}")))?;
-        let m = Matcher::new(Ok(parser));
+            .map_err(|e| ApiError::field(param, format!("cannot be compiled: {}", short(&e))))?;
+        let mut m = Matcher::new(Ok(parser));
         if let Some(e) = m.get_error() {
-            return Err(ApiError::field(param, format!("cannot be compiled: {e}")));
+            return Err(ApiError::field(param, format!("cannot be compiled: {}", short(&e))));
+        }
+        // Run once here, at admission: a grammar that compiles but cannot run (left
+        // recursion, huge repetitions, too many alternatives) is the client's 400 before the
+        // request is queued, not a failure in the middle of a reply.
+        // Some limits are met only once a lexeme is read (rows of too many items, forced
+        // tokens): a copy takes one allowed token and computes the next mask too.
+        let run = |m: &mut Matcher| -> Result<(), String> {
+            let mask = m.compute_mask().map_err(|e| e.to_string())?;
+            let mut probe = m.deep_clone();
+            if let Some(t) = mask.iter().find(|&t| t != self.eos) {
+                probe.consume_token(t).map_err(|e| e.to_string())?;
+                probe.compute_mask().map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        if let Err(e) = run(&mut m) {
+            return Err(ApiError::field(param, format!("cannot be run: {}", short(&e))));
         }
         Ok(m)
     }
+}
+
+/// The first line of llguidance's message, at most 200 characters (its messages can carry
+/// the parser's whole state).
+pub fn short(e: &impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let mut out: String = line.chars().take(200).collect();
+    if out.len() < line.len() {
+        out.push('…');
+    }
+    out
 }
 
 /// Sets the logits of every token `m` does not allow to -inf; an error if the matcher failed.

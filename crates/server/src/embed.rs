@@ -174,6 +174,9 @@ pub struct EmbedRequest {
     pub base64: bool,
 }
 
+/// Most inputs one embeddings request may carry (OpenAI's 2,048).
+pub const MAX_INPUTS: usize = 2048;
+
 /// Reads `input` (or `content`): a string, an array of strings, an array of token ids, or an
 /// array of such arrays (OpenAI's four forms); strings are tokenized as llama-server does
 /// (special tokens added and parsed). `n_ctx` bounds each input.
@@ -184,6 +187,17 @@ pub fn parse_request(
     n_ctx: usize,
 ) -> Result<EmbedRequest, ApiError> {
     crate::fields::check(o, crate::fields::EMBEDDINGS, false)?;
+    for key in ["model", "user"] {
+        match o.get(key) {
+            None | Some(Value::Null | Value::String(_)) => {}
+            Some(other) => {
+                return Err(ApiError::field(
+                    key,
+                    format!("expected a string, got {}", type_name(other)),
+                ))
+            }
+        }
+    }
     let (field, v) = match (o.get("input"), o.get("content")) {
         (Some(v), _) if !v.is_null() => ("input", v),
         (_, Some(v)) if !v.is_null() => ("content", v),
@@ -207,6 +221,12 @@ pub fn parse_request(
         Value::String(s) => vec![(field.to_string(), text(s))],
         Value::Array(a) if a.iter().all(Value::is_number) && !a.is_empty() => {
             vec![(field.to_string(), ids(a, field)?)]
+        }
+        Value::Array(a) if a.len() > MAX_INPUTS => {
+            return Err(ApiError::field(
+                field,
+                format!("{} inputs; at most {MAX_INPUTS} per request (OpenAI's limit)", a.len()),
+            ))
         }
         Value::Array(a) if !a.is_empty() => a
             .iter()

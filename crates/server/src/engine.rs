@@ -66,6 +66,9 @@ pub struct Engine {
     pub n_ctx: usize,
     /// Slots (`-np`): requests decoded together.
     pub n_slots: usize,
+    /// Requests that may wait at once (`--queue`): a request with more prompts than this is
+    /// refused whatever the load.
+    pub queue_capacity: usize,
 }
 
 impl Engine {
@@ -149,6 +152,7 @@ impl Engine {
             thread: Some(thread),
             n_ctx,
             n_slots: n_parallel,
+            queue_capacity: cfg.queue.max(1),
         })
     }
 
@@ -638,7 +642,8 @@ impl Worker<'_> {
             Some(m) => {
                 let mut l = raw.to_vec();
                 if let Err(e) = crate::constrain::mask_logits(m, &mut l) {
-                    let msg = format!("constrained decoding failed: {e}");
+                    let msg =
+                        format!("constrained decoding failed: {}", crate::constrain::short(&e));
                     let _ =
                         a.job.events.send(Event::Failed(ApiError::new(500, "server_error", msg)));
                     slot.active = None;
@@ -656,7 +661,8 @@ impl Worker<'_> {
         if let Some(m) = a.job.matcher.as_mut() {
             if !vocab.is_eog(tok) {
                 if let Err(e) = m.consume_token(tok) {
-                    let msg = format!("constrained decoding failed: {e}");
+                    let msg =
+                        format!("constrained decoding failed: {}", crate::constrain::short(&e));
                     let _ =
                         a.job.events.send(Event::Failed(ApiError::new(500, "server_error", msg)));
                     slot.active = None;

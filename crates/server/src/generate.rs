@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
 type St = State<Arc<AppState>>;
@@ -214,6 +214,17 @@ pub async fn chat(State(st): St, body: Body) -> Result<Response, ApiError> {
 pub async fn completions(State(st): St, body: Body) -> Result<Response, ApiError> {
     let o = api::parse_body(&body_or_413(body)?)?;
     let reqs = api::parse_completion(&o)?;
+    let cap = st.engine.queue_capacity;
+    if reqs.len() > cap {
+        return Err(ApiError::field(
+            "prompt",
+            format!(
+                "{} prompts; this server queues at most {cap} requests at once (--queue): send \
+                 fewer per request",
+                reqs.len()
+            ),
+        ));
+    }
     openai(st, reqs, false).await
 }
 
@@ -315,7 +326,7 @@ async fn openai(
         }
         SseEvent::default().data(v.to_string())
     };
-    let (sse_tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
+    let (sse_tx, sse_rx) = sse_channel();
     if chat {
         let _ = sse_tx.send(chunk(
             json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}),
@@ -452,8 +463,45 @@ pub(crate) fn merge(
     rx
 }
 
-pub(crate) fn sse_response(rx: mpsc::UnboundedReceiver<SseEvent>) -> Response {
-    let stream = UnboundedReceiverStream::new(rx).map(Ok::<_, Infallible>);
+/// Server-sent events not yet written to a client before it counts as not reading: its reply
+/// ends and its slot is freed (a token is one event).
+pub const MAX_UNREAD_EVENTS: usize = 2048;
+
+/// The sending end of a streamed reply (see [`MAX_UNREAD_EVENTS`]).
+#[derive(Debug, Clone)]
+pub(crate) struct SseTx(mpsc::Sender<SseEvent>);
+
+impl SseTx {
+    /// Queues `e` for the client; an error when the client is gone or too far behind (then
+    /// the caller stops, which ends the reply and frees its slot).
+    pub(crate) fn send(&self, e: SseEvent) -> Result<(), ()> {
+        match self.0.try_send(e) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    unread = MAX_UNREAD_EVENTS,
+                    "a streaming client stopped reading: ending its reply"
+                );
+                Err(())
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+        }
+    }
+
+    /// Resolves when the client is gone.
+    pub(crate) async fn closed(&self) {
+        self.0.closed().await
+    }
+}
+
+/// A streamed reply's channel: [`SseTx`] and what [`sse_response`] writes out.
+pub(crate) fn sse_channel() -> (SseTx, mpsc::Receiver<SseEvent>) {
+    let (tx, rx) = mpsc::channel(MAX_UNREAD_EVENTS);
+    (SseTx(tx), rx)
+}
+
+pub(crate) fn sse_response(rx: mpsc::Receiver<SseEvent>) -> Response {
+    let stream = ReceiverStream::new(rx).map(Ok::<_, Infallible>);
     let mut headers = HeaderMap::new();
     headers.insert(header::CACHE_CONTROL, "no-cache".parse().expect("header"));
     (headers, Sse::new(stream).keep_alive(KeepAlive::default())).into_response()
@@ -504,7 +552,7 @@ async fn native(st: Arc<AppState>, req: GenRequest) -> Result<Response, ApiError
         ))
         .into_response());
     }
-    let (sse_tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
+    let (sse_tx, sse_rx) = sse_channel();
     let mut merged = merge(vec![rx]);
     tokio::spawn(async move {
         loop {

@@ -33,8 +33,12 @@ pub struct AppState {
     pub engine: Engine,
     /// Counters.
     pub metrics: Arc<Metrics>,
-    /// `--api-key`.
-    pub api_key: Option<String>,
+    /// The API keys (`--api-key`, comma-separated, or `--api-key-file`); empty: no key needed.
+    pub api_keys: Vec<String>,
+    /// A request body must arrive within it (`--timeout`).
+    pub body_timeout: std::time::Duration,
+    /// Origins browsers may call from (empty: any, as llama-server).
+    pub cors_origins: Vec<String>,
     /// `--reasoning-format`.
     pub reasoning_format: crate::reasoning::ReasoningFormat,
     /// The templates' `enable_thinking` (`--reasoning off` turns it off).
@@ -84,8 +88,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/props", get(props))
         .route("/slots", get(slots))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
-        .layer(middleware::from_fn(cors))
+        .layer(middleware::from_fn_with_state(state.clone(), cors))
         .layer(middleware::from_fn(log_request))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
@@ -107,9 +112,11 @@ async fn log_request(req: Request, next: Next) -> Response {
     res
 }
 
-/// Cross-origin requests, as llama-server allows them: any origin, preflight `OPTIONS`
-/// answered 204 before the API key check (browsers send no credentials with it).
-async fn cors(req: Request, next: Next) -> Response {
+/// Cross-origin requests: by default as llama-server allows them (any origin, with
+/// credentials); with `--cors-origin`, only the origins listed get the headers, so browsers on
+/// others are refused. Preflight `OPTIONS` is answered 204 before the API key check (browsers
+/// send no credentials with it).
+async fn cors(State(st): St, req: Request, next: Next) -> Response {
     let origin = req.headers().get(header::ORIGIN).cloned();
     let asked = req.headers().get(header::ACCESS_CONTROL_REQUEST_HEADERS).cloned();
     let mut res = if req.method() == Method::OPTIONS {
@@ -117,6 +124,14 @@ async fn cors(req: Request, next: Next) -> Response {
     } else {
         next.run(req).await
     };
+    let allowed = st.cors_origins.is_empty()
+        || origin
+            .as_ref()
+            .and_then(|o| o.to_str().ok())
+            .is_some_and(|o| st.cors_origins.iter().any(|a| a == o));
+    if !allowed {
+        return res;
+    }
     let h = res.headers_mut();
     let allow_origin = origin.unwrap_or(HeaderValue::from_static("*"));
     h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allow_origin);
@@ -131,6 +146,49 @@ async fn cors(req: Request, next: Next) -> Response {
     res
 }
 
+/// Reads the request body within `--timeout` (a client that stops half-way gets a 408 and
+/// its connection back, instead of holding a handler forever) and at most [`MAX_BODY`] bytes
+/// (413), before the handler runs.
+async fn read_body(State(st): St, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(st.body_timeout, axum::body::to_bytes(body, MAX_BODY)).await {
+        Err(_) => ApiError::new(
+            408,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {:.0} s (--timeout)",
+                st.body_timeout.as_secs_f64()
+            ),
+        )
+        .into_response(),
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            let (status, what) = if too_large {
+                (413, format!("request body: larger than {MAX_BODY} bytes"))
+            } else {
+                (400, format!("request body: {e}"))
+            };
+            ApiError::new(status, "invalid_request_error", what).into_response()
+        }
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+    }
+}
+
+/// Whether `given` equals one of `keys`, in time that does not depend on where they differ.
+fn key_matches(keys: &[String], given: &str) -> bool {
+    let mut any = false;
+    for k in keys {
+        let (a, b) = (k.as_bytes(), given.as_bytes());
+        let mut diff = u8::from(a.len() != b.len());
+        for (i, x) in a.iter().enumerate() {
+            diff |= x ^ b.get(i).copied().unwrap_or(0);
+        }
+        any |= diff == 0;
+    }
+    any
+}
+
 async fn not_found(req: Request) -> ApiError {
     ApiError::new(
         404,
@@ -142,7 +200,7 @@ async fn not_found(req: Request) -> ApiError {
 /// With `--api-key`, every endpoint but `/health` (and the page, which asks for the key)
 /// needs `Authorization: Bearer KEY` or `X-Api-Key: KEY` (Anthropic's clients send that).
 async fn auth(State(st): St, req: Request, next: Next) -> Response {
-    if let Some(key) = &st.api_key {
+    if !st.api_keys.is_empty() {
         let path = req.uri().path();
         if path != "/health" && path != "/" {
             let bearer = req
@@ -151,7 +209,7 @@ async fn auth(State(st): St, req: Request, next: Next) -> Response {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "));
             let x_key = req.headers().get("x-api-key").and_then(|v| v.to_str().ok());
-            let ok = bearer.or(x_key).is_some_and(|k| k == key);
+            let ok = bearer.or(x_key).is_some_and(|k| key_matches(&st.api_keys, k));
             if !ok {
                 return ApiError::new(
                     401,
@@ -357,4 +415,18 @@ pub(crate) fn new_id(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     format!("{prefix}-{:x}{:04x}", now(), N.fetch_add(1, Ordering::Relaxed) & 0xffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_matches;
+
+    #[test]
+    fn keys_match_whole() {
+        let keys = vec!["alpha".to_string(), "beta".to_string()];
+        assert!(key_matches(&keys, "alpha") && key_matches(&keys, "beta"));
+        for bad in ["alph", "alphaa", "", "Alpha", "alpha,beta"] {
+            assert!(!key_matches(&keys, bad), "{bad}");
+        }
+    }
 }

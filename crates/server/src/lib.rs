@@ -19,7 +19,8 @@
 //!   the bearer key (or `X-Api-Key`); a client that disconnects frees its slot at the next
 //!   step; SIGINT or SIGTERM stops accepting connections and lets running replies finish
 //!   within a deadline (`--shutdown-timeout`), after which, or at a second signal, they end
-//!   with a 503.
+//!   with a 503 and every connection still open is closed ([`listen`]: header and body
+//!   timeouts, a connection cap, clients that stop reading cut off).
 //! - Agents' APIs: tool calls (`tools`, `tool_choice`, `tool_calls`; [`tools`]), reasoning
 //!   apart from the answer ([`reasoning`]), Anthropic's `POST /v1/messages` ([`anthropic`])
 //!   and OpenAI's `POST /v1/responses` ([`responses`]), all over the same engine.
@@ -49,6 +50,7 @@ mod generate;
 pub mod harmony;
 pub mod http;
 pub mod job;
+pub mod listen;
 pub mod metrics;
 pub mod prompt;
 pub mod reasoning;
@@ -62,6 +64,7 @@ pub use error::{Result, ServerError};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tessera_llama::Model;
 
 /// How the server runs (`tessera serve`'s flags, as llama-server's).
@@ -86,7 +89,8 @@ pub struct ServerConfig {
     /// its tiled (f32) algorithm, so a request's tokens get the same bits whatever shares its
     /// step (on models whose matrix kernels are row-invariant: every type but the K-quants).
     pub n_batch: usize,
-    /// `--api-key`.
+    /// `--api-key`: one key or several, comma-separated (llama-server's); an empty key is a
+    /// configuration error, never a server that accepts an empty key.
     pub api_key: Option<String>,
     /// `--deterministic`: a request gets the same tokens alone or among others, at any `-b`
     /// and slot count (batch-invariant kernels, at a cost in throughput).
@@ -116,6 +120,8 @@ pub struct ServerConfig {
     /// `--cache-ram` MiB: host memory for prompts dropped from the slots, reused by later
     /// requests with the same beginning (-1: no limit, 0: off; llama-server's default 8192).
     pub cache_ram_mib: i64,
+    /// Timeouts, the connection cap and the CORS origins ([`listen::Hardening`]).
+    pub hardening: listen::Hardening,
 }
 
 /// A started server: its address, and a way to stop it.
@@ -155,6 +161,20 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop_inner();
     }
+}
+
+/// The keys of `--api-key` (comma-separated), each non-empty.
+fn api_keys(spec: Option<&str>) -> Result<Vec<String>> {
+    let Some(spec) = spec else { return Ok(Vec::new()) };
+    let keys: Vec<String> = spec.split(',').map(|k| k.trim().to_string()).collect();
+    if keys.iter().any(String::is_empty) {
+        return Err(ServerError::Config(
+            "--api-key: an empty key (or an empty entry in a comma-separated list) would let \
+             anyone in; give a key, or no --api-key"
+                .into(),
+        ));
+    }
+    Ok(keys)
 }
 
 /// Resolves at SIGINT or SIGTERM (never without `handle_signals`).
@@ -226,6 +246,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             ServerError::Config(format!("{whose} does not render: {e}"))
         })?;
     }
+    let api_keys = api_keys(cfg.api_key.as_deref())?;
     let metrics = Arc::new(metrics::Metrics::default());
     let engine = engine::Engine::start(
         model.clone(),
@@ -253,7 +274,9 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         constrainer,
         engine,
         metrics,
-        api_key: cfg.api_key.clone(),
+        api_keys,
+        body_timeout: cfg.hardening.timeout,
+        cors_origins: cfg.hardening.cors_origins.clone(),
         reasoning_format: cfg.reasoning_format,
         enable_thinking: cfg.reasoning != Some(false),
         responses: Default::default(),
@@ -270,9 +293,11 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let app = http::router(state.clone());
     let deadline = cfg.shutdown_timeout;
+    let hardening = cfg.hardening.clone();
     let st2 = state.clone();
     let thread = std::thread::Builder::new().name("tessera-http".into()).spawn(move || {
         rt.block_on(async move {
+            let (hard_tx, hard_rx) = tokio::sync::oneshot::channel::<()>();
             let stop = async move {
                 tokio::select! {
                     _ = rx => {}
@@ -283,19 +308,25 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
                      signal ends them now)",
                     deadline.as_secs_f64()
                 );
-                // The deadline, or a second signal, ends what still runs.
+                // The deadline, or a second signal, ends what still runs; a moment later
+                // (the 503 events on their way to clients that read) every connection still
+                // open is dropped, whatever its client does.
                 tokio::spawn(async move {
-                    tokio::select! {
-                        _ = tokio::time::sleep(deadline) => {}
-                        _ = signal(handle_signals) => {}
-                    }
+                    let grace = tokio::select! {
+                        _ = tokio::time::sleep(deadline) => Duration::from_secs(1),
+                        _ = signal(handle_signals) => Duration::from_millis(200),
+                    };
                     st2.engine.abort();
+                    tokio::time::sleep(grace).await;
+                    let _ = hard_tx.send(());
                 });
             };
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
-                tracing::error!(error = %e, "server error");
-            }
+            let hard = async move {
+                let _ = hard_rx.await;
+            };
+            listen::serve(listener, app, hardening, stop, hard).await;
         });
+        // The runtime is dropped with this thread's closure: connection tasks still open end.
         // Requests are done; stop the engine (it lets running slots finish first).
         drop(state);
     })?;

@@ -9,7 +9,7 @@
 
 use crate::api::{self, type_name, ApiError};
 use crate::engine::Event;
-use crate::generate::{collect, merge, reply_shape, sse_response, start};
+use crate::generate::{collect, merge, reply_shape, sse_channel, sse_response, start, SseTx};
 use crate::http::{body_or_413, now, AppState};
 use crate::reply::ReplySplit;
 use crate::tools::ToolCall;
@@ -20,7 +20,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
@@ -153,6 +152,15 @@ fn to_chat(
     }
     // Structured output (`text.format`) becomes `response_format`; anything the chat path
     // cannot honour is refused by name.
+    match o.get("text") {
+        None | Some(Value::Null | Value::Object(_)) => {}
+        Some(other) => {
+            return Err(ApiError::field(
+                "text",
+                format!("expected an object ({{\"format\": ...}}), got {}", type_name(other)),
+            ))
+        }
+    }
     if let Some(format) = o.get("text").and_then(|t| t.get("format")).filter(|v| !v.is_null()) {
         match format.get("type").and_then(Value::as_str) {
             Some("text") => {}
@@ -269,13 +277,20 @@ fn extras(st: &AppState, o: &Map<String, Value>) -> Result<Extras, ApiError> {
     };
     let metadata = match o.get("metadata") {
         None | Some(Value::Null) => Value::Null,
-        Some(Value::Object(m)) if m.len() <= 16 && m.values().all(Value::is_string) => {
+        // OpenAI's limits: 16 pairs, keys of at most 64 characters, values of at most 512.
+        Some(Value::Object(m))
+            if m.len() <= 16
+                && m.iter().all(|(k, v)| {
+                    k.chars().count() <= 64 && v.as_str().is_some_and(|v| v.chars().count() <= 512)
+                }) =>
+        {
             Value::Object(m.clone())
         }
         Some(_) => {
             return Err(ApiError::field(
                 "metadata",
-                "expected an object of at most 16 string values",
+                "expected an object of at most 16 string values, keys of at most 64 \
+                 characters and values of at most 512",
             ))
         }
     };
@@ -362,11 +377,11 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
         ex.finish(&st, &mut r, &history, &text, &calls);
         return Ok(Json(r).into_response());
     }
-    let (tx, sse_rx) = mpsc::unbounded_channel::<SseEvent>();
+    let (tx, sse_rx) = sse_channel();
     let mut merged = merge(vec![rx]);
     tokio::spawn(async move {
         let mut seq = 0u64;
-        let mut send = |tx: &mpsc::UnboundedSender<SseEvent>, mut data: Value| {
+        let mut send = |tx: &SseTx, mut data: Value| {
             data["sequence_number"] = json!(seq);
             seq += 1;
             let name = data["type"].as_str().unwrap_or_default().to_string();
@@ -385,8 +400,8 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
         let (mut reasoning, mut text) = (String::new(), String::new());
         let mut msg_open = false;
         // Text shown: opens the message item on its first piece.
-        let mut show = |tx: &mpsc::UnboundedSender<SseEvent>,
-                        send: &mut dyn FnMut(&mpsc::UnboundedSender<SseEvent>, Value) -> bool,
+        let mut show = |tx: &SseTx,
+                        send: &mut dyn FnMut(&SseTx, Value) -> bool,
                         piece: &str,
                         text: &mut String| {
             if piece.is_empty() {

@@ -5,10 +5,14 @@
 //! disagree.
 //!
 //! A refusal says why (types, shapes), and the scheduler keeps the node on the CPU.
+//! [`fusion_windows`] finds the runs of nodes one fused kernel could compute; the fused
+//! kernels themselves come with the decoding issue's second part.
 
+mod fusion;
 mod matmul;
 mod paths;
 
+pub use fusion::{fusion_windows, FusionKind, Window};
 pub use matmul::{matmul_path, possible_paths, MatmulPath};
 pub use paths::{FastPath, Paths};
 

@@ -81,6 +81,7 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         embedding: false,
         pooling: None,
         cache_ram_mib: 8192,
+        hardening: Default::default(),
     }
 }
 

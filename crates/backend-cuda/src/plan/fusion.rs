@@ -1,0 +1,164 @@
+//! Fusion windows over a graph's node list: runs of nodes one kernel could compute together,
+//! where llama.cpp's CUDA backend fuses and a little beyond. The plan finds them; the fused
+//! kernels that take them are the decoding issue's second part, so the executor runs every
+//! node on its own until then.
+//!
+//! A window is only a window when the nodes are consecutive in the list, each intermediate
+//! result is read by the next node of the window alone, and no intermediate is a graph output
+//! (its value must then exist in memory).
+
+use tessera_tensor::graph::{Context, Flags, GluOp, Op, TensorId};
+
+/// What a window computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FusionKind {
+    /// RMS_NORM, then MUL by a weight row: the norm's scale in the same pass.
+    RmsNormMul,
+    /// ADD (the residual), then RMS_NORM of the sum.
+    AddRmsNorm,
+    /// Two MUL_MATs of the same activations (gate, up), then their split GLU.
+    GateUpGlu,
+    /// ROPE, then SET_ROWS of the rotated rows (the write into the KV cache).
+    RopeSetRows,
+}
+
+/// One window: its kind and its nodes, in list order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    /// What it computes.
+    pub kind: FusionKind,
+    /// Its nodes.
+    pub nodes: Vec<TensorId>,
+}
+
+/// How many nodes of `nodes` read each tensor (as a source).
+fn readers(ctx: &Context, nodes: &[TensorId]) -> std::collections::HashMap<TensorId, usize> {
+    let mut n = std::collections::HashMap::new();
+    for &id in nodes {
+        for s in ctx.get(id).src.iter().flatten() {
+            *n.entry(*s).or_insert(0) += 1;
+        }
+    }
+    n
+}
+
+/// The windows of `nodes` (a graph's node list), without overlap, first come first taken.
+pub fn fusion_windows(ctx: &Context, nodes: &[TensorId]) -> Vec<Window> {
+    let readers = readers(ctx, nodes);
+    // `id` may stay in registers: read once (by the window's next node), not an output.
+    let inner = |id: TensorId| {
+        readers.get(&id).copied() == Some(1) && !ctx.get(id).flags.contains(Flags::OUTPUT)
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < nodes.len() {
+        let d = |k: usize| nodes.get(i + k).map(|&id| (id, ctx.get(id)));
+        let found = match (d(0), d(1), d(2)) {
+            (Some((a, da)), Some((_, db)), _)
+                if matches!(da.op, Op::RmsNorm { .. })
+                    && db.op == Op::Mul
+                    && db.src[0] == Some(a)
+                    && inner(a) =>
+            {
+                Some((FusionKind::RmsNormMul, 2))
+            }
+            (Some((a, da)), Some((_, db)), _)
+                if da.op == Op::Add
+                    && matches!(db.op, Op::RmsNorm { .. })
+                    && db.src[0] == Some(a)
+                    && inner(a) =>
+            {
+                Some((FusionKind::AddRmsNorm, 2))
+            }
+            (Some((g, dg)), Some((u, du)), Some((_, dglu)))
+                if dg.op == Op::MulMat
+                    && du.op == Op::MulMat
+                    && dg.src[1] == du.src[1]
+                    && matches!(
+                        dglu.op,
+                        Op::Glu { op: GluOp::SwiGlu | GluOp::GeGlu, swapped: false }
+                    )
+                    && dglu.src[0] == Some(g)
+                    && dglu.src[1] == Some(u)
+                    && inner(g)
+                    && inner(u) =>
+            {
+                Some((FusionKind::GateUpGlu, 3))
+            }
+            (Some((r, dr)), Some((_, ds)), _)
+                if matches!(dr.op, Op::Rope(_))
+                    && ds.op == Op::SetRows
+                    && ds.src[1] == Some(r)
+                    && inner(r) =>
+            {
+                Some((FusionKind::RopeSetRows, 2))
+            }
+            _ => None,
+        };
+        match found {
+            Some((kind, n)) => {
+                out.push(Window { kind, nodes: nodes[i..i + n].to_vec() });
+                i += n;
+            }
+            None => i += 1,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_tensor::graph::{Graph, RopeMode, RopeParams};
+    use tessera_tensor::DType::{F32, I32, I64, Q4_0};
+
+    /// A decoder block's beginning: residual add, norm × weight, gate/up and SwiGLU; each
+    /// window found once, and none where an intermediate is read twice or is an output.
+    #[test]
+    fn windows_of_a_block() {
+        let mut ctx = Context::new();
+        let x = ctx.new_tensor(F32, &[64, 1]).unwrap();
+        let res = ctx.new_tensor(F32, &[64, 1]).unwrap();
+        let w_norm = ctx.new_tensor(F32, &[64]).unwrap();
+        let w_gate = ctx.new_tensor(Q4_0, &[64, 128]).unwrap();
+        let w_up = ctx.new_tensor(Q4_0, &[64, 128]).unwrap();
+        let sum = ctx.add(x, res).unwrap();
+        let n = ctx.rms_norm(sum, 1e-6).unwrap();
+        let h = ctx.mul(n, w_norm).unwrap();
+        let g = ctx.mul_mat(w_gate, h).unwrap();
+        let u = ctx.mul_mat(w_up, h).unwrap();
+        let y = ctx.glu_split(g, u, GluOp::SwiGlu).unwrap();
+        ctx.set_output(y);
+        let graph = Graph::build(&ctx, &[y]);
+        let kinds: Vec<FusionKind> =
+            fusion_windows(&ctx, graph.nodes()).iter().map(|w| w.kind).collect();
+        // ADD+RMS_NORM takes the norm first, so RMS_NORM+MUL is not a second window on it.
+        assert_eq!(kinds, [FusionKind::AddRmsNorm, FusionKind::GateUpGlu], "{:?}", graph.nodes());
+        // The sum read again (the residual stream): no ADD+RMS_NORM window.
+        let mut ctx2 = ctx.clone();
+        let again = ctx2.add(sum, y).unwrap();
+        ctx2.set_output(again);
+        let graph = Graph::build(&ctx2, &[again]);
+        let kinds: Vec<FusionKind> =
+            fusion_windows(&ctx2, graph.nodes()).iter().map(|w| w.kind).collect();
+        assert_eq!(kinds, [FusionKind::RmsNormMul, FusionKind::GateUpGlu]);
+    }
+
+    /// K rotated and written into the cache: one window; not when the rotated K is also an
+    /// output.
+    #[test]
+    fn rope_into_the_cache() {
+        let mut ctx = Context::new();
+        let k = ctx.new_tensor(F32, &[64, 2, 1]).unwrap();
+        let pos = ctx.new_tensor(I32, &[1]).unwrap();
+        let r = ctx.rope(k, pos, None, RopeParams::new(64, RopeMode::Neox, 10000.0)).unwrap();
+        let cache = ctx.new_tensor(F32, &[64, 16]).unwrap();
+        let idx = ctx.new_tensor(I64, &[2]).unwrap();
+        let s = ctx.set_rows(cache, r, idx).unwrap();
+        let graph = Graph::build(&ctx, &[s]);
+        let w = fusion_windows(&ctx, graph.nodes());
+        assert_eq!(w, [Window { kind: FusionKind::RopeSetRows, nodes: vec![r, s] }]);
+        ctx.set_output(r);
+        assert!(fusion_windows(&ctx, graph.nodes()).is_empty());
+    }
+}
