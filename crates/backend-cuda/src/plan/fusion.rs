@@ -136,9 +136,9 @@ mod tests {
         assert_eq!(kinds, [FusionKind::AddRmsNorm, FusionKind::GateUpGlu], "{:?}", graph.nodes());
         // The sum read again (the residual stream): no ADD+RMS_NORM window.
         let mut ctx2 = ctx.clone();
-        let again = ctx2.add(sum, y).unwrap();
+        let again = ctx2.add(sum, x).unwrap();
         ctx2.set_output(again);
-        let graph = Graph::build(&ctx2, &[again]);
+        let graph = Graph::build(&ctx2, &[y, again]);
         let kinds: Vec<FusionKind> =
             fusion_windows(&ctx2, graph.nodes()).iter().map(|w| w.kind).collect();
         assert_eq!(kinds, [FusionKind::RmsNormMul, FusionKind::GateUpGlu]);
