@@ -2,15 +2,17 @@
 //! launch's function handle, device addresses and scratch address, modules loaded), and only
 //! then queued on the GPU's stream, with no lookup, lock or allocation between launches.
 //!
-//! Scratch memory is one arena per backend, as large as the largest need of a node (nodes run
-//! in stream order, so they share it); it grows only between graphs, after the stream has
-//! drained, so its address holds while a resolved graph lives.
+//! Scratch memory is one arena per backend: the int8 products' Q8_1 activations, one region
+//! per distinct input ([`crate::plan::share_q8_1`]: quantized once, read by every product of
+//! it), then one region for the largest need of a single node (nodes run in stream order, so
+//! they share it). It grows only between graphs, after the stream has drained, so its
+//! addresses hold while a resolved graph lives.
 
 mod args;
 mod nodes;
 
 use crate::gpu::Gpu;
-use crate::plan::{plan_node, Capability, Kernel, NodePlan, Paths};
+use crate::plan::{plan_node, share_q8_1, Capability, Kernel, NodePlan, Paths};
 use crate::CudaError;
 use args::Arg;
 use cudarc::driver::{result, sys, CudaFunction, LaunchConfig, PushKernelArg};
@@ -97,13 +99,16 @@ impl Executor {
         plans: &[(TensorId, NodePlan)],
         bindings: &Bindings,
     ) -> Result<(), CudaError> {
-        let need = plans.iter().map(|(_, p)| p.scratch).max().unwrap_or(0);
-        self.reserve(gpu, need)?;
+        // The int8 products' shared activations first, then one region for the largest need
+        // of a single node.
+        let (q8, q8_bytes) = share_q8_1(ctx, plans);
+        let own = plans.iter().map(|(_, p)| p.scratch).max().unwrap_or(0);
+        self.reserve(gpu, q8_bytes + own)?;
         let resolver = Resolver { gpu, ctx, bindings, scratch: self.scratch.ptr };
         let mut pending: Vec<Pending> = Vec::new();
-        for (node, plan) in plans {
+        for ((node, plan), q8) in plans.iter().zip(q8) {
             if plan.kernel != Kernel::Nothing {
-                pending.extend(resolver.node(*node, plan)?);
+                pending.extend(resolver.node(*node, plan, q8)?);
             }
         }
         let mut functions: HashMap<&'static str, CudaFunction> = HashMap::new();

@@ -3,7 +3,7 @@
 
 use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
 use crate::gpu::Gpu;
-use crate::plan::{Kernel, MatmulPath, NodePlan};
+use crate::plan::{Kernel, MatmulPath, NodePlan, Q8Input};
 use crate::types::row_of;
 use crate::CudaError;
 use cudarc::driver::LaunchConfig;
@@ -64,8 +64,14 @@ impl Resolver<'_> {
         }
     }
 
-    /// The launches of `id` on the kernel of `plan`.
-    pub(crate) fn node(&self, id: TensorId, plan: &NodePlan) -> Result<Vec<Pending>, CudaError> {
+    /// The launches of `id` on the kernel of `plan` (`q8`: where an int8 product's Q8_1
+    /// activations are, and whether it writes them).
+    pub(crate) fn node(
+        &self,
+        id: TensorId,
+        plan: &NodePlan,
+        q8: Option<Q8Input>,
+    ) -> Result<Vec<Pending>, CudaError> {
         let d = self.ctx.get(id);
         if plan.kernel == Kernel::Nothing {
             return Ok(Vec::new());
@@ -154,7 +160,7 @@ impl Resolver<'_> {
                 one("soft_max_op", per_row(rows, THREADS), args)
             }
             Kernel::Rope => self.rope(id, dst, a)?,
-            Kernel::MulMat(path) => self.mul_mat(id, path, dst, a)?,
+            Kernel::MulMat(path) => self.mul_mat(id, path, dst, a, q8)?,
             Kernel::CpyQuantize => one("cpy_q_op", grid_for(n / 32), vec![dst.into(), a.into()]),
             Kernel::CpyBlocks => {
                 let row_bytes = d.row_size() as i64;
@@ -240,6 +246,7 @@ impl Resolver<'_> {
         path: MatmulPath,
         dst: TensorArg,
         w: TensorArg,
+        q8: Option<Q8Input>,
     ) -> Result<Vec<Pending>, CudaError> {
         let d = self.ctx.get(id);
         let x = self.src(id, 1)?;
@@ -260,20 +267,26 @@ impl Resolver<'_> {
                 one("mul_mat_op", warps(d.n_elements(), 8), vec![dst.into(), w.into(), x.into()])
             }
             MatmulPath::Mmvq => {
+                let q8 = q8.ok_or_else(|| {
+                    CudaError::Driver("an int8 product without its Q8_1 activations".into())
+                })?;
+                let yq = self.scratch + q8.offset as u64;
                 let nblocks = ncols / 32;
-                let q = vec![Arg::Ptr(x.p), Arg::Ptr(self.scratch), (nblocks as i64).into()];
                 let mm = vec![
                     Arg::Ptr(w.p),
-                    Arg::Ptr(self.scratch),
+                    Arg::Ptr(yq),
                     Arg::Ptr(dst.p),
                     (nrows as i32).into(),
                     (nblocks as i32).into(),
                     row_bytes.into(),
                 ];
-                vec![
-                    Pending { entry: "quantize_q8_1", cfg: warps(nblocks, 8), args: q },
-                    Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm },
-                ]
+                let mut v = Vec::with_capacity(2);
+                if q8.quantize {
+                    let q = vec![Arg::Ptr(x.p), Arg::Ptr(yq), (nblocks as i64).into()];
+                    v.push(Pending { entry: "quantize_q8_1", cfg: warps(nblocks, 8), args: q });
+                }
+                v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });
+                v
             }
             MatmulPath::Mmv => {
                 let args = vec![

@@ -8,7 +8,7 @@
 //! (the next issue's GEMM and MMQ) exist.
 
 use super::{Capability, FastPath, Paths};
-use crate::types::{row_of, Q8_1_BYTES};
+use crate::types::row_of;
 use tessera_tensor::graph::TensorDesc;
 use tessera_tensor::DType::{self, F16, F32};
 
@@ -64,7 +64,8 @@ fn one_column(w: &TensorDesc, x: &TensorDesc, dst: &TensorDesc) -> bool {
         && fits(w.ne[1])
 }
 
-/// The path of `dst = w · x` (see the module docs) and the scratch bytes it needs.
+/// The path of `dst = w · x` (see the module docs) and the scratch bytes it needs of its own
+/// (the int8 path's Q8_1 input is placed by [`super::share_q8_1`] instead).
 pub fn matmul_path(
     w: &TensorDesc,
     x: &TensorDesc,
@@ -77,7 +78,7 @@ pub fn matmul_path(
         return (MatmulPath::Generic, 0);
     }
     if row.mmvq.is_some() && paths.allows(FastPath::Mmvq) && cap.arch >= 61 {
-        return (MatmulPath::Mmvq, w.ne[0] / 32 * Q8_1_BYTES);
+        return (MatmulPath::Mmvq, 0);
     }
     if w.dtype == F16 {
         // `mmv_f16` reads rows `ncols` apart.

@@ -8,10 +8,12 @@
 //! [`fusion_windows`] finds the runs of nodes one fused kernel could compute; the fused
 //! kernels themselves come with the decoding issue's second part.
 
+mod activations;
 mod fusion;
 mod matmul;
 mod paths;
 
+pub use activations::{share_q8_1, Q8Input};
 pub use fusion::{fusion_windows, FusionKind, Window};
 pub use matmul::{matmul_path, possible_paths, MatmulPath};
 pub use paths::{FastPath, Paths};
@@ -80,8 +82,9 @@ pub enum Kernel {
 pub struct NodePlan {
     /// What runs it.
     pub kernel: Kernel,
-    /// Bytes of scratch memory it needs while it runs (the Q8_1 activations of an int8
-    /// product, say); nodes run in stream order, so one arena of the largest need serves all.
+    /// Bytes of scratch memory it needs while it runs, besides the int8 products' shared
+    /// activations ([`share_q8_1`]); nodes run in stream order, so one region of the largest
+    /// need serves them all.
     pub scratch: usize,
 }
 

@@ -1,0 +1,123 @@
+//! The int8 products' activations: each distinct input is quantized to Q8_1 once and read by
+//! every int8 product of it (Q, K and V of one norm output, gate and up of one FFN input),
+//! where llama.cpp quantizes it again for every product.
+//!
+//! Each distinct input gets its own region of the scratch arena for the whole graph (a bump
+//! allocation: a decode graph's inputs take a few MiB at most). A node that writes into the
+//! input's storage between two readers (an in-place write, say) makes the next reader quantize
+//! again.
+
+use super::{Kernel, MatmulPath, NodePlan};
+use crate::types::Q8_1_BYTES;
+use std::collections::HashMap;
+use tessera_tensor::graph::{Context, TensorId};
+
+/// Alignment of each region in the arena (bytes).
+const ALIGN: usize = 256;
+
+/// Where one int8 product finds its Q8_1 activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Q8Input {
+    /// Byte offset in the scratch arena.
+    pub offset: usize,
+    /// This product quantizes the input there first (the first reader since the input was
+    /// last written); the others read what it wrote.
+    pub quantize: bool,
+}
+
+/// The storage a tensor's bytes live in (a view's source).
+fn root(ctx: &Context, id: TensorId) -> TensorId {
+    ctx.get(id).view_src.unwrap_or(id)
+}
+
+/// For each node of `plans` (in order), its Q8_1 input if it is an int8 product, and the
+/// scratch bytes they take in all.
+pub fn share_q8_1(ctx: &Context, plans: &[(TensorId, NodePlan)]) -> (Vec<Option<Q8Input>>, usize) {
+    let mut out = Vec::with_capacity(plans.len());
+    // Inputs quantized and not written since: input -> its region.
+    let mut live: HashMap<TensorId, usize> = HashMap::new();
+    let mut top = 0usize;
+    for &(node, plan) in plans {
+        let mut this = None;
+        if plan.kernel == Kernel::MulMat(MatmulPath::Mmvq) {
+            let d = ctx.get(node);
+            let x = d.src[1].expect("a product has activations");
+            this = Some(match live.get(&x) {
+                Some(&offset) => Q8Input { offset, quantize: false },
+                None => {
+                    let offset = top;
+                    let bytes = ctx.get(x).ne[0] / 32 * Q8_1_BYTES;
+                    top = (top + bytes).div_ceil(ALIGN) * ALIGN;
+                    live.insert(x, offset);
+                    Q8Input { offset, quantize: true }
+                }
+            });
+        }
+        // Whatever this node writes invalidates the inputs stored there.
+        if plan.kernel != Kernel::Nothing {
+            let written = root(ctx, node);
+            live.retain(|&x, _| root(ctx, x) != written);
+        }
+        out.push(this);
+    }
+    (out, top)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{plan_node, Capability, Paths};
+    use super::*;
+    use tessera_tensor::graph::Graph;
+    use tessera_tensor::DType::{F32, I64, Q8_0};
+
+    fn plans(ctx: &Context, graph: &Graph) -> Vec<(TensorId, NodePlan)> {
+        let cap = Capability { arch: 90 };
+        graph.nodes().iter().map(|&n| (n, plan_node(ctx, n, cap, Paths::all()).unwrap())).collect()
+    }
+
+    /// Q, K and V of one normed input: quantized once, read three times; the output
+    /// projection's input is another region.
+    #[test]
+    fn q_k_v_share_one_quantization() {
+        let mut ctx = Context::new();
+        let x = ctx.new_tensor(F32, &[256, 1]).unwrap();
+        let n = ctx.rms_norm(x, 1e-6).unwrap();
+        let w: Vec<TensorId> = (0..3).map(|_| ctx.new_tensor(Q8_0, &[256, 256]).unwrap()).collect();
+        let q = ctx.mul_mat(w[0], n).unwrap();
+        let k = ctx.mul_mat(w[1], n).unwrap();
+        let v = ctx.mul_mat(w[2], n).unwrap();
+        let qk = ctx.add(q, k).unwrap();
+        let s = ctx.add(qk, v).unwrap();
+        let wo = ctx.new_tensor(Q8_0, &[256, 64]).unwrap();
+        let o = ctx.mul_mat(wo, s).unwrap();
+        let graph = Graph::build(&ctx, &[o]);
+        let p = plans(&ctx, &graph);
+        let (inputs, total) = share_q8_1(&ctx, &p);
+        let at = |id: TensorId| inputs[p.iter().position(|(n, _)| *n == id).unwrap()];
+        assert_eq!(at(q), Some(Q8Input { offset: 0, quantize: true }));
+        assert_eq!(at(k), Some(Q8Input { offset: 0, quantize: false }));
+        assert_eq!(at(v), Some(Q8Input { offset: 0, quantize: false }));
+        assert_eq!(at(o), Some(Q8Input { offset: 512, quantize: true }), "288 bytes, aligned");
+        assert_eq!(at(n), None);
+        assert_eq!(total, 1024);
+    }
+
+    /// A write into the input's storage between two readers: the second quantizes again.
+    #[test]
+    fn a_write_in_between_makes_the_next_reader_quantize() {
+        let mut ctx = Context::new();
+        let x = ctx.new_tensor(F32, &[256, 4]).unwrap();
+        let col = ctx.view(x, &[256, 1], &[1024], 0).unwrap();
+        let w = ctx.new_tensor(Q8_0, &[256, 16]).unwrap();
+        let a = ctx.mul_mat(w, col).unwrap();
+        let rows = ctx.new_tensor(F32, &[256, 1]).unwrap();
+        let idx = ctx.new_tensor(I64, &[1]).unwrap();
+        let written = ctx.set_rows(x, rows, idx).unwrap();
+        let b = ctx.mul_mat(w, col).unwrap();
+        let graph = Graph::build(&ctx, &[a, written, b]);
+        let p = plans(&ctx, &graph);
+        let (inputs, _) = share_q8_1(&ctx, &p);
+        let quantizing: Vec<bool> = inputs.iter().flatten().map(|i| i.quantize).collect();
+        assert_eq!(quantizing, [true, true], "{:?}", graph.nodes());
+    }
+}
