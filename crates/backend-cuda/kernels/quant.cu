@@ -98,28 +98,88 @@ __device__ __forceinline__ float vdot_q5_0(const u8 *b, const u8 *y, int part) {
     return h2f(rd16(b)) * (s * dy - 4.0f * sy);
 }
 
-// y = W x for one activation row: one warp per weight row, 4 lanes per 32-value block, the
-// activation row already Q8_1 (`quantize_q8_1`); nblocks blocks per row.
+__device__ __forceinline__ float vdot_q4_1(const u8 *b, const u8 *y, int part) {
+    const i32 q = ld_i32(b + 4 + 4 * part);
+    const i32 lo = q & 0x0F0F0F0F, hi = (q >> 4) & 0x0F0F0F0F;
+    int s = dp4a(lo, ld_i32(y + 4 + 4 * part), 0);
+    s = dp4a(hi, ld_i32(y + 4 + 16 + 4 * part), s);
+    // sum((d q + m) y) = d sum(q y) + m sum(y); the block's m sum(y) = m s_y, a quarter per
+    // lane.
+    const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
+    return h2f(rd16(b)) * dy * s + h2f(rd16(b + 2)) * sy * 0.25f;
+}
+// The fifth bits of Q5 blocks: values 4*part.. (low nibbles) and 16+4*part.. (high) of q.
+__device__ __forceinline__ void q5_bits(u32 qh, i32 q, int part, i32 &lo, i32 &hi) {
+    lo = q & 0x0F0F0F0F;
+    hi = (q >> 4) & 0x0F0F0F0F;
+    for (int k = 0; k < 4; ++k) {
+        lo |= ((qh >> (4 * part + k)) & 1) << (8 * k + 4);
+        hi |= ((qh >> (16 + 4 * part + k)) & 1) << (8 * k + 4);
+    }
+}
+__device__ __forceinline__ float vdot_q5_1(const u8 *b, const u8 *y, int part) {
+    i32 lo, hi;
+    q5_bits(rd32(b + 4), ld_i32(b + 8 + 4 * part), part, lo, hi);
+    int s = dp4a(lo, ld_i32(y + 4 + 4 * part), 0);
+    s = dp4a(hi, ld_i32(y + 4 + 16 + 4 * part), s);
+    const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
+    return h2f(rd16(b)) * dy * s + h2f(rd16(b + 2)) * sy * 0.25f;
+}
+// Four nibbles of q (low or high halves of its bytes) through a 16-entry table, as four i8.
+__device__ __forceinline__ i32 lut4(const i8 *table, i32 q, int shift) {
+    u32 r = 0;
+    for (int k = 0; k < 4; ++k) r |= (u32)(u8)table[(q >> (8 * k + shift)) & 15] << (8 * k);
+    return (i32)r;
+}
+__device__ __forceinline__ float vdot_iq4_nl(const u8 *b, const u8 *y, int part) {
+    const i32 q = ld_i32(b + 2 + 4 * part);
+    int s = dp4a(lut4(KV_IQ4NL, q, 0), ld_i32(y + 4 + 4 * part), 0);
+    s = dp4a(lut4(KV_IQ4NL, q, 4), ld_i32(y + 4 + 16 + 4 * part), s);
+    return h2f(rd16(b)) * h2f(rd16(y)) * s;
+}
+__device__ __forceinline__ float vdot_mxfp4(const u8 *b, const u8 *y, int part) {
+    const i32 q = ld_i32(b + 1 + 4 * part);
+    int s = dp4a(lut4(KV_MXFP4, q, 0), ld_i32(y + 4 + 4 * part), 0);
+    s = dp4a(lut4(KV_MXFP4, q, 4), ld_i32(y + 4 + 16 + 4 * part), s);
+    return e8m0_half(b[0]) * h2f(rd16(y)) * s;
+}
+
+// Y = W X for 1 to 8 activation columns (MMVQ): one warp per weight row, 4 lanes per 32-value
+// block, the columns already Q8_1 (`quantize_q8_1`, column c's nblocks blocks after column
+// c - 1's); column c of the output starts dst_col floats after column c - 1's.
 #define MMVQ(T, BYTES, VDOT)                                                                  \
     extern "C" __global__ void mmvq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,    \
-                                        int nblocks, i64 row_bytes) {                        \
+                                        int nblocks, i64 row_bytes, int ncols, i64 dst_col) { \
         const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
         if (row >= nrows) return;                                                             \
         const int lane = threadIdx.x % WARP;                                                  \
         const u8 *wr = w + (i64)row * row_bytes;                                              \
-        float acc = 0.0f;                                                                     \
-        for (int i = lane / 4; i < nblocks; i += WARP / 4)                                    \
-            acc += VDOT(wr + (i64)i * BYTES, yq + (i64)i * Q8_1_BYTES, lane % 4);             \
-        acc = warp_sum(acc);                                                                  \
-        if (lane == 0) dst[row] = acc;                                                        \
+        float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
+        for (int i = lane / 4; i < nblocks; i += WARP / 4) {                                  \
+            const u8 *wb = wr + (i64)i * BYTES;                                               \
+            _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                   \
+                if (c < ncols)                                                                \
+                    acc[c] += VDOT(wb, yq + ((i64)c * nblocks + i) * Q8_1_BYTES, lane % 4);   \
+            }                                                                                 \
+        }                                                                                     \
+        _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                       \
+            if (c < ncols) {                                                                  \
+                const float v = warp_sum(acc[c]);                                             \
+                if (lane == 0) dst[(i64)c * dst_col + row] = v;                               \
+            }                                                                                 \
+        }                                                                                     \
     }
 
 MMVQ(q4_0, Q4_0_BYTES, vdot_q4_0)
+MMVQ(q4_1, Q4_1_BYTES, vdot_q4_1)
 MMVQ(q5_0, Q5_0_BYTES, vdot_q5_0)
+MMVQ(q5_1, Q5_1_BYTES, vdot_q5_1)
 MMVQ(q8_0, Q8_0_BYTES, vdot_q8_0)
+MMVQ(iq4_nl, IQ4_NL_BYTES, vdot_iq4_nl)
+MMVQ(mxfp4, MXFP4_BYTES, vdot_mxfp4)
 
-// y = W x with f32 activations, the weights dequantized on the fly (every type with a
-// `deq_*`; the K-quants' products until they have int8 kernels): one warp per weight row.
+// y = W x with f32 activations, the weights dequantized on the fly (the K-quants' products
+// until they have int8 kernels): one warp per weight row.
 #define MMV_DEQ(T, QK, BYTES, F)                                                              \
     extern "C" __global__ void mmv_##T(const u8 *w, const float *x, float *dst, int nrows,   \
                                        int ncols, i64 row_bytes) {                           \
@@ -133,8 +193,6 @@ MMVQ(q8_0, Q8_0_BYTES, vdot_q8_0)
         if (lane == 0) dst[row] = acc;                                                        \
     }
 
-MMV_DEQ(q4_1, 32, Q4_1_BYTES, deq_q4_1)
-MMV_DEQ(q5_1, 32, Q5_1_BYTES, deq_q5_1)
 MMV_DEQ(q4_k, 256, Q4_K_BYTES, deq_q4_k)
 MMV_DEQ(q6_k, 256, Q6_K_BYTES, deq_q6_k)
 

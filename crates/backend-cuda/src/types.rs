@@ -32,7 +32,8 @@ pub struct TypeRow {
     /// `quantize_block` writes it (CPY and SET_ROWS from floats into it; rows a multiple of
     /// the block).
     pub quantize: bool,
-    /// The int8 matrix-vector kernel (activations quantized to Q8_1 by `quantize_q8_1`).
+    /// The int8 matrix-vector kernel for 1 to 8 columns (activations quantized to Q8_1 by
+    /// `quantize_q8_1`).
     pub mmvq: Option<&'static str>,
     /// The matrix-vector kernel over f32 activations, dequantizing the weights on the fly.
     pub mmv: Option<&'static str>,
@@ -52,18 +53,18 @@ pub const TYPES: &[TypeRow] = &[
     TypeRow { mmv: Some("mmv_f16"), ..row(F16, "T_F16", Class::Float) },
     row(BF16, "T_BF16", Class::Float),
     TypeRow { quantize: true, mmvq: Some("mmvq_q4_0"), ..block(Q4_0, "T_Q4_0") },
-    TypeRow { quantize: true, mmv: Some("mmv_q4_1"), ..block(Q4_1, "T_Q4_1") },
+    TypeRow { quantize: true, mmvq: Some("mmvq_q4_1"), ..block(Q4_1, "T_Q4_1") },
     TypeRow { quantize: true, mmvq: Some("mmvq_q5_0"), ..block(Q5_0, "T_Q5_0") },
-    TypeRow { quantize: true, mmv: Some("mmv_q5_1"), ..block(Q5_1, "T_Q5_1") },
+    TypeRow { quantize: true, mmvq: Some("mmvq_q5_1"), ..block(Q5_1, "T_Q5_1") },
     TypeRow { quantize: true, mmvq: Some("mmvq_q8_0"), ..block(Q8_0, "T_Q8_0") },
     block(Q2_K, "T_Q2_K"),
     block(Q3_K, "T_Q3_K"),
     TypeRow { mmv: Some("mmv_q4_k"), ..block(Q4_K, "T_Q4_K") },
     block(Q5_K, "T_Q5_K"),
     TypeRow { mmv: Some("mmv_q6_k"), ..block(Q6_K, "T_Q6_K") },
-    block(IQ4_NL, "T_IQ4_NL"),
+    TypeRow { mmvq: Some("mmvq_iq4_nl"), ..block(IQ4_NL, "T_IQ4_NL") },
     block(IQ4_XS, "T_IQ4_XS"),
-    block(MXFP4, "T_MXFP4"),
+    TypeRow { mmvq: Some("mmvq_mxfp4"), ..block(MXFP4, "T_MXFP4") },
     row(I32, "T_I32", Class::Index),
     row(I64, "T_I64", Class::Index),
 ];

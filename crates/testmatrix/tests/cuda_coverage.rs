@@ -1,10 +1,12 @@
 //! The CUDA test matrix reaches every path the CUDA plan can choose: for each weight type the
 //! backend reads, every matrix-product path ([`possible_paths`]) is the plan of at least one
-//! MUL_MAT case, so a run of the matrix on a GPU checks each fast path and the generic kernel
+//! MUL_MAT case (the int8 one with one column and with several), so a run of the matrix on a GPU checks each fast path and the generic kernel
 //! behind it. Runs on the CPU side (the plan is a pure function).
 
 use std::collections::BTreeSet;
-use tessera_backend_cuda::plan::{plan_node, possible_paths, Capability, Kernel, Paths};
+use tessera_backend_cuda::plan::{
+    plan_node, possible_paths, Capability, Kernel, MatmulPath, Paths,
+};
 use tessera_backend_cuda::types::{readable, TYPES};
 use tessera_tensor::graph::Op;
 use tessera_testmatrix::{cases, Builder};
@@ -19,9 +21,13 @@ fn every_cuda_matmul_path_is_reached_by_a_case() {
         let ctx = &b.ctx;
         assert_eq!(ctx.get(out).op, Op::MulMat, "{}", case.name());
         let w = ctx.get(ctx.get(out).src[0].unwrap()).dtype;
+        let cols = ctx.get(ctx.get(out).src[1].unwrap()).ne[1];
         if let Ok(p) = plan_node(ctx, out, cap, Paths::all()) {
             let Kernel::MulMat(path) = p.kernel else { panic!("{}: {:?}", case.name(), p.kernel) };
             hit.insert((w.name(), path.name()));
+            if path == MatmulPath::Mmvq && cols > 1 {
+                hit.insert((w.name(), "mmvq, several columns"));
+            }
         }
     }
     let mut missing = Vec::new();
@@ -30,6 +36,9 @@ fn every_cuda_matmul_path_is_reached_by_a_case() {
             if !hit.contains(&(row.dtype.name(), path.name())) {
                 missing.push(format!("{} x {path}", row.dtype));
             }
+        }
+        if row.mmvq.is_some() && !hit.contains(&(row.dtype.name(), "mmvq, several columns")) {
+            missing.push(format!("{} x mmvq with 2-8 columns", row.dtype));
         }
     }
     assert!(missing.is_empty(), "no test-matrix case reaches: {}", missing.join(", "));

@@ -272,6 +272,9 @@ impl Resolver<'_> {
                 })?;
                 let yq = self.scratch + q8.offset as u64;
                 let nblocks = ncols / 32;
+                // Columns of the activations (contiguous, checked by the plan) and the
+                // output's column stride in floats.
+                let cols = x.ne[1];
                 let mm = vec![
                     Arg::Ptr(w.p),
                     Arg::Ptr(yq),
@@ -279,11 +282,18 @@ impl Resolver<'_> {
                     (nrows as i32).into(),
                     (nblocks as i32).into(),
                     row_bytes.into(),
+                    (cols as i32).into(),
+                    (dst.nb[1] / 4).into(),
                 ];
                 let mut v = Vec::with_capacity(2);
                 if q8.quantize {
-                    let q = vec![Arg::Ptr(x.p), Arg::Ptr(yq), (nblocks as i64).into()];
-                    v.push(Pending { entry: "quantize_q8_1", cfg: warps(nblocks, 8), args: q });
+                    let all = nblocks as i64 * cols;
+                    let q = vec![Arg::Ptr(x.p), Arg::Ptr(yq), all.into()];
+                    v.push(Pending {
+                        entry: "quantize_q8_1",
+                        cfg: warps(all as usize, 8),
+                        args: q,
+                    });
                 }
                 v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });
                 v

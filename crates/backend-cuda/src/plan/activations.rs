@@ -46,7 +46,8 @@ pub fn share_q8_1(ctx: &Context, plans: &[(TensorId, NodePlan)]) -> (Vec<Option<
                 Some(&offset) => Q8Input { offset, quantize: false },
                 None => {
                     let offset = top;
-                    let bytes = ctx.get(x).ne[0] / 32 * Q8_1_BYTES;
+                    let xd = ctx.get(x);
+                    let bytes = xd.ne[1] * (xd.ne[0] / 32) * Q8_1_BYTES;
                     top = (top + bytes).div_ceil(ALIGN) * ALIGN;
                     live.insert(x, offset);
                     Q8Input { offset, quantize: true }
@@ -100,6 +101,20 @@ mod tests {
         assert_eq!(at(o), Some(Q8Input { offset: 512, quantize: true }), "288 bytes, aligned");
         assert_eq!(at(n), None);
         assert_eq!(total, 1024);
+    }
+
+    /// Four columns take four columns of Q8_1 blocks.
+    #[test]
+    fn columns_take_their_blocks() {
+        let mut ctx = Context::new();
+        let x = ctx.new_tensor(F32, &[256, 4]).unwrap();
+        let w = ctx.new_tensor(Q8_0, &[256, 16]).unwrap();
+        let y = ctx.mul_mat(w, x).unwrap();
+        let graph = Graph::build(&ctx, &[y]);
+        let p = plans(&ctx, &graph);
+        let (inputs, total) = share_q8_1(&ctx, &p);
+        assert_eq!(inputs.iter().flatten().count(), 1);
+        assert_eq!(total, (4 * 8 * 36usize).div_ceil(256) * 256);
     }
 
     /// A write into the input's storage between two readers: the second quantizes again.

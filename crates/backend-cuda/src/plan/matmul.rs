@@ -1,11 +1,11 @@
 //! The path of a matrix product (MUL_MAT): the generic strided kernel for every shape, or a
-//! matrix-vector kernel of the weight type's row in [`crate::types`] where the shape is one
-//! contiguous column and the path is allowed ([`Paths`]).
+//! matrix-vector kernel of the weight type's row in [`crate::types`] where the shape is a few
+//! contiguous columns and the path is allowed ([`Paths`]).
 //!
-//! The order is llama.cpp's for one column: int8 MMVQ where the type has it (and the device
-//! has dp4a, sm_61+), else a float matrix-vector kernel that dequantizes the weights, else the
-//! generic kernel. Products of more columns take the generic kernel until the batched paths
-//! (the next issue's GEMM and MMQ) exist.
+//! The order is llama.cpp's: int8 MMVQ for 1 to 8 columns where the type has it (and the
+//! device has dp4a, sm_61+), else, for one column, a float matrix-vector kernel that
+//! dequantizes the weights, else the generic kernel. Larger batches take the generic kernel
+//! until the batched paths (the next issue's GEMM and MMQ) exist.
 
 use super::{Capability, FastPath, Paths};
 use crate::types::row_of;
@@ -45,17 +45,23 @@ impl std::fmt::Display for MatmulPath {
     }
 }
 
-/// Whether the product is one contiguous f32 column into a contiguous f32 column, against one
-/// weight matrix whose elements (blocks) are packed within each row: what the matrix-vector
-/// kernels index (raw pointers, a row stride).
-fn one_column(w: &TensorDesc, x: &TensorDesc, dst: &TensorDesc) -> bool {
+/// Most activation columns the int8 matrix-vector kernels take (`acc[8]` in `mmvq_*`).
+pub const MMVQ_MAX_COLUMNS: usize = 8;
+
+/// Whether the product is `cols` contiguous f32 columns (one after the other) into contiguous
+/// f32 columns, against one weight matrix whose elements (blocks) are packed within each row:
+/// what the matrix-vector kernels index (raw pointers, a row stride, a column stride).
+fn columns(w: &TensorDesc, x: &TensorDesc, dst: &TensorDesc, cols: usize) -> bool {
     let fits = |n: usize| n < i32::MAX as usize;
     x.dtype == F32
-        && x.ne[1] * x.ne[2] * x.ne[3] == 1
+        && x.ne[1] == cols
+        && x.ne[2] * x.ne[3] == 1
         && x.nb[0] == 4
+        && (cols == 1 || x.nb[1] == 4 * x.ne[0])
         && dst.dtype == F32
         && dst.nb[0] == 4
-        && dst.ne[1] * dst.ne[2] * dst.ne[3] == 1
+        && dst.nb[1] % 4 == 0
+        && dst.ne[2] * dst.ne[3] == 1
         && w.ne[2] == 1
         && w.ne[3] == 1
         && w.nb[0] == w.dtype.type_size()
@@ -74,11 +80,17 @@ pub fn matmul_path(
     paths: Paths,
 ) -> (MatmulPath, usize) {
     let Some(row) = row_of(w.dtype) else { return (MatmulPath::Generic, 0) };
-    if !one_column(w, x, dst) {
-        return (MatmulPath::Generic, 0);
-    }
-    if row.mmvq.is_some() && paths.allows(FastPath::Mmvq) && cap.arch >= 61 {
+    let cols = x.ne[1];
+    if row.mmvq.is_some()
+        && paths.allows(FastPath::Mmvq)
+        && cap.arch >= 61
+        && (1..=MMVQ_MAX_COLUMNS).contains(&cols)
+        && columns(w, x, dst, cols)
+    {
         return (MatmulPath::Mmvq, 0);
+    }
+    if !columns(w, x, dst, 1) {
+        return (MatmulPath::Generic, 0);
     }
     if w.dtype == F16 {
         // `mmv_f16` reads rows `ncols` apart.

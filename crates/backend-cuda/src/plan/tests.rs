@@ -22,41 +22,46 @@ fn path(w: DType, cols: usize, cap: Capability, paths: Paths) -> Option<MatmulPa
     }
 }
 
-/// One column takes the type's matrix-vector kernel; more columns, an old device or the
-/// generic setting take the generic kernel; types without a dequantizer are refused.
+/// One column takes the type's matrix-vector kernel, 2-8 columns the int8 one where the type
+/// has it; larger batches, an old device or the generic setting take the generic kernel;
+/// types without a dequantizer are refused.
 #[test]
 fn matmul_paths_by_type_columns_and_device() {
     use MatmulPath::*;
-    let table: &[(DType, Option<MatmulPath>)] = &[
-        (F32, Some(Generic)),
-        (F16, Some(MmvF16)),
-        (BF16, Some(Generic)),
-        (Q4_0, Some(Mmvq)),
-        (Q4_1, Some(Mmv)),
-        (Q5_0, Some(Mmvq)),
-        (Q5_1, Some(Mmv)),
-        (Q8_0, Some(Mmvq)),
-        (Q2_K, Some(Generic)),
-        (Q3_K, Some(Generic)),
-        (Q4_K, Some(Mmv)),
-        (Q5_K, Some(Generic)),
-        (Q6_K, Some(Mmv)),
-        (IQ4_NL, Some(Generic)),
-        (IQ4_XS, Some(Generic)),
-        (MXFP4, Some(Generic)),
-        (IQ2_XXS, None),
-        (TQ2_0, None),
+    // (type, 1 column, 2-8 columns, 1 column on sm_52 without dp4a)
+    type Row = (DType, Option<MatmulPath>, Option<MatmulPath>, Option<MatmulPath>);
+    let table: &[Row] = &[
+        (F32, Some(Generic), Some(Generic), Some(Generic)),
+        (F16, Some(MmvF16), Some(Generic), Some(MmvF16)),
+        (BF16, Some(Generic), Some(Generic), Some(Generic)),
+        (Q4_0, Some(Mmvq), Some(Mmvq), Some(Generic)),
+        (Q4_1, Some(Mmvq), Some(Mmvq), Some(Generic)),
+        (Q5_0, Some(Mmvq), Some(Mmvq), Some(Generic)),
+        (Q5_1, Some(Mmvq), Some(Mmvq), Some(Generic)),
+        (Q8_0, Some(Mmvq), Some(Mmvq), Some(Generic)),
+        (Q2_K, Some(Generic), Some(Generic), Some(Generic)),
+        (Q3_K, Some(Generic), Some(Generic), Some(Generic)),
+        (Q4_K, Some(Mmv), Some(Generic), Some(Mmv)),
+        (Q5_K, Some(Generic), Some(Generic), Some(Generic)),
+        (Q6_K, Some(Mmv), Some(Generic), Some(Mmv)),
+        (IQ4_NL, Some(Mmvq), Some(Mmvq), Some(Generic)),
+        (IQ4_XS, Some(Generic), Some(Generic), Some(Generic)),
+        (MXFP4, Some(Mmvq), Some(Mmvq), Some(Generic)),
+        (IQ2_XXS, None, None, None),
+        (TQ2_0, None, None, None),
     ];
-    for &(w, one) in table {
+    for &(w, one, few, old) in table {
         assert_eq!(path(w, 1, SM90, Paths::all()), one, "{w} x 1 column");
+        for cols in [2, 8] {
+            assert_eq!(path(w, cols, SM90, Paths::all()), few, "{w} x {cols} columns");
+        }
         let generic = one.map(|_| Generic);
-        for cols in [2, 8, 64] {
+        for cols in [9, 64] {
             assert_eq!(path(w, cols, SM90, Paths::all()), generic, "{w} x {cols} columns");
         }
         assert_eq!(path(w, 1, SM90, Paths::generic()), generic, "{w}, generic only");
-        let old = if one == Some(Mmvq) { generic } else { one };
         assert_eq!(path(w, 1, Capability { arch: 52 }, Paths::all()), old, "{w} on sm_52");
-        if let Some(p) = one {
+        for p in [one, few, old].into_iter().flatten() {
             assert!(possible_paths(w).contains(&p), "{w}: {p} not among the possible paths");
         }
     }
@@ -68,6 +73,7 @@ fn single_paths_off() {
     let no_mmvq = Paths::parse("-mmvq").unwrap();
     assert_eq!(path(Q8_0, 1, SM90, no_mmvq), Some(MatmulPath::Generic));
     assert_eq!(path(Q4_K, 1, SM90, no_mmvq), Some(MatmulPath::Mmv));
+    assert_eq!(path(Q4_1, 1, SM90, no_mmvq), Some(MatmulPath::Generic));
     assert_eq!(path(F16, 1, SM90, Paths::parse("mmv-f16").unwrap()), Some(MatmulPath::MmvF16));
     assert_eq!(path(Q4_K, 1, SM90, Paths::parse("mmv-f16").unwrap()), Some(MatmulPath::Generic));
 }

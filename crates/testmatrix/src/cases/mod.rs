@@ -95,7 +95,7 @@ fn norms(v: &mut Vec<Case>) {
 }
 
 fn mul_mat(v: &mut Vec<Case>) {
-    // Every weight type with a CPU dot product: batch 1 (GEMV), batch > 8 (the tiled K-quant
+    // Every weight type with a CPU dot product: batch 1 (GEMV), 4, batch > 8 (the tiled K-quant
     // path in ggml), K = 256 and 512, and the GQA broadcast of the weights over dims 2 and 3.
     let weights = [
         F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
@@ -103,6 +103,9 @@ fn mul_mat(v: &mut Vec<Case>) {
     ];
     for a in weights {
         v.push(Case::new(MulMat::new(a, 16, 1, 256)));
+        // A few columns (several sequences decoding, a draft being verified): the GPUs'
+        // matrix-vector kernels take up to 8.
+        v.push(Case::new(MulMat::new(a, 16, 4, 256)));
         v.push(Case::new(MulMat::new(a, 16, 9, 512)));
         v.push(Case::new(MulMat { bs: [2, 1], nr: [2, 1], ..MulMat::new(a, 8, 3, 256) }));
     }
