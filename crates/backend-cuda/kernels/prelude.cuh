@@ -80,5 +80,8 @@ __device__ __forceinline__ u32 rd32(const u8 *p) {
 #define IQ4_NL_BYTES 18 // d, qs[16] (indexes into kvalues_iq4nl)
 #define MXFP4_BYTES 17  // e (e8m0), qs[16] (indexes into kvalues_mxfp4)
 #define Q8_1_BYTES 36   // d, s, qs[32]
+#define Q2_K_BYTES 84   // 256 values: scales[16], qs[64], d, dmin
 #define Q4_K_BYTES 144  // 256 values: d, dmin, scales[12], qs[128]
+#define Q5_K_BYTES 176  // 256 values: d, dmin, scales[12], qh[32], qs[128]
+#define IQ4_XS_BYTES 136 // 256 values: d, scales_h, scales_l[4], qs[128]
 #define Q6_K_BYTES 210  // 256 values: ql[128], qh[64], scales[16], d

@@ -178,23 +178,100 @@ MMVQ(q8_0, Q8_0_BYTES, vdot_q8_0)
 MMVQ(iq4_nl, IQ4_NL_BYTES, vdot_iq4_nl)
 MMVQ(mxfp4, MXFP4_BYTES, vdot_mxfp4)
 
-// y = W x with f32 activations, the weights dequantized on the fly (the K-quants' products
-// until they have int8 kernels): one warp per weight row.
-#define MMV_DEQ(T, QK, BYTES, F)                                                              \
-    extern "C" __global__ void mmv_##T(const u8 *w, const float *x, float *dst, int nrows,   \
-                                       int ncols, i64 row_bytes) {                           \
+
+// K-quants and IQ4_XS (256-value superblocks), one 32-value sub-block j of superblock `b` at a
+// time, against the Q8_1 block of the same 32 values; lane `part` takes values 8*part..+7
+// (IQ4_XS: the nibble halves, as the 32-value types).
+__device__ __forceinline__ i32 q8_sum(const u8 *y, int part) {
+    // The exact integer sum of the lane's 8 activation quants.
+    return dp4a(0x01010101, ld_i32(y + 4 + 8 * part), dp4a(0x01010101, ld_i32(y + 8 + 8 * part), 0));
+}
+__device__ __forceinline__ float vdot_q2_k(const u8 *b, int j, const u8 *y, int part) {
+    const u8 *q = b + 16 + 32 * (j / 4) + 8 * part;
+    const int sh = 2 * (j % 4);
+    const i32 a0 = (ld_i32(q) >> sh) & 0x03030303, a1 = (ld_i32(q + 4) >> sh) & 0x03030303;
+    int s = dp4a(a0, ld_i32(y + 4 + 8 * part), 0);
+    s = dp4a(a1, ld_i32(y + 8 + 8 * part), s);
+    const u8 sc = b[2 * j + part / 2];
+    const float dy = h2f(rd16(y));
+    return dy * (h2f(rd16(b + 80)) * (sc & 15) * s - h2f(rd16(b + 82)) * (sc >> 4) * q8_sum(y, part));
+}
+__device__ __forceinline__ float vdot_q4_k(const u8 *b, int j, const u8 *y, int part) {
+    const u8 *q = b + 16 + 32 * (j / 2) + 8 * part;
+    const int sh = 4 * (j % 2);
+    const i32 a0 = (ld_i32(q) >> sh) & 0x0F0F0F0F, a1 = (ld_i32(q + 4) >> sh) & 0x0F0F0F0F;
+    int s = dp4a(a0, ld_i32(y + 4 + 8 * part), 0);
+    s = dp4a(a1, ld_i32(y + 8 + 8 * part), s);
+    int sc, mn;
+    k4_scale_min(j, b + 4, &sc, &mn);
+    const float dy = h2f(rd16(y));
+    return dy * (h2f(rd16(b)) * sc * s - h2f(rd16(b + 2)) * mn * q8_sum(y, part));
+}
+__device__ __forceinline__ float vdot_q5_k(const u8 *b, int j, const u8 *y, int part) {
+    const u8 *q = b + 48 + 32 * (j / 2) + 8 * part, *qh = b + 16 + 8 * part;
+    const int sh = 4 * (j % 2);
+    const i32 a0 = ((ld_i32(q) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh) >> j) & 0x01010101) << 4);
+    const i32 a1 = ((ld_i32(q + 4) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh + 4) >> j) & 0x01010101) << 4);
+    int s = dp4a(a0, ld_i32(y + 4 + 8 * part), 0);
+    s = dp4a(a1, ld_i32(y + 8 + 8 * part), s);
+    int sc, mn;
+    k4_scale_min(j, b + 4, &sc, &mn);
+    const float dy = h2f(rd16(y));
+    return dy * (h2f(rd16(b)) * sc * s - h2f(rd16(b + 2)) * mn * q8_sum(y, part));
+}
+__device__ __forceinline__ float vdot_q6_k(const u8 *b, int j, const u8 *y, int part) {
+    const int half = j / 4, quarter = j % 4;
+    const u8 *ql = b + 64 * half + (quarter & 1 ? 32 : 0) + 8 * part;
+    const u8 *qh = b + 128 + 32 * half + 8 * part;
+    const int sh = quarter >= 2 ? 4 : 0, hs = 2 * quarter;
+    const i32 a0 = ((ld_i32(ql) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh) >> hs) & 0x03030303) << 4);
+    const i32 a1 =
+        ((ld_i32(ql + 4) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh + 4) >> hs) & 0x03030303) << 4);
+    int s = dp4a(a0, ld_i32(y + 4 + 8 * part), 0);
+    s = dp4a(a1, ld_i32(y + 8 + 8 * part), s);
+    // The quants are q - 32: sum((q - 32) y) = sum(q y) - 32 sum(y).
+    const int sc = ((const i8 *)(b + 192))[8 * half + 2 * quarter + part / 2];
+    return h2f(rd16(b + 208)) * sc * h2f(rd16(y)) * (float)(s - 32 * q8_sum(y, part));
+}
+__device__ __forceinline__ float vdot_iq4_xs(const u8 *b, int j, const u8 *y, int part) {
+    const i32 q = ld_i32(b + 8 + 16 * j + 4 * part);
+    const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (((rd16(b + 2) >> (2 * j)) & 3) << 4);
+    int s = dp4a(lut4(KV_IQ4NL, q, 0), ld_i32(y + 4 + 4 * part), 0);
+    s = dp4a(lut4(KV_IQ4NL, q, 4), ld_i32(y + 4 + 16 + 4 * part), s);
+    return h2f(rd16(b)) * (ls - 32) * h2f(rd16(y)) * s;
+}
+
+// MMVQ for the 256-value types: as MMVQ, each 32-value block i being sub-block i % 8 of
+// superblock i / 8.
+#define MMVQ_K(T, BYTES, VDOT)                                                                \
+    extern "C" __global__ void mmvq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,    \
+                                        int nblocks, i64 row_bytes, int ncols, i64 dst_col) { \
         const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
         if (row >= nrows) return;                                                             \
         const int lane = threadIdx.x % WARP;                                                  \
         const u8 *wr = w + (i64)row * row_bytes;                                              \
-        float acc = 0.0f;                                                                     \
-        for (int i = lane; i < ncols; i += WARP) acc += F(wr + (i / QK) * BYTES, i % QK) * x[i]; \
-        acc = warp_sum(acc);                                                                  \
-        if (lane == 0) dst[row] = acc;                                                        \
+        float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
+        for (int i = lane / 4; i < nblocks; i += WARP / 4) {                                  \
+            const u8 *sb = wr + (i64)(i / 8) * BYTES;                                         \
+            _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                   \
+                if (c < ncols)                                                                \
+                    acc[c] += VDOT(sb, i % 8, yq + ((i64)c * nblocks + i) * Q8_1_BYTES,       \
+                                   lane % 4);                                                 \
+            }                                                                                 \
+        }                                                                                     \
+        _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                       \
+            if (c < ncols) {                                                                  \
+                const float v = warp_sum(acc[c]);                                             \
+                if (lane == 0) dst[(i64)c * dst_col + row] = v;                               \
+            }                                                                                 \
+        }                                                                                     \
     }
 
-MMV_DEQ(q4_k, 256, Q4_K_BYTES, deq_q4_k)
-MMV_DEQ(q6_k, 256, Q6_K_BYTES, deq_q6_k)
+MMVQ_K(q2_k, Q2_K_BYTES, vdot_q2_k)
+MMVQ_K(q4_k, Q4_K_BYTES, vdot_q4_k)
+MMVQ_K(q5_k, Q5_K_BYTES, vdot_q5_k)
+MMVQ_K(q6_k, Q6_K_BYTES, vdot_q6_k)
+MMVQ_K(iq4_xs, IQ4_XS_BYTES, vdot_iq4_xs)
 
 // y = W x for f16 weights and f32 activations: one warp per row, two halves per load.
 extern "C" __global__ void mmv_f16(const u16 *w, const float *x, float *dst, int nrows,

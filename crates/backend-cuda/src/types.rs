@@ -35,7 +35,7 @@ pub struct TypeRow {
     /// The int8 matrix-vector kernel for 1 to 8 columns (activations quantized to Q8_1 by
     /// `quantize_q8_1`).
     pub mmvq: Option<&'static str>,
-    /// The matrix-vector kernel over f32 activations, dequantizing the weights on the fly.
+    /// The float matrix-vector kernel (one f32 column) of a float type.
     pub mmv: Option<&'static str>,
 }
 
@@ -57,13 +57,13 @@ pub const TYPES: &[TypeRow] = &[
     TypeRow { quantize: true, mmvq: Some("mmvq_q5_0"), ..block(Q5_0, "T_Q5_0") },
     TypeRow { quantize: true, mmvq: Some("mmvq_q5_1"), ..block(Q5_1, "T_Q5_1") },
     TypeRow { quantize: true, mmvq: Some("mmvq_q8_0"), ..block(Q8_0, "T_Q8_0") },
-    block(Q2_K, "T_Q2_K"),
+    TypeRow { mmvq: Some("mmvq_q2_k"), ..block(Q2_K, "T_Q2_K") },
     block(Q3_K, "T_Q3_K"),
-    TypeRow { mmv: Some("mmv_q4_k"), ..block(Q4_K, "T_Q4_K") },
-    block(Q5_K, "T_Q5_K"),
-    TypeRow { mmv: Some("mmv_q6_k"), ..block(Q6_K, "T_Q6_K") },
+    TypeRow { mmvq: Some("mmvq_q4_k"), ..block(Q4_K, "T_Q4_K") },
+    TypeRow { mmvq: Some("mmvq_q5_k"), ..block(Q5_K, "T_Q5_K") },
+    TypeRow { mmvq: Some("mmvq_q6_k"), ..block(Q6_K, "T_Q6_K") },
     TypeRow { mmvq: Some("mmvq_iq4_nl"), ..block(IQ4_NL, "T_IQ4_NL") },
-    block(IQ4_XS, "T_IQ4_XS"),
+    TypeRow { mmvq: Some("mmvq_iq4_xs"), ..block(IQ4_XS, "T_IQ4_XS") },
     TypeRow { mmvq: Some("mmvq_mxfp4"), ..block(MXFP4, "T_MXFP4") },
     row(I32, "T_I32", Class::Index),
     row(I64, "T_I64", Class::Index),
@@ -149,7 +149,14 @@ mod tests {
                 assert!(types_cuh.contains(&case), "{t}: quantize_block's sizes lack `{case}`");
             }
             if r.mmvq.is_some() {
-                assert_eq!(t.block_size(), 32, "{t}: the int8 kernels take 32-value blocks");
+                let qk = t.block_size();
+                assert!(
+                    qk == 32 || qk == 256,
+                    "{t}: the int8 kernels take 32- or 256-value blocks"
+                );
+            }
+            if r.mmv.is_some() {
+                assert_eq!(r.class, Class::Float, "{t}");
             }
             for k in [r.mmvq, r.mmv].into_iter().flatten() {
                 assert!(entries.iter().any(|e| e == k), "{t}: no kernel {k}");

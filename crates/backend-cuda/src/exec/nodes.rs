@@ -298,17 +298,6 @@ impl Resolver<'_> {
                 v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });
                 v
             }
-            MatmulPath::Mmv => {
-                let args = vec![
-                    Arg::Ptr(w.p),
-                    Arg::Ptr(x.p),
-                    Arg::Ptr(dst.p),
-                    (nrows as i32).into(),
-                    (ncols as i32).into(),
-                    row_bytes.into(),
-                ];
-                one(kernel(|r| r.mmv)?, cfg, args)
-            }
             MatmulPath::MmvF16 => {
                 let args = vec![
                     Arg::Ptr(w.p),

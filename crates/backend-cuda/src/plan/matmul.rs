@@ -3,9 +3,9 @@
 //! contiguous columns and the path is allowed ([`Paths`]).
 //!
 //! The order is llama.cpp's: int8 MMVQ for 1 to 8 columns where the type has it (and the
-//! device has dp4a, sm_61+), else, for one column, a float matrix-vector kernel that
-//! dequantizes the weights, else the generic kernel. Larger batches take the generic kernel
-//! until the batched paths (the next issue's GEMM and MMQ) exist.
+//! device has dp4a, sm_61+), the F16 matrix-vector kernel for one column of F16 weights, else
+//! the generic kernel. Larger batches take the generic kernel until the batched paths (the
+//! next issue's GEMM and MMQ) exist.
 
 use super::{Capability, FastPath, Paths};
 use crate::types::row_of;
@@ -21,8 +21,6 @@ pub enum MatmulPath {
     /// The activation column quantized to Q8_1 (`quantize_q8_1`, into scratch), then the
     /// type's int8 kernel (`mmvq_*`), one warp per weight row.
     Mmvq,
-    /// The type's dequantizing matrix-vector kernel (`mmv_*`) over the f32 column.
-    Mmv,
     /// `mmv_f16`: F16 weights times the f32 column.
     MmvF16,
 }
@@ -33,7 +31,6 @@ impl MatmulPath {
         match self {
             MatmulPath::Generic => "generic",
             MatmulPath::Mmvq => FastPath::Mmvq.name(),
-            MatmulPath::Mmv => FastPath::Mmv.name(),
             MatmulPath::MmvF16 => FastPath::MmvF16.name(),
         }
     }
@@ -89,18 +86,13 @@ pub fn matmul_path(
     {
         return (MatmulPath::Mmvq, 0);
     }
-    if !columns(w, x, dst, 1) {
-        return (MatmulPath::Generic, 0);
-    }
-    if w.dtype == F16 {
-        // `mmv_f16` reads rows `ncols` apart.
-        if paths.allows(FastPath::MmvF16) && w.nb[1] == w.row_size() {
-            return (MatmulPath::MmvF16, 0);
-        }
-        return (MatmulPath::Generic, 0);
-    }
-    if row.mmv.is_some() && paths.allows(FastPath::Mmv) {
-        return (MatmulPath::Mmv, 0);
+    // `mmv_f16` reads one column, rows `ncols` apart.
+    if w.dtype == F16
+        && paths.allows(FastPath::MmvF16)
+        && columns(w, x, dst, 1)
+        && w.nb[1] == w.row_size()
+    {
+        return (MatmulPath::MmvF16, 0);
     }
     (MatmulPath::Generic, 0)
 }
@@ -115,8 +107,6 @@ pub fn possible_paths(dtype: DType) -> Vec<MatmulPath> {
     }
     if dtype == F16 {
         v.push(MatmulPath::MmvF16);
-    } else if row.mmv.is_some() {
-        v.push(MatmulPath::Mmv);
     }
     v
 }

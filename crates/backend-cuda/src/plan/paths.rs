@@ -13,21 +13,18 @@ use crate::error::CudaError;
 pub enum FastPath {
     /// Int8 matrix-vector products: the activation row quantized to Q8_1 once, dp4a dots.
     Mmvq,
-    /// Matrix-vector products over f32 activations, the weights dequantized on the fly.
-    Mmv,
     /// The F16 matrix-vector kernel.
     MmvF16,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 3] = [FastPath::Mmvq, FastPath::Mmv, FastPath::MmvF16];
+    pub const ALL: [FastPath; 2] = [FastPath::Mmvq, FastPath::MmvF16];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
     pub fn name(self) -> &'static str {
         match self {
             FastPath::Mmvq => "mmvq",
-            FastPath::Mmv => "mmv",
             FastPath::MmvF16 => "mmv-f16",
         }
     }

@@ -22,9 +22,9 @@ fn path(w: DType, cols: usize, cap: Capability, paths: Paths) -> Option<MatmulPa
     }
 }
 
-/// One column takes the type's matrix-vector kernel, 2-8 columns the int8 one where the type
-/// has it; larger batches, an old device or the generic setting take the generic kernel;
-/// types without a dequantizer are refused.
+/// 1-8 columns take the int8 kernel where the type has it, one F16 column the F16 kernel;
+/// larger batches, an old device or the generic setting take the generic kernel; types
+/// without a dequantizer are refused.
 #[test]
 fn matmul_paths_by_type_columns_and_device() {
     use MatmulPath::*;
@@ -39,13 +39,13 @@ fn matmul_paths_by_type_columns_and_device() {
         (Q5_0, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q5_1, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q8_0, Some(Mmvq), Some(Mmvq), Some(Generic)),
-        (Q2_K, Some(Generic), Some(Generic), Some(Generic)),
+        (Q2_K, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q3_K, Some(Generic), Some(Generic), Some(Generic)),
-        (Q4_K, Some(Mmv), Some(Generic), Some(Mmv)),
-        (Q5_K, Some(Generic), Some(Generic), Some(Generic)),
-        (Q6_K, Some(Mmv), Some(Generic), Some(Mmv)),
+        (Q4_K, Some(Mmvq), Some(Mmvq), Some(Generic)),
+        (Q5_K, Some(Mmvq), Some(Mmvq), Some(Generic)),
+        (Q6_K, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (IQ4_NL, Some(Mmvq), Some(Mmvq), Some(Generic)),
-        (IQ4_XS, Some(Generic), Some(Generic), Some(Generic)),
+        (IQ4_XS, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (MXFP4, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (IQ2_XXS, None, None, None),
         (TQ2_0, None, None, None),
@@ -72,10 +72,11 @@ fn matmul_paths_by_type_columns_and_device() {
 fn single_paths_off() {
     let no_mmvq = Paths::parse("-mmvq").unwrap();
     assert_eq!(path(Q8_0, 1, SM90, no_mmvq), Some(MatmulPath::Generic));
-    assert_eq!(path(Q4_K, 1, SM90, no_mmvq), Some(MatmulPath::Mmv));
+    assert_eq!(path(Q4_K, 1, SM90, no_mmvq), Some(MatmulPath::Generic));
     assert_eq!(path(Q4_1, 1, SM90, no_mmvq), Some(MatmulPath::Generic));
     assert_eq!(path(F16, 1, SM90, Paths::parse("mmv-f16").unwrap()), Some(MatmulPath::MmvF16));
     assert_eq!(path(Q4_K, 1, SM90, Paths::parse("mmv-f16").unwrap()), Some(MatmulPath::Generic));
+    assert_eq!(path(F16, 1, SM90, no_mmvq), Some(MatmulPath::MmvF16));
 }
 
 /// A column view is still one contiguous column; a weight stack and F16 rows with gaps take
@@ -131,9 +132,9 @@ fn refusals_follow_the_kernels() {
 fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("").unwrap(), Paths::all());
     assert_eq!(Paths::parse("generic").unwrap().describe(), "generic");
-    assert_eq!(Paths::parse("mmvq,mmv").unwrap().describe(), "mmvq,mmv");
-    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv,mmv-f16");
-    assert!(Paths::parse("mmvq,-mmv").is_err());
+    assert_eq!(Paths::parse("mmvq,mmv-f16").unwrap().describe(), "mmvq,mmv-f16");
+    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv-f16");
+    assert!(Paths::parse("mmvq,-mmv-f16").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();
     assert!(e.contains("'mmvx'"), "{e}");
 }
