@@ -11,8 +11,8 @@
 pub const FILES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/kernel_files.rs"));
 
 /// The headers prepended to every module, in this order: the prelude (types, half conversion,
-/// reductions), then the tensor descriptor and element access.
-pub const HEADERS: &[&str] = &["prelude.cuh", "types.cuh"];
+/// reductions), the tensor descriptor and element access, the int8 dot products.
+pub const HEADERS: &[&str] = &["prelude.cuh", "types.cuh", "vecdotq.cuh"];
 
 /// One `.cu` file.
 #[derive(Debug, Clone, Copy)]
