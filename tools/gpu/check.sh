@@ -147,6 +147,8 @@ done
 if [ -z "$QUICK" ]; then  # decoding without the fast paths, for their share of the speed
   run 150 "bench-tessera-Q4_0-generic" env TESSERA_CUDA_PATHS=generic "$B/tessera" bench -m $T/1b-Q4_0.gguf -ngl 99 -p 512 -n 128 -r 2
   echo "Q4_0, generic kernels only:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-generic.log" | tail -2 >> "$R"
+  run 150 "bench-tessera-Q4_0-nographs" env TESSERA_CUDA_PATHS=-graphs "$B/tessera" bench -m $T/1b-Q4_0.gguf -ngl 99 -p 512 -n 128 -r 2
+  echo "Q4_0, without CUDA graphs:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-nographs.log" | tail -2 >> "$R"
 fi
 
 step "llama.cpp b11312 beside it"

@@ -2,6 +2,9 @@
 //! launch's function handle, device addresses and scratch address, modules loaded), and only
 //! then queued on the GPU's stream, with no lookup, lock or allocation between launches.
 //!
+//! A list of launches equal to the previous one is replayed from a captured CUDA graph
+//! ([`graphs`]).
+//!
 //! Scratch memory is one arena per backend: the int8 products' Q8_1 activations, one region
 //! per distinct input ([`crate::plan::share_q8_1`]: quantized once, read by every product of
 //! it), then one region for the largest need of a single node (nodes run in stream order, so
@@ -9,10 +12,11 @@
 //! addresses hold while a resolved graph lives.
 
 mod args;
+mod graphs;
 mod nodes;
 
 use crate::gpu::Gpu;
-use crate::plan::{plan_node, share_q8_1, Capability, Kernel, NodePlan, Paths};
+use crate::plan::{plan_node, share_q8_1, Capability, FastPath, Kernel, NodePlan, Paths};
 use crate::CudaError;
 use args::Arg;
 use cudarc::driver::{result, sys, CudaFunction, LaunchConfig, PushKernelArg};
@@ -20,6 +24,27 @@ use nodes::{Pending, Resolver};
 use std::collections::HashMap;
 use tessera_backend::{BackendError, Bindings};
 use tessera_tensor::graph::{Context, Graph, TensorId};
+
+/// Launches `launches` one by one on the GPU's stream.
+fn launch_all(gpu: &Gpu, launches: &[Launch]) -> Result<(), CudaError> {
+    for l in launches {
+        let mut b = gpu.stream.launch_builder(&l.func);
+        for a in &l.args {
+            match a {
+                Arg::T(t) => b.arg(t),
+                Arg::Ptr(p) => b.arg(p),
+                Arg::I32(x) => b.arg(x),
+                Arg::I64(x) => b.arg(x),
+                Arg::F32(x) => b.arg(x),
+            };
+        }
+        // SAFETY: every address is inside a buffer of this device (checked when resolved) or
+        // the scratch arena (sized by the plan), with the shape and strides the kernels index
+        // within; scalars match the kernels' parameter types in order.
+        unsafe { b.launch(l.cfg) }.map_err(|e| CudaError::Driver(format!("{}: {e:?}", l.entry)))?;
+    }
+    Ok(())
+}
 
 /// One launch, resolved.
 struct Launch {
@@ -41,12 +66,13 @@ struct Scratch {
 pub(crate) struct Executor {
     paths: Paths,
     scratch: Scratch,
+    graphs: graphs::Graphs,
 }
 
 impl Executor {
     /// An executor taking the fast paths `paths` allows.
     pub(crate) fn new(paths: Paths) -> Executor {
-        Executor { paths, scratch: Scratch::default() }
+        Executor { paths, scratch: Scratch::default(), graphs: graphs::Graphs::default() }
     }
 
     /// The fast paths allowed.
@@ -124,24 +150,12 @@ impl Executor {
             };
             launches.push(Launch { entry: p.entry, func, cfg: p.cfg, args: p.args });
         }
-        for l in &launches {
-            let mut b = gpu.stream.launch_builder(&l.func);
-            for a in &l.args {
-                match a {
-                    Arg::T(t) => b.arg(t),
-                    Arg::Ptr(p) => b.arg(p),
-                    Arg::I32(x) => b.arg(x),
-                    Arg::I64(x) => b.arg(x),
-                    Arg::F32(x) => b.arg(x),
-                };
-            }
-            // SAFETY: every address is inside a buffer of this device (checked when resolved)
-            // or the scratch arena (sized by the plan), with the shape and strides the kernels
-            // index within; scalars match the kernels' parameter types in order.
-            unsafe { b.launch(l.cfg) }
-                .map_err(|e| CudaError::Driver(format!("{}: {e:?}", l.entry)))?;
+        let direct = |launches: &[Launch]| launch_all(gpu, launches);
+        if self.paths.allows(FastPath::Graphs) {
+            self.graphs.queue(gpu, &launches, direct)
+        } else {
+            direct(&launches)
         }
-        Ok(())
     }
 
     /// Makes the arena at least `need` bytes: a larger one only after the stream drained, so
@@ -161,8 +175,9 @@ impl Executor {
         Ok(())
     }
 
-    /// Frees the arena (the stream drained first).
+    /// Frees the arena (the stream drained first) and the captured graph that refers to it.
     pub(crate) fn release(&mut self, gpu: &Gpu) {
+        self.graphs.clear();
         if self.scratch.size == 0 {
             return;
         }

@@ -15,17 +15,20 @@ pub enum FastPath {
     Mmvq,
     /// The F16 matrix-vector kernel.
     MmvF16,
+    /// A repeated list of launches replayed from a captured CUDA graph.
+    Graphs,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 2] = [FastPath::Mmvq, FastPath::MmvF16];
+    pub const ALL: [FastPath; 3] = [FastPath::Mmvq, FastPath::MmvF16, FastPath::Graphs];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
     pub fn name(self) -> &'static str {
         match self {
             FastPath::Mmvq => "mmvq",
             FastPath::MmvF16 => "mmv-f16",
+            FastPath::Graphs => "graphs",
         }
     }
 

@@ -1,0 +1,197 @@
+//! One CUDA graph per repeated step: a graph whose resolved launches (kernels, launch shapes,
+//! every argument: addresses, shapes, scalars) equal the previous graph's is replayed from a
+//! captured CUDA graph instead of being launched kernel by kernel. Everything a kernel reads
+//! besides its arguments is device memory, read afresh at every replay (the token, its
+//! position, the mask), and the KV cache's view grows in steps of 256 cells, so a decode step
+//! replays until the cache crosses the next step.
+//!
+//! A list is captured the second time it comes in a row (prompt graphs, which change, are
+//! never captured); a failed capture turns graphs off for the backend with a warning.
+//! `TESSERA_CUDA_PATHS=-graphs` turns them off.
+
+use super::args::Arg;
+use super::Launch;
+use crate::gpu::Gpu;
+use crate::CudaError;
+use cudarc::driver::{sys, CudaGraph};
+
+/// A launch as the replay check compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LaunchKey {
+    entry: &'static str,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared: u32,
+    args: Vec<u64>,
+}
+
+impl LaunchKey {
+    pub(crate) fn of(l: &Launch) -> LaunchKey {
+        LaunchKey::new(l.entry, &l.cfg, &l.args)
+    }
+
+    fn new(entry: &'static str, cfg: &cudarc::driver::LaunchConfig, list: &[Arg]) -> LaunchKey {
+        let mut args = Vec::with_capacity(list.len() * 2);
+        for a in list {
+            match a {
+                Arg::T(t) => {
+                    args.push(t.p);
+                    args.extend(t.ne.iter().chain(&t.nb).map(|&x| x as u64));
+                    args.push(t.dtype as u64);
+                }
+                Arg::Ptr(p) => args.push(*p),
+                Arg::I32(x) => args.push(*x as u32 as u64),
+                Arg::I64(x) => args.push(*x as u64),
+                Arg::F32(x) => args.push(u64::from(x.to_bits())),
+            }
+        }
+        LaunchKey {
+            entry,
+            grid: cfg.grid_dim,
+            block: cfg.block_dim,
+            shared: cfg.shared_mem_bytes,
+            args,
+        }
+    }
+}
+
+/// A captured graph, owned by one backend.
+struct Captured {
+    key: Vec<LaunchKey>,
+    graph: CudaGraph,
+}
+
+// SAFETY: the graph handles are used only through the backend that owns them, which the
+// `Backend` trait hands out by `&mut` (never from two threads at once); CUDA graph objects may
+// be used from any thread when access is serialized.
+unsafe impl Send for Captured {}
+
+impl std::fmt::Debug for Captured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Captured({} launches)", self.key.len())
+    }
+}
+
+/// The replay state of one backend (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Graphs {
+    /// The last list launched directly: captured if it comes again.
+    candidate: Option<Vec<LaunchKey>>,
+    captured: Option<Captured>,
+    /// A capture failed: no more graphs on this backend.
+    off: bool,
+    /// Replays and captures, for the logs.
+    pub(crate) replays: u64,
+    pub(crate) captures: u64,
+}
+
+impl Graphs {
+    /// Queues `launches` on the GPU's stream: a replay of the captured graph when the list
+    /// is the one captured, a capture when it is the one seen just before, else `direct`.
+    pub(crate) fn queue(
+        &mut self,
+        gpu: &Gpu,
+        launches: &[Launch],
+        direct: impl Fn(&[Launch]) -> Result<(), CudaError>,
+    ) -> Result<(), CudaError> {
+        if self.off || launches.is_empty() {
+            return direct(launches);
+        }
+        let key: Vec<LaunchKey> = launches.iter().map(LaunchKey::of).collect();
+        if let Some(c) = &self.captured {
+            if c.key == key {
+                self.replays += 1;
+                return c
+                    .graph
+                    .launch()
+                    .map_err(|e| CudaError::Driver(format!("replaying a CUDA graph: {e:?}")));
+            }
+        }
+        if self.candidate.as_ref() != Some(&key) {
+            self.candidate = Some(key);
+            return direct(launches);
+        }
+        match capture(gpu, launches, &direct) {
+            Ok(graph) => {
+                self.captures += 1;
+                tracing::debug!(
+                    launches = launches.len(),
+                    captures = self.captures,
+                    replays = self.replays,
+                    "captured a CUDA graph"
+                );
+                let launched = graph
+                    .launch()
+                    .map_err(|e| CudaError::Driver(format!("launching a CUDA graph: {e:?}")));
+                self.candidate = None;
+                self.captured = Some(Captured { key, graph });
+                launched
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "CUDA graph capture failed: graphs off for this backend");
+                self.off = true;
+                self.captured = None;
+                direct(launches)
+            }
+        }
+    }
+
+    /// Drops the captured graph (before the memory it refers to is freed).
+    pub(crate) fn clear(&mut self) {
+        self.captured = None;
+        self.candidate = None;
+    }
+}
+
+/// Captures `launches` (queued by `direct` between the capture's begin and end) into a graph.
+fn capture(
+    gpu: &Gpu,
+    launches: &[Launch],
+    direct: &impl Fn(&[Launch]) -> Result<(), CudaError>,
+) -> Result<CudaGraph, CudaError> {
+    let driver =
+        |what: &str, e: cudarc::driver::DriverError| CudaError::Driver(format!("{what}: {e:?}"));
+    gpu.stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| driver("beginning a capture", e))?;
+    let queued = direct(launches);
+    // The capture is ended whatever happened, so the stream is usable again.
+    let ended = gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+    queued?;
+    ended
+        .map_err(|e| driver("ending a capture", e))?
+        .ok_or_else(|| CudaError::Driver("the capture made no graph".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::args::{grid_for, TensorArg};
+
+    /// Two launches are the same only with the same kernel, shape and every argument.
+    #[test]
+    fn keys_compare_every_argument() {
+        let t = TensorArg { p: 4096, ne: [64, 1, 1, 1], nb: [4, 256, 256, 256], dtype: 0, pad: 0 };
+        let args = vec![Arg::T(t), Arg::Ptr(8192), Arg::I32(3), Arg::F32(0.5)];
+        let key = |entry, n: usize, args: &[Arg]| LaunchKey::new(entry, &grid_for(n), args);
+        let base = key("unary_op", 64, &args);
+        assert_eq!(base, key("unary_op", 64, &args));
+        assert_ne!(base, key("binary_op", 64, &args), "another kernel");
+        assert_ne!(base, key("unary_op", 100_000, &args), "another grid");
+        let moved = TensorArg { p: 4100, ..t };
+        let changed: [Vec<Arg>; 4] = [
+            vec![Arg::T(moved), Arg::Ptr(8192), Arg::I32(3), Arg::F32(0.5)],
+            vec![
+                Arg::T(TensorArg { ne: [64, 2, 1, 1], ..t }),
+                Arg::Ptr(8192),
+                Arg::I32(3),
+                Arg::F32(0.5),
+            ],
+            vec![Arg::T(t), Arg::Ptr(8192), Arg::I32(4), Arg::F32(0.5)],
+            vec![Arg::T(t), Arg::Ptr(8192), Arg::I32(3), Arg::F32(-0.5)],
+        ];
+        for c in changed {
+            assert_ne!(base, key("unary_op", 64, &c), "{c:?}");
+        }
+    }
+}
