@@ -5,8 +5,10 @@
 //! position, the mask), and the KV cache's view grows in steps of 256 cells, so a decode step
 //! replays until the cache crosses the next step.
 //!
-//! A list is captured the second time it comes in a row (prompt graphs, which change, are
-//! never captured); a failed capture turns graphs off for the backend with a warning.
+//! A list is captured the second time it comes among the last few (a step may be split
+//! into several graphs by the scheduler, each repeating); prompt graphs, which change, are
+//! never captured. A few captured graphs are kept, the least recently replayed dropped first.
+//! A failed capture turns graphs off for the backend with a warning;
 //! `TESSERA_CUDA_PATHS=-graphs` turns them off.
 
 use super::args::Arg;
@@ -55,29 +57,44 @@ impl LaunchKey {
     }
 }
 
-/// A captured graph, owned by one backend.
-struct Captured {
+/// A captured graph, owned by one backend (`G`: cudarc's graph; `()` in the tests of the
+/// replay rule).
+struct Captured<G> {
     key: Vec<LaunchKey>,
-    graph: CudaGraph,
+    graph: G,
 }
 
 // SAFETY: the graph handles are used only through the backend that owns them, which the
 // `Backend` trait hands out by `&mut` (never from two threads at once); CUDA graph objects may
 // be used from any thread when access is serialized.
-unsafe impl Send for Captured {}
+unsafe impl Send for Captured<CudaGraph> {}
 
-impl std::fmt::Debug for Captured {
+impl<G> std::fmt::Debug for Captured<G> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Captured({} launches)", self.key.len())
     }
 }
 
+/// Captured graphs kept, and lists remembered for capture, per backend.
+const KEEP: usize = 8;
+
+/// What to do with a list of launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    /// Replay the captured graph of the list (now the most recently used, last).
+    Replay,
+    /// Capture it (it was seen lately).
+    Capture,
+    /// Launch it kernel by kernel (and remember it).
+    Direct,
+}
+
 /// The replay state of one backend (see the module docs).
-#[derive(Debug, Default)]
-pub(crate) struct Graphs {
-    /// The last list launched directly: captured if it comes again.
-    candidate: Option<Vec<LaunchKey>>,
-    captured: Option<Captured>,
+pub(crate) struct Graphs<G = CudaGraph> {
+    /// The last lists launched directly (newest last): captured if one comes again.
+    seen: Vec<Vec<LaunchKey>>,
+    /// Captured graphs, the most recently replayed last.
+    captured: Vec<Captured<G>>,
     /// A capture failed: no more graphs on this backend.
     off: bool,
     /// Replays and captures, for the logs.
@@ -85,9 +102,61 @@ pub(crate) struct Graphs {
     pub(crate) captures: u64,
 }
 
-impl Graphs {
-    /// Queues `launches` on the GPU's stream: a replay of the captured graph when the list
-    /// is the one captured, a capture when it is the one seen just before, else `direct`.
+impl<G> std::fmt::Debug for Graphs<G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graphs")
+            .field("captured", &self.captured)
+            .field("seen", &self.seen.len())
+            .field("off", &self.off)
+            .field("replays", &self.replays)
+            .finish()
+    }
+}
+
+impl<G> Default for Graphs<G> {
+    fn default() -> Self {
+        Graphs { seen: Vec::new(), captured: Vec::new(), off: false, replays: 0, captures: 0 }
+    }
+}
+
+impl<G> Graphs<G> {
+    /// The rule (module docs): a captured list is replayed (and moved last), a list seen lately
+    /// is captured (and forgotten as seen), another is launched directly and remembered.
+    fn decide(&mut self, key: &[LaunchKey]) -> Action {
+        if let Some(i) = self.captured.iter().position(|c| c.key == key) {
+            let c = self.captured.remove(i);
+            self.captured.push(c);
+            return Action::Replay;
+        }
+        if let Some(i) = self.seen.iter().position(|k| k == key) {
+            self.seen.remove(i);
+            return Action::Capture;
+        }
+        if self.seen.len() == KEEP {
+            self.seen.remove(0);
+        }
+        self.seen.push(key.to_vec());
+        Action::Direct
+    }
+
+    /// Keeps a captured graph (dropping the least recently replayed beyond [`KEEP`]).
+    fn keep(&mut self, key: Vec<LaunchKey>, graph: G) {
+        if self.captured.len() == KEEP {
+            self.captured.remove(0);
+        }
+        self.captured.push(Captured { key, graph });
+    }
+
+    /// Drops the captured graphs (before the memory they refer to is freed).
+    pub(crate) fn clear(&mut self) {
+        self.captured.clear();
+        self.seen.clear();
+    }
+}
+
+impl Graphs<CudaGraph> {
+    /// Queues `launches` on the GPU's stream: a replay of a captured graph of the same list, a
+    /// capture when the list was seen lately, else `direct`.
     pub(crate) fn queue(
         &mut self,
         gpu: &Gpu,
@@ -98,48 +167,38 @@ impl Graphs {
             return direct(launches);
         }
         let key: Vec<LaunchKey> = launches.iter().map(LaunchKey::of).collect();
-        if let Some(c) = &self.captured {
-            if c.key == key {
+        match self.decide(&key) {
+            Action::Direct => direct(launches),
+            Action::Replay => {
                 self.replays += 1;
-                return c
-                    .graph
+                let c = self.captured.last().expect("decide moved it last");
+                c.graph
                     .launch()
-                    .map_err(|e| CudaError::Driver(format!("replaying a CUDA graph: {e:?}")));
+                    .map_err(|e| CudaError::Driver(format!("replaying a CUDA graph: {e:?}")))
             }
+            Action::Capture => match capture(gpu, launches, &direct) {
+                Ok(graph) => {
+                    self.captures += 1;
+                    tracing::debug!(
+                        launches = launches.len(),
+                        captures = self.captures,
+                        replays = self.replays,
+                        "captured a CUDA graph"
+                    );
+                    let launched = graph
+                        .launch()
+                        .map_err(|e| CudaError::Driver(format!("launching a CUDA graph: {e:?}")));
+                    self.keep(key, graph);
+                    launched
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "CUDA graph capture failed: graphs off for this backend");
+                    self.off = true;
+                    self.captured.clear();
+                    direct(launches)
+                }
+            },
         }
-        if self.candidate.as_ref() != Some(&key) {
-            self.candidate = Some(key);
-            return direct(launches);
-        }
-        match capture(gpu, launches, &direct) {
-            Ok(graph) => {
-                self.captures += 1;
-                tracing::debug!(
-                    launches = launches.len(),
-                    captures = self.captures,
-                    replays = self.replays,
-                    "captured a CUDA graph"
-                );
-                let launched = graph
-                    .launch()
-                    .map_err(|e| CudaError::Driver(format!("launching a CUDA graph: {e:?}")));
-                self.candidate = None;
-                self.captured = Some(Captured { key, graph });
-                launched
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "CUDA graph capture failed: graphs off for this backend");
-                self.off = true;
-                self.captured = None;
-                direct(launches)
-            }
-        }
-    }
-
-    /// Drops the captured graph (before the memory it refers to is freed).
-    pub(crate) fn clear(&mut self) {
-        self.captured = None;
-        self.candidate = None;
     }
 }
 
@@ -193,5 +252,32 @@ mod tests {
         for c in changed {
             assert_ne!(base, key("unary_op", 64, &c), "{c:?}");
         }
+    }
+
+    /// A step split into two alternating lists gets both captured on their second coming and
+    /// replayed after; a list seen once is never captured.
+    #[test]
+    fn alternating_lists_are_captured_and_replayed() {
+        let list = |n: i32| vec![LaunchKey::new("unary_op", &grid_for(64), &[Arg::I32(n)])];
+        let (a, b, prompt) = (list(1), list(2), list(3));
+        let mut g: Graphs<()> = Graphs::default();
+        let mut step = |k: &[LaunchKey]| {
+            let act = g.decide(k);
+            if act == Action::Capture {
+                g.keep(k.to_vec(), ());
+            }
+            act
+        };
+        use Action::*;
+        let got: Vec<Action> =
+            [&prompt, &a, &b, &a, &b, &a, &b, &a].iter().map(|k| step(k)).collect();
+        assert_eq!(got, [Direct, Direct, Direct, Capture, Capture, Replay, Replay, Replay]);
+        // Lists seen once, more than KEEP of them, push the oldest out of memory.
+        let mut g: Graphs<()> = Graphs::default();
+        for n in 0..=KEEP as i32 {
+            assert_eq!(g.decide(&list(100 + n)), Direct);
+        }
+        assert_eq!(g.decide(&list(100)), Direct, "forgotten");
+        assert_eq!(g.decide(&list(100 + KEEP as i32)), Capture);
     }
 }
