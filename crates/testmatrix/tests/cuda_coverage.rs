@@ -5,10 +5,10 @@
 
 use std::collections::BTreeSet;
 use tessera_backend_cuda::plan::{
-    plan_node, possible_paths, Capability, Kernel, MatmulPath, Paths,
+    fusion_windows, plan_node, possible_paths, Capability, FusionKind, Kernel, MatmulPath, Paths,
 };
 use tessera_backend_cuda::types::{readable, TYPES};
-use tessera_tensor::graph::Op;
+use tessera_tensor::graph::{Graph, Op};
 use tessera_testmatrix::{cases, Builder};
 
 #[test]
@@ -42,4 +42,20 @@ fn every_cuda_matmul_path_is_reached_by_a_case() {
         }
     }
     assert!(missing.is_empty(), "no test-matrix case reaches: {}", missing.join(", "));
+}
+
+/// A case runs the window the CUDA backend fuses (RMS_NORM then MUL), so the fused kernel is
+/// checked against the f64 reference on a GPU.
+#[test]
+fn the_fused_window_is_reached_by_a_case() {
+    let hits = cases::all()
+        .iter()
+        .filter(|case| {
+            let mut b = Builder::new();
+            let out = case.spec.build(&mut b).unwrap();
+            let graph = Graph::build(&b.ctx, &[out]);
+            !fusion_windows(&b.ctx, graph.nodes(), &[FusionKind::RmsNormMul]).is_empty()
+        })
+        .count();
+    assert!(hits >= 2, "{hits} cases reach RMS_NORM+MUL");
 }

@@ -16,12 +16,15 @@ mod graphs;
 mod nodes;
 
 use crate::gpu::Gpu;
-use crate::plan::{plan_node, share_q8_1, Capability, FastPath, Kernel, NodePlan, Paths};
+use crate::plan::{
+    fusion_windows, plan_node, share_q8_1, Capability, FastPath, FusionKind, Kernel, NodePlan,
+    Paths, Window,
+};
 use crate::CudaError;
 use args::Arg;
 use cudarc::driver::{result, sys, CudaFunction, LaunchConfig, PushKernelArg};
 use nodes::{Pending, Resolver};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use tessera_backend::{BackendError, Bindings};
 use tessera_tensor::graph::{Context, Graph, TensorId};
 
@@ -131,9 +134,27 @@ impl Executor {
         let own = plans.iter().map(|(_, p)| p.scratch).max().unwrap_or(0);
         self.reserve(gpu, q8_bytes + own)?;
         let resolver = Resolver { gpu, ctx, bindings, scratch: self.scratch.ptr };
+        // Windows a fused kernel takes: launched at their first node, the rest skipped.
+        let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
+        let windows = if self.paths.allows(FastPath::Fused) {
+            fusion_windows(ctx, &ids, &[FusionKind::RmsNormMul])
+        } else {
+            Vec::new()
+        };
+        let mut first: HashMap<TensorId, &Window> = HashMap::new();
+        let mut skip: HashSet<TensorId> = HashSet::new();
+        for w in windows.iter().filter(|w| resolver.can_fuse(w)) {
+            first.insert(w.nodes[0], w);
+            skip.extend(w.nodes[1..].iter().copied());
+        }
         let mut pending: Vec<Pending> = Vec::new();
         for ((node, plan), q8) in plans.iter().zip(q8) {
-            if plan.kernel != Kernel::Nothing {
+            if skip.contains(node) {
+                continue;
+            }
+            if let Some(w) = first.get(node) {
+                pending.extend(resolver.fused(w)?);
+            } else if plan.kernel != Kernel::Nothing {
                 pending.extend(resolver.node(*node, plan, q8)?);
             }
         }

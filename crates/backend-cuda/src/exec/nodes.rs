@@ -3,12 +3,13 @@
 
 use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
 use crate::gpu::Gpu;
-use crate::plan::{Kernel, MatmulPath, NodePlan, Q8Input};
+use crate::plan::{FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window};
 use crate::types::row_of;
 use crate::CudaError;
 use cudarc::driver::LaunchConfig;
 use tessera_backend::{Bindings, Buffer};
 use tessera_tensor::graph::{Context, GluOp, Op, RopeMode, TensorId, UnaryOp};
+use tessera_tensor::DType;
 
 /// One kernel launch, before its function is looked up.
 #[derive(Debug, Clone)]
@@ -212,6 +213,43 @@ impl Resolver<'_> {
                 one("argmax_op", per_row(r, 32), vec![dst.into(), a.into()])
             }
         })
+    }
+
+    /// Whether `fused.cu` has a kernel for window `w` with these types (it must give the bits
+    /// of the nodes it replaces): RMS_NORM into F32, then MUL by floats.
+    pub(crate) fn can_fuse(&self, w: &Window) -> bool {
+        match w.kind {
+            FusionKind::RmsNormMul => {
+                let (norm, mul) = (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]));
+                let float = |t: Option<TensorId>| {
+                    t.is_some_and(|t| crate::types::is_float(self.ctx.get(t).dtype))
+                };
+                matches!(norm.op, Op::RmsNorm { .. })
+                    && norm.dtype == DType::F32
+                    && float(norm.src[0])
+                    && mul.op == Op::Mul
+                    && float(mul.src[1])
+                    && crate::types::is_float(mul.dtype)
+            }
+            _ => false,
+        }
+    }
+
+    /// The launch of a window [`Resolver::can_fuse`] accepted.
+    pub(crate) fn fused(&self, w: &Window) -> Result<Vec<Pending>, CudaError> {
+        let (norm, mul) = (w.nodes[0], w.nodes[1]);
+        let Op::RmsNorm { eps } = self.ctx.get(norm).op else {
+            return Err(CudaError::Driver(format!("{:?} window without its RMS_NORM", w.kind)));
+        };
+        let a = self.ctx.get(self.ctx.get(norm).src[0].expect("a source"));
+        let rows = a.ne[1] * a.ne[2] * a.ne[3];
+        let args = vec![
+            self.arg(mul)?.into(),
+            self.src(norm, 0)?.into(),
+            self.src(mul, 1)?.into(),
+            eps.into(),
+        ];
+        Ok(one("rms_norm_mul_op", per_row(rows, THREADS), args))
     }
 
     fn rope(&self, id: TensorId, dst: TensorArg, a: TensorArg) -> Result<Vec<Pending>, CudaError> {

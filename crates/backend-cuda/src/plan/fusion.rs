@@ -1,7 +1,6 @@
 //! Fusion windows over a graph's node list: runs of nodes one kernel could compute together,
-//! where llama.cpp's CUDA backend fuses and a little beyond. The plan finds them; the fused
-//! kernels that take them are the decoding issue's second part, so the executor runs every
-//! node on its own until then.
+//! where llama.cpp's CUDA backend fuses and a little beyond. The executor asks for the kinds
+//! it has kernels for (RMS_NORM then MUL today, `fused.cu`) and runs the rest node by node.
 //!
 //! A window is only a window when the nodes are consecutive in the list, each intermediate
 //! result is read by the next node of the window alone, and no intermediate is a graph output
@@ -42,8 +41,9 @@ fn readers(ctx: &Context, nodes: &[TensorId]) -> std::collections::HashMap<Tenso
     n
 }
 
-/// The windows of `nodes` (a graph's node list), without overlap, first come first taken.
-pub fn fusion_windows(ctx: &Context, nodes: &[TensorId]) -> Vec<Window> {
+/// The windows of `kinds` in `nodes` (a graph's node list), without overlap, first come first
+/// taken (so a caller asks only for the kinds it has kernels for).
+pub fn fusion_windows(ctx: &Context, nodes: &[TensorId], kinds: &[FusionKind]) -> Vec<Window> {
     let readers = readers(ctx, nodes);
     // `id` may stay in registers: read once (by the window's next node), not an output.
     let inner = |id: TensorId| {
@@ -95,7 +95,7 @@ pub fn fusion_windows(ctx: &Context, nodes: &[TensorId]) -> Vec<Window> {
             }
             _ => None,
         };
-        match found {
+        match found.filter(|(kind, _)| kinds.contains(kind)) {
             Some((kind, n)) => {
                 out.push(Window { kind, nodes: nodes[i..i + n].to_vec() });
                 i += n;
@@ -110,6 +110,13 @@ pub fn fusion_windows(ctx: &Context, nodes: &[TensorId]) -> Vec<Window> {
 mod tests {
     use super::*;
     use tessera_tensor::graph::{Graph, RopeMode, RopeParams};
+
+    const ALL: [FusionKind; 4] = [
+        FusionKind::RmsNormMul,
+        FusionKind::AddRmsNorm,
+        FusionKind::GateUpGlu,
+        FusionKind::RopeSetRows,
+    ];
     use tessera_tensor::DType::{F32, I32, I64, Q4_0};
 
     /// A decoder block's beginning: residual add, norm × weight, gate/up and SwiGLU; each
@@ -131,7 +138,7 @@ mod tests {
         ctx.set_output(y);
         let graph = Graph::build(&ctx, &[y]);
         let kinds: Vec<FusionKind> =
-            fusion_windows(&ctx, graph.nodes()).iter().map(|w| w.kind).collect();
+            fusion_windows(&ctx, graph.nodes(), &ALL).iter().map(|w| w.kind).collect();
         // ADD+RMS_NORM takes the norm first, so RMS_NORM+MUL is not a second window on it.
         assert_eq!(kinds, [FusionKind::AddRmsNorm, FusionKind::GateUpGlu], "{:?}", graph.nodes());
         // The sum read again (the residual stream): no ADD+RMS_NORM window.
@@ -140,8 +147,12 @@ mod tests {
         ctx2.set_output(again);
         let graph = Graph::build(&ctx2, &[y, again]);
         let kinds: Vec<FusionKind> =
-            fusion_windows(&ctx2, graph.nodes()).iter().map(|w| w.kind).collect();
+            fusion_windows(&ctx2, graph.nodes(), &ALL).iter().map(|w| w.kind).collect();
         assert_eq!(kinds, [FusionKind::RmsNormMul, FusionKind::GateUpGlu]);
+        // Asking only for the kinds with kernels: RMS_NORM+MUL is found behind the ADD.
+        let graph = Graph::build(&ctx, &[y]);
+        let w = fusion_windows(&ctx, graph.nodes(), &[FusionKind::RmsNormMul]);
+        assert_eq!(w, [Window { kind: FusionKind::RmsNormMul, nodes: vec![n, h] }]);
     }
 
     /// K rotated and written into the cache: one window; not when the rotated K is also an
@@ -156,9 +167,9 @@ mod tests {
         let idx = ctx.new_tensor(I64, &[2]).unwrap();
         let s = ctx.set_rows(cache, r, idx).unwrap();
         let graph = Graph::build(&ctx, &[s]);
-        let w = fusion_windows(&ctx, graph.nodes());
+        let w = fusion_windows(&ctx, graph.nodes(), &ALL);
         assert_eq!(w, [Window { kind: FusionKind::RopeSetRows, nodes: vec![r, s] }]);
         ctx.set_output(r);
-        assert!(fusion_windows(&ctx, graph.nodes()).is_empty());
+        assert!(fusion_windows(&ctx, graph.nodes(), &ALL).is_empty());
     }
 }

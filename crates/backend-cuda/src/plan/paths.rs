@@ -17,11 +17,14 @@ pub enum FastPath {
     MmvF16,
     /// A repeated list of launches replayed from a captured CUDA graph.
     Graphs,
+    /// Windows of nodes run by one fused kernel (RMS_NORM then MUL).
+    Fused,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 3] = [FastPath::Mmvq, FastPath::MmvF16, FastPath::Graphs];
+    pub const ALL: [FastPath; 4] =
+        [FastPath::Mmvq, FastPath::MmvF16, FastPath::Graphs, FastPath::Fused];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
     pub fn name(self) -> &'static str {
@@ -29,6 +32,7 @@ impl FastPath {
             FastPath::Mmvq => "mmvq",
             FastPath::MmvF16 => "mmv-f16",
             FastPath::Graphs => "graphs",
+            FastPath::Fused => "fused",
         }
     }
 

@@ -133,7 +133,7 @@ fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("").unwrap(), Paths::all());
     assert_eq!(Paths::parse("generic").unwrap().describe(), "generic");
     assert_eq!(Paths::parse("mmvq,mmv-f16").unwrap().describe(), "mmvq,mmv-f16");
-    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv-f16,graphs");
+    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv-f16,graphs,fused");
     assert!(Paths::parse("mmvq,-mmv-f16").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();
     assert!(e.contains("'mmvx'"), "{e}");

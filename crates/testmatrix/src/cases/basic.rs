@@ -190,6 +190,35 @@ impl CaseSpec for Norm {
     }
 }
 
+/// RMS_NORM then MUL by a weight row broadcast over the rows (a model's norm with its scale):
+/// two nodes that backends may run as one kernel (the CUDA backend's `rms_norm_mul_op`).
+#[derive(Debug, Clone)]
+pub struct NormMul {
+    /// Shape of the normed tensor.
+    pub ne: [usize; 4],
+    /// Epsilon.
+    pub eps: f32,
+}
+
+impl CaseSpec for NormMul {
+    fn op(&self) -> &'static str {
+        "RMS_NORM"
+    }
+    fn dtype(&self) -> String {
+        "f32,mul".into()
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let a = b.leaf(DType::F32, &self.ne, Init::Uniform { min: -10.0, max: 10.0 })?;
+        let w =
+            b.leaf(DType::F32, &[self.ne[0], 1, 1, 1], Init::Uniform { min: -2.0, max: 2.0 })?;
+        let n = b.ctx.rms_norm(a, self.eps)?;
+        b.ctx.mul(n, w)
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::DEFAULT)
+    }
+}
+
 /// GELU/GELU_ERF/SILU/TANH on values uniform in `[-range, range)`; `view` reads a third of each
 /// row of a wider tensor.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ mod linalg;
 mod moe;
 
 pub use basic::{
-    Argmax, BinOp, Binary, Concat, GetRows, Glu, GluForm, Norm, Scale, SumRows, Unary,
+    Argmax, BinOp, Binary, Concat, GetRows, Glu, GluForm, Norm, NormMul, Scale, SumRows, Unary,
 };
 pub use copy::{Copy, CopyOp, SetRows};
 pub use linalg::{FlashAttn, MulMat, Rope, SoftMax};
@@ -91,6 +91,9 @@ fn norms(v: &mut Vec<Case>) {
         ] {
             v.push(Case::new(Norm { rms, ne, eps, view }));
         }
+    }
+    for ne in [[64, 5, 4, 3], [4096, 2, 1, 1]] {
+        v.push(Case::new(NormMul { ne, eps: 1e-6 }));
     }
 }
 

@@ -1,0 +1,20 @@
+// Kernels that compute a window of nodes in one pass (crate::plan::fusion_windows), each with the
+// arithmetic of the nodes it replaces, in their order.
+
+// RMS_NORM of each row of a, then MUL by w (broadcast as binary_op's second source): the norm's
+// value is rounded to f32 as the unfused RMS_NORM stores it, then multiplied. One block per row.
+extern "C" __global__ void rms_norm_mul_op(TT d, TT a, TT w, float eps) {
+    const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const i64 n = a.ne[0];
+    float s2 = 0.0f;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        const float x = ld(a, i, i1, i2, i3);
+        s2 += x * x;
+    }
+    const float scale = rsqrtf(block_sum(s2) / n + eps);
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        const float normed = ld(a, i, i1, i2, i3) * scale;
+        const float m = ld(w, i % w.ne[0], i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3]);
+        st(d, i, i1, i2, i3, normed * m);
+    }
+}
