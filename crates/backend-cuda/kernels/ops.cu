@@ -87,13 +87,6 @@ extern "C" __global__ void norm_op(TT d, TT a, float eps, int rms) {
         st(d, i, i1, i2, i3, (ld(a, i, i1, i2, i3) - mean) * scale);
 }
 
-// ALiBi slope of head h of n_head (max_bias 0: 1), as ggml.
-__device__ __forceinline__ float alibi_slope(float max_bias, i64 h, i64 n_head) {
-    if (max_bias <= 0.0f) return 1.0f;
-    const int log2 = 1 << (31 - __clz((int)n_head));
-    const float m0 = exp2f(-max_bias / log2), m1 = exp2f(-(max_bias / 2.0f) / log2);
-    return h < log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - log2) + 1));
-}
 
 // SOFT_MAX(a * scale + mask * slope) per row: one block per row, three passes.
 extern "C" __global__ void soft_max_op(TT d, TT a, TT m, int has_mask, float scale, float max_bias) {

@@ -260,3 +260,11 @@ __device__ __forceinline__ int block_bytes(int type) {
     default: return 0;
     }
 }
+
+// ALiBi slope of head h of n_head (max_bias 0: 1), as ggml.
+__device__ __forceinline__ float alibi_slope(float max_bias, i64 h, i64 n_head) {
+    if (max_bias <= 0.0f) return 1.0f;
+    const int log2 = 1 << (31 - __clz((int)n_head));
+    const float m0 = exp2f(-max_bias / log2), m1 = exp2f(-(max_bias / 2.0f) / log2);
+    return h < log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - log2) + 1));
+}

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeSet;
 use tessera_backend_cuda::plan::{
-    fusion_windows, plan_node, possible_paths, Capability, FusionKind, Kernel, MatmulPath, Paths,
+    fusion_windows, plan_node, possible_paths, AttnPath, Capability, FusionKind, Kernel,
+    MatmulPath, Paths,
 };
 use tessera_backend_cuda::types::{readable, TYPES};
 use tessera_tensor::graph::{Graph, Op};
@@ -58,4 +59,24 @@ fn the_fused_window_is_reached_by_a_case() {
         })
         .count();
     assert!(hits >= 2, "{hits} cases reach RMS_NORM+MUL");
+}
+
+/// Cases reach the decode attention path with one chunk and with several, and the generic one.
+#[test]
+fn every_attention_path_is_reached_by_a_case() {
+    let cap = Capability { arch: 90 };
+    let mut seen = BTreeSet::new();
+    for case in cases::all().iter().filter(|c| c.op() == "FLASH_ATTN_EXT") {
+        let mut b = Builder::new();
+        let out = case.spec.build(&mut b).unwrap();
+        if let Ok(p) = plan_node(&b.ctx, out, cap, Paths::all()) {
+            seen.insert(match p.kernel {
+                Kernel::FlashAttn(AttnPath::Generic) => "generic",
+                Kernel::FlashAttn(AttnPath::Vec { splits: 1 }) => "vec, one chunk",
+                Kernel::FlashAttn(AttnPath::Vec { .. }) => "vec, chunks merged",
+                k => panic!("{}: {k:?}", case.name()),
+            });
+        }
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
 }

@@ -133,7 +133,8 @@ impl Executor {
         let (q8, q8_bytes) = share_q8_1(ctx, plans);
         let own = plans.iter().map(|(_, p)| p.scratch).max().unwrap_or(0);
         self.reserve(gpu, q8_bytes + own)?;
-        let resolver = Resolver { gpu, ctx, bindings, scratch: self.scratch.ptr };
+        let base = self.scratch.ptr;
+        let resolver = Resolver { gpu, ctx, bindings, scratch: base, own: base + q8_bytes as u64 };
         // Windows a fused kernel takes: launched at their first node, the rest skipped.
         let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
         let windows = if self.paths.allows(FastPath::Fused) {

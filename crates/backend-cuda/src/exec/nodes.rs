@@ -3,7 +3,7 @@
 
 use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
 use crate::gpu::Gpu;
-use crate::plan::{FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window};
+use crate::plan::{AttnPath, FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window};
 use crate::types::row_of;
 use crate::CudaError;
 use cudarc::driver::LaunchConfig;
@@ -30,6 +30,8 @@ pub(crate) struct Resolver<'a> {
     pub bindings: &'a Bindings,
     /// The scratch arena's device address (valid while the executor's plan lives).
     pub scratch: u64,
+    /// The region of the arena a node may use for itself ([`NodePlan::scratch`] bytes).
+    pub own: u64,
 }
 
 impl Resolver<'_> {
@@ -178,13 +180,13 @@ impl Resolver<'_> {
                     one("set_rows_op", grid_for(bn), args)
                 }
             }
-            Kernel::FlashAttn(_) => {
+            Kernel::FlashAttn(path) => {
                 let Op::FlashAttnExt { scale, max_bias, softcap } = d.op else {
                     return Err(mismatch(d.op.name(), plan));
                 };
                 let q = self.ctx.get(d.src[0].expect("q"));
-                let n_warps = q.ne[1] * q.ne[2] * q.ne[3];
-                let args = vec![
+                let rows = q.ne[1] * q.ne[2] * q.ne[3];
+                let mut args = vec![
                     dst.into(),
                     a.into(),
                     self.src(id, 1)?.into(),
@@ -195,7 +197,32 @@ impl Resolver<'_> {
                     max_bias.into(),
                     softcap.into(),
                 ];
-                one("flash_attn_op", warps(n_warps, 4), args)
+                match path {
+                    AttnPath::Generic => one("flash_attn_op", warps(rows, 4), args),
+                    AttnPath::Vec { splits } => {
+                        let n_kv = self.ctx.get(d.src[1].expect("k")).ne[1];
+                        let chunk = n_kv.div_ceil(splits as usize) as i64;
+                        args.extend([(splits as i32).into(), chunk.into(), Arg::Ptr(self.own)]);
+                        let cfg = LaunchConfig {
+                            grid_dim: (rows as u32, splits, 1),
+                            block_dim: (4 * 32, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        let mut v = one("fattn_vec_op", cfg, args);
+                        if splits > 1 {
+                            let dv = self.ctx.get(d.src[2].expect("v")).ne[0] as i64;
+                            let merge = vec![
+                                dst.into(),
+                                a.into(),
+                                Arg::Ptr(self.own),
+                                (splits as i32).into(),
+                                dv.into(),
+                            ];
+                            v.extend(one("fattn_vec_combine", per_row(rows, 128), merge));
+                        }
+                        v
+                    }
+                }
             }
             Kernel::Concat => {
                 let Op::Concat { dim } = d.op else { return Err(mismatch(d.op.name(), plan)) };

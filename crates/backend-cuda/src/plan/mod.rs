@@ -34,6 +34,32 @@ pub struct Capability {
 pub enum AttnPath {
     /// One warp per query row over the strided K/V (`flash_attn_op`).
     Generic,
+    /// Decoding (at most [`ATTN_VEC_MAX_ROWS`] query rows per sequence): the KV cells split in
+    /// `splits` chunks, four warps per chunk (`fattn_vec_op`), the chunks merged after
+    /// (`fattn_vec_combine`) when there are several.
+    Vec {
+        /// Chunks of the KV cells, 1 to [`ATTN_VEC_MAX_SPLITS`].
+        splits: u32,
+    },
+}
+
+/// Most query rows per sequence the decode attention path takes.
+pub const ATTN_VEC_MAX_ROWS: usize = 8;
+/// Most chunks the decode attention splits the KV cells into.
+pub const ATTN_VEC_MAX_SPLITS: usize = 32;
+/// KV cells per chunk the split aims at.
+const ATTN_VEC_CELLS_PER_SPLIT: usize = 1024;
+
+/// The attention path of a node with query `q` and value `v` over `n_kv` cells, and its
+/// scratch bytes (the chunks' partial results).
+fn attn_path(q: &TensorDesc, v: &TensorDesc, n_kv: usize, paths: Paths) -> (AttnPath, usize) {
+    if !paths.allows(FastPath::AttnVec) || q.ne[1] > ATTN_VEC_MAX_ROWS || n_kv == 0 {
+        return (AttnPath::Generic, 0);
+    }
+    let splits = n_kv.div_ceil(ATTN_VEC_CELLS_PER_SPLIT).clamp(1, ATTN_VEC_MAX_SPLITS);
+    let rows = q.ne[1] * q.ne[2] * q.ne[3];
+    let scratch = if splits > 1 { rows * splits * (v.ne[0] + 2) * 4 } else { 0 };
+    (AttnPath::Vec { splits: splits as u32 }, scratch)
 }
 
 /// The kernel (family) a node runs on.
@@ -189,7 +215,9 @@ pub fn plan_node(
                 && s(3).is_none_or(float)
                 && d.dtype == F32 =>
         {
-            NodePlan::of(Kernel::FlashAttn(AttnPath::Generic))
+            let v = s(2).expect("checked above");
+            let (path, scratch) = attn_path(src0, v, s(1).map_or(0, |k| k.ne[1]), paths);
+            Ok(NodePlan { kernel: Kernel::FlashAttn(path), scratch })
         }
         Op::Argmax if src0.dtype == F32 && src0.ne[2] == 1 && src0.ne[3] == 1 => {
             NodePlan::of(Kernel::Argmax)

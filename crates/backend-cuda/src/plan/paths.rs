@@ -19,12 +19,14 @@ pub enum FastPath {
     Graphs,
     /// Windows of nodes run by one fused kernel (RMS_NORM then MUL).
     Fused,
+    /// Decode attention split over the KV cells (flash decoding, `fattn_vec.cu`).
+    AttnVec,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 4] =
-        [FastPath::Mmvq, FastPath::MmvF16, FastPath::Graphs, FastPath::Fused];
+    pub const ALL: [FastPath; 5] =
+        [FastPath::Mmvq, FastPath::MmvF16, FastPath::Graphs, FastPath::Fused, FastPath::AttnVec];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
     pub fn name(self) -> &'static str {
@@ -33,6 +35,7 @@ impl FastPath {
             FastPath::MmvF16 => "mmv-f16",
             FastPath::Graphs => "graphs",
             FastPath::Fused => "fused",
+            FastPath::AttnVec => "fattn-vec",
         }
     }
 

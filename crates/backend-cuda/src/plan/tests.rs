@@ -133,8 +133,32 @@ fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("").unwrap(), Paths::all());
     assert_eq!(Paths::parse("generic").unwrap().describe(), "generic");
     assert_eq!(Paths::parse("mmvq,mmv-f16").unwrap().describe(), "mmvq,mmv-f16");
-    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv-f16,graphs,fused");
+    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv-f16,graphs,fused,fattn-vec");
     assert!(Paths::parse("mmvq,-mmv-f16").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();
     assert!(e.contains("'mmvx'"), "{e}");
+}
+
+/// Decoding attention takes the split path (one chunk per 1024 cells, at most 32) with scratch
+/// for the chunks' partials; prompts and the generic setting take the generic kernel.
+#[test]
+fn attention_paths() {
+    let attn = |n_q: usize, n_kv: usize, paths: Paths| {
+        let mut ctx = Context::new();
+        let q = ctx.new_tensor(F32, &[128, n_q, 8, 1]).unwrap();
+        let k = ctx.new_tensor(F16, &[128, n_kv, 2, 1]).unwrap();
+        let v = ctx.new_tensor(F16, &[128, n_kv, 2, 1]).unwrap();
+        let m = ctx.new_tensor(F16, &[n_kv, n_q.next_multiple_of(64), 1, 1]).unwrap();
+        let y = ctx.flash_attn_ext(q, k, v, Some(m), 0.125, 0.0, 0.0).unwrap();
+        plan_node(&ctx, y, SM90, paths).unwrap()
+    };
+    let p = attn(1, 256, Paths::all());
+    assert_eq!((p.kernel, p.scratch), (Kernel::FlashAttn(AttnPath::Vec { splits: 1 }), 0));
+    let p = attn(1, 4096, Paths::all());
+    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::Vec { splits: 4 }));
+    assert_eq!(p.scratch, 8 * 4 * (128 + 2) * 4);
+    let p = attn(1, 1 << 20, Paths::all());
+    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::Vec { splits: 32 }));
+    assert_eq!(attn(9, 4096, Paths::all()).kernel, Kernel::FlashAttn(AttnPath::Generic));
+    assert_eq!(attn(1, 4096, Paths::generic()).kernel, Kernel::FlashAttn(AttnPath::Generic));
 }

@@ -321,6 +321,9 @@ fn flash_attn(v: &mut Vec<Case>) {
     v.push(Case::new(f(64, 256, 7, 4, 2)));
     v.push(Case::new(f(128, 512, 1, 8, 2)));
     v.push(Case::new(f(128, 512, 32, 4, 1)));
+    // Decoding over a deep cache (GPUs split the cells in chunks and merge them).
+    v.push(Case::new(f(128, 4096, 1, 8, 2)));
+    v.push(Case::new(FlashAttn { ne3: 2, ..f(64, 2048, 2, 4, 2) }));
     v.push(Case::new(FlashAttn { mask: false, ..f(64, 256, 4, 4, 4) }));
     v.push(Case::new(FlashAttn { softcap: 50.0, ..f(64, 256, 4, 4, 2) }));
     // Attention sinks (gpt-oss): the one-row algorithm and the tiled one (64+ query rows), over
