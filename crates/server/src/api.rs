@@ -281,7 +281,7 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
     let max_tokens = max_b.or(max_a).or(max_c).map(|n| n as usize);
     let sampling = crate::sampling::parse(o)?;
     let cache_prompt = opt_bool(o, "cache_prompt")?.unwrap_or(true);
-    other_fields(o, chat)?;
+    crate::fields::other_fields(o, chat)?;
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) if s.is_empty() => {
@@ -347,77 +347,6 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
         thinking_budget: opt_int(o, "thinking_budget_tokens", -1, 1 << 30)?,
         cache_prompt,
     })
-}
-
-/// llama-server's and OpenAI's fields that do not shape sampling: those with no effect in
-/// Tessera at the value sent are refused by name; the rest are type-checked.
-fn other_fields(o: &Map<String, Value>, chat: bool) -> Result<(), ApiError> {
-    let not_here = |key: &str, what: &str| ApiError::field(key, what.to_string());
-    // Only matters once the context shifts, which tessera serve does not do (as llama-server
-    // without --context-shift): the reply ends at the context's end.
-    opt_int(o, "n_keep", -1, i64::MAX)?;
-    opt_int(o, "n_discard", 0, i64::MAX)?;
-    match o.get("user") {
-        None | Some(Value::Null | Value::String(_)) => {}
-        Some(other) => {
-            return Err(ApiError::field(
-                "user",
-                format!("expected a string, got {}", type_name(other)),
-            ))
-        }
-    }
-    if opt_int(o, "id_slot", -1, i64::MAX)?.is_some_and(|i| i >= 0) {
-        return Err(not_here("id_slot", "choosing a slot is not available in tessera serve yet"));
-    }
-    if opt_bool(o, "echo")? == Some(true) {
-        return Err(not_here("echo", "echoing the prompt is not available in tessera serve yet"));
-    }
-    match o.get("suffix") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s.is_empty() => {}
-        Some(Value::String(_)) => {
-            return Err(not_here("suffix", "a suffix needs fill-in-the-middle: use /infill"))
-        }
-        Some(other) => {
-            return Err(ApiError::field(
-                "suffix",
-                format!("expected a string, got {}", type_name(other)),
-            ))
-        }
-    }
-    if opt_int(o, "best_of", 1, i64::MAX)?.is_some_and(|n| n != 1) {
-        return Err(not_here("best_of", "only 1 candidate per request is supported"));
-    }
-    if !chat && o.get("top_logprobs").is_some_and(|v| !v.is_null()) {
-        return Err(not_here(
-            "top_logprobs",
-            "is a chat field: /v1/completions takes \"logprobs\": N (0 to 20)",
-        ));
-    }
-    for (key, what) in [
-        ("return_tokens", "returning token ids"),
-        ("post_sampling_probs", "probabilities after the sampler chain"),
-        ("timings_per_token", "timings in every streamed chunk"),
-    ] {
-        if opt_bool(o, key)? == Some(true) {
-            return Err(not_here(key, &format!("{what} is not available in tessera serve yet")));
-        }
-    }
-    for (key, what) in
-        [("n_indent", "indentation of infill replies"), ("t_max_predict_ms", "a time limit")]
-    {
-        if opt_int(o, key, 0, i64::MAX)?.is_some_and(|n| n > 0) {
-            return Err(not_here(key, &format!("{what} is not available in tessera serve yet")));
-        }
-    }
-    match o.get("lora") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(a)) if a.is_empty() => {}
-        Some(_) => {
-            return Err(not_here("lora", "LoRA adapters are not available in tessera serve yet"))
-        }
-    }
-    Ok(())
 }
 
 /// Roles a chat message may have (`developer` is OpenAI's newer name for `system`).

@@ -1,9 +1,10 @@
 //! The fields each endpoint knows. A field outside its endpoint's list is refused with a 400
 //! that names it (OpenAI's and Anthropic's rule; llama-server ignores such fields), so a
-//! misspelling (`max_tokenz`) or a feature Tessera lacks is never silently ignored.
-//! docs/SERVING.md lists the rule.
+//! misspelling (`max_tokenz`) or a feature Tessera lacks is never silently ignored; and the
+//! known fields Tessera has no effect for (`other_fields`) are refused unless off.
+//! docs/SERVING.md lists the rules.
 
-use crate::api::ApiError;
+use crate::api::{opt_bool, opt_int, type_name, ApiError};
 use serde_json::{Map, Value};
 
 /// The generation fields every text endpoint shares (OpenAI's and llama-server's).
@@ -138,6 +139,77 @@ pub fn check(o: &Map<String, Value>, known: &[&str], generation: bool) -> Result
             ))
         }
     }
+}
+
+/// llama-server's and OpenAI's fields that do not shape sampling: those with no effect in
+/// Tessera at the value sent are refused by name; the rest are type-checked.
+pub(crate) fn other_fields(o: &Map<String, Value>, chat: bool) -> Result<(), ApiError> {
+    let not_here = |key: &str, what: &str| ApiError::field(key, what.to_string());
+    // Only matters once the context shifts, which tessera serve does not do (as llama-server
+    // without --context-shift): the reply ends at the context's end.
+    opt_int(o, "n_keep", -1, i64::MAX)?;
+    opt_int(o, "n_discard", 0, i64::MAX)?;
+    match o.get("user") {
+        None | Some(Value::Null | Value::String(_)) => {}
+        Some(other) => {
+            return Err(ApiError::field(
+                "user",
+                format!("expected a string, got {}", type_name(other)),
+            ))
+        }
+    }
+    if opt_int(o, "id_slot", -1, i64::MAX)?.is_some_and(|i| i >= 0) {
+        return Err(not_here("id_slot", "choosing a slot is not available in tessera serve yet"));
+    }
+    if opt_bool(o, "echo")? == Some(true) {
+        return Err(not_here("echo", "echoing the prompt is not available in tessera serve yet"));
+    }
+    match o.get("suffix") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s.is_empty() => {}
+        Some(Value::String(_)) => {
+            return Err(not_here("suffix", "a suffix needs fill-in-the-middle: use /infill"))
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "suffix",
+                format!("expected a string, got {}", type_name(other)),
+            ))
+        }
+    }
+    if opt_int(o, "best_of", 1, i64::MAX)?.is_some_and(|n| n != 1) {
+        return Err(not_here("best_of", "only 1 candidate per request is supported"));
+    }
+    if !chat && o.get("top_logprobs").is_some_and(|v| !v.is_null()) {
+        return Err(not_here(
+            "top_logprobs",
+            "is a chat field: /v1/completions takes \"logprobs\": N (0 to 20)",
+        ));
+    }
+    for (key, what) in [
+        ("return_tokens", "returning token ids"),
+        ("post_sampling_probs", "probabilities after the sampler chain"),
+        ("timings_per_token", "timings in every streamed chunk"),
+    ] {
+        if opt_bool(o, key)? == Some(true) {
+            return Err(not_here(key, &format!("{what} is not available in tessera serve yet")));
+        }
+    }
+    for (key, what) in
+        [("n_indent", "indentation of infill replies"), ("t_max_predict_ms", "a time limit")]
+    {
+        if opt_int(o, key, 0, i64::MAX)?.is_some_and(|n| n > 0) {
+            return Err(not_here(key, &format!("{what} is not available in tessera serve yet")));
+        }
+    }
+    match o.get("lora") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) if a.is_empty() => {}
+        Some(_) => {
+            return Err(not_here("lora", "LoRA adapters are not available in tessera serve yet"))
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
