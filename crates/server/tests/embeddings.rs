@@ -134,3 +134,21 @@ fn each_mode_refuses_the_others_endpoints() {
         .expect("rank pooling");
     assert!(e.to_string().contains("reranking is not supported"), "{e}");
 }
+
+/// One request's inputs are bounded (OpenAI's 2,048; 20,000 took a minute and a 248 MB reply),
+/// and the model field is a string.
+#[test]
+fn one_request_embeds_at_most_2048_inputs() {
+    let srv = tessera_server::start(model(), embedding_config(1, Some(Pooling::Mean)), false)
+        .expect("server");
+    let inputs: Vec<&str> = vec!["a"; 2049];
+    let r = post(srv.addr, "/v1/embeddings", &json!({ "input": inputs }));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("2048"), "{}", r.body);
+    let r = post(srv.addr, "/v1/embeddings", &json!({"input": "a", "model": 5}));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["param"], "model");
+    let r = post(srv.addr, "/v1/embeddings", &json!({ "input": vec!["a"; 3] }));
+    assert_eq!(r.status, 200, "{}", r.body);
+    srv.stop();
+}
