@@ -367,10 +367,7 @@ impl Worker<'_> {
             self.reuse_prefix(i, &job.prompt)
         } else {
             // `cache_prompt: false`: the whole prompt is evaluated again.
-            self.save_slot(i);
-            let seq = self.slots[i].seq;
-            self.ctx.kv_cache_mut().seq_rm(Some(seq), -1, -1);
-            self.slots[i].cache.clear();
+            self.evict(i);
             0
         };
         let slot = &mut self.slots[i];
@@ -598,11 +595,12 @@ impl Worker<'_> {
             else {
                 break;
             };
-            self.save_slot(i);
-            let s = &mut self.slots[i];
-            tracing::debug!(slot = i, cells = s.cache.len(), "evicting an idle slot's cache");
-            self.ctx.kv_cache_mut().seq_rm(Some(s.seq), 0, i32::MAX);
-            s.cache.clear();
+            tracing::debug!(
+                slot = i,
+                cells = self.slots[i].cache.len(),
+                "evicting an idle slot's cache"
+            );
+            self.evict(i);
             let kv = self.ctx.kv_cache();
             free = kv.size() - kv.used();
         }

@@ -99,6 +99,14 @@ impl<S: HasSize> PromptCache<S> {
 }
 
 impl super::Worker<'_> {
+    /// Drops slot `i`'s cells (saved to host memory first, where `--cache-ram` allows).
+    pub(super) fn evict(&mut self, i: usize) {
+        self.save_slot(i);
+        let s = &mut self.slots[i];
+        self.ctx.kv_cache_mut().seq_rm(Some(s.seq), 0, i32::MAX);
+        s.cache.clear();
+    }
+
     /// Before slot `i`'s cached tokens are dropped: copies them to the host cache (when there
     /// is one, they are worth it and no saved state already covers them).
     pub(super) fn save_slot(&mut self, i: usize) {
