@@ -1,7 +1,8 @@
 //! The CUDA test matrix reaches every path the CUDA plan can choose: for each weight type the
 //! backend reads, every matrix-product path ([`possible_paths`]) is the plan of at least one
-//! MUL_MAT case (the int8 one with one column and with several), so a run of the matrix on a GPU checks each fast path and the generic kernel
-//! behind it. Runs on the CPU side (the plan is a pure function).
+//! MUL_MAT case (the int8 one with one column and with several), so a run of the matrix on a
+//! GPU checks each fast path and the generic kernel behind it; the same for the attention paths
+//! and the fused window. Runs on the CPU side (the plan is a pure function).
 
 use std::collections::BTreeSet;
 use tessera_backend_cuda::plan::{
@@ -9,22 +10,34 @@ use tessera_backend_cuda::plan::{
     MatmulPath, Paths,
 };
 use tessera_backend_cuda::types::{readable, TYPES};
-use tessera_tensor::graph::{Graph, Op};
-use tessera_testmatrix::{cases, Builder};
+use tessera_tensor::graph::{Context, Graph, Op, TensorId};
+use tessera_testmatrix::{cases, Builder, Case};
+
+/// The graph of every case of op `op` (all ops: `None`): its tensors and output.
+fn built(op: Option<&str>) -> Vec<(String, Context, TensorId)> {
+    let keep = |c: &Case| op.is_none_or(|o| c.op() == o);
+    cases::all()
+        .iter()
+        .filter(|c| keep(c))
+        .map(|case| {
+            let mut b = Builder::new();
+            let out = case.spec.build(&mut b).unwrap();
+            (case.name(), b.ctx, out)
+        })
+        .collect()
+}
 
 #[test]
 fn every_cuda_matmul_path_is_reached_by_a_case() {
     let cap = Capability { arch: 90 };
     let mut hit = BTreeSet::new();
-    for case in cases::all().iter().filter(|c| c.op() == "MUL_MAT") {
-        let mut b = Builder::new();
-        let out = case.spec.build(&mut b).unwrap();
-        let ctx = &b.ctx;
-        assert_eq!(ctx.get(out).op, Op::MulMat, "{}", case.name());
+    for (name, ctx, out) in built(Some("MUL_MAT")) {
+        let ctx = &ctx;
+        assert_eq!(ctx.get(out).op, Op::MulMat, "{name}");
         let w = ctx.get(ctx.get(out).src[0].unwrap()).dtype;
         let cols = ctx.get(ctx.get(out).src[1].unwrap()).ne[1];
         if let Ok(p) = plan_node(ctx, out, cap, Paths::all()) {
-            let Kernel::MulMat(path) = p.kernel else { panic!("{}: {:?}", case.name(), p.kernel) };
+            let Kernel::MulMat(path) = p.kernel else { panic!("{name}: {:?}", p.kernel) };
             hit.insert((w.name(), path.name()));
             if path == MatmulPath::Mmvq && cols > 1 {
                 hit.insert((w.name(), "mmvq, several columns"));
@@ -49,13 +62,11 @@ fn every_cuda_matmul_path_is_reached_by_a_case() {
 /// checked against the f64 reference on a GPU.
 #[test]
 fn the_fused_window_is_reached_by_a_case() {
-    let hits = cases::all()
+    let hits = built(None)
         .iter()
-        .filter(|case| {
-            let mut b = Builder::new();
-            let out = case.spec.build(&mut b).unwrap();
-            let graph = Graph::build(&b.ctx, &[out]);
-            !fusion_windows(&b.ctx, graph.nodes(), &[FusionKind::RmsNormMul]).is_empty()
+        .filter(|(_, ctx, out)| {
+            let graph = Graph::build(ctx, &[*out]);
+            !fusion_windows(ctx, graph.nodes(), &[FusionKind::RmsNormMul]).is_empty()
         })
         .count();
     assert!(hits >= 2, "{hits} cases reach RMS_NORM+MUL");
@@ -66,15 +77,13 @@ fn the_fused_window_is_reached_by_a_case() {
 fn every_attention_path_is_reached_by_a_case() {
     let cap = Capability { arch: 90 };
     let mut seen = BTreeSet::new();
-    for case in cases::all().iter().filter(|c| c.op() == "FLASH_ATTN_EXT") {
-        let mut b = Builder::new();
-        let out = case.spec.build(&mut b).unwrap();
-        if let Ok(p) = plan_node(&b.ctx, out, cap, Paths::all()) {
+    for (name, ctx, out) in built(Some("FLASH_ATTN_EXT")) {
+        if let Ok(p) = plan_node(&ctx, out, cap, Paths::all()) {
             seen.insert(match p.kernel {
                 Kernel::FlashAttn(AttnPath::Generic) => "generic",
                 Kernel::FlashAttn(AttnPath::Vec { splits: 1 }) => "vec, one chunk",
                 Kernel::FlashAttn(AttnPath::Vec { .. }) => "vec, chunks merged",
-                k => panic!("{}: {k:?}", case.name()),
+                k => panic!("{name}: {k:?}"),
             });
         }
     }
