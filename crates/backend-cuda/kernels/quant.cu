@@ -63,10 +63,12 @@ extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
     }
 }
 
-// Y = W X for 1 to 8 activation columns (MMVQ): one warp per weight row, 4 lanes per 32-value
-// block, the columns already Q8_1 (`quantize_q8_1`, column c's nblocks blocks after column
-// c - 1's); column c of the output starts dst_col floats after column c - 1's.
-#define MMVQ(T, BYTES, VDOT)                                                                  \
+// Y = W X for 1 to 8 activation columns (MMVQ): one warp per weight row, 4 lanes per 32 values,
+// the columns already Q8_1 (`quantize_q8_1`, column c's nblocks blocks after column c - 1's);
+// column c of the output starts dst_col floats after column c - 1's. Weight blocks of SUB
+// 32-value sub-blocks (1, or 8 for the 256-value types): 32-value block i is sub-block
+// i % SUB of weight block i / SUB.
+#define MMVQ(T, BYTES, SUB, VDOT)                                                             \
     extern "C" __global__ void mmvq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,    \
                                         int nblocks, i64 row_bytes, int ncols, i64 dst_col) { \
         const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
@@ -75,44 +77,10 @@ extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
         const u8 *wr = w + (i64)row * row_bytes;                                              \
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
         for (int i = lane / 4; i < nblocks; i += WARP / 4) {                                  \
-            const u8 *wb = wr + (i64)i * BYTES;                                               \
+            const u8 *wb = wr + (i64)(i / SUB) * BYTES;                                       \
             _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                   \
                 if (c < ncols)                                                                \
-                    acc[c] += VDOT(wb, yq + ((i64)c * nblocks + i) * Q8_1_BYTES, lane % 4);   \
-            }                                                                                 \
-        }                                                                                     \
-        _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                       \
-            if (c < ncols) {                                                                  \
-                const float v = warp_sum(acc[c]);                                             \
-                if (lane == 0) dst[(i64)c * dst_col + row] = v;                               \
-            }                                                                                 \
-        }                                                                                     \
-    }
-
-MMVQ(q4_0, Q4_0_BYTES, vdot_q4_0)
-MMVQ(q4_1, Q4_1_BYTES, vdot_q4_1)
-MMVQ(q5_0, Q5_0_BYTES, vdot_q5_0)
-MMVQ(q5_1, Q5_1_BYTES, vdot_q5_1)
-MMVQ(q8_0, Q8_0_BYTES, vdot_q8_0)
-MMVQ(iq4_nl, IQ4_NL_BYTES, vdot_iq4_nl)
-MMVQ(mxfp4, MXFP4_BYTES, vdot_mxfp4)
-
-
-// MMVQ for the 256-value types: as MMVQ, each 32-value block i being sub-block i % 8 of
-// superblock i / 8.
-#define MMVQ_K(T, BYTES, VDOT)                                                                \
-    extern "C" __global__ void mmvq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,    \
-                                        int nblocks, i64 row_bytes, int ncols, i64 dst_col) { \
-        const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
-        if (row >= nrows) return;                                                             \
-        const int lane = threadIdx.x % WARP;                                                  \
-        const u8 *wr = w + (i64)row * row_bytes;                                              \
-        float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
-        for (int i = lane / 4; i < nblocks; i += WARP / 4) {                                  \
-            const u8 *sb = wr + (i64)(i / 8) * BYTES;                                         \
-            _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                   \
-                if (c < ncols)                                                                \
-                    acc[c] += VDOT(sb, i % 8, yq + ((i64)c * nblocks + i) * Q8_1_BYTES,       \
+                    acc[c] += VDOT(wb, i % SUB, yq + ((i64)c * nblocks + i) * Q8_1_BYTES,     \
                                    lane % 4);                                                 \
             }                                                                                 \
         }                                                                                     \
@@ -124,11 +92,18 @@ MMVQ(mxfp4, MXFP4_BYTES, vdot_mxfp4)
         }                                                                                     \
     }
 
-MMVQ_K(q2_k, Q2_K_BYTES, vdot_q2_k)
-MMVQ_K(q4_k, Q4_K_BYTES, vdot_q4_k)
-MMVQ_K(q5_k, Q5_K_BYTES, vdot_q5_k)
-MMVQ_K(q6_k, Q6_K_BYTES, vdot_q6_k)
-MMVQ_K(iq4_xs, IQ4_XS_BYTES, vdot_iq4_xs)
+MMVQ(q4_0, Q4_0_BYTES, 1, vdot_q4_0)
+MMVQ(q4_1, Q4_1_BYTES, 1, vdot_q4_1)
+MMVQ(q5_0, Q5_0_BYTES, 1, vdot_q5_0)
+MMVQ(q5_1, Q5_1_BYTES, 1, vdot_q5_1)
+MMVQ(q8_0, Q8_0_BYTES, 1, vdot_q8_0)
+MMVQ(iq4_nl, IQ4_NL_BYTES, 1, vdot_iq4_nl)
+MMVQ(mxfp4, MXFP4_BYTES, 1, vdot_mxfp4)
+MMVQ(q2_k, Q2_K_BYTES, 8, vdot_q2_k)
+MMVQ(q4_k, Q4_K_BYTES, 8, vdot_q4_k)
+MMVQ(q5_k, Q5_K_BYTES, 8, vdot_q5_k)
+MMVQ(q6_k, Q6_K_BYTES, 8, vdot_q6_k)
+MMVQ(iq4_xs, IQ4_XS_BYTES, 8, vdot_iq4_xs)
 
 // y = W x for f16 weights and f32 activations: one warp per row, two halves per load.
 extern "C" __global__ void mmv_f16(const u16 *w, const float *x, float *dst, int nrows,

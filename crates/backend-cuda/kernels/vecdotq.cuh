@@ -1,53 +1,34 @@
-// The int8 dot products of the MMVQ kernels (quant.cu): one 32-value weight block (or sub-block
-// j of a 256-value superblock) against the Q8_1 block of the same 32 activations, lane `part`
-// (0..3) of the four that share the block taking a quarter of it. Plain functions of bytes:
+// The int8 dot products of the MMVQ kernels (quant.cu): sub-block j (32 values) of weight block
+// `b` (j is 0 for the 32-value types, 0..7 for the 256-value ones) against the Q8_1 block of the
+// same 32 activations, lane `part` (0..3) of the four that share the block taking a quarter of
+// it. Plain functions of bytes:
 // crates/backend-cuda/tests/host_kernels.rs compiles this file for the CPU and checks every
 // one against the f64 dot of the dequantized blocks, without a GPU.
 
 // Four consecutive bytes of a block as one i32 (blocks are only 2-byte aligned).
 __device__ __forceinline__ i32 ld_i32(const u8 *p) { return (i32)rd32(p); }
 
-// Integer dot of 32-value weight block j (bytes `b`) with the Q8_1 block `y`, scaled: one
-// lane handles 8 values (4 lanes per block).
-__device__ __forceinline__ float vdot_q4_0(const u8 *b, const u8 *y, int part) {
+// The lane's integer dot with Q8_1 block y when its four bytes `lo` are values 4*part..+3 and
+// `hi` values 16+4*part..+3 (the nibble halves of the 32-value types).
+__device__ __forceinline__ i32 dot_halves(i32 lo, i32 hi, const u8 *y, int part) {
+    return dp4a(hi, ld_i32(y + 4 + 16 + 4 * part), dp4a(lo, ld_i32(y + 4 + 4 * part), 0));
+}
+// The same when a0 and a1 are values 8*part..+3 and 8*part+4..+7 (a run of eight).
+__device__ __forceinline__ i32 dot_run(i32 a0, i32 a1, const u8 *y, int part) {
+    return dp4a(a1, ld_i32(y + 8 + 8 * part), dp4a(a0, ld_i32(y + 4 + 8 * part), 0));
+}
+
+__device__ __forceinline__ float vdot_q4_0(const u8 *b, int, const u8 *y, int part) {
     const i32 q = ld_i32(b + 2 + 4 * part);
-    const i32 lo = q & 0x0F0F0F0F, hi = (q >> 4) & 0x0F0F0F0F;
-    int s = dp4a(lo, ld_i32(y + 4 + 4 * part), 0);
-    s = dp4a(hi, ld_i32(y + 4 + 16 + 4 * part), s);
+    const int s = dot_halves(q & 0x0F0F0F0F, (q >> 4) & 0x0F0F0F0F, y, part);
     // sum((q - 8) * y) = sum(q * y) - 8 * sum(y); sum(y) of this part is s_y / d_y, taken
     // once per block as (8 / 4) * s for each of the 4 lanes.
     const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
     return h2f(rd16(b)) * (s * dy - 2.0f * sy);
 }
-__device__ __forceinline__ float vdot_q8_0(const u8 *b, const u8 *y, int part) {
-    int s = dp4a(ld_i32(b + 2 + 8 * part), ld_i32(y + 4 + 8 * part), 0);
-    s = dp4a(ld_i32(b + 6 + 8 * part), ld_i32(y + 8 + 8 * part), s);
+__device__ __forceinline__ float vdot_q8_0(const u8 *b, int, const u8 *y, int part) {
+    const int s = dot_run(ld_i32(b + 2 + 8 * part), ld_i32(b + 6 + 8 * part), y, part);
     return h2f(rd16(b)) * h2f(rd16(y)) * s;
-}
-__device__ __forceinline__ float vdot_q5_0(const u8 *b, const u8 *y, int part) {
-    const u32 qh = rd32(b + 2);
-    const i32 q = ld_i32(b + 6 + 4 * part);
-    // The fifth bits of values 4*part..4*part+3 (low nibbles) and 16+4*part.. (high).
-    i32 lo = q & 0x0F0F0F0F, hi = (q >> 4) & 0x0F0F0F0F;
-    for (int k = 0; k < 4; ++k) {
-        lo |= ((qh >> (4 * part + k)) & 1) << (8 * k + 4);
-        hi |= ((qh >> (16 + 4 * part + k)) & 1) << (8 * k + 4);
-    }
-    int s = dp4a(lo, ld_i32(y + 4 + 4 * part), 0);
-    s = dp4a(hi, ld_i32(y + 4 + 16 + 4 * part), s);
-    const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
-    return h2f(rd16(b)) * (s * dy - 4.0f * sy);
-}
-
-__device__ __forceinline__ float vdot_q4_1(const u8 *b, const u8 *y, int part) {
-    const i32 q = ld_i32(b + 4 + 4 * part);
-    const i32 lo = q & 0x0F0F0F0F, hi = (q >> 4) & 0x0F0F0F0F;
-    int s = dp4a(lo, ld_i32(y + 4 + 4 * part), 0);
-    s = dp4a(hi, ld_i32(y + 4 + 16 + 4 * part), s);
-    // sum((d q + m) y) = d sum(q y) + m sum(y); the block's m sum(y) = m s_y, a quarter per
-    // lane.
-    const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
-    return h2f(rd16(b)) * dy * s + h2f(rd16(b + 2)) * sy * 0.25f;
 }
 // The fifth bits of Q5 blocks: values 4*part.. (low nibbles) and 16+4*part.. (high) of q.
 __device__ __forceinline__ void q5_bits(u32 qh, i32 q, int part, i32 &lo, i32 &hi) {
@@ -58,11 +39,26 @@ __device__ __forceinline__ void q5_bits(u32 qh, i32 q, int part, i32 &lo, i32 &h
         hi |= ((qh >> (16 + 4 * part + k)) & 1) << (8 * k + 4);
     }
 }
-__device__ __forceinline__ float vdot_q5_1(const u8 *b, const u8 *y, int part) {
+__device__ __forceinline__ float vdot_q5_0(const u8 *b, int, const u8 *y, int part) {
+    i32 lo, hi;
+    q5_bits(rd32(b + 2), ld_i32(b + 6 + 4 * part), part, lo, hi);
+    const int s = dot_halves(lo, hi, y, part);
+    const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
+    return h2f(rd16(b)) * (s * dy - 4.0f * sy);
+}
+
+__device__ __forceinline__ float vdot_q4_1(const u8 *b, int, const u8 *y, int part) {
+    const i32 q = ld_i32(b + 4 + 4 * part);
+    const int s = dot_halves(q & 0x0F0F0F0F, (q >> 4) & 0x0F0F0F0F, y, part);
+    // sum((d q + m) y) = d sum(q y) + m sum(y); the block's m sum(y) = m s_y, a quarter per
+    // lane.
+    const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
+    return h2f(rd16(b)) * dy * s + h2f(rd16(b + 2)) * sy * 0.25f;
+}
+__device__ __forceinline__ float vdot_q5_1(const u8 *b, int, const u8 *y, int part) {
     i32 lo, hi;
     q5_bits(rd32(b + 4), ld_i32(b + 8 + 4 * part), part, lo, hi);
-    int s = dp4a(lo, ld_i32(y + 4 + 4 * part), 0);
-    s = dp4a(hi, ld_i32(y + 4 + 16 + 4 * part), s);
+    const int s = dot_halves(lo, hi, y, part);
     const float dy = h2f(rd16(y)), sy = h2f(rd16(y + 2));
     return h2f(rd16(b)) * dy * s + h2f(rd16(b + 2)) * sy * 0.25f;
 }
@@ -72,16 +68,14 @@ __device__ __forceinline__ i32 lut4(const i8 *table, i32 q, int shift) {
     for (int k = 0; k < 4; ++k) r |= (u32)(u8)table[(q >> (8 * k + shift)) & 15] << (8 * k);
     return (i32)r;
 }
-__device__ __forceinline__ float vdot_iq4_nl(const u8 *b, const u8 *y, int part) {
+__device__ __forceinline__ float vdot_iq4_nl(const u8 *b, int, const u8 *y, int part) {
     const i32 q = ld_i32(b + 2 + 4 * part);
-    int s = dp4a(lut4(KV_IQ4NL, q, 0), ld_i32(y + 4 + 4 * part), 0);
-    s = dp4a(lut4(KV_IQ4NL, q, 4), ld_i32(y + 4 + 16 + 4 * part), s);
+    const int s = dot_halves(lut4(KV_IQ4NL, q, 0), lut4(KV_IQ4NL, q, 4), y, part);
     return h2f(rd16(b)) * h2f(rd16(y)) * s;
 }
-__device__ __forceinline__ float vdot_mxfp4(const u8 *b, const u8 *y, int part) {
+__device__ __forceinline__ float vdot_mxfp4(const u8 *b, int, const u8 *y, int part) {
     const i32 q = ld_i32(b + 1 + 4 * part);
-    int s = dp4a(lut4(KV_MXFP4, q, 0), ld_i32(y + 4 + 4 * part), 0);
-    s = dp4a(lut4(KV_MXFP4, q, 4), ld_i32(y + 4 + 16 + 4 * part), s);
+    const int s = dot_halves(lut4(KV_MXFP4, q, 0), lut4(KV_MXFP4, q, 4), y, part);
     return e8m0_half(b[0]) * h2f(rd16(y)) * s;
 }
 
@@ -90,14 +84,13 @@ __device__ __forceinline__ float vdot_mxfp4(const u8 *b, const u8 *y, int part) 
 // (IQ4_XS: the nibble halves, as the 32-value types).
 __device__ __forceinline__ i32 q8_sum(const u8 *y, int part) {
     // The exact integer sum of the lane's 8 activation quants.
-    return dp4a(0x01010101, ld_i32(y + 4 + 8 * part), dp4a(0x01010101, ld_i32(y + 8 + 8 * part), 0));
+    return dot_run(0x01010101, 0x01010101, y, part);
 }
 __device__ __forceinline__ float vdot_q2_k(const u8 *b, int j, const u8 *y, int part) {
     const u8 *q = b + 16 + 32 * (j / 4) + 8 * part;
     const int sh = 2 * (j % 4);
     const i32 a0 = (ld_i32(q) >> sh) & 0x03030303, a1 = (ld_i32(q + 4) >> sh) & 0x03030303;
-    int s = dp4a(a0, ld_i32(y + 4 + 8 * part), 0);
-    s = dp4a(a1, ld_i32(y + 8 + 8 * part), s);
+    const int s = dot_run(a0, a1, y, part);
     const u8 sc = b[2 * j + part / 2];
     const float dy = h2f(rd16(y));
     return dy * (h2f(rd16(b + 80)) * (sc & 15) * s - h2f(rd16(b + 82)) * (sc >> 4) * q8_sum(y, part));
@@ -106,8 +99,7 @@ __device__ __forceinline__ float vdot_q4_k(const u8 *b, int j, const u8 *y, int 
     const u8 *q = b + 16 + 32 * (j / 2) + 8 * part;
     const int sh = 4 * (j % 2);
     const i32 a0 = (ld_i32(q) >> sh) & 0x0F0F0F0F, a1 = (ld_i32(q + 4) >> sh) & 0x0F0F0F0F;
-    int s = dp4a(a0, ld_i32(y + 4 + 8 * part), 0);
-    s = dp4a(a1, ld_i32(y + 8 + 8 * part), s);
+    const int s = dot_run(a0, a1, y, part);
     int sc, mn;
     k4_scale_min(j, b + 4, &sc, &mn);
     const float dy = h2f(rd16(y));
@@ -118,8 +110,7 @@ __device__ __forceinline__ float vdot_q5_k(const u8 *b, int j, const u8 *y, int 
     const int sh = 4 * (j % 2);
     const i32 a0 = ((ld_i32(q) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh) >> j) & 0x01010101) << 4);
     const i32 a1 = ((ld_i32(q + 4) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh + 4) >> j) & 0x01010101) << 4);
-    int s = dp4a(a0, ld_i32(y + 4 + 8 * part), 0);
-    s = dp4a(a1, ld_i32(y + 8 + 8 * part), s);
+    const int s = dot_run(a0, a1, y, part);
     int sc, mn;
     k4_scale_min(j, b + 4, &sc, &mn);
     const float dy = h2f(rd16(y));
@@ -133,8 +124,7 @@ __device__ __forceinline__ float vdot_q6_k(const u8 *b, int j, const u8 *y, int 
     const i32 a0 = ((ld_i32(ql) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh) >> hs) & 0x03030303) << 4);
     const i32 a1 =
         ((ld_i32(ql + 4) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh + 4) >> hs) & 0x03030303) << 4);
-    int s = dp4a(a0, ld_i32(y + 4 + 8 * part), 0);
-    s = dp4a(a1, ld_i32(y + 8 + 8 * part), s);
+    const int s = dot_run(a0, a1, y, part);
     // The quants are q - 32: sum((q - 32) y) = sum(q y) - 32 sum(y).
     const int sc = ((const i8 *)(b + 192))[8 * half + 2 * quarter + part / 2];
     return h2f(rd16(b + 208)) * sc * h2f(rd16(y)) * (float)(s - 32 * q8_sum(y, part));
@@ -142,8 +132,7 @@ __device__ __forceinline__ float vdot_q6_k(const u8 *b, int j, const u8 *y, int 
 __device__ __forceinline__ float vdot_iq4_xs(const u8 *b, int j, const u8 *y, int part) {
     const i32 q = ld_i32(b + 8 + 16 * j + 4 * part);
     const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (((rd16(b + 2) >> (2 * j)) & 3) << 4);
-    int s = dp4a(lut4(KV_IQ4NL, q, 0), ld_i32(y + 4 + 4 * part), 0);
-    s = dp4a(lut4(KV_IQ4NL, q, 4), ld_i32(y + 4 + 16 + 4 * part), s);
+    const int s = dot_halves(lut4(KV_IQ4NL, q, 0), lut4(KV_IQ4NL, q, 4), y, part);
     return h2f(rd16(b)) * (ls - 32) * h2f(rd16(y)) * s;
 }
 

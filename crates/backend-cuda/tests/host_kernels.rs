@@ -15,7 +15,7 @@ use tessera_backend_cuda::types::{Class, TYPES};
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
 
-/// Host versions of what the headers take from CUDA and from prelude.cuh's device code.
+/// The C++ headers, and CUDA's qualifiers as nothing.
 const SHIM: &str = r#"
 #include <cmath>
 #include <cstdint>
@@ -26,12 +26,10 @@ const SHIM: &str = r#"
 #define __device__
 #define __forceinline__ inline
 #define __constant__
-typedef unsigned char u8;
-typedef signed char i8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef int i32;
-typedef long long i64;
+"#;
+
+/// After prelude.cuh's typedefs and constants: host versions of its device functions.
+const SHIM_FUNCTIONS: &str = r#"
 static inline float __uint_as_float(u32 u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float __int_as_float(i32 i) { float f; memcpy(&f, &i, 4); return f; }
 static inline u32 __float_as_uint(float f) { u32 u; memcpy(&u, &f, 4); return u; }
@@ -84,8 +82,8 @@ static std::vector<u8> slurp(const char *path) {
     fclose(f);
     return v;
 }
-#define DOT32(T, BYTES, F) case T: for (int p = 0; p < 4; ++p) s += F(w + (i64)i * BYTES, y + (i64)i * 36, p); break;
-#define DOT256(T, BYTES, F) case T: for (int p = 0; p < 4; ++p) s += F(w + (i64)(i / 8) * BYTES, i % 8, y + (i64)i * 36, p); break;
+// As quant.cu's MMVQ: 32-value block i is sub-block i % SUB of weight block i / SUB.
+#define DOT(T, BYTES, SUB, F) case T: for (int p = 0; p < 4; ++p) s += F(w + (i64)(i / SUB) * BYTES, i % SUB, y + (i64)i * 36, p); break;
 int main(int argc, char **argv) {
     const int type = atoi(argv[2]);
     const long n = atol(argv[3]);
@@ -101,18 +99,18 @@ int main(int argc, char **argv) {
     for (long i = 0; i < n / 32; ++i) {
         float s = 0.0f;
         switch (type) {
-            DOT32(T_Q4_0, Q4_0_BYTES, vdot_q4_0)
-            DOT32(T_Q4_1, Q4_1_BYTES, vdot_q4_1)
-            DOT32(T_Q5_0, Q5_0_BYTES, vdot_q5_0)
-            DOT32(T_Q5_1, Q5_1_BYTES, vdot_q5_1)
-            DOT32(T_Q8_0, Q8_0_BYTES, vdot_q8_0)
-            DOT32(T_IQ4_NL, IQ4_NL_BYTES, vdot_iq4_nl)
-            DOT32(T_MXFP4, MXFP4_BYTES, vdot_mxfp4)
-            DOT256(T_Q2_K, Q2_K_BYTES, vdot_q2_k)
-            DOT256(T_Q4_K, Q4_K_BYTES, vdot_q4_k)
-            DOT256(T_Q5_K, Q5_K_BYTES, vdot_q5_k)
-            DOT256(T_Q6_K, Q6_K_BYTES, vdot_q6_k)
-            DOT256(T_IQ4_XS, IQ4_XS_BYTES, vdot_iq4_xs)
+            DOT(T_Q4_0, Q4_0_BYTES, 1, vdot_q4_0)
+            DOT(T_Q4_1, Q4_1_BYTES, 1, vdot_q4_1)
+            DOT(T_Q5_0, Q5_0_BYTES, 1, vdot_q5_0)
+            DOT(T_Q5_1, Q5_1_BYTES, 1, vdot_q5_1)
+            DOT(T_Q8_0, Q8_0_BYTES, 1, vdot_q8_0)
+            DOT(T_IQ4_NL, IQ4_NL_BYTES, 1, vdot_iq4_nl)
+            DOT(T_MXFP4, MXFP4_BYTES, 1, vdot_mxfp4)
+            DOT(T_Q2_K, Q2_K_BYTES, 8, vdot_q2_k)
+            DOT(T_Q4_K, Q4_K_BYTES, 8, vdot_q4_k)
+            DOT(T_Q5_K, Q5_K_BYTES, 8, vdot_q5_k)
+            DOT(T_Q6_K, Q6_K_BYTES, 8, vdot_q6_k)
+            DOT(T_IQ4_XS, IQ4_XS_BYTES, 8, vdot_iq4_xs)
             default: fprintf(stderr, "no int8 dot for type %d\n", type); return 3;
         }
         total += s;
@@ -144,13 +142,21 @@ fn harness(dir: &Path) -> Option<PathBuf> {
         eprintln!("host_kernels: no C++ compiler found; skipped");
         return None;
     };
-    // prelude.cuh's constants (its device functions are the shim's), then the two headers.
-    let defines: String = file("prelude.cuh")
+    // prelude.cuh's typedefs and constants (its device functions are the shim's), then the
+    // two headers.
+    let prelude: String = file("prelude.cuh")
         .lines()
-        .filter(|l| l.starts_with("#define") && !l.contains("INFINITY") && !l.contains(" WARP "))
+        .filter(|l| {
+            l.starts_with("typedef")
+                || (l.starts_with("#define") && !l.contains("INFINITY") && !l.contains(" WARP "))
+        })
         .map(|l| format!("{l}\n"))
         .collect();
-    let src = format!("{SHIM}\n{defines}\n{}\n{}\n{MAIN}", file("types.cuh"), file("vecdotq.cuh"));
+    let src = format!(
+        "{SHIM}\n{prelude}\n{SHIM_FUNCTIONS}\n{}\n{}\n{MAIN}",
+        file("types.cuh"),
+        file("vecdotq.cuh")
+    );
     let cpp = dir.join("harness.cpp");
     std::fs::write(&cpp, src).unwrap();
     let exe = dir.join("harness");
