@@ -273,8 +273,9 @@ extern "C" __global__ void mul_mat_op(TT d, TT a, TT b) {
     if (lane == 0) st(d, c[0], c[1], c[2], c[3], acc);
 }
 
-// FLASH_ATTN_EXT: one warp per (query row, head, batch); online softmax over the KV cells, each
-// lane owning every 32nd output column (head sizes up to 512). Output [dv, n_head, n_q, ne3].
+// FLASH_ATTN_EXT: one warp per (query row, head, batch); the online softmax over every KV cell
+// (attn.cuh), each lane owning every 32nd output column (head sizes up to 512). Output
+// [dv, n_head, n_q, ne3].
 extern "C" __global__ void flash_attn_op(TT d, TT q, TT k, TT v, TT m, int has_mask, float scale,
                                          float max_bias, float softcap) {
     const i64 w = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
@@ -282,38 +283,11 @@ extern "C" __global__ void flash_attn_op(TT d, TT q, TT k, TT v, TT m, int has_m
     if (w >= n_q * n_head * q.ne[3]) return;
     const int lane = threadIdx.x % WARP;
     const i64 h = w % n_head, iq = (w / n_head) % n_q, i3 = w / (n_head * n_q);
-    const i64 hk = h / (n_head / k.ne[2]), hv = h / (n_head / v.ne[2]);
-    const i64 dk = q.ne[0], dv = v.ne[0];
-    const float slope = alibi_slope(max_bias, h, n_head);
-    float acc[16];
-    for (int j = 0; j < 16; ++j) acc[j] = 0.0f;
-    float mx = -INFINITY, sum = 0.0f;
-    const u8 *qr = row_ptr(q, iq, h, i3);
-    for (i64 ic = 0; ic < k.ne[1]; ++ic) {
-        float mv = 0.0f;
-        if (has_mask) {
-            mv = slope * ld(m, ic, iq, h % m.ne[2], i3 % m.ne[3]);
-            if (mv == -INFINITY) continue;
-        }
-        const u8 *kr = row_ptr(k, ic, hk, i3 % k.ne[3]);
-        float dot = 0.0f;
-        for (i64 j = lane; j < dk; j += WARP) dot += ld_row(q.type, qr, j, q.nb[0]) * ld_row(k.type, kr, j, k.nb[0]);
-        float s = warp_sum(dot) * scale;
-        if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
-        s += mv;
-        const float nm = fmaxf(mx, s);
-        const float corr = expf(mx - nm), p = expf(s - nm);
-        sum = sum * corr + p;
-        const u8 *vr = row_ptr(v, ic, hv, i3 % v.ne[3]);
-        for (int j = 0; j < 16; ++j) {
-            const i64 col = lane + WARP * j;
-            if (col < dv) acc[j] = acc[j] * corr + p * ld_row(v.type, vr, col, v.nb[0]);
-        }
-        mx = nm;
-    }
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const FaState fa =
+        fa_cells(q, k, v, m, has_mask, scale, max_bias, softcap, w, 0, k.ne[1], 1, lane);
+    const float inv = fa.sum > 0.0f ? 1.0f / fa.sum : 0.0f;
     for (int j = 0; j < 16; ++j) {
         const i64 col = lane + WARP * j;
-        if (col < dv) st(d, col, h, iq, i3, acc[j] * inv);
+        if (col < v.ne[0]) st(d, col, h, iq, i3, fa.acc[j] * inv);
     }
 }

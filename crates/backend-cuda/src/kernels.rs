@@ -11,8 +11,9 @@
 pub const FILES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/kernel_files.rs"));
 
 /// The headers prepended to every module, in this order: the prelude (types, half conversion,
-/// reductions), the tensor descriptor and element access, the int8 dot products.
-pub const HEADERS: &[&str] = &["prelude.cuh", "types.cuh", "vecdotq.cuh"];
+/// reductions), the tensor descriptor and element access, the int8 dot products, the attention
+/// kernels' online softmax.
+pub const HEADERS: &[&str] = &["prelude.cuh", "types.cuh", "vecdotq.cuh", "attn.cuh"];
 
 /// One `.cu` file.
 #[derive(Debug, Clone, Copy)]
