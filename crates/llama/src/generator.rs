@@ -6,16 +6,17 @@
 //! only its own stopping rules (a token budget, the context's size, an interrupt) and what it
 //! does with each token: [`crate::TextStream`] turns them into UTF-8-complete text, applies
 //! stop strings and says when an end-of-generation token ends the reply. `tessera run` and
-//! its `-cnv` conversation use both; `tessera serve` uses the text half, its decoding being
-//! one batch for all of its slots.
+//! its `-cnv` conversation use both; `tessera serve` uses the text half and the sampling step
+//! ([`crate::sampling::SeqSampler`]), its decoding being one batch for all of its slots.
 
-use crate::sampling::SamplerChain;
+use crate::sampling::{SamplerChain, SeqSampler};
 use crate::{Batch, LlamaContext, Result};
 
 /// Generates one sequence of a context (module docs).
 pub struct Generator<'a, 'm> {
     ctx: &'a mut LlamaContext<'m>,
-    sampler: &'a mut SamplerChain,
+    /// The sampling step (bans included) over the caller's chain.
+    sampler: SeqSampler<&'a mut SamplerChain>,
     /// The sequence's id in the context.
     seq: u32,
     /// Tokens of the sequence in the cache: the next token's position.
@@ -23,9 +24,6 @@ pub struct Generator<'a, 'm> {
     /// The row of the last decoded batch whose logits the next sample reads (`None` before
     /// anything was decoded).
     last: Option<usize>,
-    /// Tokens never sampled (their logits set to −∞): llama.cpp's `--ignore-eos` bans the
-    /// end-of-generation tokens.
-    banned: Vec<u32>,
 }
 
 impl<'a, 'm> Generator<'a, 'm> {
@@ -37,13 +35,13 @@ impl<'a, 'm> Generator<'a, 'm> {
         seq: u32,
         pos: usize,
     ) -> Self {
-        Generator { ctx, sampler, seq, pos, last: None, banned: Vec::new() }
+        Generator { ctx, sampler: SeqSampler::new(sampler), seq, pos, last: None }
     }
 
     /// Never samples `tokens` (as llama.cpp's `--ignore-eos` with the end-of-generation
     /// tokens).
     pub fn ban(mut self, tokens: impl IntoIterator<Item = u32>) -> Self {
-        self.banned.extend(tokens);
+        self.sampler.ban(tokens);
         self
     }
 
@@ -52,9 +50,7 @@ impl<'a, 'm> Generator<'a, 'm> {
     /// last of them. An empty or too long batch is the context's error.
     pub fn prompt(&mut self, tokens: &[u32]) -> Result<()> {
         self.ctx.decode(&Batch::from_tokens(tokens, self.pos as i32, self.seq))?;
-        for &t in tokens {
-            self.sampler.accept(t);
-        }
+        self.sampler.history(tokens);
         self.pos += tokens.len();
         self.last = Some(tokens.len() - 1);
         Ok(())
@@ -68,19 +64,7 @@ impl<'a, 'm> Generator<'a, 'm> {
     pub fn sample(&mut self) -> u32 {
         let last = self.last.expect("Generator::sample before any prompt was evaluated");
         let logits = self.ctx.logits_ith(last).expect("the last token of a batch has logits");
-        let tok = if self.banned.is_empty() {
-            self.sampler.sample(logits)
-        } else {
-            let mut l = logits.to_vec();
-            for &t in &self.banned {
-                if let Some(v) = l.get_mut(t as usize) {
-                    *v = f32::NEG_INFINITY;
-                }
-            }
-            self.sampler.sample(&l)
-        };
-        self.sampler.accept(tok);
-        tok
+        self.sampler.sample(logits).token
     }
 
     /// Evaluates sampled token `tok` at the next position, so the next sample follows it.

@@ -19,17 +19,25 @@
 //!   the bearer key (or `X-Api-Key`); a client that disconnects frees its slot at the next
 //!   step; SIGINT or SIGTERM stops accepting connections and lets running replies finish
 //!   within a deadline (`--shutdown-timeout`), after which, or at a second signal, they end
-//!   with a 503 and every connection still open is closed ([`listen`]: header and body
+//!   with a 503 and every connection still open is closed ([`http::listen`]: header and body
 //!   timeouts, a connection cap, clients that stop reading cut off).
-//! - Agents' APIs: tool calls (`tools`, `tool_choice`, `tool_calls`; [`tools`]), reasoning
-//!   apart from the answer ([`reasoning`]), Anthropic's `POST /v1/messages` ([`anthropic`])
-//!   and OpenAI's `POST /v1/responses` ([`responses`]), all over the same engine.
-//! - Embeddings with `--embedding` ([`embed`]): `POST /v1/embeddings` and llama-server's
+//! - Agents' APIs: tool calls (`tools`, `tool_choice`, `tool_calls`; [`chat::tools`]), reasoning
+//!   apart from the answer ([`chat::reasoning`]), Anthropic's `POST /v1/messages` ([`api::anthropic`])
+//!   and OpenAI's `POST /v1/responses` ([`api::responses`]), all over the same engine.
+//! - Embeddings with `--embedding` ([`api::embeddings`]): `POST /v1/embeddings` and llama-server's
 //!   `POST /embedding`, pooled by `--pooling` (mean, cls, last, none).
 //! - llama-server's own endpoints too: `/completion`, `/infill` (the model's FIM tokens),
 //!   `/apply-template`, `/props`, `/slots`; CORS for browser front ends on other origins; one
 //!   log line per request and per finished generation (`RUST_LOG`), and llama-server's
 //!   `timings` in every reply.
+//!
+//! The crate's rooms: [`api`] (the router and one module per API, with the requests they
+//! read and the generating flow they share), [`chat`] (templates, prompts, tools, reasoning,
+//! constraints: what a chat is and how its reply is taken apart), [`engine`] (the thread that
+//! owns the model's context: slots, batching, sampling, the prompt cache), [`http`] (state,
+//! middleware, the accept loop, streaming), and [`error`] (the server's and the requests'
+//! error types). A request enters at [`api::router`]; a token leaves the engine's
+//! `Worker::step` as an [`engine::Event`] on the request's channel.
 //!
 //! Design decisions: one engine thread owns the model's context (the model runs many threads
 //! of its own; HTTP handlers never block on it), and talks to handlers through a bounded
@@ -38,29 +46,20 @@
 
 #![deny(missing_docs)]
 
-pub mod anthropic;
 pub mod api;
-pub mod constrain;
-pub mod embed;
+pub mod chat;
 pub mod engine;
-mod error;
-pub mod fields;
-pub mod gbnf;
-mod generate;
-pub mod harmony;
+pub mod error;
 pub mod http;
-pub mod job;
-pub mod listen;
+mod ids;
+mod json;
 pub mod metrics;
-pub mod prompt;
-pub mod reasoning;
-pub mod reply;
 pub mod response_store;
-pub mod responses;
-pub mod sampling;
-pub mod tools;
 
-pub use error::{Result, ServerError};
+pub use chat::reasoning;
+pub use http::listen;
+
+pub use error::{ApiError, Result, ServerError};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -113,7 +112,7 @@ pub struct ServerConfig {
     /// `--reasoning on|off|auto`: the templates' `enable_thinking` (`Some(false)`: off; `None`,
     /// auto, and `Some(true)` leave it on).
     pub reasoning: Option<bool>,
-    /// `--embedding`: serve embeddings ([`embed`]) instead of generating.
+    /// `--embedding`: serve embeddings ([`api::embeddings`]) instead of generating.
     pub embedding: bool,
     /// `--pooling`: how embeddings pool a sequence (default: the model's `pooling_type`).
     pub pooling: Option<tessera_llama::Pooling>,
@@ -266,11 +265,11 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         },
         metrics.clone(),
     )?;
-    let constrainer = constrain::Constrainer::new(model.clone())?;
+    let constrainer = chat::constrain::Constrainer::new(model.clone())?;
     let state = Arc::new(http::AppState {
         model,
         model_name: cfg.model_name.clone(),
-        template,
+        template: template.map(chat::Template::new),
         constrainer,
         engine,
         metrics,
@@ -291,7 +290,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
     let addr = listener.local_addr()?;
     let n_ctx = state.engine.n_ctx;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let app = http::router(state.clone());
+    let app = api::router(state.clone());
     let deadline = cfg.shutdown_timeout;
     let hardening = cfg.hardening.clone();
     let st2 = state.clone();

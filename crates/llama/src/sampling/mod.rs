@@ -8,15 +8,20 @@
 //! A seed of [`DEFAULT_SEED`] (llama.cpp's `LLAMA_DEFAULT_SEED`, what `-1` becomes) draws a
 //! random one, as llama.cpp's.
 //!
+//! A sequence's whole sampling step (bans, a grammar's mask, forced tokens, the chain, the
+//! history) is [`SeqSampler`], which `tessera run` and the server's slots share.
+//!
 //! The chain's order is llama.cpp's configurable one ([`Step`], [`DEFAULT_ORDER`]), after its
 //! [`LogitBias`] step.
 
 mod bias;
 mod order;
+mod seq;
 mod steps;
 
 pub use bias::LogitBias;
 pub use order::{order_from_chars, order_from_names, Step, DEFAULT_ORDER};
+pub use seq::{NoMask, Sampled, SeqSampler, TokenMask};
 pub use steps::{Dist, Greedy, MinP, Penalties, Temperature, TopK, TopP, Typical};
 
 /// llama.cpp's `LLAMA_DEFAULT_SEED`: a [`Dist`] given this seed draws a random one.

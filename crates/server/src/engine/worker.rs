@@ -1,257 +1,45 @@
-//! The batching engine: one thread owns the model's context; `-np` slots share its KV cache
-//! (slot `i` is sequence `i`). Every step decodes one batch holding the next token of every
-//! generating slot and prompt chunks of slots still reading their prompt (llama-server's
-//! continuous batching), then samples each slot that produced logits and streams the text.
-//!
-//! The cache is unified, as llama-server's: one request may use all of `-c`. When a step
-//! needs more cells than are free, the cached tokens of idle slots go first (least recently
-//! used first); a generating request that still finds no cell ends with `length`; a prompt
-//! that cannot advance while nothing generates (the cache full of other prompts) fails with
-//! 503, so the engine always progresses.
-//!
-//! A slot keeps its cells after a request: the next request routed to it (the idle slot whose
-//! cached tokens share the longest prefix with the new prompt) evaluates only what differs
-//! (the prompt cache). A request whose client went away is dropped at the next step.
+//! The engine thread's loop in generation mode: each step assigns waiting jobs to free slots,
+//! decodes one batch (the next token of every generating slot, then prompt chunks), and
+//! advances every slot that produced logits by one sampling step, streaming its text.
 
-use crate::api::ApiError;
+use super::budget::ThinkBudget;
+use super::job::{Event, Job, Logprob, SlotInfo, Timings, Work};
+use super::prompt_cache::PromptCache;
+use crate::chat::constrain::GrammarMask;
+use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::ServerError;
-use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam::channel::{Receiver, RecvTimeoutError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tessera_llama::sampling::SamplerChain;
-use tessera_llama::{Batch, ContextParams, LlamaContext, Model, Pooling, StreamEnd, TextStream};
+use tessera_llama::sampling::SeqSampler;
+use tessera_llama::{Batch, LlamaContext, Model, StreamEnd, TextStream};
 
-pub use crate::job::{Event, Job, Logprob, SlotInfo, Timings, Work};
-
-mod budget;
-mod prompt_cache;
-pub use budget::ThinkBudget;
-use prompt_cache::PromptCache;
-
-/// How the engine runs.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// KV cells in all, shared by the slots (one request may use them all).
-    pub n_ctx: usize,
-    /// Slots (`-np`).
-    pub n_parallel: usize,
-    /// CPU threads.
-    pub n_threads: usize,
-    /// Flash attention.
-    pub flash_attn: bool,
-    /// Most tokens per decode step (prompt chunks fill what generating slots leave).
-    pub n_batch: usize,
-    /// Requests waiting for a slot before new ones get 503.
-    pub queue: usize,
-    /// Batch-invariant arithmetic (`--deterministic`): a request's tokens do not depend on
-    /// what shares its steps.
-    pub deterministic: bool,
-    /// `--embedding`: compute embeddings pooled this way instead of generating.
-    pub embeddings: Option<Pooling>,
-    /// `--cache-ram` in bytes: host memory for prompts dropped from the slots (0: none).
-    pub cache_ram: usize,
-}
-
-/// A handle on the engine thread.
-pub struct Engine {
-    tx: Sender<Work>,
-    pooling: Option<Pooling>,
-    stop: Arc<AtomicBool>,
-    abort: Arc<AtomicBool>,
-    slots: Arc<Mutex<Vec<SlotInfo>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    /// Tokens one request may use: the whole cache (it is unified).
-    pub n_ctx: usize,
-    /// Slots (`-np`): requests decoded together.
-    pub n_slots: usize,
-    /// Requests that may wait at once (`--queue`): a request with more prompts than this is
-    /// refused whatever the load.
-    pub queue_capacity: usize,
-}
-
-impl Engine {
-    /// Starts the engine thread over `model`; fails if the context cannot be made.
-    pub fn start(
-        model: Arc<Model>,
-        cfg: EngineConfig,
-        metrics: Arc<Metrics>,
-    ) -> crate::Result<Engine> {
-        if cfg.n_parallel == 0 || cfg.n_parallel > tessera_llama::MAX_SEQ {
-            return Err(ServerError::Config(format!(
-                "-np {}: the slot count must be 1 to {}",
-                cfg.n_parallel,
-                tessera_llama::MAX_SEQ
-            )));
-        }
-        let n_parallel = cfg.n_parallel;
-        let (tx, rx) = channel::bounded::<Work>(cfg.queue.max(1));
-        let pooling = cfg.embeddings;
-        let stop = Arc::new(AtomicBool::new(false));
-        let abort = Arc::new(AtomicBool::new(false));
-        let slots = Arc::new(Mutex::new(
-            (0..n_parallel).map(|id| SlotInfo { id, ..SlotInfo::default() }).collect(),
-        ));
-        let (abort2, slots2) = (abort.clone(), slots.clone());
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
-        let stop2 = stop.clone();
-        let thread =
-            std::thread::Builder::new().name("tessera-engine".into()).spawn(move || {
-                let params = ContextParams {
-                    n_ctx: cfg.n_ctx,
-                    n_threads: cfg.n_threads,
-                    flash_attn: cfg.flash_attn,
-                    n_ubatch: cfg.n_batch.min(512),
-                    batch_invariant: cfg.deterministic,
-                    embeddings: cfg.embeddings.is_some(),
-                    ..ContextParams::default()
-                };
-                let ctx = match LlamaContext::new(&model, params) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return;
-                    }
-                };
-                let n_ctx = ctx.params().n_ctx;
-                let _ = ready_tx.send(Ok(n_ctx));
-                if let Some(pooling) = cfg.embeddings {
-                    let mut w = crate::embed::EmbedWorker {
-                        ctx,
-                        pooling,
-                        n_seq: n_parallel,
-                        n_batch: cfg.n_batch.max(1),
-                        metrics,
-                    };
-                    return w.run(&rx, &stop2, &abort2);
-                }
-                let mut w = Worker {
-                    model: &model,
-                    ctx,
-                    slots: (0..n_parallel).map(|i| Slot::new(i as u32)).collect(),
-                    n_ctx,
-                    n_batch: cfg.n_batch.max(1),
-                    metrics,
-                    clock: 0,
-                    info: slots2,
-                    host: (cfg.cache_ram > 0).then(|| PromptCache::new(cfg.cache_ram)),
-                };
-                w.run(&rx, &stop2, &abort2);
-            })?;
-        let n_ctx = ready_rx
-            .recv()
-            .map_err(|_| ServerError::Context("the engine thread ended at start".into()))?
-            .map_err(ServerError::Context)?;
-        Ok(Engine {
-            tx,
-            pooling,
-            stop,
-            abort,
-            slots,
-            thread: Some(thread),
-            n_ctx,
-            n_slots: n_parallel,
-            queue_capacity: cfg.queue.max(1),
-        })
-    }
-
-    /// What each slot is doing (`GET /slots`).
-    pub fn slots(&self) -> Vec<SlotInfo> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Ends every running and waiting request now with a 503 (the shutdown deadline passed,
-    /// or a second signal came); later requests are refused the same way.
-    pub fn abort(&self) {
-        self.abort.store(true, Ordering::SeqCst);
-    }
-
-    /// With `--embedding`, the pooling of the embeddings it computes (it then generates
-    /// nothing).
-    pub fn pooling(&self) -> Option<Pooling> {
-        self.pooling
-    }
-
-    /// Queues a generation; 503 when the queue is full, 501 on an embeddings server.
-    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
-        if self.pooling.is_some() {
-            return Err(crate::embed::not_generating());
-        }
-        self.send(Work::Generate(Box::new(job)))
-    }
-
-    /// Queues inputs to embed; 503 when the queue is full, 501 on a generating server.
-    pub fn submit_embed(&self, job: crate::embed::EmbedJob) -> Result<(), ApiError> {
-        if self.pooling.is_none() {
-            return Err(crate::embed::not_embedding());
-        }
-        self.send(Work::Embed(job))
-    }
-
-    fn send(&self, work: Work) -> Result<(), ApiError> {
-        self.tx.try_send(work).map_err(|e| match e {
-            TrySendError::Full(_) => ApiError::new(
-                503,
-                "server_error",
-                "the server is busy: too many requests are waiting; retry later",
-            )
-            .with_code("server_busy"),
-            TrySendError::Disconnected(_) => shutting_down(),
-        })
-    }
-
-    /// Requests waiting for a slot.
-    pub fn queued(&self) -> usize {
-        self.tx.len()
-    }
-
-    /// Lets running requests finish, then stops the thread.
-    pub fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// The 503 of a server shutting down.
-pub(crate) fn shutting_down() -> ApiError {
-    ApiError::new(503, "server_error", "the server is shutting down").with_code("shutting_down")
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        self.shutdown();
-    }
-}
-
-struct Active {
-    job: Job,
+pub(super) struct Active {
+    pub(super) job: Job,
     /// When the slot took the request, and when it sampled its first token.
-    t_start: Instant,
-    t_first: Option<Instant>,
+    pub(super) t_start: Instant,
+    pub(super) t_first: Option<Instant>,
     /// The stop string that ended the reply, if one did.
-    stop_word: Option<String>,
+    pub(super) stop_word: Option<String>,
     /// Prompt tokens already in the cache.
-    n_past: usize,
-    n_cached: usize,
-    sampler: SamplerChain,
+    pub(super) n_past: usize,
+    pub(super) n_cached: usize,
+    /// The request's sampling step (its chain, the banned and forced tokens).
+    pub(super) sampler: SeqSampler,
     /// The token sampled last, to decode next.
-    next: Option<u32>,
-    /// Tokens to emit instead of sampling (the forced end of thinking).
-    forced: std::collections::VecDeque<u32>,
-    n_gen: usize,
+    pub(super) next: Option<u32>,
+    pub(super) n_gen: usize,
     /// The reply's text: whole characters, stop strings held back and cut.
-    stream: TextStream,
+    pub(super) stream: TextStream,
 }
 
-struct Slot {
-    seq: u32,
+pub(super) struct Slot {
+    pub(super) seq: u32,
     /// Tokens whose K/V the cache holds for this slot's sequence, in position order.
-    cache: Vec<u32>,
-    active: Option<Active>,
-    last_used: u64,
+    pub(super) cache: Vec<u32>,
+    pub(super) active: Option<Active>,
+    pub(super) last_used: u64,
 }
 
 impl Slot {
@@ -260,19 +48,19 @@ impl Slot {
     }
 }
 
-struct Worker<'m> {
-    model: &'m Model,
-    ctx: LlamaContext<'m>,
-    slots: Vec<Slot>,
+pub(super) struct Worker<'m> {
+    pub(super) model: &'m Model,
+    pub(super) ctx: LlamaContext<'m>,
+    pub(super) slots: Vec<Slot>,
     /// Cells in the cache: what one request may use.
-    n_ctx: usize,
-    n_batch: usize,
-    metrics: Arc<Metrics>,
-    clock: u64,
+    pub(super) n_ctx: usize,
+    pub(super) n_batch: usize,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) clock: u64,
     /// Published for `GET /slots`.
-    info: Arc<Mutex<Vec<SlotInfo>>>,
+    pub(super) info: Arc<Mutex<Vec<SlotInfo>>>,
     /// `--cache-ram`: prompts saved to host memory (none when 0).
-    host: Option<PromptCache>,
+    pub(super) host: Option<PromptCache>,
 }
 
 fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
@@ -292,16 +80,32 @@ fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>)
     (logits[tok as usize] - lse, top)
 }
 
-impl Worker<'_> {
-    fn run(&mut self, rx: &Receiver<Work>, stop: &AtomicBool, abort: &AtomicBool) {
+impl<'m> Worker<'m> {
+    /// A worker over `ctx` with one slot per entry of `info`.
+    pub(super) fn new(
+        model: &'m Model,
+        ctx: LlamaContext<'m>,
+        n_ctx: usize,
+        n_batch: usize,
+        metrics: Arc<Metrics>,
+        info: Arc<Mutex<Vec<SlotInfo>>>,
+        host: Option<PromptCache>,
+    ) -> Self {
+        let n_slots = info.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let slots = (0..n_slots).map(|i| Slot::new(i as u32)).collect();
+        Worker { model, ctx, slots, n_ctx, n_batch, metrics, clock: 0, info, host }
+    }
+
+    /// Serves `rx` until `stop` (running requests finish) or the queue closes.
+    pub(super) fn run(&mut self, rx: &Receiver<Work>, stop: &AtomicBool, abort: &AtomicBool) {
         loop {
             if abort.load(Ordering::SeqCst) {
                 if self.slots.iter().any(|s| s.active.is_some()) {
                     tracing::warn!("shutdown deadline: ending the running requests");
                 }
-                self.fail_all(shutting_down());
+                self.fail_all(ApiError::shutting_down());
                 while let Ok(work) = rx.try_recv() {
-                    work.fail(shutting_down());
+                    work.fail(ApiError::shutting_down());
                 }
                 self.publish();
                 if stop.load(Ordering::SeqCst) {
@@ -329,7 +133,7 @@ impl Worker<'_> {
                 };
                 match job {
                     Work::Generate(job) => self.assign(*job),
-                    other => other.fail(crate::embed::not_embedding()),
+                    other => other.fail(ApiError::not_embedding()),
                 }
             }
             self.metrics.set_queue(rx.len());
@@ -341,7 +145,7 @@ impl Worker<'_> {
     }
 
     /// Copies the slots' state where `GET /slots` reads it.
-    fn publish(&self) {
+    pub(super) fn publish(&self) {
         let mut info = self.info.lock().unwrap_or_else(|e| e.into_inner());
         for (s, i) in self.slots.iter().zip(info.iter_mut()) {
             i.n_cached = s.cache.len();
@@ -355,7 +159,7 @@ impl Worker<'_> {
 
     /// Puts a job on the idle slot sharing the longest prefix with its prompt (the least
     /// recently used among equals) and drops the cached tokens past that prefix.
-    fn assign(&mut self, job: Job) {
+    pub(super) fn assign(&mut self, job: Job) {
         let common = |s: &Slot| s.cache.iter().zip(&job.prompt).take_while(|(a, b)| a == b).count();
         let Some(i) = (0..self.slots.len())
             .filter(|&i| self.slots[i].active.is_none())
@@ -374,9 +178,13 @@ impl Worker<'_> {
         self.clock += 1;
         slot.last_used = self.clock;
         let mut job = job;
-        let sampler = std::mem::take(&mut job.sampler);
+        let mut sampler = SeqSampler::new(std::mem::take(&mut job.sampler));
+        if job.ignore_eos && job.matcher.is_none() {
+            // With a grammar, the grammar decides where the reply may end.
+            sampler.ban(self.model.vocab.eog_tokens());
+        }
         tracing::debug!(slot = i, prompt = job.prompt.len(), cached = keep, "request assigned");
-        let forced = job.think_budget.as_mut().and_then(ThinkBudget::start).unwrap_or_default();
+        sampler.force(job.think_budget.as_mut().and_then(ThinkBudget::start).unwrap_or_default());
         let stream = TextStream::new(job.stop.clone());
         slot.active = Some(Active {
             job,
@@ -387,14 +195,13 @@ impl Worker<'_> {
             n_cached: keep,
             sampler,
             next: None,
-            forced: forced.into(),
             n_gen: 0,
             stream,
         });
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
     }
 
-    fn finish(&mut self, i: usize, reason: &'static str) {
+    pub(super) fn finish(&mut self, i: usize, reason: &'static str) {
         let slot = &mut self.slots[i];
         let Some(mut a) = slot.active.take() else { return };
         // `/slots` shows the slot idle before the client hears the end.
@@ -442,7 +249,7 @@ impl Worker<'_> {
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
     }
 
-    fn fail_all(&mut self, e: ApiError) {
+    pub(super) fn fail_all(&mut self, e: ApiError) {
         for s in &mut self.slots {
             if let Some(a) = s.active.take() {
                 let _ = a.job.events.send(Event::Failed(e.clone()));
@@ -453,7 +260,7 @@ impl Worker<'_> {
         self.metrics.set_busy(0);
     }
 
-    fn step(&mut self) {
+    pub(super) fn step(&mut self) {
         // Clients that went away free their slots now.
         for s in &mut self.slots {
             if s.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
@@ -568,7 +375,7 @@ impl Worker<'_> {
 
     /// Cells every sequence holding them accounts for (a slot's cache covers positions
     /// `0..len`): equal to the cells in use unless a cell leaked (shared cells count once).
-    fn cells_accounted(&self) -> usize {
+    pub(super) fn cells_accounted(&self) -> usize {
         self.ctx
             .kv_cache()
             .cells()
@@ -585,7 +392,7 @@ impl Worker<'_> {
 
     /// Frees cells until `want` are free, dropping idle slots' cached tokens, least recently
     /// used first; returns the free cells.
-    fn make_room(&mut self, want: usize) -> usize {
+    pub(super) fn make_room(&mut self, want: usize) -> usize {
         let kv = self.ctx.kv_cache();
         let mut free = kv.size() - kv.used();
         while free < want {
@@ -609,7 +416,12 @@ impl Worker<'_> {
 
     /// After a step: records the tokens slot `i` added to the cache and, if it produced
     /// logits, samples its next token and streams the text; a finish reason when it is done.
-    fn advance(&mut self, i: usize, added: &[u32], out: Option<usize>) -> Option<&'static str> {
+    pub(super) fn advance(
+        &mut self,
+        i: usize,
+        added: &[u32],
+        out: Option<usize>,
+    ) -> Option<&'static str> {
         let vocab = &self.model.vocab;
         let slot = &mut self.slots[i];
         slot.cache.extend_from_slice(added);
@@ -620,54 +432,18 @@ impl Worker<'_> {
         let raw = self.ctx.logits_ith(out?).expect("asked for");
         if a.next.is_none() {
             a.t_first = Some(Instant::now());
-            for &t in &a.job.prompt {
-                a.sampler.accept(t);
-            }
+            a.sampler.history(&a.job.prompt);
         }
-        let masked;
-        let logits = match a.job.matcher.as_mut() {
-            None if !a.job.ignore_eos => raw,
-            None => {
-                let mut l = raw.to_vec();
-                for t in vocab.eog_tokens() {
-                    if let Some(v) = l.get_mut(t as usize) {
-                        *v = f32::NEG_INFINITY;
-                    }
-                }
-                masked = l;
-                &masked[..]
-            }
-            Some(m) => {
-                let mut l = raw.to_vec();
-                if let Err(e) = crate::constrain::mask_logits(m, &mut l) {
-                    let msg =
-                        format!("constrained decoding failed: {}", crate::constrain::short(&e));
-                    let _ =
-                        a.job.events.send(Event::Failed(ApiError::new(500, "server_error", msg)));
-                    slot.active = None;
-                    return None;
-                }
-                masked = l;
-                &masked[..]
+        let mut grammar = a.job.matcher.as_mut().map(|matcher| GrammarMask { matcher, vocab });
+        let (tok, logits) = match a.sampler.sample_masked(raw, grammar.as_mut()) {
+            Ok(s) => (s.token, s.logits),
+            Err(e) => {
+                let msg = format!("constrained decoding failed: {e}");
+                let _ = a.job.events.send(Event::Failed(ApiError::new(500, "server_error", msg)));
+                slot.active = None;
+                return None;
             }
         };
-        let tok = match a.forced.pop_front() {
-            Some(t) => t,
-            None => a.sampler.sample(logits),
-        };
-        a.sampler.accept(tok);
-        if let Some(m) = a.job.matcher.as_mut() {
-            if !vocab.is_eog(tok) {
-                if let Err(e) = m.consume_token(tok) {
-                    let msg =
-                        format!("constrained decoding failed: {}", crate::constrain::short(&e));
-                    let _ =
-                        a.job.events.send(Event::Failed(ApiError::new(500, "server_error", msg)));
-                    slot.active = None;
-                    return None;
-                }
-            }
-        }
         let logprob = a.job.logprobs.map(|n| {
             let (lp, top) = log_softmax_top(logits, tok, n);
             let piece = |t: u32| {
@@ -694,7 +470,7 @@ impl Worker<'_> {
             a.job.think_budget.as_mut().and_then(|b| b.on_token(&String::from_utf8_lossy(&piece)))
         {
             tracing::debug!(slot = i, "reasoning budget spent: closing the thoughts");
-            a.forced.extend(end);
+            a.sampler.force(end);
         }
         let chunk = a.stream.push_bytes(&piece);
         let _ = a.job.events.send(Event::Token { text: chunk.text, logprob });
@@ -712,7 +488,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn log_softmax_is_normalized() {
+    pub(super) fn log_softmax_is_normalized() {
         let logits = [1.0f32, 2.0, 3.0, 0.5];
         let (lp, top) = log_softmax_top(&logits, 2, 2);
         let total: f64 = logits.iter().map(|&l| ((l - 3.0) as f64).exp()).sum();

@@ -2,7 +2,8 @@
 //! template, text, llama-server's token ids (mixed with text if wanted), or a fill-in-the-
 //! middle request through the model's FIM tokens.
 
-use crate::api::{type_name, ApiError};
+use crate::error::ApiError;
+use crate::json::type_name;
 use serde_json::Value;
 use tessera_vocab::Vocab;
 
@@ -23,7 +24,7 @@ pub struct ChatMessage {
     /// Its text.
     pub content: String,
     /// An assistant's calls.
-    pub tool_calls: Vec<crate::tools::ToolCall>,
+    pub tool_calls: Vec<crate::chat::tools::ToolCall>,
     /// A tool result's call id.
     pub tool_call_id: Option<String>,
     /// A tool result's function name.
@@ -255,22 +256,5 @@ mod tests {
         assert!(p(json!([[1], [true]])).unwrap_err().message.starts_with("prompt[1][0]"));
         assert!(p(json!(3)).unwrap_err().message.contains("expected a string or an array"));
         assert!(parse_prompts(None).unwrap_err().message.contains("is required"));
-    }
-
-    #[test]
-    fn earlier_reasoning_reaches_the_template() {
-        let body = json!({"messages": [
-            {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": "hello", "reasoning_content": "greet back"},
-            {"role": "user", "content": "again"},
-        ]});
-        let req = crate::api::parse_chat(body.as_object().unwrap()).unwrap();
-        let Prompt::Chat(msgs) = &req.prompt else { panic!("a chat") };
-        assert_eq!(msgs[1].template_value()["reasoning_content"], "greet back");
-        assert!(msgs[0].template_value().get("reasoning_content").is_none());
-        let bad =
-            json!({"messages": [{"role": "assistant", "content": "", "reasoning_content": 1}]});
-        let e = crate::api::parse_chat(bad.as_object().unwrap()).unwrap_err();
-        assert!(e.message.starts_with("messages[0].reasoning_content"), "{}", e.message);
     }
 }

@@ -1,61 +1,16 @@
-//! The OpenAI request bodies, read field by field from JSON so every error names its field,
-//! and the error body every failure answers with (`{"error": {"message", "type", "code",
-//! "param"}}`).
+//! The generation request every API is read into ([`GenRequest`]): OpenAI's chat and
+//! completions bodies, llama-server's `/completion` and `/infill`, read field by field from
+//! JSON so every error names its field; and `/tokenize`'s and `/detokenize`'s bodies.
 
-use crate::constrain::Constraint;
+use crate::api::fields;
+use crate::chat::constrain::Constraint;
+use crate::chat::content::{self, TEXT};
+use crate::error::ApiError;
+use crate::json::{opt_bool, opt_int, type_name};
 use serde_json::{json, Map, Value};
 
-/// An error answered to the client: HTTP status and OpenAI's error object.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: u16,
-    /// What went wrong, naming the field.
-    pub message: String,
-    /// OpenAI's `type` (`invalid_request_error`, `authentication_error`, `server_error`, ...).
-    pub kind: &'static str,
-    /// OpenAI's `code`, where one fits (`context_length_exceeded`, `invalid_api_key`, ...).
-    pub code: Option<&'static str>,
-    /// The offending field, if one.
-    pub param: Option<String>,
-}
-
-impl ApiError {
-    /// A 400 about field `param`.
-    pub fn field(param: &str, message: impl Into<String>) -> Self {
-        ApiError {
-            status: 400,
-            message: format!("{param}: {}", message.into()),
-            kind: "invalid_request_error",
-            code: None,
-            param: Some(param.to_string()),
-        }
-    }
-
-    /// An error with a status and type, no field.
-    pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, message: message.into(), kind, code: None, param: None }
-    }
-
-    /// Sets the code.
-    pub fn with_code(mut self, code: &'static str) -> Self {
-        self.code = Some(code);
-        self
-    }
-
-    /// The JSON body.
-    pub fn body(&self) -> Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "code": self.code.map_or(Value::from(self.status), Value::from),
-            "param": self.param,
-        }})
-    }
-}
-
-pub use crate::prompt::{ChatMessage, Prompt, PromptPart};
-pub use crate::sampling::Sampling;
+pub use crate::api::sampling::Sampling;
+pub use crate::chat::prompt::{ChatMessage, Prompt, PromptPart};
 
 /// A validated generation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +36,7 @@ pub struct GenRequest {
     /// llama-server's `ignore_eos`: end-of-generation tokens are never sampled.
     pub ignore_eos: bool,
     /// Tools the model may call (chat only; `None` without tools).
-    pub tools: Option<crate::tools::ToolUse>,
+    pub tools: Option<crate::chat::tools::ToolUse>,
     /// llama-server's `chat_template_kwargs`: more variables for the chat template.
     pub template_kwargs: Map<String, Value>,
     /// llama-server's `thinking_budget_tokens`: most tokens inside `<think>` before the end of
@@ -152,7 +107,7 @@ fn constraint(o: &Map<String, Value>) -> Result<Option<(Constraint, &'static str
         None | Some(Value::Null) => {}
         Some(Value::String(g)) if g.trim().is_empty() => {}
         Some(Value::String(g)) => {
-            let lark = crate::gbnf::to_lark(g)
+            let lark = crate::chat::gbnf::to_lark(g)
                 .map_err(|e| ApiError::field("grammar", format!("not a GBNF grammar: {e}")))?;
             found.push((Constraint::Lark(lark), "grammar"));
         }
@@ -173,82 +128,6 @@ fn constraint(o: &Map<String, Value>) -> Result<Option<(Constraint, &'static str
         ));
     }
     Ok(found.pop())
-}
-
-pub(crate) fn opt_num(
-    o: &Map<String, Value>,
-    key: &str,
-    min: f64,
-    max: f64,
-) -> Result<Option<f64>, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => {
-            let x = n.as_f64().unwrap_or(f64::NAN);
-            if !(min..=max).contains(&x) {
-                return Err(ApiError::field(key, format!("{x} is out of range [{min}, {max}]")));
-            }
-            Ok(Some(x))
-        }
-        Some(other) => {
-            Err(ApiError::field(key, format!("expected a number, got {}", type_name(other))))
-        }
-    }
-}
-
-pub(crate) fn opt_int(
-    o: &Map<String, Value>,
-    key: &str,
-    min: i64,
-    max: i64,
-) -> Result<Option<i64>, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(x) if (min..=max).contains(&x) => Ok(Some(x)),
-            Some(x) => Err(ApiError::field(key, format!("{x} is out of range [{min}, {max}]"))),
-            None => Err(ApiError::field(key, format!("expected an integer, got {n}"))),
-        },
-        Some(other) => {
-            Err(ApiError::field(key, format!("expected an integer, got {}", type_name(other))))
-        }
-    }
-}
-
-pub(crate) fn opt_bool(o: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
-    match o.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => {
-            Err(ApiError::field(key, format!("expected a boolean, got {}", type_name(other))))
-        }
-    }
-}
-
-pub(crate) fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Parses a request body into a JSON object.
-pub fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(400, "invalid_request_error", format!("invalid JSON body: {e}"))
-    })?;
-    match v {
-        Value::Object(o) => Ok(o),
-        other => Err(ApiError::new(
-            400,
-            "invalid_request_error",
-            format!("the body must be a JSON object, not {}", type_name(&other)),
-        )),
-    }
 }
 
 /// The fields both endpoints share.
@@ -279,9 +158,9 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
     let max_b = opt_int(o, "max_completion_tokens", 1, 1 << 30)?;
     let max_c = opt_int(o, "n_predict", -1, 1 << 30)?.filter(|&n| n > 0);
     let max_tokens = max_b.or(max_a).or(max_c).map(|n| n as usize);
-    let sampling = crate::sampling::parse(o)?;
+    let sampling = crate::api::sampling::parse(o)?;
     let cache_prompt = opt_bool(o, "cache_prompt")?.unwrap_or(true);
-    crate::fields::other_fields(o, chat)?;
+    crate::api::fields::other_fields(o, chat)?;
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) if s.is_empty() => {
@@ -354,7 +233,7 @@ const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 /// `POST /v1/chat/completions`.
 pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
-    crate::fields::check(o, crate::fields::CHAT, true)?;
+    fields::check(o, fields::CHAT, true)?;
     let msgs = match o.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
         Some(Value::Array(_)) => return Err(ApiError::field("messages", "must not be empty")),
@@ -397,43 +276,7 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
                 ))
             }
         };
-        let content = match m.get("content") {
-            Some(Value::String(s)) => s.clone(),
-            None | Some(Value::Null) => String::new(),
-            Some(Value::Array(parts)) => {
-                let mut s = String::new();
-                for (j, part) in parts.iter().enumerate() {
-                    let pj = format!("messages[{i}].content[{j}]");
-                    match (
-                        part.get("type").and_then(Value::as_str),
-                        part.get("text").and_then(Value::as_str),
-                    ) {
-                        (Some("text"), Some(t)) => s.push_str(t),
-                        (Some(t), _) if t != "text" => {
-                            return Err(ApiError::field(
-                                &pj,
-                                format!(
-                                    "content parts of type '{t}' are not supported (text only)"
-                                ),
-                            ))
-                        }
-                        _ => {
-                            return Err(ApiError::field(
-                                &pj,
-                                "expected {\"type\": \"text\", \"text\": ...}",
-                            ))
-                        }
-                    }
-                }
-                s
-            }
-            Some(other) => {
-                return Err(ApiError::field(
-                    &p("content"),
-                    format!("expected a string or an array of parts, got {}", type_name(other)),
-                ))
-            }
-        };
+        let content = content::text(m.get("content").unwrap_or(&Value::Null), &p("content"), TEXT)?;
         let mut msg = ChatMessage::new(&role, &content);
         if let Some(calls) = m.get("tool_calls").filter(|v| !v.is_null()) {
             if role != "assistant" {
@@ -442,7 +285,7 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
                     "only assistant messages make calls",
                 ));
             }
-            msg.tool_calls = crate::tools::parse_message_calls(calls, &p("tool_calls"))?;
+            msg.tool_calls = crate::chat::tools::parse_message_calls(calls, &p("tool_calls"))?;
         }
         let keys = [
             ("tool_call_id", &mut msg.tool_call_id),
@@ -464,7 +307,7 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
         out.push(msg);
     }
     let mut req = common(o, Prompt::Chat(out), true)?;
-    req.tools = crate::tools::parse(o)?;
+    req.tools = crate::chat::tools::parse(o)?;
     match o.get("chat_template_kwargs") {
         None | Some(Value::Null) => {}
         Some(Value::Object(k)) => req.template_kwargs = k.clone(),
@@ -478,7 +321,7 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
     if let Some(t) = &req.tools {
         let forced = matches!(
             t.choice,
-            crate::tools::ToolChoice::Required | crate::tools::ToolChoice::Named(_)
+            crate::chat::tools::ToolChoice::Required | crate::chat::tools::ToolChoice::Named(_)
         );
         if forced && req.constraint.is_some() {
             return Err(ApiError::field(
@@ -493,16 +336,16 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
 /// `POST /v1/completions`: one request per prompt (`prompt` may be a string, token ids,
 /// llama-server's mix of both, or a list of any of these).
 pub fn parse_completion(o: &Map<String, Value>) -> Result<Vec<GenRequest>, ApiError> {
-    crate::fields::check(o, crate::fields::COMPLETION, true)?;
-    let prompts = crate::prompt::parse_prompts(o.get("prompt"))?;
+    fields::check(o, fields::COMPLETION, true)?;
+    let prompts = crate::chat::prompt::parse_prompts(o.get("prompt"))?;
     let first = common(o, Prompt::Text(String::new()), false)?;
     Ok(prompts.into_iter().map(|prompt| GenRequest { prompt, ..first.clone() }).collect())
 }
 
 /// llama-server's `POST /completion`: one prompt (string, token ids or their mix).
 pub fn parse_native(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
-    crate::fields::check(o, crate::fields::COMPLETION, true)?;
-    let mut prompts = crate::prompt::parse_prompts(o.get("prompt"))?;
+    fields::check(o, fields::COMPLETION, true)?;
+    let mut prompts = crate::chat::prompt::parse_prompts(o.get("prompt"))?;
     if prompts.len() != 1 {
         return Err(ApiError::field(
             "prompt",
@@ -516,7 +359,7 @@ pub fn parse_native(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
 /// (`[{"filename", "text"}]`, other files of the project) and `prompt` (text already typed
 /// after the cursor's prefix).
 pub fn parse_infill(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
-    crate::fields::check(o, crate::fields::INFILL, true)?;
+    fields::check(o, fields::INFILL, true)?;
     let text = |k: &str| match o.get(k) {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
@@ -594,4 +437,26 @@ pub fn parse_detokenize(o: &Map<String, Value>, n_vocab: usize) -> Result<Vec<u3
             )),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn earlier_reasoning_reaches_the_template() {
+        let body = json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello", "reasoning_content": "greet back"},
+            {"role": "user", "content": "again"},
+        ]});
+        let req = parse_chat(body.as_object().unwrap()).unwrap();
+        let Prompt::Chat(msgs) = &req.prompt else { panic!("a chat") };
+        assert_eq!(msgs[1].template_value()["reasoning_content"], "greet back");
+        assert!(msgs[0].template_value().get("reasoning_content").is_none());
+        let bad =
+            json!({"messages": [{"role": "assistant", "content": "", "reasoning_content": 1}]});
+        let e = parse_chat(bad.as_object().unwrap()).unwrap_err();
+        assert!(e.message.starts_with("messages[0].reasoning_content"), "{}", e.message);
+    }
 }

@@ -1,11 +1,11 @@
 //! A reply taken apart for every API that answers chats (OpenAI chat, Anthropic messages,
-//! OpenAI responses): reasoning apart from the answer ([`crate::reasoning`]), then, with
-//! tools, the calls apart from the text ([`crate::tools`]); whole, or piece by piece as it
+//! OpenAI responses): reasoning apart from the answer ([`crate::chat::reasoning`]), then, with
+//! tools, the calls apart from the text ([`crate::chat::tools`]); whole, or piece by piece as it
 //! streams.
 
-use crate::harmony::HarmonySplit;
-use crate::reasoning::ThinkSplit;
-use crate::tools::{Format, StreamSplit, Tool, ToolCall};
+use crate::chat::harmony::HarmonySplit;
+use crate::chat::reasoning::ThinkSplit;
+use crate::chat::tools::{Format, StreamSplit, Tool, ToolCall};
 
 /// What a request's reply may hold: thoughts (`think`; `opened` when the prompt left the
 /// reply inside `<think>`) and calls in a format (`tools`).
@@ -17,7 +17,7 @@ pub struct ReplyShape {
     pub opened: bool,
     /// The call format and the request's tools.
     pub tools: Option<(Format, Vec<Tool>)>,
-    /// The template is gpt-oss's harmony format ([`crate::harmony`]): its channels say what
+    /// The template is gpt-oss's harmony format ([`crate::chat::harmony`]): its channels say what
     /// is reasoning, content and calls, instead of `<think>` and the call format.
     pub harmony: bool,
 }
@@ -26,15 +26,15 @@ pub struct ReplyShape {
 pub fn split(shape: &ReplyShape, text: &str) -> (Option<String>, String, Vec<ToolCall>) {
     if shape.harmony {
         let tools = shape.tools.as_ref().map_or(&[][..], |(_, l)| l);
-        return crate::harmony::split(shape.think, text, tools);
+        return crate::chat::harmony::split(shape.think, text, tools);
     }
     let (reasoning, text) = if shape.think {
-        crate::reasoning::split(text, shape.opened)
+        crate::chat::reasoning::split(text, shape.opened)
     } else {
         (None, text.to_string())
     };
     let (text, calls) = match &shape.tools {
-        Some((format, list)) => crate::tools::parse_reply(*format, &text, list),
+        Some((format, list)) => crate::chat::tools::parse_reply(*format, &text, list),
         None => (text, Vec::new()),
     };
     (reasoning, text, calls)

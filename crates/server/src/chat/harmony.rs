@@ -19,7 +19,8 @@
 //!
 //! Text that does not start like a header is plain content (a model that ignores the format).
 
-use crate::tools::{new_call_id, Tool, ToolCall};
+use crate::chat::tools::{Tool, ToolCall};
+use crate::ids::new_id;
 use serde_json::Value;
 
 /// The special tokens a harmony reply shows (llama.cpp's `preserved_tokens` for gpt-oss).
@@ -190,7 +191,7 @@ impl HarmonySplit {
             let known = tools.iter().any(|t| t.name == name);
             match serde_json::from_str::<Value>(args.trim()) {
                 Ok(arguments) if known && arguments.is_object() => {
-                    calls.push(ToolCall { id: new_call_id(), name, arguments })
+                    calls.push(ToolCall { id: new_id("call_"), name, arguments })
                 }
                 _ => out.1.push_str(&args),
             }

@@ -9,159 +9,17 @@
 //! frees its cells. The handlers normalize (`embd_normalize`, Euclidean by default) and
 //! format (`encoding_format` `float` or `base64`).
 
-use crate::api::{self, type_name, ApiError};
-use crate::engine::Work;
-use crate::http::{body_or_413, AppState};
-use crate::metrics::Metrics;
-use axum::body::Bytes;
+use crate::api::fields;
+use crate::engine::EmbedJob;
+use crate::error::ApiError;
+use crate::http::{AppState, Body, St};
+use crate::json::{parse_body, type_name};
 use axum::extract::State;
 use axum::Json;
 use base64::Engine as _;
-use crossbeam::channel::{Receiver, RecvTimeoutError};
 use serde_json::{json, Map, Value};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tessera_llama::{Batch, LlamaContext, Pooling};
+use tessera_llama::Pooling;
 use tokio::sync::oneshot;
-
-type St = State<Arc<AppState>>;
-type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
-
-/// Inputs to embed, and where the vectors go.
-pub struct EmbedJob {
-    /// Token ids of each input (each non-empty, within the context).
-    pub inputs: Vec<Vec<u32>>,
-    /// One pooled, unnormalized vector per input (with pooling `none`, every token's row
-    /// back to back), or the failure.
-    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>,
-}
-
-/// The engine thread's loop in embeddings mode.
-pub(crate) struct EmbedWorker<'m> {
-    pub(crate) ctx: LlamaContext<'m>,
-    pub(crate) pooling: Pooling,
-    /// Sequences per batch (`-np`).
-    pub(crate) n_seq: usize,
-    /// Tokens per batch (`-b`); a longer input goes alone.
-    pub(crate) n_batch: usize,
-    pub(crate) metrics: Arc<Metrics>,
-}
-
-/// Refuses a generation job sent to an embeddings engine (the handlers check first).
-fn refuse_generation(w: Work) -> Option<EmbedJob> {
-    match w {
-        Work::Embed(j) => Some(j),
-        other => {
-            other.fail(not_generating());
-            None
-        }
-    }
-}
-
-impl EmbedWorker<'_> {
-    pub(crate) fn run(&mut self, rx: &Receiver<Work>, stop: &AtomicBool, abort: &AtomicBool) {
-        loop {
-            let first = match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(w) => w,
-                Err(RecvTimeoutError::Timeout) if stop.load(Ordering::SeqCst) => return,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
-            let mut jobs: Vec<EmbedJob> = refuse_generation(first).into_iter().collect();
-            while let Ok(w) = rx.try_recv() {
-                jobs.extend(refuse_generation(w));
-            }
-            self.metrics.set_queue(0);
-            if abort.load(Ordering::SeqCst) {
-                for j in jobs {
-                    let _ = j.reply.send(Err(crate::engine::shutting_down()));
-                }
-                continue;
-            }
-            self.metrics.set_busy(1);
-            self.serve(jobs);
-            self.metrics.set_busy(0);
-        }
-    }
-
-    /// Embeds every input of `jobs`, packing inputs of all of them into shared batches.
-    fn serve(&mut self, jobs: Vec<EmbedJob>) {
-        let mut out: Vec<Result<Vec<Vec<f32>>, ApiError>> =
-            jobs.iter().map(|j| Ok(vec![Vec::new(); j.inputs.len()])).collect();
-        let items: Vec<(usize, usize)> = jobs
-            .iter()
-            .enumerate()
-            .flat_map(|(j, job)| (0..job.inputs.len()).map(move |i| (j, i)))
-            .collect();
-        let n_ctx = self.ctx.params().n_ctx;
-        let mut k = 0;
-        while k < items.len() {
-            // One batch: inputs while they fit (the first always does: handlers checked it).
-            let (mut batch, mut members, mut n_tok) = (Batch::new(), Vec::new(), 0);
-            while let Some(&(j, i)) = items.get(k) {
-                let toks = &jobs[j].inputs[i];
-                let fits = n_tok + toks.len() <= self.n_batch.min(n_ctx);
-                if !members.is_empty() && (members.len() == self.n_seq || !fits) {
-                    break;
-                }
-                let seq = members.len() as u32;
-                let first = batch.len();
-                for (p, &t) in toks.iter().enumerate() {
-                    batch.add(t, p as i32, seq, self.pooling.wants_row(p, toks.len()));
-                }
-                members.push((j, i, first));
-                n_tok += toks.len();
-                k += 1;
-            }
-            let t0 = Instant::now();
-            let decoded = self.ctx.decode(&batch);
-            self.metrics.add_step(batch.len(), 0, t0.elapsed().as_secs_f64());
-            for &(j, i, first) in &members {
-                let Ok(vectors) = &mut out[j] else { continue };
-                if let Err(e) = &decoded {
-                    tracing::error!(error = %e, "embedding decode failed");
-                    let msg = format!("computing the embeddings failed: {e}");
-                    out[j] = Err(ApiError::new(500, "server_error", msg));
-                    continue;
-                }
-                let n = jobs[j].inputs[i].len();
-                let mut rows = Vec::new();
-                for t in first..first + n {
-                    rows.extend_from_slice(self.ctx.embeddings_ith(t).unwrap_or_default());
-                }
-                vectors[i] = self.pooling.pool(&rows, self.ctx.model().hparams.n_embd);
-            }
-            self.ctx.kv_cache_mut().clear();
-        }
-        for (job, res) in jobs.into_iter().zip(out) {
-            let n_tok: usize = job.inputs.iter().map(Vec::len).sum();
-            tracing::info!(inputs = job.inputs.len(), tokens = n_tok, "embeddings done");
-            let _ = job.reply.send(res);
-        }
-    }
-}
-
-/// The 501 of an embeddings endpoint on a generating server.
-pub(crate) fn not_embedding() -> ApiError {
-    ApiError::new(
-        501,
-        "not_supported_error",
-        "this server does not compute embeddings: start it with --embedding",
-    )
-    .with_code("not_supported")
-}
-
-/// The 501 of a generating endpoint on an embeddings server.
-pub(crate) fn not_generating() -> ApiError {
-    ApiError::new(
-        501,
-        "not_supported_error",
-        "this server computes embeddings only (--embedding): start it without --embedding to \
-         generate",
-    )
-    .with_code("not_supported")
-}
 
 /// An embeddings request, parsed.
 #[derive(Debug, Clone, PartialEq)]
@@ -186,7 +44,7 @@ pub fn parse_request(
     n_embd: usize,
     n_ctx: usize,
 ) -> Result<EmbedRequest, ApiError> {
-    crate::fields::check(o, crate::fields::EMBEDDINGS, false)?;
+    fields::check(o, fields::EMBEDDINGS, false)?;
     for key in ["model", "user"] {
         match o.get(key) {
             None | Some(Value::Null | Value::String(_)) => {}
@@ -278,7 +136,7 @@ pub fn parse_request(
             ))
         }
     };
-    if let Some(d) = api::opt_int(o, "dimensions", 1, i64::MAX)? {
+    if let Some(d) = crate::json::opt_int(o, "dimensions", 1, i64::MAX)? {
         if d as usize != n_embd {
             return Err(ApiError::field(
                 "dimensions",
@@ -286,21 +144,21 @@ pub fn parse_request(
             ));
         }
     }
-    let normalize = api::opt_int(o, "embd_normalize", -1, 64)?.map_or(2, |n| n as i32);
+    let normalize = crate::json::opt_int(o, "embd_normalize", -1, 64)?.map_or(2, |n| n as i32);
     Ok(EmbedRequest { inputs: inputs.into_iter().map(|(_, t)| t).collect(), normalize, base64 })
 }
 
 /// Parses, queues and awaits an embeddings request: the normalized vectors (per token rows
 /// for pooling `none`) and the prompt token count.
 async fn compute(st: &AppState, body: Body) -> Result<(EmbedRequest, Vec<Vec<f32>>), ApiError> {
-    let Some(pooling) = st.engine.pooling() else { return Err(not_embedding()) };
-    let o = api::parse_body(&body_or_413(body)?)?;
+    let Some(pooling) = st.engine.pooling() else { return Err(ApiError::not_embedding()) };
+    let o = parse_body(&body)?;
     let n_embd = st.model.hparams.n_embd;
     let req = parse_request(&o, &st.model.vocab, n_embd, st.engine.n_ctx)?;
     let (tx, rx) = oneshot::channel();
     st.engine.submit_embed(EmbedJob { inputs: req.inputs.clone(), reply: tx })?;
     st.metrics.add_request();
-    let mut vectors = rx.await.map_err(|_| crate::engine::shutting_down())??;
+    let mut vectors = rx.await.map_err(|_| ApiError::shutting_down())??;
     for v in &mut vectors {
         if pooling == Pooling::None {
             v.chunks_mut(n_embd)

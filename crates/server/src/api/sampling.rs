@@ -8,7 +8,8 @@
 //! no such steps yet. `seed` is llama-server's: `-1` (and 4294967295, `LLAMA_DEFAULT_SEED`)
 //! draws a random seed, other values outside 0..2^32 are refused rather than wrapped.
 
-use crate::api::{opt_int, opt_num, type_name, ApiError};
+use crate::error::ApiError;
+use crate::json::{opt_int, opt_num, type_name};
 use serde_json::{Map, Value};
 use tessera_llama::sampling::{
     order_from_chars, order_from_names, SamplerChain, SamplingParams, Step, DEFAULT_ORDER,

@@ -1,9 +1,10 @@
 //! What the engine is sent and what it answers: a generation [`Job`] and the [`Event`]s that
 //! stream back, llama-server's [`Timings`], and what `GET /slots` shows of a slot.
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use tessera_llama::sampling::SamplerChain;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 
 /// One token's log-probability and the most likely alternatives.
 #[derive(Debug, Clone)]
@@ -120,7 +121,7 @@ pub struct Job {
     /// The reasoning budget: the end of thinking is forced once it is spent.
     pub think_budget: Option<crate::engine::ThinkBudget>,
     /// Special tokens the reply shows as text (a harmony template's markers,
-    /// [`crate::harmony::PRESERVED`]); others stay hidden.
+    /// [`crate::chat::harmony::PRESERVED`]); others stay hidden.
     pub preserved: Vec<u32>,
 }
 
@@ -129,7 +130,7 @@ pub enum Work {
     /// Generate a reply.
     Generate(Box<Job>),
     /// Embed inputs.
-    Embed(crate::embed::EmbedJob),
+    Embed(EmbedJob),
 }
 
 impl Work {
@@ -144,4 +145,13 @@ impl Work {
             }
         }
     }
+}
+
+/// Inputs to embed, and where the vectors go.
+pub struct EmbedJob {
+    /// Token ids of each input (each non-empty, within the context).
+    pub inputs: Vec<Vec<u32>>,
+    /// One pooled, unnormalized vector per input (with pooling `none`, every token's row
+    /// back to back), or the failure.
+    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, ApiError>>,
 }

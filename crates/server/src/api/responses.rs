@@ -7,52 +7,24 @@
 //! ([`crate::response_store`]): `previous_response_id` continues one, and
 //! `GET` / `DELETE /v1/responses/{id}` read or forget it.
 
-use crate::api::{self, type_name, ApiError};
+use crate::api::fields;
+use crate::api::generate::{collect, merge, reply_shape, start};
+use crate::api::request;
+use crate::chat::content::{self, RESPONSES_TEXT};
+use crate::chat::reply::ReplySplit;
+use crate::chat::tools::ToolCall;
 use crate::engine::Event;
-use crate::generate::{collect, merge, reply_shape, sse_channel, sse_response, start, SseTx};
-use crate::http::{body_or_413, now, AppState};
-use crate::reply::ReplySplit;
-use crate::tools::ToolCall;
-use axum::body::Bytes;
+use crate::error::ApiError;
+use crate::http::sse::{sse_channel, sse_response, SseTx};
+use crate::http::{AppState, Body};
+use crate::ids::{new_id, now};
+use crate::json::{parse_body, type_name};
 use axum::extract::{Path, State};
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-
-type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
-
-fn id(prefix: &str) -> String {
-    crate::tools::new_call_id().replacen("call_", prefix, 1)
-}
-
-/// The text of a message's `content`: a string or a list of text parts.
-fn text_of(v: &Value, field: &str) -> Result<String, ApiError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(parts) => {
-            let mut s = String::new();
-            for (j, p) in parts.iter().enumerate() {
-                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str))
-                {
-                    (Some("input_text" | "output_text" | "text"), Some(t)) => s.push_str(t),
-                    (t, _) => {
-                        return Err(ApiError::field(
-                            &format!("{field}[{j}].type"),
-                            format!("'{}' parts are not supported (text only)", t.unwrap_or("?")),
-                        ))
-                    }
-                }
-            }
-            Ok(s)
-        }
-        other => Err(ApiError::field(
-            field,
-            format!("expected a string or text parts, got {}", type_name(other)),
-        )),
-    }
-}
 
 /// The request as the OpenAI chat body the rest of the server reads.
 /// `previous`: the stored conversation `previous_response_id` continues. Returns the chat body
@@ -63,7 +35,9 @@ fn to_chat(
 ) -> Result<(Map<String, Value>, Vec<Value>), ApiError> {
     let mut msgs = Vec::new();
     if let Some(i) = o.get("instructions").filter(|v| !v.is_null()) {
-        msgs.push(json!({"role": "system", "content": text_of(i, "instructions")?}));
+        msgs.push(
+            json!({"role": "system", "content": content::text(i, "instructions", RESPONSES_TEXT)?}),
+        );
     }
     let n_instructions = msgs.len();
     msgs.extend(previous.iter().cloned());
@@ -75,7 +49,7 @@ fn to_chat(
                 match it.get("type").and_then(Value::as_str).unwrap_or("message") {
                     "message" => {
                         let role = it.get("role").and_then(Value::as_str).unwrap_or_default();
-                        let content = text_of(it.get("content").unwrap_or(&Value::Null), &f("content"))?;
+                        let content = content::text(it.get("content").unwrap_or(&Value::Null), &f("content"), RESPONSES_TEXT)?;
                         msgs.push(json!({"role": role, "content": content}));
                     }
                     "function_call" => {
@@ -211,7 +185,7 @@ fn to_chat(
 }
 
 fn call_item(c: &ToolCall) -> Value {
-    json!({"type": "function_call", "id": id("fc_"), "call_id": c.id, "name": c.name,
+    json!({"type": "function_call", "id": new_id("fc_"), "call_id": c.id, "name": c.name,
            "arguments": c.arguments.to_string(), "status": "completed"})
 }
 
@@ -221,7 +195,7 @@ fn message_item(item_id: &str, text: &str) -> Value {
 }
 
 fn reasoning_item(text: &str) -> Value {
-    json!({"type": "reasoning", "id": id("rs_"), "summary": [],
+    json!({"type": "reasoning", "id": new_id("rs_"), "summary": [],
            "content": [{"type": "reasoning_text", "text": text}]})
 }
 
@@ -250,8 +224,8 @@ struct Extras {
 }
 
 fn extras(st: &AppState, o: &Map<String, Value>) -> Result<Extras, ApiError> {
-    crate::fields::check(o, crate::fields::RESPONSES, false)?;
-    let store = api::opt_bool(o, "store")?.unwrap_or(true);
+    fields::check(o, fields::RESPONSES, false)?;
+    let store = crate::json::opt_bool(o, "store")?.unwrap_or(true);
     let previous_id = match o.get("previous_response_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -345,23 +319,23 @@ fn response(
 
 /// `POST /v1/responses`.
 pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Response, ApiError> {
-    let o = api::parse_body(&body_or_413(body)?)?;
+    let o = parse_body(&body)?;
     let ex = extras(&st, &o)?;
     let (chat, history) = to_chat(&o, &ex.previous)?;
-    let req = api::parse_chat(&chat)?;
+    let req = request::parse_chat(&chat)?;
     let (rx, opened) = start(&st, &req)?;
     let shape = reply_shape(&st, &req, opened);
     let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
-    let (resp_id, created) = (id("resp_"), now());
+    let (resp_id, created) = (new_id("resp_"), now());
     if !req.stream {
         let out = collect(rx).await?;
-        let (reasoning, text, calls) = crate::reply::split(&shape, &out.text);
+        let (reasoning, text, calls) = crate::chat::reply::split(&shape, &out.text);
         let mut output = Vec::new();
         if let Some(r) = reasoning {
             output.push(reasoning_item(&r));
         }
         if !text.is_empty() || calls.is_empty() {
-            output.push(message_item(&id("msg_"), &text));
+            output.push(message_item(&new_id("msg_"), &text));
         }
         output.extend(calls.iter().map(call_item));
         let mut r = response(
@@ -396,7 +370,7 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
         send(&tx, json!({"type": "response.created", "response": start_shell.clone()}));
         send(&tx, json!({"type": "response.in_progress", "response": start_shell}));
         let mut split = ReplySplit::new(&shape);
-        let msg_id = id("msg_");
+        let msg_id = new_id("msg_");
         let (mut reasoning, mut text) = (String::new(), String::new());
         let mut msg_open = false;
         // Text shown: opens the message item on its first piece.

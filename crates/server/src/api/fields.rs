@@ -4,7 +4,8 @@
 //! known fields Tessera has no effect for (`other_fields`) are refused unless off.
 //! docs/SERVING.md lists the rules.
 
-use crate::api::{opt_bool, opt_int, type_name, ApiError};
+use crate::error::ApiError;
+use crate::json::{opt_bool, opt_int, type_name};
 use serde_json::{Map, Value};
 
 /// The generation fields every text endpoint shares (OpenAI's and llama-server's).
@@ -35,7 +36,7 @@ const GENERATION: &[&str] = &[
     "t_max_predict_ms",
     "lora",
     "user",
-    // Sampling (crate::sampling).
+    // Sampling (crate::api::sampling).
     "temperature",
     "top_p",
     "top_k",

@@ -10,7 +10,8 @@
 //! templates that know no tools: the tools are described in a system message and the model
 //! answers `{"tool_call": {"name", "arguments"}}` (llama.cpp's generic format).
 
-use crate::api::{type_name, ApiError};
+use crate::error::ApiError;
+use crate::json::type_name;
 use serde_json::{json, Map, Value};
 
 /// A function the model may call.
@@ -72,16 +73,6 @@ impl ToolCall {
         }
         v
     }
-}
-
-/// A fresh call id (`call_` and 24 hex digits, as OpenAI's).
-pub fn new_call_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    format!("call_{:016x}{:08x}", t, N.fetch_add(1, Ordering::Relaxed) as u32)
 }
 
 /// Reads `tools`, `tool_choice` and `parallel_tool_calls`; `None` without tools.
@@ -360,7 +351,11 @@ fn parse_format(format: Format, text: &str, tools: &[Tool]) -> (String, Vec<Tool
                 other => other.clone(),
             })
             .unwrap_or(json!({}));
-        arguments.is_object().then(|| ToolCall { id: new_call_id(), name: name.into(), arguments })
+        arguments.is_object().then(|| ToolCall {
+            id: crate::ids::new_id("call_"),
+            name: name.into(),
+            arguments,
+        })
     };
     let none = (text.to_string(), Vec::new());
     match format {

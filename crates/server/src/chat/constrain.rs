@@ -3,14 +3,15 @@
 //! grammars compiled per request into a [`Matcher`] that masks every token the output could
 //! not continue with.
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::ServerError;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 use std::sync::Arc;
-use tessera_llama::Model;
+use tessera_llama::sampling::TokenMask;
+use tessera_llama::{Model, Vocab};
 
 /// What a request constrains its output to.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,6 +122,31 @@ pub fn short(e: &impl std::fmt::Display) -> String {
         out.push('…');
     }
     out
+}
+
+/// A request's matcher as the sampling step's mask: the tokens its grammar does not allow
+/// get −∞, and each chosen token advances it (an end-of-generation token ends the reply
+/// instead). Errors are llguidance's message, shortened.
+pub struct GrammarMask<'a> {
+    /// The request's matcher.
+    pub matcher: &'a mut Matcher,
+    /// The model's vocabulary (its end-of-generation tokens).
+    pub vocab: &'a Vocab,
+}
+
+impl TokenMask for GrammarMask<'_> {
+    type Error = String;
+
+    fn mask(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        mask_logits(self.matcher, logits).map_err(|e| short(&e))
+    }
+
+    fn accept(&mut self, token: u32) -> Result<(), String> {
+        if self.vocab.is_eog(token) {
+            return Ok(());
+        }
+        self.matcher.consume_token(token).map(|_| ()).map_err(|e| short(&e))
+    }
 }
 
 /// Sets the logits of every token `m` does not allow to -inf; an error if the matcher failed.

@@ -6,12 +6,17 @@
 //! streaming events (`message_start`, `content_block_start` / `_delta` / `_stop`,
 //! `message_delta`, `message_stop`). Errors are Anthropic's `{"type": "error", ...}`.
 
-use crate::api::{self, type_name, ApiError};
+use crate::api::fields;
+use crate::api::generate::{collect, merge, reply_shape, start};
+use crate::api::request;
+use crate::chat::content::{self, TEXT};
+use crate::chat::reply::ReplySplit;
 use crate::engine::Event;
-use crate::generate::{collect, merge, reply_shape, sse_channel, sse_response, start};
-use crate::http::{body_or_413, AppState};
-use crate::reply::ReplySplit;
-use axum::body::Bytes;
+use crate::error::ApiError;
+use crate::http::sse::{sse_channel, sse_response};
+use crate::http::{AppState, Body};
+use crate::ids::new_id;
+use crate::json::{parse_body, type_name};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::Event as SseEvent;
@@ -19,8 +24,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-
-type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
 /// An error as Anthropic's clients read it.
 fn error_response(e: ApiError) -> Response {
@@ -46,37 +49,9 @@ pub async fn messages(State(st): State<Arc<AppState>>, body: Body) -> Response {
     }
 }
 
-/// The text of a `content` that is a string or a list of text blocks.
-fn text_of(v: &Value, field: &str) -> Result<String, ApiError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Null => Ok(String::new()),
-        Value::Array(blocks) => {
-            let mut s = String::new();
-            for (j, b) in blocks.iter().enumerate() {
-                match (b.get("type").and_then(Value::as_str), b.get("text").and_then(Value::as_str))
-                {
-                    (Some("text"), Some(t)) => s.push_str(t),
-                    (t, _) => {
-                        return Err(ApiError::field(
-                            &format!("{field}[{j}]"),
-                            format!("expected a text block, got {}", t.unwrap_or("no type")),
-                        ))
-                    }
-                }
-            }
-            Ok(s)
-        }
-        other => Err(ApiError::field(
-            field,
-            format!("expected a string or text blocks, got {}", type_name(other)),
-        )),
-    }
-}
-
 /// The Anthropic body as the OpenAI chat body the rest of the server reads.
 fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
-    crate::fields::check(o, crate::fields::ANTHROPIC, false)?;
+    fields::check(o, fields::ANTHROPIC, false)?;
     let mut out = Map::new();
     // `metadata.user_id` identifies the end user: it goes to the log, as a gateway would use it.
     match o.get("metadata") {
@@ -102,7 +77,7 @@ fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
     }
     let mut msgs = Vec::new();
     if let Some(sys) = o.get("system").filter(|v| !v.is_null()) {
-        msgs.push(json!({"role": "system", "content": text_of(sys, "system")?}));
+        msgs.push(json!({"role": "system", "content": content::text(sys, "system", TEXT)?}));
     }
     let Some(Value::Array(input)) = o.get("messages") else {
         return Err(ApiError::field("messages", "is required: an array of messages"));
@@ -146,8 +121,11 @@ fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                         .get("tool_use_id")
                         .and_then(Value::as_str)
                         .ok_or_else(|| ApiError::field(&bf("tool_use_id"), "is required"))?;
-                    let content =
-                        text_of(b.get("content").unwrap_or(&Value::Null), &bf("content"))?;
+                    let content = content::text(
+                        b.get("content").unwrap_or(&Value::Null),
+                        &bf("content"),
+                        TEXT,
+                    )?;
                     msgs.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
                 }
                 Some(t) => {
@@ -314,7 +292,7 @@ impl Blocks {
     }
 
     /// A whole `tool_use` block: start, the input as one JSON delta, stop.
-    fn tool_use(&mut self, out: &mut Vec<SseEvent>, c: &crate::tools::ToolCall) {
+    fn tool_use(&mut self, out: &mut Vec<SseEvent>, c: &crate::chat::tools::ToolCall) {
         let i = self.next;
         self.next += 1;
         let block =
@@ -341,20 +319,16 @@ fn stop_reason(finish: &str, stop_word: &Option<String>, calls: bool) -> &'stati
     }
 }
 
-fn new_id(prefix: &str) -> String {
-    crate::tools::new_call_id().replacen("call_", prefix, 1)
-}
-
 async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
-    let o = api::parse_body(&body_or_413(body)?)?;
-    let req = api::parse_chat(&to_openai(&o)?)?;
+    let o = parse_body(&body)?;
+    let req = request::parse_chat(&to_openai(&o)?)?;
     let (rx, opened) = start(&st, &req)?;
     let shape = reply_shape(&st, &req, opened);
     let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
     let id = new_id("msg_");
     if !req.stream {
         let out = collect(rx).await?;
-        let (reasoning, text, calls) = crate::reply::split(&shape, &out.text);
+        let (reasoning, text, calls) = crate::chat::reply::split(&shape, &out.text);
         let mut content = Vec::new();
         if let Some(r) = reasoning {
             content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
