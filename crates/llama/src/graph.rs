@@ -11,18 +11,10 @@ pub use moe::{Gating, MoeActivation, MoeBiases, MoeRouting, MoeWeights};
 
 use crate::hparams::HParams;
 use crate::kv_cache::KvInputs;
+pub use crate::kv_cache::LayerCache;
 use crate::Result;
 use tessera_tensor::graph::{Context, GluOp, RopeMode, RopeParams, TensorId, UnaryOp};
 use tessera_tensor::DType;
-
-/// One layer's KV cache tensors (in the base context).
-#[derive(Debug, Clone, Copy)]
-pub struct LayerCache {
-    /// `[n_embd_k_gqa, kv_size]`.
-    pub k: TensorId,
-    /// `[n_embd_v_gqa, kv_size]`, or the same bytes holding V transposed (`v_trans`).
-    pub v: TensorId,
-}
 
 /// A micro-batch's graph under construction: the context (weights and cache already in it),
 /// the input tensors, and the attention setup.

@@ -7,7 +7,6 @@
 //! positions back. One cache serves the sliding-window layers too: llama.cpp's default
 //! (`swa_full`) keeps a full-size SWA cache, which holds exactly the same cells.
 
-use crate::graph::LayerCache;
 use crate::hparams::HParams;
 use crate::{LlamaError, Result};
 use std::sync::Arc;
@@ -489,6 +488,15 @@ impl KvCache {
         }
         Ok(())
     }
+}
+
+/// One layer's KV cache tensors (in the base context).
+#[derive(Debug, Clone, Copy)]
+pub struct LayerCache {
+    /// `[n_embd_k_gqa, kv_size]`.
+    pub k: TensorId,
+    /// `[n_embd_v_gqa, kv_size]`, or the same bytes holding V transposed (`v_trans`).
+    pub v: TensorId,
 }
 
 /// The graph inputs through which a micro-batch's attention reaches the cache: which cells

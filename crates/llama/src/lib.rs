@@ -45,6 +45,7 @@ pub mod quantize;
 pub mod sampling;
 pub mod synth;
 mod text_stream;
+mod weights;
 
 pub use batch::Batch;
 pub use context::{ContextParams, LlamaContext};
@@ -53,7 +54,8 @@ pub use error::{LlamaError, Result};
 pub use generator::Generator;
 pub use hparams::HParams;
 pub use kv_cache::{Cell, KvCache, KvInputs, SeqState, MAX_SEQ};
-pub use model::{LoadParams, Model, Weights};
+pub use model::{LoadParams, Model};
 pub use placement::{LayerPlan, Offload, TensorOverride};
 pub use tessera_vocab::Vocab;
 pub use text_stream::{shown_end, Chunk, StreamEnd, TextStream};
+pub use weights::Weights;

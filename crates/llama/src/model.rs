@@ -4,109 +4,16 @@
 use crate::arch::{self, ModelGraph};
 use crate::hparams::HParams;
 use crate::placement::{self, LayerPlan, Offload};
+use crate::weights::{MappedFile, Weights};
 use crate::{LlamaError, Result};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tessera_alloc::alloc_tensors;
 use tessera_backend::{Bindings, BufferUsage, Device, MappedBuffer};
 use tessera_gguf::GgufFile;
 use tessera_tensor::graph::{Context, TensorDesc, TensorId};
 use tessera_vocab::Vocab;
-
-/// The file's bytes as a buffer source (the mapping lives as long as any buffer over it).
-struct MappedFile(GgufFile);
-
-impl AsRef<[u8]> for MappedFile {
-    fn as_ref(&self) -> &[u8] {
-        self.0.bytes()
-    }
-}
-
-/// The weights: one leaf per GGUF tensor in a base [`Context`], bound in place.
-pub struct Weights {
-    /// Descriptors of every weight (later graphs start from a clone of this).
-    pub ctx: Context,
-    /// Each weight bound to its memory: the file's mapping, a device buffer, or host memory
-    /// holding repacked weights rearranged.
-    pub bindings: Bindings,
-    by_name: HashMap<String, TensorId>,
-    /// The weights an architecture asked for ([`Weights::get`], [`Weights::find`]): after
-    /// loading, any other tensor of the file is unused, which is an error.
-    used: Arc<Mutex<HashSet<TensorId>>>,
-    /// A tied output's own copy of token_embd (offloaded, or rearranged as repacked), which
-    /// the sizes do not count: it is not in the file.
-    duplicate: Option<TensorId>,
-    /// The file, for its metadata.
-    file: Arc<MappedFile>,
-}
-
-impl Weights {
-    /// The file's metadata: what an architecture reads beyond [`HParams`](crate::HParams)
-    /// (a downstream architecture's own `{arch}.*` keys).
-    pub fn metadata(&self) -> &tessera_gguf::Metadata {
-        self.file.0.metadata()
-    }
-
-    /// The weight called `name`, checked to have shape `ne` (trailing 1s may be omitted).
-    pub fn get(&self, name: &str, ne: &[usize]) -> Result<TensorId> {
-        self.find(name, ne)?.ok_or_else(|| LlamaError::MissingTensor(name.to_string()))
-    }
-
-    /// Like [`Weights::get`] for a weight that may be absent (biases, optional norms).
-    pub fn find(&self, name: &str, ne: &[usize]) -> Result<Option<TensorId>> {
-        let Some(&id) = self.by_name.get(name) else { return Ok(None) };
-        self.used.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
-        let actual = self.ctx.get(id).ne;
-        let mut want = [1usize; 4];
-        want[..ne.len()].copy_from_slice(ne);
-        if actual != want {
-            let trim = |v: [usize; 4]| {
-                let n = v.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
-                v[..n].to_vec()
-            };
-            return Err(LlamaError::TensorShape {
-                name: name.into(),
-                actual: trim(actual),
-                expected: trim(want),
-            });
-        }
-        Ok(Some(id))
-    }
-
-    /// The weight called `name`, whatever its shape.
-    pub fn id(&self, name: &str) -> Option<TensorId> {
-        self.by_name.get(name).copied()
-    }
-
-    /// Whether a tensor of that name exists.
-    pub fn contains(&self, name: &str) -> bool {
-        self.by_name.contains_key(name)
-    }
-
-    /// Total bytes of all weights in the file.
-    pub fn n_bytes(&self) -> usize {
-        self.in_file().map(|id| self.ctx.get(id).n_bytes()).sum()
-    }
-
-    /// The file's tensors no architecture asked for, in name order.
-    fn unused(&self) -> Vec<String> {
-        let used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<String> = self
-            .by_name
-            .iter()
-            .filter(|(_, id)| Some(**id) != self.duplicate && !used.contains(id))
-            .map(|(n, _)| n.clone())
-            .collect();
-        names.sort();
-        names
-    }
-
-    /// The weights in the file (not a tied output's copy).
-    fn in_file(&self) -> impl Iterator<Item = TensorId> + '_ {
-        self.by_name.values().copied().filter(|&id| Some(id) != self.duplicate)
-    }
-}
 
 /// How a model is loaded.
 #[derive(Clone)]
@@ -315,8 +222,7 @@ impl Model {
                 }
             }
         }
-        let weights =
-            Weights { ctx, bindings, by_name, used: Arc::default(), duplicate, file: file.clone() };
+        let weights = Weights::new(ctx, bindings, by_name, duplicate, file.clone());
         let vocab = Vocab::from_metadata(md)?;
         let graph = builder.load(&weights, &hparams)?;
         let unused = weights.unused();

@@ -9,7 +9,7 @@
 use super::{blk, Architecture, ModelGraph};
 use crate::graph::{Builder, Gating, MoeActivation, MoeBiases, MoeRouting, MoeWeights};
 use crate::hparams::HParams;
-use crate::model::Weights;
+use crate::weights::Weights;
 use crate::{LlamaError, Result};
 use tessera_tensor::graph::{RopeMode, TensorId};
 

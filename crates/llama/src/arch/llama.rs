@@ -4,7 +4,7 @@
 use super::{blk, Architecture, ModelGraph};
 use crate::graph::{Builder, Gating, MoeActivation, MoeRouting, MoeWeights};
 use crate::hparams::HParams;
-use crate::model::Weights;
+use crate::weights::Weights;
 use crate::Result;
 use tessera_tensor::graph::{RopeMode, TensorId};
 

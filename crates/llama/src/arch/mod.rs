@@ -11,7 +11,7 @@ mod qwen3;
 
 use crate::graph::Builder;
 use crate::hparams::HParams;
-use crate::model::Weights;
+use crate::weights::Weights;
 use crate::{LlamaError, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock, RwLock};

@@ -10,7 +10,7 @@
 use super::{blk, Architecture, ModelGraph};
 use crate::graph::Builder;
 use crate::hparams::HParams;
-use crate::model::Weights;
+use crate::weights::Weights;
 use crate::Result;
 use tessera_tensor::graph::{GluOp, RopeMode, TensorId};
 

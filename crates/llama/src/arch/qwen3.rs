@@ -4,7 +4,7 @@
 use super::llama::load_llama_like;
 use super::{Architecture, ModelGraph};
 use crate::hparams::HParams;
-use crate::model::Weights;
+use crate::weights::Weights;
 use crate::Result;
 use tessera_tensor::graph::RopeMode;
 
