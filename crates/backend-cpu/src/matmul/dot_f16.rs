@@ -41,25 +41,6 @@ pub unsafe fn dot(n: usize, x: *const u16, y: *const u16, simd: SimdLevel) -> f3
     s as f32
 }
 
-/// The leftover elements `from..n`, added in f64 to `s`.
-///
-/// # Safety
-/// As [`dot`].
-pub(in crate::matmul) unsafe fn tail(
-    mut s: f64,
-    from: usize,
-    n: usize,
-    x: *const u16,
-    y: *const u16,
-) -> f32 {
-    for i in from..n {
-        // SAFETY: i < n.
-        let (a, b) = unsafe { (x.add(i).read_unaligned(), y.add(i).read_unaligned()) };
-        s += f64::from(float::f16_to_f32(a) * float::f16_to_f32(b));
-    }
-    s as f32
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,69 +38,11 @@
 
 use super::arch::x86::interleaved::{block_sums, run_tile};
 use super::arch::x86::interleaved_k::WeightGroups;
+use super::layouts::{Shape, GROUP, MAX_ROWS};
 use super::{row_targets, Activations};
 use crate::{ComputeParams, TensorRef};
 use std::cell::RefCell;
 use tessera_tensor::DType;
-
-/// Rows per interleaved group.
-pub(crate) const GROUP: usize = 8;
-/// Bytes of one Q4_0 (and IQ4_NL) block.
-pub(in crate::matmul) const QK_BYTES: usize = 18;
-/// Bytes of one MXFP4 block.
-pub(in crate::matmul) const MXFP4_BYTES: usize = 17;
-/// Most activation rows one kernel call takes.
-pub(in crate::matmul) const MAX_ROWS: usize = 4;
-
-/// How a type's blocks are interleaved: its `head` scale fields of `field` bytes each (at byte
-/// `at` of the file's block) first, each as the eight rows' values in row order, then the rest
-/// of each row's block, in order, as 4-byte words, word `w` of row `r` at
-/// `8·field·head + 32·w + 4·r`.
-#[derive(Clone, Copy)]
-pub(in crate::matmul) struct Shape {
-    /// Bytes per block.
-    bytes: usize,
-    /// Values per block.
-    values: usize,
-    /// The scale fields.
-    head: usize,
-    /// Bytes per scale field (2: f16; 1: MXFP4's E8M0 exponent).
-    field: usize,
-    /// Where they are in the file's block (Q2_K keeps `d` and `dmin` at its end).
-    at: usize,
-}
-
-impl Shape {
-    /// Q4_0 and IQ4_NL: one f16 scale, 16 bytes of nibbles.
-    pub(in crate::matmul) const Q4_0: Shape =
-        Shape { bytes: QK_BYTES, values: 32, head: 1, field: 2, at: 0 };
-    /// MXFP4: one E8M0 exponent, 16 bytes of nibbles.
-    pub(in crate::matmul) const MXFP4: Shape =
-        Shape { bytes: MXFP4_BYTES, values: 32, head: 1, field: 1, at: 0 };
-    /// Q4_K: `d` and `dmin` first.
-    pub(in crate::matmul) const Q4_K: Shape =
-        Shape { bytes: 144, values: 256, head: 2, field: 2, at: 0 };
-    /// Q2_K: `d` and `dmin` at the end of the file's block.
-    pub(in crate::matmul) const Q2_K: Shape =
-        Shape { bytes: 84, values: 256, head: 2, field: 2, at: 80 };
-
-    /// Bytes of the scale fields of one row's block.
-    fn head_bytes(self) -> usize {
-        self.head * self.field
-    }
-
-    /// Bytes of one row's block.
-    #[cfg(test)]
-    pub(in crate::matmul) fn block_bytes(self) -> usize {
-        self.bytes
-    }
-
-    /// Values of one row's block.
-    #[cfg(test)]
-    pub(in crate::matmul) fn block_values(self) -> usize {
-        self.values
-    }
-}
 
 /// The interleaved shape of `dtype`, where its repacked weights are stored interleaved (the
 /// type table's [`Repack::shape`](super::types::Repack::shape)).
@@ -336,6 +278,7 @@ pub(super) fn gemv_gathered(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::matmul::layouts::QK_BYTES;
 
     #[test]
     fn interleave_round_trips_and_places_bytes() {

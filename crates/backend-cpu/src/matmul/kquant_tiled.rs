@@ -32,21 +32,16 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::arch::x86::kquant_tiled as x86;
+use super::layouts::{scale_min_k4, Band, Layout, Unpacked, BAND, QK, ROWS};
 use super::Activations;
 use crate::{ComputeParams, TensorRef};
 use std::cell::RefCell;
 use tessera_tensor::blocks::KVALUES_IQ4NL;
-use tessera_tensor::quant::ints::{block_ints, ints_kind, BlockInts, IntsKind};
+use tessera_tensor::quant::ints::{block_ints, ints_kind, IntsKind};
 use tessera_tensor::DType;
 
-/// Values per K-quant block.
-pub(in crate::matmul) const QK: usize = 256;
-/// Activation rows per band (lanes of a 512-bit register of i32).
-pub(in crate::matmul) const BAND: usize = 16;
 /// Activation rows per chunk (bands repacked once per chunk).
 const CHUNK1: usize = 4 * BAND;
-/// Weight rows the kernel takes at once.
-pub(in crate::matmul) const ROWS: usize = 4;
 /// Bytes of a Q8_K block: d (f32), qs (256 i8), bsums (16 i16).
 const Q8K_SIZE: usize = 292;
 
@@ -56,42 +51,9 @@ const Q8K_SIZE: usize = 292;
 /// The CPU must have the kernel's instruction set; `u` and `band` must hold `nb` blocks.
 type KernelFn = unsafe fn(usize, Layout, &[Unpacked], &Band, &mut [[f32; BAND]; ROWS]);
 
-/// How a K-quant type splits a block: scales per block (8 of 32 values or 16 of 16) and
-/// whether it has mins.
-#[derive(Clone, Copy)]
-pub(in crate::matmul) struct Layout {
-    /// Sub-blocks with a scale of their own.
-    pub(in crate::matmul) nsub: usize,
-    /// Whether the block has mins (`s2`), else a bias correction folded into `s1`.
-    pub(in crate::matmul) mins: bool,
-    /// IQ4_XS: codes are signed values + 128 (beyond `maddubs`' unsigned range once paired),
-    /// so the AVX2 kernel multiplies the signed values by the sign trick and needs no bias
-    /// correction (the same integers).
-    pub(in crate::matmul) signed: bool,
-}
-
 /// The [`Layout`] of `dtype`, where the type table gives it one.
 fn layout(dtype: DType) -> Option<Layout> {
     super::types::row(dtype)?.x86.tiled
-}
-
-/// A weight row in integer form, block after block.
-#[derive(Default)]
-pub(in crate::matmul) struct Unpacked {
-    /// Unsigned codes, 256 per block, in element order.
-    pub(in crate::matmul) codes: Vec<u8>,
-    /// `nsub` scales per block.
-    pub(in crate::matmul) scales: Vec<i32>,
-    /// 8 per block: the correction weights of the 16-value sub-blocks in pairs (two i16 in
-    /// one i32): `min` for types with mins, `−bias·scale` otherwise.
-    pub(in crate::matmul) corr: Vec<i32>,
-    /// `d` per block.
-    pub(in crate::matmul) d: Vec<f32>,
-    /// `dmin` per block (0 without mins).
-    pub(in crate::matmul) dmin: Vec<f32>,
-    /// The grid i-quants' integer form of the block being unpacked (kept between blocks:
-    /// one 580-byte initialisation per row set, not per block).
-    pub(in crate::matmul) ints: BlockInts,
 }
 
 impl Unpacked {
@@ -113,17 +75,6 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
 /// Two i16 in one i32 (low first).
 fn pair(lo: i32, hi: i32) -> i32 {
     ((lo as u16 as u32) | ((hi as u16 as u32) << 16)) as i32
-}
-
-/// `get_scale_min_k4`: scale and min of 32-value sub-block `j` of a Q4_K/Q5_K block.
-#[inline]
-pub(super) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (i32, i32) {
-    let (s, m) = if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
-    };
-    (i32::from(s), i32::from(m))
 }
 
 /// Unpacks block `blk` (its bytes) of type `dtype` into block `b` of `u`.
@@ -273,17 +224,6 @@ fn unpack_block(dtype: DType, blk: &[u8], u: &mut Unpacked, b: usize) {
         }
         _ => unreachable!("layout() admits only Q2_K..Q6_K, IQ4_XS and the grid i-quants"),
     }
-}
-
-/// Sixteen activation rows (a band) repacked for the kernel, block after block.
-#[derive(Default)]
-pub(in crate::matmul) struct Band {
-    /// 64 groups of 64 bytes per block: group `g` holds bytes `4g..4g+4` of each row.
-    pub(in crate::matmul) q: Vec<u8>,
-    /// 8 pairs of block sums per block, 16 rows each (two i16 in one i32).
-    pub(in crate::matmul) bsums: Vec<i32>,
-    /// The rows' `d` per block, 16 each.
-    pub(in crate::matmul) d: Vec<f32>,
 }
 
 impl Band {

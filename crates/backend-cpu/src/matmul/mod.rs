@@ -9,16 +9,45 @@
 //!
 //! # Where things are
 //!
-//! - [`types`]: the type table, one row per weight type naming every kernel it has at every
-//!   level (its activation type, scalar, AVX2 and AVX-512 dots, VNNI tiles and row loops, the
-//!   tiled layout, llama.cpp's repacking). Kernels are chosen there by weight type, except the
-//!   float types' routing to ggml's own dots or tinyBLAS, which `mul_mat` does as llama.cpp.
-//! - [`plan`]: which path a product takes, a pure function of the weight, the batch and the
-//!   CPU, read from the table.
-//! - This module and the path modules ([`kquant_tiled`], [`interleaved`], [`mul_mat_id`]):
-//!   the loops that carry a path out (chunks, few rows, bands, groups, threads).
-//! - `arch/`: the arithmetic, one folder per architecture (`arch/generic`: ggml's generic
-//!   kernels, the scalar level; `arch/x86`: AVX2, AVX-512 and VNNI bodies).
+//! The module is cut as ggml-cpu's `arch/` is: the choices (data and pure functions), the
+//! loops that carry them out, and the arithmetic.
+//!
+//! - [`types`]: the type table, one row per weight type naming its activation type (ggml's
+//!   `vec_dot_type`) and every kernel it has at every level: the scalar dot; AVX2 one-row,
+//!   four-row and 4x4-tile dots; AVX-512 (and AVX512-BF16) dots; VNNI 4x8 tiles,
+//!   matrix-vector and few-rows loops; the K-quant tiled layout; llama.cpp's repacking (level,
+//!   chains, interleaved shape, group kernels). Kernels are chosen there by weight type and
+//!   nowhere else, except the float types' routing to ggml's own dots or tinyBLAS, which
+//!   `mul_mat` does as llama.cpp.
+//! - [`plan`]: `plan(Weight, Batch, Cpu) -> Path`, the path a product takes (interleaved,
+//!   kquant-tiled, vnni-matvec, vnni-few-rows, few-rows, matvec, chunked, dequant) in
+//!   llama.cpp's order, read from the table; tested as a table (type × rows × level) and
+//!   printed per weight type by `tessera run -v`.
+//! - This module and the path modules carry a path out: `mul_mat` here (kernel and plan,
+//!   then the path's loop); `activations` (src1 converted once to the dot type) and `convert`
+//!   (f32 to the dot types); `chunked` (ggml's 16×16 chunks claimed from a counter, and the
+//!   dequantizing loop); `rows` (matrix-vector and few-rows loops); [`kquant_tiled`]
+//!   (llama.cpp's tiled order for 8+ rows: unpacked weight rows against bands of 16
+//!   activation rows); [`interleaved`] (repacked weights interleaved eight rows to a group,
+//!   and the group loop); `layouts` (the byte layouts those two share with their kernels);
+//!   [`mul_mat_id`] (MUL_MAT_ID: pairs grouped by expert, per expert llama.cpp's path, no
+//!   barrier between experts); `dot_f16` (`ggml_vec_dot_f16`, for one-column F16 products).
+//! - `arch/`: the arithmetic only, one folder per architecture (`arch/generic`: ggml's generic
+//!   kernels, the scalar level and the yardstick of the others; `arch/x86`: AVX2, AVX-512 and
+//!   VNNI bodies, with the helpers they share in `avx2.rs`).
+//!
+//! Adding a type's fast path is its kernel under `arch/` and its name in the type's row of
+//! the table; a new path is a `Path` variant, its condition in [`plan`] and its arm in
+//! `mul_mat`.
+//!
+//! # What the kernels guarantee
+//!
+//! Every fast kernel of a type gives the f32 bits of the kernel llama.cpp runs for that shape
+//! (the type's one-row dot, its repacked chains, or its tiled order), and is chosen by the
+//! condition llama.cpp uses (shape, types), never by speed alone: a faster kernel must give
+//! the bits of the one it replaces. `matmul/tests.rs` checks each against it, and every
+//! type, level and shape against an f64 reference. The paths' speed is measured in
+//! docs/BENCHMARKS.md.
 //!
 //! Every weight type ggml has a dot product for that the models use (F32, F16, BF16, Q4_0,
 //! Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4, the grid i-quants, TQ1_0/TQ2_0)
@@ -42,6 +71,7 @@ pub(crate) mod dot_f16;
 pub(crate) mod interleaved;
 #[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
+mod layouts;
 pub(crate) mod mul_mat_id;
 pub mod plan;
 #[cfg(target_arch = "x86_64")]

@@ -18,9 +18,9 @@ use super::arch::generic::{lowbit, scalar};
 #[cfg(target_arch = "x86_64")]
 use super::arch::x86;
 #[cfg(target_arch = "x86_64")]
-use super::interleaved::Shape;
+use super::layouts::Layout;
 #[cfg(target_arch = "x86_64")]
-use super::kquant_tiled::Layout;
+use super::layouts::Shape;
 #[cfg(target_arch = "x86_64")]
 use crate::SimdLevel::{Avx2, Avx512};
 #[cfg(target_arch = "x86_64")]
@@ -77,7 +77,7 @@ pub(super) struct X86 {
     /// AVX-512 VNNI: the few-rows loops (the AVX2 one-row bits).
     pub vnni_few: Option<x86::vnni_few::FewKernels>,
     /// The K-quant tiled path's layout (batches of 8+ rows, AVX2 and VNNI).
-    pub tiled: Option<super::kquant_tiled::Layout>,
+    pub tiled: Option<super::layouts::Layout>,
     /// llama.cpp's repacking of the type, where it has one.
     pub repack: Option<Repack>,
 }
@@ -109,7 +109,7 @@ pub(super) struct Repack {
     #[cfg_attr(not(test), allow(dead_code))]
     pub chains: (VecDot, VecDot),
     /// The interleaved layout.
-    pub shape: super::interleaved::Shape,
+    pub shape: super::layouts::Shape,
     /// The group kernels over interleaved rows.
     pub groups: x86::interleaved::Groups,
 }

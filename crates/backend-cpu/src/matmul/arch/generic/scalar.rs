@@ -10,6 +10,26 @@ use crate::matmul::VecDot;
 use half::f16;
 use tessera_tensor::blocks::*;
 
+/// The leftover f16 elements `from..n` of a dot product, added in f64 to `s` (the SIMD
+/// kernels' tail and the scalar level's whole loop).
+///
+/// # Safety
+/// `x` and `y` must be valid for `n` reads of `u16`.
+pub(in crate::matmul) unsafe fn f16_tail(
+    mut s: f64,
+    from: usize,
+    n: usize,
+    x: *const u16,
+    y: *const u16,
+) -> f32 {
+    for i in from..n {
+        // SAFETY: i < n.
+        let (a, b) = unsafe { (x.add(i).read_unaligned(), y.add(i).read_unaligned()) };
+        s += f64::from(tessera_tensor::quant::f16_to_f32(a) * tessera_tensor::quant::f16_to_f32(b));
+    }
+    s as f32
+}
+
 /// A weight block with a scalar dot product against a block of its dot type.
 pub(in crate::matmul) trait BlockDot: Copy {
     /// The activation block.

@@ -6,7 +6,7 @@
 // only called at the AVX-512 level on x86-64 (as avx512.rs).
 #![allow(clippy::incompatible_msrv)]
 
-use crate::matmul::dot_f16::tail;
+use crate::matmul::arch::generic::scalar::f16_tail as tail;
 
 /// `ggml_vec_dot_f16` with AVX-512: 64 values a step.
 ///

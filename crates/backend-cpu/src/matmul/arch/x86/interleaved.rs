@@ -10,8 +10,8 @@ use super::avx2::{dot_u8_i8, hsum_epi32, iq4_nl_table, ld128, ld256, mxfp4_table
 use super::interleaved_k::{self, WeightGroups};
 use super::vnni_matvec::PREFETCH;
 #[cfg(doc)]
-use crate::matmul::interleaved::MAX_ROWS;
-use crate::matmul::interleaved::{GROUP, MXFP4_BYTES, QK_BYTES};
+use crate::matmul::layouts::MAX_ROWS;
+use crate::matmul::layouts::{GROUP, MXFP4_BYTES, QK_BYTES};
 use std::arch::x86_64::*;
 
 /// `N` activation rows (Q8_0, `n` values each, at `ys`; `bias[j]` what each of their blocks'

@@ -20,7 +20,7 @@
 
 use super::avx2::{ld128, ld256, rd};
 use super::vnni_matvec::PREFETCH;
-use crate::matmul::interleaved::GROUP;
+use crate::matmul::layouts::GROUP;
 use std::arch::x86_64::*;
 
 /// Bytes of one Q4_K block of a group's eight rows.

@@ -24,7 +24,7 @@ use super::interleaved_k::{
     both_instruction_sets, kernel_picker, lane_bytes, GroupFn, WeightGroups,
 };
 use super::vnni_matvec::PREFETCH;
-use crate::matmul::interleaved::GROUP;
+use crate::matmul::layouts::GROUP;
 use std::arch::x86_64::*;
 
 /// Bytes of one Q2_K block of a group's eight rows.

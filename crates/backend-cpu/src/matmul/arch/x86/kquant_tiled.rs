@@ -5,7 +5,7 @@
 // The AVX-512 intrinsics are stable since Rust 1.89; see the note in `avx512.rs`.
 #![allow(clippy::incompatible_msrv)]
 
-use crate::matmul::kquant_tiled::{Band, Layout, Unpacked, BAND, QK, ROWS};
+use crate::matmul::layouts::{Band, Layout, Unpacked, BAND, QK, ROWS};
 use std::arch::x86_64::*;
 
 /// Asserts that the four weight rows `u` and the band hold `nb` blocks (the kernels' bounds).

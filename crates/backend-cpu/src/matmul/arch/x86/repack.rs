@@ -40,7 +40,7 @@ use super::avx2::{
     dot_u8_i8, fp16, hsum_epi32, iq4_nl_block, iq4_nl_table, ld256, mxfp4_block, mxfp4_table,
     q4_0_block, rd,
 };
-use crate::matmul::kquant_tiled::scale_min_k4;
+use crate::matmul::layouts::scale_min_k4;
 use crate::matmul::scalar::e8m0_half;
 #[cfg(doc)]
 use crate::matmul::VecDot;
