@@ -1,6 +1,31 @@
-//! Tessera's CUDA backend (first part): the kernel sources, their NVRTC compilation to CUBIN
-//! with an in-memory and on-disk cache, and the device probe that turns a machine without
-//! CUDA into a typed error.
+//! Tessera's CUDA backend: the kernel sources, their NVRTC compilation to CUBIN with an
+//! in-memory and on-disk cache, the device probe that turns a machine without CUDA into a
+//! typed error, and [`CudaDevice`]/[`CudaBackend`] on the `tessera_backend` traits.
+//!
+//! # Where things are
+//!
+//! - `kernels/`: the sources ([`kernels`] embeds them; `build.rs` lists the folder, so no file
+//!   can be left out, and each module's `__global__` names are read from its text). The `.cuh`
+//!   headers go in front of every `.cu` module: `prelude.cuh` (halves to and from float by inline
+//!   PTX, warp and block reductions), `types.cuh` (the `TT` tensor descriptor: pointer, `ne`,
+//!   `nb`, type; element loads and stores; per-element dequantization of F16, BF16, Q4_0..Q8_0,
+//!   Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4; ggml's reference quantizers for Q8_0, Q4_0, Q4_1, Q5_0,
+//!   Q5_1), `vecdotq.cuh` (the int8 dot products) and `attn.cuh` (FLASH_ATTN_EXT's online softmax
+//!   over KV cells). Modules: `ops.cu` (every op of the model graphs on tensors of any layout:
+//!   views, permutations, broadcasts), `quant.cu` (the MMVQ kernels, 1-8 columns), `fattn_vec.cu`
+//!   (decode attention split over the KV cells, flash decoding) and `fused.cu` (kernels that run
+//!   a window of nodes in one pass: RMS_NORM then MUL, with the unfused nodes' bits).
+//!   `tests/host_kernels.rs` compiles `types.cuh` and `vecdotq.cuh` for the CPU with the
+//!   machine's C++ compiler and checks them against ggml's without a GPU.
+//! - Pure, without the feature (tested on any machine): [`types`], the CUDA type table (one row
+//!   per type: class, `quantize_block`, its int8 and float matrix-vector kernels; a test checks
+//!   it and the `.cuh` constants against `DType` and every kernel name against the sources),
+//!   and [`plan`], what runs each node.
+//! - With the `cuda` feature: `nvrtc` (compile, cache), `device` (`open` returns a context or a
+//!   [`CudaError`], never cudarc's panic), `buffer` (device memory; copies queued on the GPU's
+//!   stream and waited for), `backend` ([`CudaBackend`]: `graph_compute` hands the graph to the
+//!   executor and returns without waiting; reads wait; `record_event` marks the stream) and
+//!   `exec` (the executor: resolved launches, CUDA graphs).
 //!
 //! # Design decisions
 //!
@@ -17,19 +42,19 @@
 //!   NVRTC version and the architecture ([`nvrtc::Compiler`]).
 //! - **No headers.** NVRTC 13 ships no `cuda_fp16.h`; the sources convert halves with inline
 //!   PTX (`kernels/prelude.cuh`), so compiling needs nothing but libnvrtc (the PyPI wheel
-//!   `nvidia-cuda-nvrtc` is enough, which is how CI compiles every kernel on machines without
-//!   a GPU).
+//!   `nvidia-cuda-nvrtc` is enough, which is how CI compiles every kernel for sm_75/80/89/90
+//!   on machines without a GPU).
 //! - **Behind a feature.** Without the `cuda` feature the crate carries only the kernel
-//!   sources ([`kernels`]) and the error type; the workspace builds and tests without CUDA.
-//!
+//!   sources ([`kernels`]), the type table, the plan and the error type; the workspace builds
+//!   and tests without CUDA.
 //! - **Every op first, fast paths after.** [`CudaBackend`] runs every op of the model graphs
 //!   through the strided kernels of `kernels/ops.cu`, which take each tensor as a descriptor
 //!   (pointer, `ne`, `nb`, type) and so handle views, permutations and broadcasts without
-//!   copies; weights of every type in the list are dequantized per element. These are
-//!   the correctness baseline the test matrix checks (`cargo xtask test-matrix --backend
-//!   cuda`). Fast paths (the matrix-vector kernels of `quant.cu` today) replace them where
-//!   [`plan`] says, and `TESSERA_CUDA_PATHS` turns each off, so a GPU run can compare every
-//!   path with the baseline.
+//!   copies; weights of every supported type are dequantized per element. These are the
+//!   correctness baseline the test matrix checks (`cargo xtask test-matrix --backend cuda`).
+//!   Fast paths (int8 MMVQ and F16 matrix-vector products, flash decoding, the fused norm,
+//!   CUDA graphs) replace them where [`plan`] says, and `TESSERA_CUDA_PATHS` turns each off,
+//!   so a GPU run can compare every path with the baseline.
 //! - **The CPU backend's shape.** A type table ([`types`]) and a pure plan ([`plan`]) decide;
 //!   kernels only implement. Both are plain functions of tensor descriptions, so they build
 //!   and are tested without the feature and without a GPU; `supports_op` and the executor
@@ -39,6 +64,14 @@
 //!   so they are ordered with the kernels. A graph is planned and resolved (functions,
 //!   addresses, scratch) before its first launch; nothing is compiled, loaded or allocated
 //!   between launches, and `graph_compute` does not wait for the GPU.
+//!
+//! # Status
+//!
+//! The generic kernels have run on a GPU (an H200): the kernel test matrix passes there, and
+//! whole models match Tessera's CPU closely (docs/FIDELITY.md). They are correctness kernels,
+//! far slower than llama.cpp's (docs/BENCHMARKS.md). The fast paths compile to CUBIN for
+//! sm_75/80/89/90 (their plan and the MMVQ dot products are tested without a GPU) but have
+//! not yet run on one.
 
 pub mod error;
 pub mod kernels;

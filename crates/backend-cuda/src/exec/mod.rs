@@ -1,9 +1,16 @@
 //! The executor: a graph is planned node by node ([`crate::plan`]), resolved once (every
 //! launch's function handle, device addresses and scratch address, modules loaded), and only
 //! then queued on the GPU's stream, with no lookup, lock or allocation between launches.
+//! `CudaBackend::graph_compute` returns once the launches are queued; reads of the results
+//! wait for the stream.
 //!
-//! A list of launches equal to the previous one is replayed from a captured CUDA graph
-//! ([`graphs`]).
+//! - Fused windows ([`crate::plan::fusion_windows`], the kinds there are kernels for): the
+//!   fused kernel is launched at the window's first node and the window's other nodes are
+//!   skipped.
+//! - A list of launches equal to the previous one is replayed from a captured CUDA graph
+//!   ([`graphs`]).
+//! - `nodes.rs` gives each node's launches (kernels, arguments, launch shape) for the kernel
+//!   its plan chose; `args.rs` holds the arguments between resolving and launching.
 //!
 //! Scratch memory is one arena per backend: the int8 products' Q8_1 activations, one region
 //! per distinct input ([`crate::plan::share_q8_1`]: quantized once, read by every product of

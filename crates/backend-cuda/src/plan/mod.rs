@@ -4,9 +4,31 @@
 //! "the plan has a kernel" and the executor launches what the plan says: the two cannot
 //! disagree.
 //!
-//! A refusal says why (types, shapes), and the scheduler keeps the node on the CPU.
-//! [`fusion_windows`] finds the runs of nodes one fused kernel could compute; the fused
-//! kernels themselves come with the decoding issue's second part.
+//! A node's plan is its kernel, the matrix-product path (per weight type × columns × device)
+//! or attention path it takes, and the scratch bytes it needs; a refusal says why (types,
+//! shapes), and the scheduler keeps the node on the CPU.
+//!
+//! # The paths
+//!
+//! Every node has a generic kernel (`kernels/ops.cu`: strided, weights dequantized per
+//! element), the correctness baseline. The fast paths, in llama.cpp's order where it has one:
+//!
+//! - `mmvq`: products of 1-8 contiguous columns with int8 MMVQ kernels for the types whose row
+//!   in [`crate::types`] names one (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q4_K,
+//!   Q5_K, Q6_K, IQ4_XS), on devices with dp4a; each input is quantized to Q8_1 once for all
+//!   its products (`activations.rs`).
+//! - `mmv-f16`: one-column products of F16 weights, a matrix-vector kernel.
+//! - `fattn-vec`: decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per sequence) split
+//!   over the KV cells in chunks, the chunks' partials merged after (flash decoding).
+//! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (RMS_NORM
+//!   then MUL today, `fused.cu`), with the unfused nodes' arithmetic.
+//! - `graphs`: a step whose resolved launches equal the previous one's is replayed from a
+//!   captured CUDA graph (the executor's, `exec/graphs.rs`).
+//!
+//! Larger batches take the generic kernels until batched paths exist. `TESSERA_CUDA_PATHS`
+//! (`paths.rs`) turns paths off (`generic`: none; `-mmvq`: all but that one), so one GPU run
+//! can compare each with the baseline. The plan's tests are tables (`tests.rs`), and the test
+//! matrix's `cuda_coverage` test checks that some case reaches every path the plan can return.
 
 mod activations;
 mod fusion;
