@@ -10,10 +10,12 @@ mod common;
 mod conversation;
 mod devices;
 mod gguf_cmd;
+mod grammar_args;
 mod kld;
 mod perplexity_cmd;
 mod quantize_cmd;
 mod run_cmd;
+mod sampling_args;
 mod serve_cmd;
 mod tokenize_cmd;
 

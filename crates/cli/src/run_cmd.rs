@@ -4,12 +4,15 @@
 
 use crate::common::{self, Streamer};
 use crate::conversation;
+use crate::grammar_args::GrammarArgs;
+use crate::sampling_args::SamplingArgs;
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
-use tessera_llama::sampling::{SamplerChain, SamplingParams, DEFAULT_ORDER, DEFAULT_SEED};
+use tessera_llama::sampling::{SamplerChain, DEFAULT_SEED};
 use tessera_llama::{ContextParams, Generator, LlamaContext};
+use tessera_server::chat::constrain::GrammarMask;
 
 /// Options of `tessera run` (named as llama.cpp's).
 #[derive(Args, Debug)]
@@ -40,36 +43,12 @@ pub struct RunArgs {
     /// Threads (default: all cores).
     #[arg(short = 't', long)]
     threads: Option<usize>,
-    /// Temperature (0 or below: greedy).
-    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
-    temp: f32,
-    /// Top-k (0: off).
-    #[arg(long = "top-k", default_value_t = 40)]
-    top_k: usize,
-    /// Top-p (1: off).
-    #[arg(long = "top-p", default_value_t = 0.95)]
-    top_p: f32,
-    /// Min-p (0: off).
-    #[arg(long = "min-p", default_value_t = 0.05)]
-    min_p: f32,
-    /// Typical-p (1: off).
-    #[arg(long = "typical", default_value_t = 1.0)]
-    typical: f32,
-    /// Repetition penalty (1: off).
-    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
-    repeat_penalty: f32,
-    /// Tokens the penalties look back on.
-    #[arg(long = "repeat-last-n", default_value_t = 64)]
-    repeat_last_n: usize,
-    /// Frequency penalty.
-    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
-    frequency_penalty: f32,
-    /// Presence penalty.
-    #[arg(long = "presence-penalty", default_value_t = 0.0)]
-    presence_penalty: f32,
-    /// RNG seed (-1 or none: random).
-    #[arg(short = 's', long, allow_negative_numbers = true)]
-    seed: Option<i64>,
+    /// The sampler chain's flags (llama.cpp's).
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// A grammar or JSON schema the output must follow.
+    #[command(flatten)]
+    grammar: GrammarArgs,
     /// Never end at an end-of-generation token (they are never sampled).
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
@@ -184,7 +163,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     }
     let path = common::resolve_model(a.model.as_deref())?;
     let t_load = Instant::now();
-    let model = common::load(&path, a.no_repack, &a.offload)?;
+    let model = std::sync::Arc::new(common::load(&path, a.no_repack, &a.offload)?);
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let threads = common::threads(a.threads);
     if a.verbose {
@@ -247,7 +226,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
              ({n_train}); quality may degrade past it"
         );
     }
-    let sampler = make_sampler(&a)?;
+    let sampler = make_sampler(&a, &model.vocab)?;
     let auto_chat = {
         use std::io::IsTerminal;
         !a.no_conversation
@@ -255,7 +234,14 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             && model.chat_template.is_some()
             && std::io::stdin().is_terminal()
     };
-    if a.conversation || (a.chat && a.prompt.is_none()) || auto_chat {
+    let conversing = a.conversation || (a.chat && a.prompt.is_none()) || auto_chat;
+    if conversing && a.grammar.is_set() {
+        bail!(
+            "a grammar or JSON schema constrains one completion: not available in conversation \
+             mode yet (give -p, or -no-cnv)"
+        );
+    }
+    if conversing {
         let limit = match a.n_predict {
             Some(n) if n >= 0 => n as usize,
             _ => usize::MAX,
@@ -265,34 +251,16 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         return conversation::run(conv, sampler);
     }
-    one_shot(a, n_ctx, &path, &model, ctx, sampler, load_ms)
+    let matcher = a.grammar.matcher(&model)?;
+    one_shot(a, &path, &model, ctx, sampler, matcher, load_ms)
 }
 
-/// The sampler chain of the options (greedy at temperature 0 or below), seeded as asked or
-/// randomly (`-1`).
-fn make_sampler(a: &RunArgs) -> Result<SamplerChain> {
-    let seed = match a.seed {
-        None | Some(-1) => DEFAULT_SEED,
-        Some(s) => u32::try_from(s).map_err(|_| {
-            anyhow::anyhow!("--seed {s}: give 0 to {} (or -1 for a random seed)", u32::MAX)
-        })?,
-    };
-    let sp = SamplingParams {
-        temp: a.temp,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        typical_p: a.typical,
-        repeat_penalty: a.repeat_penalty,
-        repeat_last_n: a.repeat_last_n,
-        frequency_penalty: a.frequency_penalty,
-        presence_penalty: a.presence_penalty,
-        seed,
-    };
+/// The sampler chain of the options over `vocab` (llama.cpp's chain; an argmax where that
+/// picks the same), seeded as asked or randomly (`-1`).
+fn make_sampler(a: &RunArgs, vocab: &tessera_llama::Vocab) -> Result<SamplerChain> {
     // llama.cpp's chain: at temperature 0 the penalties still apply before the argmax.
-    let sampler =
-        SamplerChain::for_params(&sp, &DEFAULT_ORDER, &[]).map_err(|e| anyhow::anyhow!(e))?;
-    let seed = sampler.seed().unwrap_or(seed);
+    let sampler = a.sampling.chain(vocab)?;
+    let seed = sampler.seed().unwrap_or(DEFAULT_SEED);
     tracing::info!(sampler = %sampler.describe(), seed, "sampling");
     if a.verbose {
         eprintln!("sampler: {} (seed {seed})", sampler.describe());
@@ -303,13 +271,14 @@ fn make_sampler(a: &RunArgs) -> Result<SamplerChain> {
 /// One prompt, one streamed continuation, then llama-cli's timing lines.
 fn one_shot(
     a: RunArgs,
-    n_ctx: usize,
     path: &std::path::Path,
     model: &tessera_llama::Model,
     mut ctx: LlamaContext<'_>,
     mut sampler: SamplerChain,
+    mut matcher: Option<tessera_server::chat::constrain::Matcher>,
     load_ms: f64,
 ) -> Result<()> {
+    let n_ctx = ctx.params().n_ctx;
     let prompt = a.prompt.as_deref().unwrap_or("Once upon a time");
     let text = if a.chat {
         let tpl = model
@@ -371,7 +340,13 @@ fn one_shot(
     let t1 = Instant::now();
     let mut n_gen = 0;
     while n_gen < limit && generator.pos() < n_ctx {
-        let tok = generator.sample();
+        let tok = match matcher.as_mut() {
+            None => generator.sample(),
+            Some(matcher) => {
+                let mut mask = GrammarMask { matcher, vocab: &model.vocab };
+                generator.sample_masked(&mut mask).map_err(|e| anyhow::anyhow!("grammar: {e}"))?
+            }
+        };
         if out.push_token(&model.vocab, tok) {
             break;
         }

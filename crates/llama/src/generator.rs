@@ -9,7 +9,7 @@
 //! its `-cnv` conversation use both; `tessera serve` uses the text half and the sampling step
 //! ([`crate::sampling::SeqSampler`]), its decoding being one batch for all of its slots.
 
-use crate::sampling::{SamplerChain, SeqSampler};
+use crate::sampling::{SamplerChain, SeqSampler, TokenMask};
 use crate::{Batch, LlamaContext, Result};
 
 /// Generates one sequence of a context (module docs).
@@ -65,6 +65,17 @@ impl<'a, 'm> Generator<'a, 'm> {
         let last = self.last.expect("Generator::sample before any prompt was evaluated");
         let logits = self.ctx.logits_ith(last).expect("the last token of a batch has logits");
         self.sampler.sample(logits).token
+    }
+
+    /// [`sample`](Self::sample) with `mask` (a grammar) restricting the tokens and told the
+    /// token chosen; its error stops the step.
+    ///
+    /// # Panics
+    /// Before anything was evaluated ([`prompt`](Self::prompt) first).
+    pub fn sample_masked<M: TokenMask>(&mut self, mask: &mut M) -> Result<u32, M::Error> {
+        let last = self.last.expect("Generator::sample before any prompt was evaluated");
+        let logits = self.ctx.logits_ith(last).expect("the last token of a batch has logits");
+        Ok(self.sampler.sample_masked(logits, Some(mask))?.token)
     }
 
     /// Evaluates sampled token `tok` at the next position, so the next sample follows it.

@@ -119,14 +119,21 @@ fn fields_take_effect_or_are_refused_by_name() {
     // The same prompt again comes from the slot's cache, unless cache_prompt is false.
     assert!(native(json!({}))["timings"]["cache_n"].as_u64().unwrap() > 0);
     assert_eq!(native(json!({"cache_prompt": false}))["timings"]["cache_n"], 0);
-    // Samplers Tessera lacks are accepted only when off; typical_p and samplers work.
+    // The whole chain: typical_p, samplers, DRY, XTC, top-n-sigma, dynamic temperature and
+    // mirostat are taken (their arithmetic is checked against llama.cpp in tessera-llama).
     native(json!({"mirostat": 0, "dry_multiplier": 0, "xtc_probability": 0, "typical_p": 0.9,
                   "samplers": ["top_k", "temperature"], "n_keep": -1}));
+    native(json!({"temperature": 0.7, "seed": 3, "dry_multiplier": 0.8, "dry_penalty_last_n": -1,
+                  "dry_sequence_breakers": ["\n", ":"], "xtc_probability": 0.5,
+                  "xtc_threshold": 0.1, "top_n_sigma": 1.0, "dynatemp_range": 0.3,
+                  "min_keep": 2}));
+    native(json!({"temperature": 0.7, "seed": 3, "mirostat": 2, "mirostat_tau": 4.0}));
+    native(json!({"temperature": 0.7, "seed": 3, "mirostat": 1}));
     for (extra, param) in [
-        (json!({"mirostat": 2}), "mirostat"),
-        (json!({"dry_multiplier": 0.8}), "dry_multiplier"),
-        (json!({"xtc_probability": 0.5}), "xtc_probability"),
-        (json!({"top_n_sigma": 1.0}), "top_n_sigma"),
+        (json!({"mirostat": 3}), "mirostat"),
+        (json!({"dry_multiplier": -0.8}), "dry_multiplier"),
+        (json!({"dry_sequence_breakers": []}), "dry_sequence_breakers"),
+        (json!({"xtc_probability": 1.5}), "xtc_probability"),
         (json!({"typical_p": "0.9"}), "typical_p"),
         (json!({"samplers": ["top_k", "nope"]}), "samplers"),
         (json!({"cache_prompt": "no"}), "cache_prompt"),

@@ -14,15 +14,20 @@
 //! The chain's order is llama.cpp's configurable one ([`Step`], [`DEFAULT_ORDER`]), after its
 //! [`LogitBias`] step.
 
+mod adaptive;
 mod bias;
+mod dry;
 mod order;
 mod seq;
 mod steps;
 
+pub use adaptive::{Mirostat, MirostatV2, TempExt, TopNSigma, Xtc};
 pub use bias::LogitBias;
+pub use dry::Dry;
 pub use order::{order_from_chars, order_from_names, Step, DEFAULT_ORDER};
 pub use seq::{NoMask, Sampled, SeqSampler, TokenMask};
 pub use steps::{Dist, Greedy, MinP, Penalties, Temperature, TopK, TopP, Typical};
+use tessera_vocab::Vocab;
 
 /// llama.cpp's `LLAMA_DEFAULT_SEED`: a [`Dist`] given this seed draws a random one.
 pub const DEFAULT_SEED: u32 = u32::MAX;
@@ -183,6 +188,17 @@ impl Mt19937 {
         y ^ (y >> 18)
     }
 
+    /// `std::uniform_real_distribution<float>(0, 1)(*this)` as libstdc++ computes it: one
+    /// output, rounded to float, over 2^32 (below 1).
+    pub fn next_f32(&mut self) -> f32 {
+        let x = self.next_u32() as f32 / 4_294_967_296.0f32;
+        if x >= 1.0 {
+            1.0 - f32::EPSILON / 2.0
+        } else {
+            x
+        }
+    }
+
     /// `std::uniform_real_distribution<double>(0, 1)(*this)` as libstdc++ computes it.
     pub fn next_f64(&mut self) -> f64 {
         let r = 4_294_967_296.0f64;
@@ -230,6 +246,35 @@ pub struct SamplingParams {
     pub presence_penalty: f32,
     /// RNG seed ([`DEFAULT_SEED`]: a random one).
     pub seed: u32,
+    /// Candidates top-p, min-p, typical and XTC always keep (0: no minimum).
+    pub min_keep: usize,
+    /// Dynamic temperature's half range (0: off).
+    pub dynatemp_range: f32,
+    /// Dynamic temperature's exponent.
+    pub dynatemp_exponent: f32,
+    /// XTC's chance per token (0: off).
+    pub xtc_probability: f32,
+    /// XTC's threshold (> 0.5: off).
+    pub xtc_threshold: f32,
+    /// Top-n-σ (≤ 0: off).
+    pub top_n_sigma: f32,
+    /// DRY's multiplier (0: off).
+    pub dry_multiplier: f32,
+    /// DRY's base.
+    pub dry_base: f32,
+    /// Repetitions DRY lets pass.
+    pub dry_allowed_length: i32,
+    /// Tokens DRY looks back over (0: off).
+    pub dry_penalty_last_n: i32,
+    /// DRY's sequence breakers.
+    pub dry_sequence_breakers: Vec<String>,
+    /// Mirostat: 0 off, 1 or 2 (then the chain is temperature and mirostat only, as
+    /// llama.cpp's).
+    pub mirostat: u8,
+    /// Mirostat's target surprise.
+    pub mirostat_tau: f32,
+    /// Mirostat's learning rate.
+    pub mirostat_eta: f32,
 }
 
 impl SamplingParams {
@@ -241,7 +286,13 @@ impl SamplingParams {
             || (self.repeat_penalty == 1.0
                 && self.frequency_penalty == 0.0
                 && self.presence_penalty == 0.0);
-        self.temp <= 0.0 && order.contains(&Step::Temperature) && neutral
+        let dry_off = self.dry_multiplier == 0.0 || !order.contains(&Step::Dry);
+        self.temp <= 0.0
+            && self.mirostat == 0
+            && self.dynatemp_range <= 0.0
+            && order.contains(&Step::Temperature)
+            && neutral
+            && dry_off
     }
 }
 
@@ -258,6 +309,20 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
             seed: DEFAULT_SEED,
+            min_keep: 0,
+            dynatemp_range: 0.0,
+            dynatemp_exponent: 1.0,
+            xtc_probability: 0.0,
+            xtc_threshold: 0.1,
+            top_n_sigma: -1.0,
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
+            dry_penalty_last_n: 64,
+            dry_sequence_breakers: ["\n", ":", "\"", "*"].map(String::from).to_vec(),
+            mirostat: 0,
+            mirostat_tau: 5.0,
+            mirostat_eta: 0.1,
         }
     }
 }
@@ -301,21 +366,38 @@ impl SamplerChain {
     /// llama.cpp's common chain in its default order: penalties → top-k → typical → top-p →
     /// min-p → temperature → dist.
     pub fn from_params(p: &SamplingParams) -> Self {
-        Self::ordered(p, &DEFAULT_ORDER, &[]).expect("the default order has only built steps")
+        Self::ordered(p, &DEFAULT_ORDER, &[], None).expect("the default order has only built steps")
     }
 
     /// llama.cpp's common chain (`common_sampler_init`) with the steps in `order` and a logit
-    /// bias first (when `bias` is not empty), ending in the seeded draw. DRY, top-n-sigma and
-    /// XTC are left out, being the identity at their llama.cpp defaults (off), which is all
-    /// [`SamplingParams`] can say; infill and adaptive-p are not built: the error names them.
+    /// bias first (when `bias` is not empty), ending in the seeded draw; with `mirostat` 1 or
+    /// 2, llama.cpp's mirostat chain instead (bias, temperature, mirostat). `vocab` turns
+    /// DRY's sequence breakers into tokens and gives mirostat 1 the vocabulary's size (without
+    /// it, DRY with breakers is an error). The infill and adaptive-p steps are not built: the
+    /// error names them.
     pub fn ordered(
         p: &SamplingParams,
         order: &[Step],
         bias: &[(u32, f32)],
+        vocab: Option<&Vocab>,
     ) -> Result<Self, String> {
         let mut chain = SamplerChain::new();
         if !bias.is_empty() {
             chain = chain.push(LogitBias { bias: bias.to_vec() });
+        }
+        if p.mirostat != 0 {
+            let seed = resolve_seed(p.seed);
+            chain = chain.push(Temperature(p.temp));
+            chain = match p.mirostat {
+                1 => {
+                    let n_vocab = vocab.ok_or("mirostat 1 needs the vocabulary's size")?.n_tokens();
+                    chain.push(Mirostat::new(n_vocab, seed, p.mirostat_tau, p.mirostat_eta, 100))
+                }
+                2 => chain.push(MirostatV2::new(seed, p.mirostat_tau, p.mirostat_eta)),
+                m => return Err(format!("mirostat {m}: give 0 (off), 1 or 2")),
+            };
+            chain.seed = Some(seed);
+            return Ok(chain);
         }
         for &step in order {
             chain = match step {
@@ -325,15 +407,32 @@ impl SamplerChain {
                     p.frequency_penalty,
                     p.presence_penalty,
                 )),
+                // Steps that are off are left out (llama.cpp's empty `?dry`, `?xtc`, ...).
+                Step::Dry => match dry_step(p, vocab)? {
+                    Some(dry) => chain.push(dry),
+                    None => chain,
+                },
+                Step::TopNSigma if p.top_n_sigma > 0.0 => chain.push(TopNSigma(p.top_n_sigma)),
+                Step::TopNSigma => chain,
                 Step::TopK => chain.push(TopK(p.top_k)),
-                Step::Typical => chain.push(Typical { p: p.typical_p, min_keep: 1 }),
-                Step::TopP => chain.push(TopP { p: p.top_p, min_keep: 1 }),
-                Step::MinP => chain.push(MinP { p: p.min_p, min_keep: 1 }),
+                Step::Typical => chain.push(Typical { p: p.typical_p, min_keep: p.min_keep }),
+                Step::TopP => chain.push(TopP { p: p.top_p, min_keep: p.min_keep }),
+                Step::MinP => chain.push(MinP { p: p.min_p, min_keep: p.min_keep }),
+                Step::Xtc if p.xtc_probability > 0.0 && p.xtc_threshold <= 0.5 => {
+                    chain.push(Xtc::new(p.xtc_probability, p.xtc_threshold, p.min_keep, p.seed))
+                }
+                Step::Xtc => chain,
+                Step::Temperature if p.dynatemp_range > 0.0 => chain.push(TempExt {
+                    temp: p.temp,
+                    delta: p.dynatemp_range,
+                    exponent: p.dynatemp_exponent,
+                }),
                 Step::Temperature => chain.push(Temperature(p.temp)),
-                s if s.is_identity_when_off() => chain,
                 s => return Err(format!("the '{}' sampler is not available yet", s.name())),
             };
         }
+        // Each seeded step resolves the seed itself, as llama.cpp's: with DEFAULT_SEED, XTC
+        // and the draw get random seeds of their own.
         let dist = Dist::new(p.seed);
         let seed = dist.seed();
         let mut chain = chain.push(dist);
@@ -347,11 +446,12 @@ impl SamplerChain {
         p: &SamplingParams,
         order: &[Step],
         bias: &[(u32, f32)],
+        vocab: Option<&Vocab>,
     ) -> Result<Self, String> {
         if bias.is_empty() && p.is_greedy(order) {
             Ok(SamplerChain::greedy())
         } else {
-            Self::ordered(p, order, bias)
+            Self::ordered(p, order, bias, vocab)
         }
     }
 
@@ -396,6 +496,20 @@ impl SamplerChain {
         for s in &mut self.steps {
             s.accept(token);
         }
+    }
+}
+
+/// The DRY step of `p`, `None` when it is off.
+fn dry_step(p: &SamplingParams, vocab: Option<&Vocab>) -> Result<Option<Dry>, String> {
+    let on = p.dry_multiplier != 0.0 && p.dry_base >= 1.0 && p.dry_penalty_last_n > 0;
+    let (m, b, a, n) = (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n);
+    match vocab {
+        _ if !on => Ok(None),
+        Some(v) => Ok(Some(Dry::new(m, b, a, n, &p.dry_sequence_breakers, v))),
+        None if p.dry_sequence_breakers.iter().any(|s| !s.is_empty()) => {
+            Err("DRY's sequence breakers need the vocabulary".into())
+        }
+        None => Ok(Some(Dry::with_token_breakers(m, b, a, n, &[]))),
     }
 }
 

@@ -70,16 +70,6 @@ impl Step {
     pub fn from_char(c: char) -> Option<Step> {
         TABLE.iter().find(|r| r.2 == c).map(|r| r.0)
     }
-
-    /// Whether Tessera has this step with parameters: DRY, top-n-sigma, XTC, infill and
-    /// adaptive-p are not built yet (the sampler-chain issue). [`SamplingParams`] has no
-    /// parameters for them, which is llama.cpp's "off", where each of DRY, top-n-sigma and
-    /// XTC leaves the candidates as they are; a chain skips them.
-    ///
-    /// [`SamplingParams`]: super::SamplingParams
-    pub fn is_identity_when_off(self) -> bool {
-        matches!(self, Step::Dry | Step::TopNSigma | Step::Xtc)
-    }
 }
 
 /// Parses an order given by names; an unknown name is the error, naming it.

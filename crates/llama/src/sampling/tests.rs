@@ -133,16 +133,17 @@ fn orders_and_the_greedy_shortcut() {
     assert!(!penalised.is_greedy(&DEFAULT_ORDER));
     // Temperature 0 with a repetition penalty: llama.cpp penalises, then keeps the largest.
     let logits = [3.0f32, 2.0, 1.0];
-    let mut c = SamplerChain::for_params(&penalised, &DEFAULT_ORDER, &[]).unwrap();
+    let mut c = SamplerChain::for_params(&penalised, &DEFAULT_ORDER, &[], None).unwrap();
     c.accept(0);
     assert_eq!(c.sample(&logits), 1, "3 / 2 < 2: the penalised token loses the argmax");
     let order = order_from_names(["top_k", "temperature"]).unwrap();
     assert_eq!(order, order_from_chars("kt").unwrap());
-    let c = SamplerChain::ordered(&SamplingParams::default(), &order, &[]).unwrap();
+    let c = SamplerChain::ordered(&SamplingParams::default(), &order, &[], None).unwrap();
     assert_eq!(c.describe(), "top-k -> temp -> dist");
     assert!(order_from_names(["top_k", "topk"]).unwrap_err().contains("'topk'"));
     assert!(order_from_chars("kq").unwrap_err().contains("'q'"));
-    let e = SamplerChain::ordered(&SamplingParams::default(), &[Step::Infill], &[]).unwrap_err();
+    let e =
+        SamplerChain::ordered(&SamplingParams::default(), &[Step::Infill], &[], None).unwrap_err();
     assert!(e.contains("infill"), "{e}");
 }
 
@@ -152,7 +153,7 @@ fn logit_bias_moves_and_bans() {
     let logits = [1.0f32, 5.0, 2.0];
     let greedy = SamplingParams { temp: 0.0, ..Default::default() };
     let pick = |bias: &[(u32, f32)]| {
-        SamplerChain::for_params(&greedy, &DEFAULT_ORDER, bias).unwrap().sample(&logits)
+        SamplerChain::for_params(&greedy, &DEFAULT_ORDER, bias, None).unwrap().sample(&logits)
     };
     assert_eq!(pick(&[]), 1);
     assert_eq!(pick(&[(1, f32::NEG_INFINITY)]), 2);

@@ -60,7 +60,7 @@ pub(crate) fn start(
         crate::engine::ThinkBudget::new(budget as usize, opened, vocab.tokenize(&end, false, true))
     });
     let bias = req.sampling.resolve_bias(vocab)?;
-    let sampler = req.sampling.chain(st.engine.n_ctx, &bias)?;
+    let sampler = req.sampling.chain(st.engine.n_ctx, &bias, vocab)?;
     tracing::debug!(sampler = %sampler.describe(), seed = ?sampler.seed(), "sampling");
     let (tx, rx) = mpsc::unbounded_channel();
     st.engine.submit(Job {

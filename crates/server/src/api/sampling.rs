@@ -1,12 +1,13 @@
 //! The sampling fields of a generation request: OpenAI's (`temperature`, `top_p`, `seed`,
 //! `logit_bias`, the penalties) and llama-server's (`top_k`, `min_p`, `typical_p`,
-//! `repeat_last_n`, `samplers`, and the samplers Tessera does not have yet).
+//! `repeat_last_n`, `samplers`, `min_keep`, `top_n_sigma`, `xtc_*`, `dynatemp_*`, `dry_*`,
+//! `mirostat*`).
 //!
-//! Every field either has llama-server's effect or is refused with a 400 that names it:
-//! DRY, XTC, top-n-sigma, mirostat, dynamic temperature and `min_keep` above 1 are accepted
-//! only at their "off" values (where llama.cpp's steps change nothing), since the chain has
-//! no such steps yet. `seed` is llama-server's: `-1` (and 4294967295, `LLAMA_DEFAULT_SEED`)
-//! draws a random seed, other values outside 0..2^32 are refused rather than wrapped.
+//! Every field has llama-server's effect or is refused with a 400 that names it (values out
+//! of range are refused, where llama-server would clamp some). `seed` is llama-server's: `-1`
+//! (and 4294967295, `LLAMA_DEFAULT_SEED`) draws a random seed, other values outside 0..2^32
+//! are refused rather than wrapped; `dry_base` below 1 keeps the default, as llama-server's;
+//! `dry_penalty_last_n` and `repeat_last_n` of `-1` mean the context's size.
 
 use crate::error::ApiError;
 use crate::json::{opt_int, opt_num, type_name};
@@ -64,6 +65,9 @@ pub struct Sampling {
     pub order: Vec<Step>,
     /// `logit_bias`, as sent.
     pub logit_bias: Vec<BiasEntry>,
+    /// The rest of llama.cpp's chain (`min_keep`, top-n-σ, XTC, dynamic temperature, DRY,
+    /// mirostat), as its parameters; `dry_penalty_last_n` there is `-1` for the context.
+    pub more: SamplingParams,
 }
 
 impl Default for Sampling {
@@ -82,6 +86,7 @@ impl Default for Sampling {
             repeat_last_n: 64,
             order: DEFAULT_ORDER.to_vec(),
             logit_bias: Vec::new(),
+            more: SamplingParams::default(),
         }
     }
 }
@@ -105,8 +110,8 @@ pub fn parse(o: &Map<String, Value>) -> Result<Sampling, ApiError> {
         repeat_last_n: opt_int(o, "repeat_last_n", -1, 1 << 30)?.unwrap_or(d.repeat_last_n),
         order: order(o)?,
         logit_bias: logit_bias(o)?,
+        more: more(o)?,
     };
-    refuse_unbuilt(o)?;
     Ok(s)
 }
 
@@ -231,50 +236,59 @@ fn logit_bias(o: &Map<String, Value>) -> Result<Vec<BiasEntry>, ApiError> {
     Ok(out)
 }
 
-/// Fields of llama-server's samplers that Tessera does not have: accepted (type-checked) at
-/// their off values, where llama.cpp's steps change nothing; refused otherwise.
-fn refuse_unbuilt(o: &Map<String, Value>) -> Result<(), ApiError> {
-    let not_yet = |key: &str, what: &str| {
-        ApiError::field(key, format!("{what} is not available in tessera serve yet"))
+/// llama-server's fields for the rest of the chain: `min_keep`, `top_n_sigma`, `xtc_*`,
+/// `dynatemp_*`, `dry_*` and `mirostat*`.
+fn more(o: &Map<String, Value>) -> Result<SamplingParams, ApiError> {
+    let d = SamplingParams::default();
+    let num = |key: &str, min: f64, max: f64, dflt: f32| {
+        opt_num(o, key, min, max).map(|v| v.map_or(dflt, |x| x as f32))
     };
-    if opt_int(o, "mirostat", 0, 2)?.is_some_and(|m| m != 0) {
-        return Err(not_yet("mirostat", "mirostat sampling"));
+    let big = f64::from(f32::MAX);
+    let dry_base = num("dry_base", -big, big, d.dry_base)?;
+    Ok(SamplingParams {
+        min_keep: opt_int(o, "min_keep", 0, 1 << 20)?.map_or(d.min_keep, |k| k as usize),
+        top_n_sigma: num("top_n_sigma", -big, big, d.top_n_sigma)?,
+        xtc_probability: num("xtc_probability", 0.0, 1.0, d.xtc_probability)?,
+        xtc_threshold: num("xtc_threshold", 0.0, 1.0, d.xtc_threshold)?,
+        dynatemp_range: num("dynatemp_range", 0.0, big, d.dynatemp_range)?,
+        dynatemp_exponent: num("dynatemp_exponent", -big, big, d.dynatemp_exponent)?,
+        dry_multiplier: num("dry_multiplier", 0.0, big, d.dry_multiplier)?,
+        dry_base: if dry_base >= 1.0 { dry_base } else { d.dry_base },
+        dry_allowed_length: opt_int(o, "dry_allowed_length", 0, i64::from(i32::MAX))?
+            .map_or(d.dry_allowed_length, |n| n as i32),
+        dry_penalty_last_n: opt_int(o, "dry_penalty_last_n", -1, i64::from(i32::MAX))?
+            .map_or(d.dry_penalty_last_n, |n| n as i32),
+        dry_sequence_breakers: breakers(o)?.unwrap_or(d.dry_sequence_breakers),
+        mirostat: opt_int(o, "mirostat", 0, 2)?.map_or(0, |m| m as u8),
+        mirostat_tau: num("mirostat_tau", -big, big, d.mirostat_tau)?,
+        mirostat_eta: num("mirostat_eta", -big, big, d.mirostat_eta)?,
+        ..d
+    })
+}
+
+/// `dry_sequence_breakers`: a non-empty array of strings (llama-server's rule).
+fn breakers(o: &Map<String, Value>) -> Result<Option<Vec<String>>, ApiError> {
+    let key = "dry_sequence_breakers";
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(ApiError::field(
+                    &format!("{key}[{i}]"),
+                    format!("expected a string, got {}", type_name(other)),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(Value::Array(_)) => Err(ApiError::field(key, "must be a non-empty array of strings")),
+        Some(other) => Err(ApiError::field(
+            key,
+            format!("expected a non-empty array of strings, got {}", type_name(other)),
+        )),
     }
-    if opt_num(o, "dry_multiplier", 0.0, f64::MAX)?.is_some_and(|m| m > 0.0) {
-        return Err(not_yet("dry_multiplier", "the DRY sampler"));
-    }
-    let xtc_p = opt_num(o, "xtc_probability", 0.0, 1.0)?.unwrap_or(0.0);
-    let xtc_t = opt_num(o, "xtc_threshold", f64::MIN, f64::MAX)?.unwrap_or(0.1);
-    if xtc_p > 0.0 && xtc_t <= 0.5 {
-        return Err(not_yet("xtc_probability", "the XTC sampler"));
-    }
-    if opt_num(o, "top_n_sigma", f64::MIN, f64::MAX)?.is_some_and(|n| n > 0.0) {
-        return Err(not_yet("top_n_sigma", "top-n-sigma sampling"));
-    }
-    if opt_num(o, "dynatemp_range", f64::MIN, f64::MAX)?.is_some_and(|r| r > 0.0) {
-        return Err(not_yet("dynatemp_range", "dynamic temperature"));
-    }
-    if opt_int(o, "min_keep", 0, 1 << 20)?.is_some_and(|k| k > 1) {
-        return Err(not_yet("min_keep", "keeping more than one candidate"));
-    }
-    // Their companions only matter when the sampler is on: type-checked.
-    for key in ["mirostat_tau", "mirostat_eta", "dry_base", "dynatemp_exponent"] {
-        opt_num(o, key, f64::MIN, f64::MAX)?;
-    }
-    for key in ["dry_allowed_length", "dry_penalty_last_n"] {
-        opt_int(o, key, -1, i64::MAX)?;
-    }
-    match o.get("dry_sequence_breakers") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
-        Some(other) => {
-            return Err(ApiError::field(
-                "dry_sequence_breakers",
-                format!("expected an array of strings, got {}", type_name(other)),
-            ))
-        }
-    }
-    Ok(())
 }
 
 impl Sampling {
@@ -300,9 +314,20 @@ impl Sampling {
         Ok(out)
     }
 
-    /// The chain this request samples with (context size `n_ctx` for `repeat_last_n: -1`),
-    /// with `bias` first; llama.cpp's chain reduced to an argmax where it picks the same.
-    pub fn chain(&self, n_ctx: usize, bias: &[(u32, f32)]) -> Result<SamplerChain, ApiError> {
+    /// The chain this request samples with over `vocab` (context size `n_ctx` for
+    /// `repeat_last_n` and `dry_penalty_last_n` of -1), with `bias` first; llama.cpp's chain
+    /// reduced to an argmax where it picks the same.
+    pub fn chain(
+        &self,
+        n_ctx: usize,
+        bias: &[(u32, f32)],
+        vocab: &Vocab,
+    ) -> Result<SamplerChain, ApiError> {
+        let more = self.more.clone();
+        let dry_penalty_last_n = match more.dry_penalty_last_n {
+            -1 => i32::try_from(n_ctx).unwrap_or(i32::MAX),
+            n => n,
+        };
         let params = SamplingParams {
             temp: self.temperature,
             top_k: self.top_k,
@@ -314,8 +339,10 @@ impl Sampling {
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
             seed: self.seed,
+            dry_penalty_last_n,
+            ..more
         };
-        SamplerChain::for_params(&params, &self.order, bias)
+        SamplerChain::for_params(&params, &self.order, bias, Some(vocab))
             .map_err(|e| ApiError::field("samplers", e))
     }
 }
@@ -367,24 +394,32 @@ mod tests {
     }
 
     #[test]
-    fn unbuilt_samplers_only_when_off() {
-        for ok in [
-            json!({"mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1}),
-            json!({"dry_multiplier": 0, "dry_base": 1.75, "dry_sequence_breakers": ["\n"]}),
-            json!({"xtc_probability": 0.5, "xtc_threshold": 0.9}),
-            json!({"top_n_sigma": -1, "dynatemp_range": 0, "min_keep": 1}),
-        ] {
-            parse_v(ok.clone()).unwrap_or_else(|e| panic!("{ok}: {}", e.message));
-        }
+    fn chain_fields_are_read_and_checked() {
+        let s = parse_v(json!({
+            "mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2,
+            "dry_multiplier": 0.8, "dry_base": 0.5, "dry_allowed_length": 3,
+            "dry_penalty_last_n": -1, "dry_sequence_breakers": ["\n", "##"],
+            "xtc_probability": 0.5, "xtc_threshold": 0.2, "top_n_sigma": 1.5,
+            "dynatemp_range": 0.3, "dynatemp_exponent": 2.0, "min_keep": 5,
+        }))
+        .unwrap();
+        let m = &s.more;
+        assert_eq!((m.mirostat, m.mirostat_tau, m.mirostat_eta), (2, 4.0, 0.2));
+        assert_eq!((m.dry_multiplier, m.dry_base, m.dry_allowed_length), (0.8, 1.75, 3));
+        assert_eq!(m.dry_penalty_last_n, -1);
+        assert_eq!(m.dry_sequence_breakers, ["\n", "##"]);
+        assert_eq!((m.xtc_probability, m.xtc_threshold, m.top_n_sigma), (0.5, 0.2, 1.5));
+        assert_eq!((m.dynatemp_range, m.dynatemp_exponent, m.min_keep), (0.3, 2.0, 5));
         for (bad, param) in [
-            (json!({"mirostat": 2}), "mirostat"),
+            (json!({"mirostat": 3}), "mirostat"),
             (json!({"mirostat": "2"}), "mirostat"),
-            (json!({"dry_multiplier": 0.8}), "dry_multiplier"),
-            (json!({"xtc_probability": 0.5}), "xtc_probability"),
-            (json!({"top_n_sigma": 1}), "top_n_sigma"),
-            (json!({"dynatemp_range": 0.5}), "dynatemp_range"),
-            (json!({"min_keep": 5}), "min_keep"),
-            (json!({"dry_sequence_breakers": [1]}), "dry_sequence_breakers"),
+            (json!({"dry_multiplier": -1}), "dry_multiplier"),
+            (json!({"xtc_probability": 1.5}), "xtc_probability"),
+            (json!({"dry_penalty_last_n": -2}), "dry_penalty_last_n"),
+            (json!({"min_keep": -1}), "min_keep"),
+            (json!({"dry_sequence_breakers": [1]}), "dry_sequence_breakers[0]"),
+            (json!({"dry_sequence_breakers": []}), "dry_sequence_breakers"),
+            (json!({"dry_sequence_breakers": "\n"}), "dry_sequence_breakers"),
             (json!({"typical_p": "0.5"}), "typical_p"),
             (json!({"samplers": ["top_k", "nope"]}), "samplers"),
             (json!({"samplers": "kq"}), "samplers"),
@@ -397,6 +432,5 @@ mod tests {
         let s = parse_v(json!({"samplers": "kt", "typical_p": 0.5})).unwrap();
         assert_eq!(s.order, [Step::TopK, Step::Temperature]);
         assert_eq!(s.typical_p, 0.5);
-        assert_eq!(s.chain(64, &[]).unwrap().describe(), "top-k -> temp -> dist");
     }
 }
