@@ -62,7 +62,7 @@ pub fn explain(e: impl std::fmt::Display) -> anyhow::Error {
     }
 }
 
-/// Where the model goes: llama.cpp's device flags.
+/// How the model is loaded and where it goes: llama.cpp's device and memory flags.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct OffloadArgs {
     /// Layers to put on the accelerators, counted from the output end (the output layer
@@ -93,6 +93,17 @@ pub struct OffloadArgs {
     /// answers would be silently wrong).
     #[arg(long)]
     pub allow_unused_tensors: bool,
+    /// Read the model into memory instead of memory-mapping it.
+    #[arg(long = "no-mmap")]
+    pub no_mmap: bool,
+    /// Lock the model's bytes in RAM so they are never paged out (a warning where the
+    /// locked-memory limit, `ulimit -l`, is too low).
+    #[arg(long)]
+    pub mlock: bool,
+    /// `KEY=TYPE:VALUE`: replace a metadata value before the model is read (TYPE int,
+    /// float, bool or str; repeatable), e.g. `tokenizer.ggml.add_bos_token=bool:false`.
+    #[arg(long = "override-kv", value_name = "KEY=TYPE:VALUE")]
+    pub override_kv: Vec<String>,
 }
 
 impl OffloadArgs {
@@ -134,6 +145,13 @@ pub fn load(path: &Path, no_repack: bool, offload: &OffloadArgs) -> Result<Model
         offload: offload.offload(&registry)?,
         repack: !no_repack,
         allow_unused_tensors: offload.allow_unused_tensors,
+        mmap: !offload.no_mmap,
+        mlock: offload.mlock,
+        kv_overrides: offload
+            .override_kv
+            .iter()
+            .map(|s| s.parse::<tessera_llama::KvOverride>().map_err(|e| anyhow::anyhow!("{e}")))
+            .collect::<Result<_>>()?,
     };
     Model::load_with(path, &params).map_err(explain)
 }

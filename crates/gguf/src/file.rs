@@ -2,7 +2,8 @@
 
 use crate::read::{parse_header, Header};
 use crate::{GgufError, Metadata, Result, TensorInfo};
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapMut};
+use std::io::Read;
 use std::path::Path;
 
 /// A GGUF file: its header, parsed and checked, over the file's bytes `D`. Tensor data is handed
@@ -27,6 +28,29 @@ impl Gguf<Mmap> {
         // process while it is mapped; all bounds are checked against the mapping's length.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         Gguf::from_bytes(map).map_err(|e| e.in_file(path))
+    }
+
+    /// Reads `path` whole into memory (llama.cpp's `--no-mmap`: nothing is read from the file
+    /// afterwards, so its pages do not come and go with the page cache) and checks its header.
+    /// The bytes live in an anonymous mapping, so [`Gguf::lock`] works on them as on a file's.
+    pub fn read(path: impl AsRef<Path>) -> Result<GgufFile> {
+        let path = path.as_ref();
+        let io = |source| GgufError::Io { path: path.to_path_buf(), source };
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let len = usize::try_from(len).map_err(|_| {
+            io(std::io::Error::new(std::io::ErrorKind::InvalidData, "larger than memory"))
+        })?;
+        let mut bytes = MmapMut::map_anon(len.max(1)).map_err(io)?;
+        file.read_exact(&mut bytes[..len]).map_err(io)?;
+        let map = bytes.make_read_only().map_err(io)?;
+        Gguf::from_bytes(map).map_err(|e| e.in_file(path))
+    }
+
+    /// Locks the file's bytes in RAM (llama.cpp's `--mlock`: `mlock(2)`), so the weights are
+    /// never paged out; fails where the limit on locked memory is too low (`ulimit -l`).
+    pub fn lock(&self) -> std::io::Result<()> {
+        self.data.lock()
     }
 }
 
@@ -55,6 +79,12 @@ impl<D: AsRef<[u8]>> Gguf<D> {
     /// The metadata.
     pub fn metadata(&self) -> &Metadata {
         &self.header.metadata
+    }
+
+    /// The metadata, to change before the file is read as a model (llama.cpp's
+    /// `--override-kv`); the tensor table and data are not affected.
+    pub fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.header.metadata
     }
 
     /// The tensor table, in file order.

@@ -34,12 +34,28 @@ pub struct LoadParams {
     /// Load a file that has tensors the architecture does not use, ignoring them with a
     /// warning (by default that is an error: a variant Tessera does not implement).
     pub allow_unused_tensors: bool,
+    /// Memory-map the file (the default); `false` reads it whole into memory first
+    /// (llama.cpp's `--no-mmap`).
+    pub mmap: bool,
+    /// Lock the file's bytes in RAM (llama.cpp's `--mlock`); where the system refuses (the
+    /// locked-memory limit), a warning says so and the model loads unlocked, as llama.cpp's.
+    pub mlock: bool,
+    /// Metadata values replaced before the model is read (llama.cpp's `--override-kv`).
+    pub kv_overrides: Vec<crate::KvOverride>,
 }
 
 impl LoadParams {
     /// llama.cpp's defaults (CPU only, repacking on) with `host` as the CPU.
     pub fn new(host: Arc<dyn Device>) -> Self {
-        LoadParams { host, offload: Offload::default(), repack: true, allow_unused_tensors: false }
+        LoadParams {
+            host,
+            offload: Offload::default(),
+            repack: true,
+            allow_unused_tensors: false,
+            mmap: true,
+            mlock: false,
+            kv_overrides: Vec::new(),
+        }
     }
 }
 
@@ -50,6 +66,9 @@ impl std::fmt::Debug for LoadParams {
             .field("offload", &self.offload)
             .field("repack", &self.repack)
             .field("allow_unused_tensors", &self.allow_unused_tensors)
+            .field("mmap", &self.mmap)
+            .field("mlock", &self.mlock)
+            .field("kv_overrides", &self.kv_overrides)
             .finish()
     }
 }
@@ -100,8 +119,19 @@ impl Model {
     /// [`Model::load`] with explicit [`LoadParams`].
     pub fn load_with(path: impl AsRef<Path>, params: &LoadParams) -> Result<Model> {
         let path = path.as_ref();
-        let gguf = GgufFile::open(path)
-            .map_err(|source| LlamaError::Gguf { path: path.display().to_string(), source })?;
+        let gguf_error = |source| LlamaError::Gguf { path: path.display().to_string(), source };
+        let gguf = if params.mmap { GgufFile::open(path) } else { GgufFile::read(path) }
+            .map_err(gguf_error)?;
+        if params.mlock {
+            if let Err(e) = gguf.lock() {
+                tracing::warn!(
+                    file = %path.display(),
+                    error = %e,
+                    "--mlock: the model could not be locked in RAM (raise the locked-memory \
+                     limit, ulimit -l); it stays unlocked"
+                );
+            }
+        }
         Self::from_gguf_with(gguf, params)
     }
 
@@ -111,7 +141,10 @@ impl Model {
     }
 
     /// [`Model::load_with`] from an opened file.
-    pub fn from_gguf_with(gguf: GgufFile, params: &LoadParams) -> Result<Model> {
+    pub fn from_gguf_with(mut gguf: GgufFile, params: &LoadParams) -> Result<Model> {
+        for o in &params.kv_overrides {
+            o.apply(gguf.metadata_mut())?;
+        }
         let file = Arc::new(MappedFile(gguf));
         let g = &file.0;
         let md = g.metadata();
