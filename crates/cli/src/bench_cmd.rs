@@ -52,6 +52,12 @@ pub struct BenchArgs {
     /// costs.
     #[arg(long)]
     deterministic: bool,
+    /// K cache types (comma-separated: one row set per type, llama-bench's `-ctk`).
+    #[arg(long = "cache-type-k", value_delimiter = ',', default_value = "f16")]
+    cache_type_k: Vec<String>,
+    /// V cache types (comma-separated, llama-bench's `-ctv`; a quantized V needs `-fa 1`).
+    #[arg(long = "cache-type-v", value_delimiter = ',', default_value = "f16")]
+    cache_type_v: Vec<String>,
     /// Output format.
     #[arg(short = 'o', long, default_value = "md", value_parser = ["md", "json"])]
     output: String,
@@ -69,6 +75,8 @@ fn parse_fa(s: &str) -> Result<u8, String> {
 struct Row {
     test: String,
     threads: usize,
+    /// The KV cache's (K, V) types.
+    cache: (tessera_llama::DType, tessera_llama::DType),
     n_prompt: usize,
     n_gen: usize,
     n_parallel: usize,
@@ -108,6 +116,7 @@ fn run_test(
     deterministic: bool,
     threads: usize,
     fa: bool,
+    (type_k, type_v): (tessera_llama::DType, tessera_llama::DType),
     n_prompt: usize,
     n_gen: usize,
     n_parallel: usize,
@@ -118,6 +127,8 @@ fn run_test(
         n_ctx,
         n_threads: threads,
         flash_attn: fa,
+        type_k,
+        type_v,
         batch_invariant: deterministic,
         ..Default::default()
     };
@@ -170,21 +181,39 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let threads =
         if a.threads.is_empty() { vec![common::threads(None)] } else { a.threads.clone() };
+    // Every (K, V) pair, as llama-bench's parameter lists combine.
+    let mut caches = Vec::new();
+    for k in &a.cache_type_k {
+        for v in &a.cache_type_v {
+            caches.push(common::cache_types(k, v, a.flash_attn != 0)?);
+        }
+    }
+    // llama-bench shows the type columns only when a value differs from f16.
+    let f16 = tessera_llama::DType::F16;
+    let show_types = caches.iter().any(|&(k, v)| k != f16 || v != f16);
     let desc = model_desc(&model);
     let size = common::human_bytes(model.weights.n_bytes());
     let params = format!("{:.2} M", model.n_params() as f64 / 1e6);
     let backend = common::backends(&model);
     let ngl = common::ngl(&model);
     let md = a.output == "md";
+    let types = |k: &str, v: &str| {
+        if show_types {
+            format!(" {k:<6} | {v:<6} |")
+        } else {
+            String::new()
+        }
+    };
     let print_row = |r: &Row| {
         println!(
-            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} | {:>2} | {:>15} | {:>20} |",
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} |{} {:>2} | {:>15} | {:>20} |",
             desc,
             size,
             params,
             backend,
             ngl,
             r.threads,
+            types(r.cache.0.name(), r.cache.1.name()),
             a.flash_attn,
             r.test,
             format!("{:.2} ± {:.2}", r.mean(), r.stdev())
@@ -193,21 +222,32 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if md {
         // Rows print as their tests finish, as llama-bench's do.
         println!(
-            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} | {:>2} | {:>15} | {:>20} |",
-            "model", "size", "params", "backend", "ngl", "threads", "fa", "test", "t/s"
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>3} | {:>7} |{} {:>2} | {:>15} | {:>20} |",
+            "model",
+            "size",
+            "params",
+            "backend",
+            "ngl",
+            "threads",
+            types("type_k", "type_v"),
+            "fa",
+            "test",
+            "t/s"
         );
+        let rule = if show_types { format!(" {:-<6} | {:-<6} |", "", "") } else { String::new() };
         println!(
-            "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->2}: | {:->6}: | {:->1}: | {:->14}: | {:->19}: |",
+            "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->2}: | {:->6}: |{rule} {:->1}: | {:->14}: | {:->19}: |",
             "", "", "", "", "", "", "", "", ""
         );
     }
     let mut rows = Vec::new();
-    for &t in &threads {
+    for (&t, &cache) in threads.iter().flat_map(|t| caches.iter().map(move |c| (t, c))) {
+        let fa = a.flash_attn != 0;
         for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
-            let samples =
-                run_test(&model, a.deterministic, t, a.flash_attn != 0, p, 0, 1, a.repetitions)?;
+            let samples = run_test(&model, a.deterministic, t, fa, cache, p, 0, 1, a.repetitions)?;
             let test = format!("pp{p}");
-            let row = Row { test, threads: t, n_prompt: p, n_gen: 0, n_parallel: 1, samples };
+            let row =
+                Row { test, threads: t, cache, n_prompt: p, n_gen: 0, n_parallel: 1, samples };
             if md {
                 print_row(&row);
             }
@@ -215,18 +255,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
         for &n in a.n_gen.iter().filter(|&&n| n > 0) {
             for &np in &a.n_parallel {
-                let samples = run_test(
-                    &model,
-                    a.deterministic,
-                    t,
-                    a.flash_attn != 0,
-                    0,
-                    n,
-                    np,
-                    a.repetitions,
-                )?;
+                let samples =
+                    run_test(&model, a.deterministic, t, fa, cache, 0, n, np, a.repetitions)?;
                 let test = if np == 1 { format!("tg{n}") } else { format!("tg{n} x{np}") };
-                let row = Row { test, threads: t, n_prompt: 0, n_gen: n, n_parallel: np, samples };
+                let row =
+                    Row { test, threads: t, cache, n_prompt: 0, n_gen: n, n_parallel: np, samples };
                 if md {
                     print_row(&row);
                 }
@@ -252,6 +285,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     "n_repacked": model.n_repacked,
                     "n_threads": r.threads,
                     "flash_attn": a.flash_attn != 0,
+                    "type_k": r.cache.0.name(),
+                    "type_v": r.cache.1.name(),
                     "deterministic": a.deterministic,
                     "n_prompt": r.n_prompt,
                     "n_gen": r.n_gen,

@@ -299,3 +299,80 @@ pub fn matmul_paths(
 pub fn system_info(model: &Model) -> String {
     format!("CPU: {}", model.host.description())
 }
+
+/// The KV cache's types: llama.cpp's `-ctk/--cache-type-k` and `-ctv/--cache-type-v`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CacheArgs {
+    /// K cache type: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0 or q5_1.
+    #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16")]
+    pub cache_type_k: String,
+    /// V cache type, as the K one's (a quantized V needs flash attention).
+    #[arg(long = "cache-type-v", value_name = "TYPE", default_value = "f16")]
+    pub cache_type_v: String,
+}
+
+/// The cache types llama.cpp accepts (`kv_cache_types` of its argument parser).
+pub const CACHE_TYPES: [tessera_tensor::DType; 9] = {
+    use tessera_tensor::DType::*;
+    [F32, F16, BF16, Q8_0, Q4_0, Q4_1, IQ4_NL, Q5_0, Q5_1]
+};
+
+/// `name` as a cache type (`flag` names the option in the error).
+pub fn cache_type(name: &str, flag: &str) -> Result<tessera_tensor::DType> {
+    CACHE_TYPES.iter().copied().find(|t| t.name().eq_ignore_ascii_case(name)).ok_or_else(|| {
+        let names: Vec<String> = CACHE_TYPES.iter().map(|t| t.name().to_lowercase()).collect();
+        anyhow::anyhow!("{flag} {name}: unsupported cache type (one of {})", names.join(", "))
+    })
+}
+
+/// The (K, V) types, checked with flash attention `flash_attn` as llama.cpp checks them: a
+/// quantized V cache needs flash attention.
+pub fn cache_types(
+    k: &str,
+    v: &str,
+    flash_attn: bool,
+) -> Result<(tessera_tensor::DType, tessera_tensor::DType)> {
+    let (k, v) = (cache_type(k, "--cache-type-k")?, cache_type(v, "--cache-type-v")?);
+    if v.block_size() > 1 && !flash_attn {
+        anyhow::bail!(
+            "--cache-type-v {}: V cache quantization requires flash attention (-fa on or auto)",
+            v.name().to_lowercase()
+        );
+    }
+    Ok((k, v))
+}
+
+impl CacheArgs {
+    /// The (K, V) types of these flags ([`cache_types`]).
+    pub fn types(
+        &self,
+        flash_attn: bool,
+    ) -> Result<(tessera_tensor::DType, tessera_tensor::DType)> {
+        cache_types(&self.cache_type_k, &self.cache_type_v, flash_attn)
+    }
+}
+
+/// The KV cache's size as llama.cpp's log line gives it: `n_ctx` cells of every layer, K and V
+/// of their types (`size = … MiB (… cells, … layers), K (q8_0): … MiB, V (q8_0): … MiB`).
+pub fn kv_cache_line(
+    model: &Model,
+    n_ctx: usize,
+    (k, v): (tessera_tensor::DType, tessera_tensor::DType),
+) -> String {
+    let hp = &model.hparams;
+    let bytes = |t: tessera_tensor::DType, width: usize| {
+        t.row_size(width as u64).unwrap_or(0) as usize * n_ctx
+    };
+    let kb: usize = (0..hp.n_layer).map(|il| bytes(k, hp.n_embd_k_gqa(il))).sum();
+    let vb: usize = (0..hp.n_layer).map(|il| bytes(v, hp.n_embd_v_gqa(il))).sum();
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    format!(
+        "KV cache: size = {:.2} MiB ({n_ctx} cells, {} layers), K ({}): {:.2} MiB, V ({}): {:.2} MiB",
+        mib(kb + vb),
+        hp.n_layer,
+        k.name(),
+        mib(kb),
+        v.name(),
+        mib(vb)
+    )
+}

@@ -76,6 +76,9 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-cram", "--cache-ram"),
     ("-rea", "--reasoning"),
     ("-to", "--timeout"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-jf", "--json-schema-file"),
 ];
 
 /// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`), and

@@ -50,6 +50,9 @@ pub struct PerplexityArgs {
     /// Device placement (`-ngl`, `--device`, `-ts`, `-ot`).
     #[command(flatten)]
     offload: common::OffloadArgs,
+    /// The KV cache's types (`-ctk`, `-ctv`).
+    #[command(flatten)]
+    cache: common::CacheArgs,
 }
 
 /// `-log softmax(logits)[target]` in f64.
@@ -65,11 +68,15 @@ fn chunk_context<'m>(
     n_ctx: usize,
     a: &PerplexityArgs,
 ) -> Result<LlamaContext<'m>> {
+    let flash_attn = a.flash_attn != "off";
+    let (type_k, type_v) = a.cache.types(flash_attn)?;
     let params = ContextParams {
         n_ctx,
         n_ubatch: n_ctx,
         n_threads: common::threads(a.threads),
-        flash_attn: a.flash_attn != "off",
+        flash_attn,
+        type_k,
+        type_v,
         ..Default::default()
     };
     LlamaContext::new(model, params).map_err(common::explain)

@@ -49,6 +49,9 @@ pub struct RunArgs {
     /// A grammar or JSON schema the output must follow.
     #[command(flatten)]
     grammar: GrammarArgs,
+    /// The KV cache's types (`-ctk`, `-ctv`).
+    #[command(flatten)]
+    cache: common::CacheArgs,
     /// Never end at an end-of-generation token (they are never sampled).
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
@@ -208,10 +211,14 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             common::matmul_paths(&model, level, 512)
         );
     }
+    let flash_attn = a.flash_attn != "off";
+    let (type_k, type_v) = a.cache.types(flash_attn)?;
     let params = ContextParams {
         n_ctx: a.ctx_size,
         n_threads: threads,
-        flash_attn: a.flash_attn != "off",
+        flash_attn,
+        type_k,
+        type_v,
         ..Default::default()
     };
     let ctx = LlamaContext::new(&model, params).map_err(common::explain)?;
@@ -219,6 +226,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let n_train = model.hparams.n_ctx_train;
     if a.verbose {
         eprintln!("context: {n_ctx} cells (the model was trained on {n_train})");
+        eprintln!("{}", common::kv_cache_line(&model, n_ctx, (type_k, type_v)));
     }
     if n_ctx > n_train && !a.log_disable {
         eprintln!(

@@ -117,6 +117,9 @@ pub struct ServeArgs {
     /// Device placement (`-ngl`, `--device`, `-ts`, `-ot`).
     #[command(flatten)]
     offload: common::OffloadArgs,
+    /// The KV cache's types (`-ctk`, `-ctv`).
+    #[command(flatten)]
+    cache: common::CacheArgs,
 }
 
 /// The API keys: --api-key (else $LLAMA_API_KEY) and the lines of --api-key-file, joined by
@@ -183,6 +186,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         n_parallel: a.parallel,
         n_threads: common::threads(a.threads),
         flash_attn: a.flash_attn != "off",
+        cache_types: a.cache.types(a.flash_attn != "off")?,
         queue: a.queue,
         n_batch: a.batch_size,
         api_key,

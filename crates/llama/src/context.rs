@@ -25,9 +25,9 @@ pub struct ContextParams {
     pub n_threads: usize,
     /// Flash attention (llama.cpp's CPU default) or the MUL_MAT + SOFT_MAX path.
     pub flash_attn: bool,
-    /// K cache type (F16 by default; Q8_0 also works).
+    /// K cache type (F16 by default; any type llama.cpp's `-ctk` takes).
     pub type_k: DType,
-    /// V cache type (a quantized V needs flash attention, which is then forced on).
+    /// V cache type (a quantized V needs flash attention: without it, an error).
     pub type_v: DType,
     /// Reuse the previous micro-batch's graph, schedule and memory when the next has the same
     /// shape (llama.cpp's graph reuse; `TESSERA_GRAPH_REUSE_DISABLE=1` turns it off, as
@@ -110,8 +110,15 @@ impl<'m> LlamaContext<'m> {
         }
         params.n_ctx = params.n_ctx.max(1).next_multiple_of(256);
         params.n_ubatch = params.n_ubatch.clamp(1, params.n_ctx);
-        if params.type_v.block_size() > 1 {
-            params.flash_attn = true;
+        if params.type_v.block_size() > 1 && !params.flash_attn {
+            // As llama.cpp refuses it (the MUL_MAT path reads V transposed, by element).
+            return Err(LlamaError::Setting {
+                flag: "type_v".into(),
+                reason: format!(
+                    "{}: V cache quantization requires flash attention",
+                    params.type_v.name()
+                ),
+            });
         }
         let v_widths: Vec<usize> = (0..hp.n_layer).map(|il| hp.n_embd_v_gqa(il)).collect();
         if !params.flash_attn && v_widths.iter().any(|&w| w != v_widths[0]) {

@@ -58,6 +58,7 @@ pub use kv_cache::{Cell, KvCache, KvInputs, SeqState, MAX_SEQ};
 pub use kv_override::{KvOverride, OverrideValue};
 pub use model::{LoadParams, Model};
 pub use placement::{LayerPlan, Offload, TensorOverride};
+pub use tessera_tensor::DType;
 pub use tessera_vocab::Vocab;
 pub use text_stream::{shown_end, Chunk, StreamEnd, TextStream};
 pub use weights::Weights;

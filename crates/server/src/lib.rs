@@ -81,6 +81,8 @@ pub struct ServerConfig {
     pub n_threads: usize,
     /// Flash attention.
     pub flash_attn: bool,
+    /// The KV cache's (K, V) types (`-ctk`, `-ctv`; a quantized V needs flash attention).
+    pub cache_types: (tessera_llama::DType, tessera_llama::DType),
     /// Requests that may wait for a slot.
     pub queue: usize,
     /// Most tokens decoded per step (`-b`): prompt chunks fill what generating slots leave.
@@ -254,6 +256,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             n_parallel: cfg.n_parallel,
             n_threads: cfg.n_threads,
             flash_attn: cfg.flash_attn,
+            cache_types: cfg.cache_types,
             n_batch: cfg.n_batch,
             queue: cfg.queue,
             deterministic: cfg.deterministic,

@@ -43,6 +43,8 @@ pub struct EngineConfig {
     pub n_threads: usize,
     /// Flash attention.
     pub flash_attn: bool,
+    /// The KV cache's (K, V) types.
+    pub cache_types: (tessera_llama::DType, tessera_llama::DType),
     /// Most tokens per decode step (prompt chunks fill what generating slots leave).
     pub n_batch: usize,
     /// Requests waiting for a slot before new ones get 503.
@@ -104,6 +106,8 @@ impl Engine {
                     n_ctx: cfg.n_ctx,
                     n_threads: cfg.n_threads,
                     flash_attn: cfg.flash_attn,
+                    type_k: cfg.cache_types.0,
+                    type_v: cfg.cache_types.1,
                     n_ubatch: cfg.n_batch.min(512),
                     batch_invariant: cfg.deterministic,
                     embeddings: cfg.embeddings.is_some(),
