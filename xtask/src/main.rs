@@ -218,7 +218,10 @@ fn avx2_model_tests() -> Result<()> {
     }
     eprintln!("==> the model tests again at TESSERA_SIMD=avx2");
     std::env::set_var("TESSERA_SIMD", "avx2");
-    let tests = ["--test", "refs", "--test", "synth", "--test", "moe", "--test", "families"];
+    let tests = [
+        "--test", "refs", "--test", "synth", "--test", "moe", "--test", "families", "--test",
+        "kv_types",
+    ];
     let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat());
     std::env::remove_var("TESSERA_SIMD");
     r

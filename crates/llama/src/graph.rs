@@ -215,18 +215,30 @@ impl Builder<'_> {
         let cache = self.cache[il];
         let mask =
             if hp.is_swa(il) { self.kv.mask_swa.unwrap_or(self.kv.mask) } else { self.kv.mask };
+        // A quantized cache holds K and V rotated (llama.cpp's attention rotation): Q and K by
+        // the Walsh-Hadamard matrix of the largest power of two dividing the head size, V by
+        // that of 64 and the output rotated back, so outliers spread before quantization.
+        let kt = self.ctx.get(cache.k).dtype;
+        let vt = self.ctx.get(cache.v).dtype;
+        let (rot_k, rot_v) = rotations(hd_k, hd_v, kt, vt);
+        let (q, k, v) = match rot_k {
+            Some(n) => (self.rotate(q, n)?, self.rotate(k, n)?, v),
+            None => (q, k, v),
+        };
+        let v = match rot_v {
+            Some(n) => self.rotate(v, n)?,
+            None => v,
+        };
 
         // Store K: rows of one token's heads.
         let k2 = self.ctx.reshape(k, &[ek, n_tok])?;
         let k_all = self.ctx.set_rows(cache.k, k2, self.kv.k_idxs)?;
-        let kt = self.ctx.get(cache.k).dtype;
         let krow = kt.type_size() * ek / kt.block_size();
         let khead = kt.type_size() * hd_k / kt.block_size();
         let k_view = self.ctx.view(k_all, &[hd_k, n_head_kv, n_kv], &[khead, krow], 0)?;
         let k_view = self.ctx.permute(k_view, [0, 2, 1, 3])?;
         let q = self.ctx.permute(q, [0, 2, 1, 3])?;
 
-        let vt = self.ctx.get(cache.v).dtype;
         let out = if self.flash_attn {
             let v2 = self.ctx.reshape(v, &[ev, n_tok])?;
             let v_all = self.ctx.set_rows(cache.v, v2, self.kv.v_idxs)?;
@@ -247,7 +259,11 @@ impl Builder<'_> {
                 self.ctx.add_sinks(o, s)?;
             }
             let o = self.name(o, "fattn", il);
-            self.ctx.reshape(o, &[hd_v * n_head, n_tok])?
+            let o = self.ctx.reshape(o, &[hd_v * n_head, n_tok])?;
+            match rot_v {
+                Some(n) => self.rotate(o, n)?,
+                None => o,
+            }
         } else {
             // V transposed: element (channel c, cell j) at c * kv_size + j.
             let v_flat = self.ctx.reshape(cache.v, &[1, ev * kv_size])?;
@@ -279,6 +295,20 @@ impl Builder<'_> {
             self.ctx.cont(kqv, Some(&[hd_v * n_head, n_tok]))?
         };
         Ok(self.name(out, "kqv_out", il))
+    }
+
+    /// `x` with every run of `n` values along its rows times the orthonormal Walsh-Hadamard
+    /// matrix (llama.cpp's `llama_mul_mat_hadamard`), in `x`'s shape.
+    fn rotate(&mut self, x: TensorId, n: usize) -> Result<TensorId> {
+        let t = self.ctx.get(x);
+        let (ne, count) = (t.ne, t.n_elements());
+        let flat = if t.is_contiguous() {
+            self.ctx.reshape(x, &[n, count / n])?
+        } else {
+            self.ctx.cont(x, Some(&[n, count / n]))?
+        };
+        let r = self.ctx.hadamard(flat)?;
+        Ok(self.ctx.reshape(r, &ne)?)
     }
 
     /// The default KQ scale, `1 / sqrt(head_dim)`.
@@ -313,4 +343,24 @@ impl Builder<'_> {
     pub fn cache_type_k(&self) -> DType {
         self.ctx.get(self.cache[0].k).dtype
     }
+}
+
+/// The attention rotations of a cache of K type `kt` and V type `vt` (llama.cpp's `attn_rot_k`,
+/// `attn_rot_v`): K's (and Q's) size is the largest power of two dividing the K head size, V's
+/// is 64, each where its cache type is quantized and its head size a multiple of 64.
+/// `TESSERA_ATTN_ROT_DISABLE=1` turns them off, as `LLAMA_ATTN_ROT_DISABLE` does llama.cpp's.
+fn rotations(hd_k: usize, hd_v: usize, kt: DType, vt: DType) -> (Option<usize>, Option<usize>) {
+    if std::env::var("TESSERA_ATTN_ROT_DISABLE").is_ok_and(|v| v.parse::<i64>().unwrap_or(0) != 0) {
+        return (None, None);
+    }
+    let quantized = |t: DType| t.block_size() > 1;
+    let k = (quantized(kt) && hd_k % 64 == 0).then(|| {
+        let mut n = 64;
+        while hd_k % (n * 2) == 0 {
+            n *= 2;
+        }
+        n
+    });
+    let v = (quantized(vt) && hd_v % 64 == 0).then_some(64);
+    (k, v)
 }

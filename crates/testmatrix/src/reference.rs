@@ -62,6 +62,19 @@ fn eval_node(ctx: &Context, id: TensorId, img: &mut Image) {
         Op::Scale { scale, bias } => {
             a.v.iter().map(|&x| x * f64::from(scale) + f64::from(bias)).collect()
         }
+        Op::Hadamard => rows_map(&a, |r, o| {
+            // H[i][j] = (−1)^popcount(i & j) / sqrt(n).
+            let n = r.len();
+            let s = 1.0 / (n as f64).sqrt();
+            o.extend((0..n).map(|i| {
+                let dot: f64 = r
+                    .iter()
+                    .enumerate()
+                    .map(|(j, x)| if (i & j).count_ones() % 2 == 0 { *x } else { -*x })
+                    .sum();
+                dot * s
+            }));
+        }),
         Op::RmsNorm { eps } => rows_map(&a, |r, o| {
             let ms = r.iter().map(|x| x * x).sum::<f64>() / r.len() as f64;
             let s = 1.0 / (ms + f64::from(eps)).sqrt();

@@ -134,7 +134,7 @@ struct Tile {
 /// `x` must hold `n` readable f32 values (no alignment needed), `y` must have room for the
 /// converted row (`n` a multiple of the type's block size), and the CPU must have the
 /// kernel's instruction set.
-type FromF32 = unsafe fn(*const f32, *mut u8, usize);
+pub(crate) type FromF32 = unsafe fn(*const f32, *mut u8, usize);
 
 /// Tile edge of the inner blocking (ggml's `blck_0`/`blck_1`).
 const TILE: usize = 16;
@@ -423,6 +423,14 @@ pub(crate) fn dot_f32(n: usize, x: *const f32, y: *const f32, simd: SimdLevel) -
     };
     // SAFETY: the caller passes n readable f32 at each pointer; the level runs on this CPU.
     unsafe { dot(n, x.cast(), y.cast()) }
+}
+
+/// ggml's CPU `from_float` for `dtype` where it differs from the reference quantizer: Q8_0
+/// at AVX2 and above (x86's `quantize_row_q8_0`: multiplier `127/amax`, round-half-even).
+/// SET_ROWS into a Q8_0 KV cache must write these bytes to give llama.cpp's cache; the other
+/// cache types' CPU `from_float` is their reference quantizer.
+pub(crate) fn cpu_from_float(dtype: DType, simd: SimdLevel) -> Option<FromF32> {
+    (dtype == DType::Q8_0).then(|| convert::from_f32(dtype, effective(simd)))
 }
 
 /// A row dot product for another kernel's use (flash attention's K·Q): the activation type

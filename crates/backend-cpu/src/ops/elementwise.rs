@@ -188,6 +188,37 @@ pub(crate) fn scale(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, s: f32, b
     });
 }
 
+/// Each row times the orthonormal Walsh-Hadamard matrix (`ggml_compute_forward_fwht`, what
+/// ggml's CPU runs for a MUL_MAT hinted `GGML_HINT_SRC0_IS_HADAMARD`): the row times
+/// `1/sqrt(n)`, then butterflies `(u, v) → (u + v, u − v)` of span 1, 2, 4, … in that order
+/// (ggml's SIMD passes compute `u − v` as `fma(v, −1, u)`, the same value).
+pub(crate) fn hadamard(p: &ComputeParams, dst: &TensorRef, a: &TensorRef) {
+    let n = dst.ne[0];
+    let scale = 1.0f32 / (n as f32).sqrt();
+    with_rows([n, 0, 0, 0], |[x, _, _, _]| {
+        for_rows(p, dst, |d, (i1, i2, i3)| {
+            // SAFETY: a row of a (same shape as dst).
+            unsafe { load(a.row_ptr(i1, i2, i3), a.dtype, a.nb[0], x) };
+            for v in x.iter_mut() {
+                *v *= scale;
+            }
+            let mut len = 1;
+            while len < n {
+                for i in (0..n).step_by(2 * len) {
+                    for j in i..i + len {
+                        let (u, v) = (x[j], x[j + len]);
+                        x[j] = u + v;
+                        x[j + len] = u - v;
+                    }
+                }
+                len <<= 1;
+            }
+            // SAFETY: this thread's dst row.
+            unsafe { store(d, dst.dtype, dst.nb[0], x) };
+        });
+    });
+}
+
 /// Each element clamped to `[min, max]` (`ggml_compute_forward_clamp_f32`: `max(min(x, max),
 /// min)`, so a NaN becomes `max`).
 pub(crate) fn clamp(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, min: f32, max: f32) {

@@ -71,6 +71,7 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
             elementwise::binary(p, node.op, dst, node.s(0), node.s(1))
         }
         Op::Scale { scale, bias } => elementwise::scale(p, dst, node.s(0), scale, bias),
+        Op::Hadamard => elementwise::hadamard(p, dst, node.s(0)),
         Op::Unary(u) => elementwise::unary(p, u, dst, node.s(0)),
         Op::Glu { op, swapped } => elementwise::glu(p, op, swapped, dst, node.s(0), node.src[1]),
         Op::RmsNorm { eps } => norm::rms_norm(p, dst, node.s(0), eps),
@@ -142,6 +143,9 @@ pub(crate) fn supports(node: &Node) -> bool {
         }
         Op::Add | Op::Sub | Op::Mul | Op::Div => {
             is_float(dst.dtype) && is_float(node.s(0).dtype) && is_float(node.s(1).dtype)
+        }
+        Op::Hadamard => {
+            matches!(node.s(0).dtype, F32 | F16) && dst.dtype == F32 && node.s(0).ne[0] >= 2
         }
         Op::Scale { .. } | Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows => {
             node.s(0).dtype == F32 && dst.dtype == F32

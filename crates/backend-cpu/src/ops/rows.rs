@@ -47,6 +47,8 @@ pub(crate) fn get_rows(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, idx: &
 /// `dst[:, idx[i1, i2, i3], i2, i3] = b[:, i1, i2, i3]`, converted to dst's type (the index
 /// tensor broadcast over dims 2 and 3), `ggml_compute_forward_set_rows`.
 pub(crate) fn set_rows(p: &ComputeParams, dst: &TensorRef, b: &TensorRef, idx: &TensorRef) {
+    // ggml quantizes with the CPU's `from_float` (its SIMD Q8_0 rounding), not the reference.
+    let quantize = crate::matmul::cpu_from_float(dst.dtype, p.simd);
     with_rows([b.ne[0], 0, 0, 0], |[x, _, _, _]| {
         for r in p.split(b.n_rows()) {
             let (i1, i2, i3, src) = row_at(b, r);
@@ -63,7 +65,12 @@ pub(crate) fn set_rows(p: &ComputeParams, dst: &TensorRef, b: &TensorRef, idx: &
             // SAFETY: b's row r; the dst row is in range (checked) with i2, i3 within dst.
             unsafe {
                 load_row(src, b.dtype, b.nb[0], x);
-                store_row(dst.row_ptr(row as usize, i2, i3), dst.dtype, dst.nb[0], x);
+                let out = dst.row_ptr(row as usize, i2, i3);
+                match quantize {
+                    // A packed Q8_0 row of b.ne[0] values (supports: packed rows).
+                    Some(q) => q(x.as_ptr(), out, x.len()),
+                    None => store_row(out, dst.dtype, dst.nb[0], x),
+                }
             }
         }
     });

@@ -100,6 +100,12 @@ pub enum Op {
     Mul,
     /// `src0 / src1`, `src1` broadcast.
     Div,
+    /// Each row (of `ne[0]`, a power of two) times the orthonormal Walsh-Hadamard matrix of
+    /// its size, as ggml's CPU computes a MUL_MAT hinted `GGML_HINT_SRC0_IS_HADAMARD` (the fast
+    /// Walsh-Hadamard transform: the row scaled by `1/sqrt(n)` first, then `u + v`, `u − v`
+    /// butterflies of doubling span). llama.cpp rotates Q, K and V with it where the KV cache
+    /// is quantized. F32 result.
+    Hadamard,
     /// `src0 * scale + bias`.
     Scale {
         /// Multiplier.
@@ -214,6 +220,7 @@ impl Op {
             Op::Mul => "MUL",
             Op::Div => "DIV",
             Op::Scale { .. } => "SCALE",
+            Op::Hadamard => "HADAMARD",
             Op::RmsNorm { .. } => "RMS_NORM",
             Op::Norm { .. } => "NORM",
             Op::MulMat => "MUL_MAT",

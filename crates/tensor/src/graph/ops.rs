@@ -91,6 +91,26 @@ impl Context {
         self.unary_like(Op::Scale { scale, bias }, a, &[DType::F32])
     }
 
+    /// Each row of `a` (F32 or F16, contiguous, rows of a power of two ≥ 2 values) times the
+    /// orthonormal Walsh-Hadamard matrix ([`Op::Hadamard`]); F32, `a`'s shape.
+    pub fn hadamard(&mut self, a: TensorId) -> Result<TensorId> {
+        self.expect_type("HADAMARD", a, &[DType::F32, DType::F16], "src0")?;
+        let t = self.get(a);
+        let n = t.ne[0];
+        if n < 2 || !n.is_power_of_two() || !t.is_contiguous() {
+            return Err(shape_err(
+                "HADAMARD",
+                format!(
+                    "rows of a power of two (>= 2) contiguous values, got {:?}{}",
+                    t.ne,
+                    if t.is_contiguous() { "" } else { " (not contiguous)" }
+                ),
+            ));
+        }
+        let ne = t.ne;
+        Ok(self.new_op(Op::Hadamard, DType::F32, ne, &[a]))
+    }
+
     /// Each value clamped to `[min, max]` (`ggml_clamp`).
     pub fn clamp(&mut self, a: TensorId, min: f32, max: f32) -> Result<TensorId> {
         self.unary_like(Op::Clamp { min, max }, a, &[DType::F32])

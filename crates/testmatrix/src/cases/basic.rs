@@ -147,6 +147,32 @@ impl CaseSpec for Scale {
     }
 }
 
+/// HADAMARD (llama.cpp's rotation of Q, K and V for a quantized KV cache): rows of `ne[0]`
+/// values (a power of two) times the orthonormal Walsh-Hadamard matrix.
+#[derive(Debug, Clone)]
+pub struct Hadamard {
+    /// Shape.
+    pub ne: [usize; 4],
+    /// Input type (F32 or F16).
+    pub dtype: DType,
+}
+
+impl CaseSpec for Hadamard {
+    fn op(&self) -> &'static str {
+        "HADAMARD"
+    }
+    fn dtype(&self) -> String {
+        self.dtype.name().into()
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let a = b.leaf(self.dtype, &self.ne, UNIT)?;
+        b.ctx.hadamard(a)
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::DEFAULT)
+    }
+}
+
 /// RMS_NORM (`rms: true`, inputs in [-10, 10]) or NORM (inputs in [-1, 1]); `view` normalizes
 /// the first half of each dimension of a larger tensor.
 #[derive(Debug, Clone)]

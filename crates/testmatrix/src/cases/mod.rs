@@ -10,7 +10,8 @@ mod linalg;
 mod moe;
 
 pub use basic::{
-    Argmax, BinOp, Binary, Concat, GetRows, Glu, GluForm, Norm, NormMul, Scale, SumRows, Unary,
+    Argmax, BinOp, Binary, Concat, GetRows, Glu, GluForm, Hadamard, Norm, NormMul, Scale, SumRows,
+    Unary,
 };
 pub use copy::{Copy, CopyOp, SetRows};
 pub use linalg::{FlashAttn, MulMat, Rope, SoftMax};
@@ -82,6 +83,11 @@ fn binary(v: &mut Vec<Case>) {
 fn norms(v: &mut Vec<Case>) {
     v.push(Case::new(Scale { ne: [10, 10, 10, 10], scale: 2.0, bias: 0.0 }));
     v.push(Case::new(Scale { ne: [100, 7, 3, 1], scale: 0.25, bias: 1.5 }));
+    for (ne, dtype) in
+        [([64, 9, 2, 1], F32), ([256, 5, 1, 1], F32), ([128, 3, 2, 2], F16), ([2, 4, 1, 1], F32)]
+    {
+        v.push(Case::new(Hadamard { ne, dtype }));
+    }
     for rms in [true, false] {
         for (ne, eps, view) in [
             ([64, 5, 4, 3], 1e-6, false),
