@@ -1,0 +1,138 @@
+//! The real models with a quantized KV cache against llama.cpp's
+//! (tests/fixtures/kv_types/LEVEL.json, made by crates/llama/tools/llama_cpp_kv_types.py with
+//! llama.cpp b11312 built with the level's explicit flags): K/V q8_0/q8_0, q4_0/q4_0 and
+//! f16/q8_0, flash attention, weights repacked as llama.cpp's default. At every position of a
+//! text evaluated as one batch, llama.cpp's top-5 log-probabilities must be met within `TOL`
+//! (its top token must be ours where its lead is over `LEAD`), and a greedy continuation
+//! decoded token by token (reading the quantized cache back) must give llama.cpp's tokens up to
+//! its first step with a lead under `LEAD`.
+//!
+//! A quantized cache turns the smallest float difference into another quantization level, and
+//! these models are that sensitive (llama.cpp's own q8_0 and f16 caches differ by up to 0.5 in
+//! log-probability), so each SIMD level is checked against the build of that level, where
+//! Tessera gives llama.cpp's logits bit for bit (the differences printed are the float64
+//! log-softmax's rounding); `TOL` only leaves room for that printout. At the scalar level there
+//! is no reference, and the test says so.
+
+use serde_json::Value;
+use tessera_llama::{Batch, ContextParams, DType, LlamaContext, LoadParams, Model};
+
+/// Largest difference allowed between a log-probability here and llama.cpp's.
+const TOL: f64 = 1e-6;
+/// A top token (or greedy step) is compared only where llama.cpp's lead over the second is
+/// at least this (below, another build of llama.cpp may pick either).
+const LEAD: f64 = 0.05;
+
+fn log_softmax(l: &[f32]) -> Vec<f64> {
+    let m = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let s: f64 = l.iter().map(|&x| (x as f64 - m).exp()).sum();
+    l.iter().map(|&x| x as f64 - m - s.ln()).collect()
+}
+
+fn dtype(name: &str) -> DType {
+    match name {
+        "f16" => DType::F16,
+        "q8_0" => DType::Q8_0,
+        "q4_0" => DType::Q4_0,
+        other => panic!("cache type {other}"),
+    }
+}
+
+fn check(model_id: tessera_models::Model, cases: &[Value]) -> Vec<String> {
+    let path = tessera_models::ensure(&model_id).expect("fetching the model");
+    let model = Model::load_with(&path, &LoadParams::new(tessera_backend_cpu::CpuDevice::shared()))
+        .expect("loading");
+    let file = path.file_name().unwrap().to_str().unwrap();
+    let mut failures = Vec::new();
+    for case in cases.iter().filter(|c| c["model"] == file) {
+        let (k, v) = (case["type_k"].as_str().unwrap(), case["type_v"].as_str().unwrap());
+        let what = format!("{file} {k}/{v}");
+        let params = ContextParams {
+            n_ctx: 512,
+            n_threads: 2,
+            flash_attn: true,
+            type_k: dtype(k),
+            type_v: dtype(v),
+            ..Default::default()
+        };
+        let mut ctx = LlamaContext::new(&model, params).expect("context");
+        let tokens: Vec<u32> =
+            case["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        let mut batch = Batch::new();
+        for (i, &t) in tokens.iter().enumerate() {
+            batch.add(t, i as i32, 0, true);
+        }
+        ctx.decode(&batch).expect("decode");
+        let (mut worst, mut worst_at) = (0f64, 0);
+        for (i, want) in case["top"].as_array().unwrap().iter().enumerate() {
+            let lp = log_softmax(ctx.logits_ith(i).expect("logits"));
+            let want: Vec<(usize, f64)> = want
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p[0].as_u64().unwrap() as usize, p[1].as_f64().unwrap()))
+                .collect();
+            for &(t, l) in &want {
+                let d = (lp[t] - l).abs();
+                if d > worst {
+                    (worst, worst_at) = (d, i);
+                }
+            }
+            let ours = (0..lp.len()).max_by(|&a, &b| lp[a].total_cmp(&lp[b])).unwrap();
+            if want[0].1 - want[1].1 >= LEAD && ours != want[0].0 {
+                failures.push(format!(
+                    "{what}: position {i}: top token {ours}, llama.cpp {}",
+                    want[0].0
+                ));
+            }
+        }
+        eprintln!("{what}: largest log-probability difference {worst:.2e} (position {worst_at})");
+        if worst > TOL {
+            failures
+                .push(format!("{what}: log-probability off by {worst:.3e} at position {worst_at}"));
+        }
+        // Greedy decoding, token by token, reading the quantized cache back.
+        let greedy: Vec<u32> =
+            case["greedy"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        let margins: Vec<f64> =
+            case["margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
+        let mut logits = ctx.logits_ith(tokens.len() - 1).unwrap().to_vec();
+        for (step, (&want, &margin)) in greedy.iter().zip(&margins).enumerate() {
+            let ours = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap();
+            if margin < LEAD {
+                break;
+            }
+            if ours as u32 != want {
+                failures.push(format!("{what}: greedy step {step}: {ours}, llama.cpp {want}"));
+                break;
+            }
+            ctx.decode(&Batch::from_tokens(&[want], (tokens.len() + step) as i32, 0)).unwrap();
+            logits = ctx.logits_ith(0).unwrap().to_vec();
+        }
+    }
+    failures
+}
+
+#[test]
+fn quantized_caches_give_llama_cpps_log_probabilities() {
+    let level = tessera_backend_cpu::SimdLevel::from_env();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kv_types");
+    let path = dir.join(format!("{}.json", level.name()));
+    if !path.exists() {
+        eprintln!(
+            "no llama.cpp reference for the {} level ({}): nothing to compare",
+            level.name(),
+            path.display()
+        );
+        return;
+    }
+    let fx: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(fx["simd_level"], level.name(), "{}", path.display());
+    let cases = fx["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 9, "three models, three cache configurations");
+    let mut failures = Vec::new();
+    for id in [tessera_models::SMOLLM2, tessera_models::QWEN25_CODER, tessera_models::GEMMA3] {
+        failures.extend(check(id, cases));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
