@@ -120,6 +120,9 @@ pub struct ServeArgs {
     /// The KV cache's types (`-ctk`, `-ctv`).
     #[command(flatten)]
     cache: common::CacheArgs,
+    /// Sampling defaults for what a request does not give (llama-server's flags).
+    #[command(flatten)]
+    sampling: crate::sampling_args::SamplingArgs,
 }
 
 /// The API keys: --api-key (else $LLAMA_API_KEY) and the lines of --api-key-file, joined by
@@ -187,6 +190,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
         n_threads: common::threads(a.threads),
         flash_attn: a.flash_attn != "off",
         cache_types: a.cache.types(a.flash_attn != "off")?,
+        sampling: tessera_server::api::sampling::Sampling::from_params(
+            // Built once here so a bad combination (`--samplers infill`) fails at start.
+            &{
+                a.sampling.chain(&model.vocab)?;
+                a.sampling.params()?
+            },
+            a.sampling.order()?,
+            &a.sampling.bias(&model.vocab)?,
+        ),
         queue: a.queue,
         n_batch: a.batch_size,
         api_key,

@@ -81,6 +81,9 @@ pub struct ServerConfig {
     pub n_threads: usize,
     /// Flash attention.
     pub flash_attn: bool,
+    /// Sampling defaults for the fields a request does not give (llama-server's sampling
+    /// flags; `Sampling::default()` is llama-server's own defaults).
+    pub sampling: api::sampling::Sampling,
     /// The KV cache's (K, V) types (`-ctk`, `-ctv`; a quantized V needs flash attention).
     pub cache_types: (tessera_llama::DType, tessera_llama::DType),
     /// Requests that may wait for a slot.
@@ -284,6 +287,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         responses: Default::default(),
         reasoning_budget: i64::from(cfg.reasoning_budget),
         reasoning_budget_message: cfg.reasoning_budget_message.clone().unwrap_or_default(),
+        sampling: cfg.sampling.clone(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let listener =

@@ -321,7 +321,7 @@ fn stop_reason(finish: &str, stop_word: &Option<String>, calls: bool) -> &'stati
 
 async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
     let o = parse_body(&body)?;
-    let req = request::parse_chat(&to_openai(&o)?)?;
+    let req = request::parse_chat(&to_openai(&o)?, &st.sampling)?;
     let (rx, opened) = start(&st, &req)?;
     let shape = reply_shape(&st, &req, opened);
     let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());

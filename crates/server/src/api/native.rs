@@ -22,13 +22,15 @@ use std::sync::Arc;
 /// llama-server's `POST /completion`.
 pub async fn completion(State(st): St, body: Body) -> Result<Response, ApiError> {
     let o = parse_body(&body)?;
-    native(st, request::parse_native(&o)?).await
+    let req = request::parse_native(&o, &st.sampling)?;
+    native(st, req).await
 }
 
 /// llama-server's `POST /infill`.
 pub async fn infill(State(st): St, body: Body) -> Result<Response, ApiError> {
     let o = parse_body(&body)?;
-    native(st, request::parse_infill(&o)?).await
+    let req = request::parse_infill(&o, &st.sampling)?;
+    native(st, req).await
 }
 
 /// llama-server's `stop_type`: `eos`, `word` (a stop string) or `limit`.
@@ -192,7 +194,7 @@ pub(crate) async fn slots(State(st): St) -> Json<Value> {
 /// llama-server's `POST /apply-template`: the prompt the chat template makes of `messages`.
 pub(crate) async fn apply_template(State(st): St, body: Body) -> Result<Json<Value>, ApiError> {
     let o = parse_body(&body)?;
-    let req = request::parse_chat(&o)?;
+    let req = request::parse_chat(&o, &st.sampling)?;
     let request::Prompt::Chat(msgs) = &req.prompt else {
         return Err(ApiError::field("messages", "is required"));
     };

@@ -21,14 +21,14 @@ use std::sync::Arc;
 /// `POST /v1/chat/completions`.
 pub async fn chat(State(st): St, body: Body) -> Result<Response, ApiError> {
     let o = parse_body(&body)?;
-    let req = request::parse_chat(&o)?;
+    let req = request::parse_chat(&o, &st.sampling)?;
     openai(st, vec![req], true).await
 }
 
 /// `POST /v1/completions`.
 pub async fn completions(State(st): St, body: Body) -> Result<Response, ApiError> {
     let o = parse_body(&body)?;
-    let reqs = request::parse_completion(&o)?;
+    let reqs = request::parse_completion(&o, &st.sampling)?;
     let cap = st.engine.queue_capacity;
     if reqs.len() > cap {
         return Err(ApiError::field(

@@ -131,7 +131,12 @@ fn constraint(o: &Map<String, Value>) -> Result<Option<(Constraint, &'static str
 }
 
 /// The fields both endpoints share.
-fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenRequest, ApiError> {
+fn common(
+    o: &Map<String, Value>,
+    prompt: Prompt,
+    chat: bool,
+    defaults: &Sampling,
+) -> Result<GenRequest, ApiError> {
     if !chat && o.get("tools").is_some_and(|v| !v.is_null()) {
         return Err(ApiError::field("tools", "tool calls need /v1/chat/completions"));
     }
@@ -158,7 +163,7 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
     let max_b = opt_int(o, "max_completion_tokens", 1, 1 << 30)?;
     let max_c = opt_int(o, "n_predict", -1, 1 << 30)?.filter(|&n| n > 0);
     let max_tokens = max_b.or(max_a).or(max_c).map(|n| n as usize);
-    let sampling = crate::api::sampling::parse(o)?;
+    let sampling = crate::api::sampling::parse(o, defaults)?;
     let cache_prompt = opt_bool(o, "cache_prompt")?.unwrap_or(true);
     crate::api::fields::other_fields(o, chat)?;
     let stop = match o.get("stop") {
@@ -231,8 +236,8 @@ fn common(o: &Map<String, Value>, prompt: Prompt, chat: bool) -> Result<GenReque
 /// Roles a chat message may have (`developer` is OpenAI's newer name for `system`).
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
-/// `POST /v1/chat/completions`.
-pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+/// `POST /v1/chat/completions`; sampling fields absent from the request take `defaults`.
+pub fn parse_chat(o: &Map<String, Value>, defaults: &Sampling) -> Result<GenRequest, ApiError> {
     fields::check(o, fields::CHAT, true)?;
     let msgs = match o.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
@@ -306,7 +311,7 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
         }
         out.push(msg);
     }
-    let mut req = common(o, Prompt::Chat(out), true)?;
+    let mut req = common(o, Prompt::Chat(out), true, defaults)?;
     req.tools = crate::chat::tools::parse(o)?;
     match o.get("chat_template_kwargs") {
         None | Some(Value::Null) => {}
@@ -335,15 +340,18 @@ pub fn parse_chat(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
 
 /// `POST /v1/completions`: one request per prompt (`prompt` may be a string, token ids,
 /// llama-server's mix of both, or a list of any of these).
-pub fn parse_completion(o: &Map<String, Value>) -> Result<Vec<GenRequest>, ApiError> {
+pub fn parse_completion(
+    o: &Map<String, Value>,
+    defaults: &Sampling,
+) -> Result<Vec<GenRequest>, ApiError> {
     fields::check(o, fields::COMPLETION, true)?;
     let prompts = crate::chat::prompt::parse_prompts(o.get("prompt"))?;
-    let first = common(o, Prompt::Text(String::new()), false)?;
+    let first = common(o, Prompt::Text(String::new()), false, defaults)?;
     Ok(prompts.into_iter().map(|prompt| GenRequest { prompt, ..first.clone() }).collect())
 }
 
 /// llama-server's `POST /completion`: one prompt (string, token ids or their mix).
-pub fn parse_native(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+pub fn parse_native(o: &Map<String, Value>, defaults: &Sampling) -> Result<GenRequest, ApiError> {
     fields::check(o, fields::COMPLETION, true)?;
     let mut prompts = crate::chat::prompt::parse_prompts(o.get("prompt"))?;
     if prompts.len() != 1 {
@@ -352,13 +360,13 @@ pub fn parse_native(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
             "one prompt per request on /completion (send several to /v1/completions)",
         ));
     }
-    common(o, prompts.remove(0), false)
+    common(o, prompts.remove(0), false, defaults)
 }
 
 /// llama-server's `POST /infill`: `input_prefix`, `input_suffix`, optional `input_extra`
 /// (`[{"filename", "text"}]`, other files of the project) and `prompt` (text already typed
 /// after the cursor's prefix).
-pub fn parse_infill(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
+pub fn parse_infill(o: &Map<String, Value>, defaults: &Sampling) -> Result<GenRequest, ApiError> {
     fields::check(o, fields::INFILL, true)?;
     let text = |k: &str| match o.get(k) {
         None | Some(Value::Null) => Ok(String::new()),
@@ -400,7 +408,7 @@ pub fn parse_infill(o: &Map<String, Value>) -> Result<GenRequest, ApiError> {
             ))
         }
     }
-    common(o, Prompt::Infill { prefix, suffix, extra, typed }, false)
+    common(o, Prompt::Infill { prefix, suffix, extra, typed }, false, defaults)
 }
 
 /// llama-server's `POST /tokenize` body: `content`, `add_special`, `with_pieces`.
@@ -450,13 +458,13 @@ mod tests {
             {"role": "assistant", "content": "hello", "reasoning_content": "greet back"},
             {"role": "user", "content": "again"},
         ]});
-        let req = parse_chat(body.as_object().unwrap()).unwrap();
+        let req = parse_chat(body.as_object().unwrap(), &Sampling::default()).unwrap();
         let Prompt::Chat(msgs) = &req.prompt else { panic!("a chat") };
         assert_eq!(msgs[1].template_value()["reasoning_content"], "greet back");
         assert!(msgs[0].template_value().get("reasoning_content").is_none());
         let bad =
             json!({"messages": [{"role": "assistant", "content": "", "reasoning_content": 1}]});
-        let e = parse_chat(bad.as_object().unwrap()).unwrap_err();
+        let e = parse_chat(bad.as_object().unwrap(), &Sampling::default()).unwrap_err();
         assert!(e.message.starts_with("messages[0].reasoning_content"), "{}", e.message);
     }
 }

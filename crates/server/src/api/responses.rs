@@ -322,7 +322,7 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
     let o = parse_body(&body)?;
     let ex = extras(&st, &o)?;
     let (chat, history) = to_chat(&o, &ex.previous)?;
-    let req = request::parse_chat(&chat)?;
+    let req = request::parse_chat(&chat, &st.sampling)?;
     let (rx, opened) = start(&st, &req)?;
     let shape = reply_shape(&st, &req, opened);
     let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());

@@ -91,9 +91,9 @@ impl Default for Sampling {
     }
 }
 
-/// Reads the sampling fields of request `o`.
-pub fn parse(o: &Map<String, Value>) -> Result<Sampling, ApiError> {
-    let d = Sampling::default();
+/// Reads the sampling fields of request `o`; those it does not give take `d` (the server's
+/// defaults: llama-server's, or `tessera serve`'s sampling flags).
+pub fn parse(o: &Map<String, Value>, d: &Sampling) -> Result<Sampling, ApiError> {
     let f32_of = |key: &str, min: f64, max: f64, dflt: f32| {
         opt_num(o, key, min, max).map(|v| v.map_or(dflt, |x| x as f32))
     };
@@ -103,34 +103,35 @@ pub fn parse(o: &Map<String, Value>) -> Result<Sampling, ApiError> {
         top_k: opt_int(o, "top_k", 0, 1 << 20)?.map_or(d.top_k, |x| x as usize),
         min_p: f32_of("min_p", 0.0, 1.0, d.min_p)?,
         typical_p: f32_of("typical_p", 0.0, 1.0, d.typical_p)?,
-        seed: seed(o)?,
-        presence_penalty: f32_of("presence_penalty", -2.0, 2.0, 0.0)?,
-        frequency_penalty: f32_of("frequency_penalty", -2.0, 2.0, 0.0)?,
-        repeat_penalty: f32_of("repeat_penalty", 0.0, 10.0, 1.0)?,
+        seed: seed(o)?.unwrap_or(d.seed),
+        presence_penalty: f32_of("presence_penalty", -2.0, 2.0, d.presence_penalty)?,
+        frequency_penalty: f32_of("frequency_penalty", -2.0, 2.0, d.frequency_penalty)?,
+        repeat_penalty: f32_of("repeat_penalty", 0.0, 10.0, d.repeat_penalty)?,
         repeat_last_n: opt_int(o, "repeat_last_n", -1, 1 << 30)?.unwrap_or(d.repeat_last_n),
-        order: order(o)?,
-        logit_bias: logit_bias(o)?,
-        more: more(o)?,
+        order: order(o)?.unwrap_or_else(|| d.order.clone()),
+        logit_bias: logit_bias(o)?.unwrap_or_else(|| d.logit_bias.clone()),
+        more: more(o, &d.more)?,
     };
     Ok(s)
 }
 
 /// llama-server's `seed`: `-1` or `LLAMA_DEFAULT_SEED` draw a random seed; 0 to 2^32 − 2 are
 /// kept; anything else is refused (llama-server would wrap it).
-fn seed(o: &Map<String, Value>) -> Result<u32, ApiError> {
+fn seed(o: &Map<String, Value>) -> Result<Option<u32>, ApiError> {
     match opt_int(o, "seed", -1, i64::from(u32::MAX))
         .map_err(|e| ApiError::field("seed", format!("{} (-1 draws a random seed)", e.message)))?
     {
-        None | Some(-1) => Ok(DEFAULT_SEED),
-        Some(s) => Ok(s as u32),
+        None => Ok(None),
+        Some(-1) => Ok(Some(DEFAULT_SEED)),
+        Some(s) => Ok(Some(s as u32)),
     }
 }
 
 /// llama-server's `samplers`: an array of names (`["top_k", "temperature"]`) or a string of
 /// one-letter codes (`"kt"`).
-fn order(o: &Map<String, Value>) -> Result<Vec<Step>, ApiError> {
+fn order(o: &Map<String, Value>) -> Result<Option<Vec<Step>>, ApiError> {
     let order = match o.get("samplers") {
-        None | Some(Value::Null) => return Ok(DEFAULT_ORDER.to_vec()),
+        None | Some(Value::Null) => return Ok(None),
         Some(Value::String(s)) => {
             order_from_chars(s).map_err(|e| ApiError::field("samplers", e))?
         }
@@ -165,12 +166,12 @@ fn order(o: &Map<String, Value>) -> Result<Vec<Step>, ApiError> {
             format!("the '{}' sampler is not available in tessera serve yet", s.name()),
         ));
     }
-    Ok(order)
+    Ok(Some(order))
 }
 
 /// OpenAI's `{"15043": -100}` or llama-server's `[[15043, -1.5], ["Hello", false]]`; a key
 /// that is not a number is a text. Values are numbers, or `false` to ban.
-fn logit_bias(o: &Map<String, Value>) -> Result<Vec<BiasEntry>, ApiError> {
+fn logit_bias(o: &Map<String, Value>) -> Result<Option<Vec<BiasEntry>>, ApiError> {
     let value = |param: &str, v: &Value| -> Result<f32, ApiError> {
         match v {
             Value::Bool(false) => Ok(f32::NEG_INFINITY),
@@ -199,7 +200,7 @@ fn logit_bias(o: &Map<String, Value>) -> Result<Vec<BiasEntry>, ApiError> {
     };
     let mut out = Vec::new();
     match o.get("logit_bias") {
-        None | Some(Value::Null) => {}
+        None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(m)) => {
             for (k, v) in m {
                 let param = format!("logit_bias.{k}");
@@ -233,13 +234,12 @@ fn logit_bias(o: &Map<String, Value>) -> Result<Vec<BiasEntry>, ApiError> {
             ))
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// llama-server's fields for the rest of the chain: `min_keep`, `top_n_sigma`, `xtc_*`,
 /// `dynatemp_*`, `dry_*` and `mirostat*`.
-fn more(o: &Map<String, Value>) -> Result<SamplingParams, ApiError> {
-    let d = SamplingParams::default();
+fn more(o: &Map<String, Value>, d: &SamplingParams) -> Result<SamplingParams, ApiError> {
     let num = |key: &str, min: f64, max: f64, dflt: f32| {
         opt_num(o, key, min, max).map(|v| v.map_or(dflt, |x| x as f32))
     };
@@ -258,11 +258,11 @@ fn more(o: &Map<String, Value>) -> Result<SamplingParams, ApiError> {
             .map_or(d.dry_allowed_length, |n| n as i32),
         dry_penalty_last_n: opt_int(o, "dry_penalty_last_n", -1, i64::from(i32::MAX))?
             .map_or(d.dry_penalty_last_n, |n| n as i32),
-        dry_sequence_breakers: breakers(o)?.unwrap_or(d.dry_sequence_breakers),
-        mirostat: opt_int(o, "mirostat", 0, 2)?.map_or(0, |m| m as u8),
+        dry_sequence_breakers: breakers(o)?.unwrap_or_else(|| d.dry_sequence_breakers.clone()),
+        mirostat: opt_int(o, "mirostat", 0, 2)?.map_or(d.mirostat, |m| m as u8),
         mirostat_tau: num("mirostat_tau", -big, big, d.mirostat_tau)?,
         mirostat_eta: num("mirostat_eta", -big, big, d.mirostat_eta)?,
-        ..d
+        ..d.clone()
     })
 }
 
@@ -292,6 +292,33 @@ fn breakers(o: &Map<String, Value>) -> Result<Option<Vec<String>>, ApiError> {
 }
 
 impl Sampling {
+    /// Server-wide defaults from llama.cpp's sampling parameters (`tessera serve`'s sampling
+    /// flags, as llama-server's): the chain's `order` and a logit bias on token ids.
+    pub fn from_params(p: &SamplingParams, order: Vec<Step>, bias: &[(u32, f32)]) -> Self {
+        Sampling {
+            temperature: p.temp,
+            top_p: p.top_p,
+            top_k: p.top_k,
+            min_p: p.min_p,
+            typical_p: p.typical_p,
+            seed: p.seed,
+            presence_penalty: p.presence_penalty,
+            frequency_penalty: p.frequency_penalty,
+            repeat_penalty: p.repeat_penalty,
+            repeat_last_n: p.repeat_last_n as i64,
+            order,
+            logit_bias: bias
+                .iter()
+                .map(|&(t, b)| BiasEntry {
+                    param: "--logit-bias".into(),
+                    target: BiasTarget::Token(u64::from(t)),
+                    bias: b,
+                })
+                .collect(),
+            more: p.clone(),
+        }
+    }
+
     /// The token-level bias of `logit_bias`: ids checked against the vocabulary, texts
     /// tokenized (every token of the text gets the bias, as llama-server's).
     pub fn resolve_bias(&self, vocab: &Vocab) -> Result<Vec<(u32, f32)>, ApiError> {
@@ -353,7 +380,7 @@ mod tests {
     use serde_json::json;
 
     fn parse_v(v: Value) -> Result<Sampling, ApiError> {
-        parse(v.as_object().unwrap())
+        parse(v.as_object().unwrap(), &Sampling::default())
     }
 
     #[test]
@@ -391,6 +418,27 @@ mod tests {
             let e = parse_v(json!({ "logit_bias": bad })).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{bad}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn absent_fields_take_the_servers_defaults() {
+        let p = SamplingParams {
+            temp: 0.3,
+            top_k: 7,
+            dry_multiplier: 0.5,
+            seed: 9,
+            ..Default::default()
+        };
+        let d = Sampling::from_params(&p, vec![Step::TopK, Step::Temperature], &[(5, -1.0)]);
+        let s = parse(&Map::new(), &d).unwrap();
+        assert_eq!((s.temperature, s.top_k, s.seed), (0.3, 7, 9));
+        assert_eq!(s.more.dry_multiplier, 0.5);
+        assert_eq!(s.order, [Step::TopK, Step::Temperature]);
+        assert_eq!(s.logit_bias.len(), 1);
+        let o = json!({"temperature": 1.0, "seed": -1, "logit_bias": {}, "dry_multiplier": 0});
+        let s = parse(o.as_object().unwrap(), &d).unwrap();
+        assert_eq!((s.temperature, s.top_k, s.seed), (1.0, 7, DEFAULT_SEED));
+        assert!(s.logit_bias.is_empty() && s.more.dry_multiplier == 0.0);
     }
 
     #[test]

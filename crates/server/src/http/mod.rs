@@ -41,6 +41,8 @@ pub struct AppState {
     pub responses: crate::response_store::ResponseStore,
     /// `--reasoning-budget` (-1: no limit).
     pub reasoning_budget: i64,
+    /// Sampling defaults for what a request does not give (`tessera serve`'s sampling flags).
+    pub sampling: crate::api::sampling::Sampling,
     /// `--reasoning-budget-message`.
     pub reasoning_budget_message: String,
 }

@@ -66,6 +66,7 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         n_threads: 2,
         flash_attn: true,
         cache_types: (tessera_llama::DType::F16, tessera_llama::DType::F16),
+        sampling: Default::default(),
         queue,
         // Under 64 rows per step: answers do not depend on what shares a step (see
         // ServerConfig::n_batch).
