@@ -88,6 +88,29 @@ extern "C" __global__ void norm_op(TT d, TT a, float eps, int rms) {
 }
 
 
+// HADAMARD: each row (n <= 1024, a power of two) times the orthonormal Walsh-Hadamard matrix,
+// in the CPU's order (ggml_compute_forward_fwht): the row times 1/sqrt(n) (rounded as the
+// CPU's, despite fast math), then butterflies (u, v) -> (u + v, u - v) of span 1, 2, 4, ...:
+// the same float operations, so the CPU's bits (but for denormals, which fast math flushes).
+extern "C" __global__ void hadamard_op(TT d, TT a) {
+    __shared__ float buf[1024];
+    const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+    const i64 n = a.ne[0];
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float) n));
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) buf[i] = ld(a, i, i1, i2, i3) * scale;
+    __syncthreads();
+    for (i64 len = 1; len < n; len <<= 1) {
+        for (i64 k = threadIdx.x; k < n / 2; k += blockDim.x) {
+            const i64 i = (k / len) * 2 * len + (k % len);
+            const float u = buf[i], v = buf[i + len];
+            buf[i] = u + v;
+            buf[i + len] = u - v;
+        }
+        __syncthreads();
+    }
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) st(d, i, i1, i2, i3, buf[i]);
+}
+
 // SOFT_MAX(a * scale + mask * slope) per row: one block per row, three passes.
 extern "C" __global__ void soft_max_op(TT d, TT a, TT m, int has_mask, float scale, float max_bias) {
     const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);

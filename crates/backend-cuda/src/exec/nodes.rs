@@ -235,6 +235,9 @@ impl Resolver<'_> {
             Kernel::SumRows => {
                 one("sum_rows_op", per_row(rows, THREADS), vec![dst.into(), a.into()])
             }
+            Kernel::Hadamard => {
+                one("hadamard_op", per_row(rows, THREADS), vec![dst.into(), a.into()])
+            }
             Kernel::Argmax => {
                 let r = self.ctx.get(d.src[0].expect("a source")).ne[1];
                 one("argmax_op", per_row(r, 32), vec![dst.into(), a.into()])

@@ -123,7 +123,12 @@ pub enum Kernel {
     SumRows,
     /// `argmax_op`.
     Argmax,
+    /// `hadamard_op`: rows of up to [`HADAMARD_MAX`] values.
+    Hadamard,
 }
+
+/// The longest row `hadamard_op` transforms (its shared buffer); longer rows stay on the CPU.
+pub const HADAMARD_MAX: usize = 1024;
 
 /// The plan of one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +190,9 @@ pub fn plan_node(
             NodePlan::of(Kernel::Norm)
         }
         Op::SumRows if float(src0) && float(d) => NodePlan::of(Kernel::SumRows),
+        Op::Hadamard if float(src0) && float(d) && src0.ne[0] <= HADAMARD_MAX => {
+            NodePlan::of(Kernel::Hadamard)
+        }
         Op::Glu { .. } if float(src0) && s(1).is_none_or(float) && float(d) => {
             NodePlan::of(Kernel::Glu)
         }

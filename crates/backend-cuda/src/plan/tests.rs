@@ -121,6 +121,14 @@ fn refusals_follow_the_kernels() {
     }
     let m = ctx.argmax(x).unwrap();
     assert_eq!(plan_node(&ctx, m, SM90, Paths::all()).unwrap().kernel, Kernel::Argmax);
+    let h = ctx.hadamard(x).unwrap();
+    assert_eq!(plan_node(&ctx, h, SM90, Paths::all()).unwrap().kernel, Kernel::Hadamard);
+    let wide = ctx.new_tensor(F32, &[2048, 2]).unwrap();
+    let h = ctx.hadamard(wide).unwrap();
+    assert!(
+        plan_node(&ctx, h, SM90, Paths::all()).is_err(),
+        "rows over HADAMARD_MAX stay on the CPU"
+    );
     let v = ctx.new_tensor(F32, &[8]).unwrap();
     assert_eq!(plan_node(&ctx, v, SM90, Paths::all()).unwrap().kernel, Kernel::Nothing);
     let (ctx, y) = product(IQ2_XXS, 1);
