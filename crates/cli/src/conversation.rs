@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tessera_llama::sampling::SamplerChain;
 use tessera_llama::{Generator, LlamaContext, Model};
+use tessera_server::chat::constrain::GrammarMask;
 
 /// Set while a reply is being generated: Ctrl-C then only stops the reply.
 static GENERATING: AtomicBool = AtomicBool::new(false);
@@ -55,6 +56,9 @@ pub struct Conversation<'m> {
     cached: Vec<u32>,
     /// Tokens a reply may have at most (-1 in llama-cli: until end of generation).
     n_predict: usize,
+    /// A grammar every reply follows (`--grammar`, `--json-schema`): a fresh matcher per reply,
+    /// as llama-cli resets its grammar each turn.
+    grammar: Option<crate::grammar_args::Compiled>,
 }
 
 /// What one turn did, for the line printed after the reply.
@@ -94,7 +98,14 @@ impl<'m> Conversation<'m> {
             n_past: 0,
             cached: Vec::new(),
             n_predict,
+            grammar: None,
         })
+    }
+
+    /// Every reply follows `grammar`.
+    pub fn with_grammar(mut self, grammar: Option<crate::grammar_args::Compiled>) -> Self {
+        self.grammar = grammar;
+        self
     }
 
     fn render(&self, add_generation_prompt: bool) -> Result<String> {
@@ -192,6 +203,8 @@ impl<'m> Conversation<'m> {
             self.messages.pop();
             return Err(anyhow!("nothing to evaluate: the template rendered no new text"));
         }
+        let mut matcher = self.grammar.as_ref().map(|g| g.matcher()).transpose()?;
+        let model = self.model;
         let mut generator = Generator::new(&mut self.ctx, sampler, 0, self.n_past);
         generator.prompt(&tokens).map_err(|e| anyhow!("{e}"))?;
         self.cached.extend_from_slice(&tokens);
@@ -214,7 +227,16 @@ impl<'m> Conversation<'m> {
                 context_full = true;
                 break Ok(());
             }
-            let tok = generator.sample();
+            let tok = match matcher.as_mut() {
+                None => generator.sample(),
+                Some(matcher) => {
+                    let mut mask = GrammarMask { matcher, vocab: &model.vocab };
+                    match generator.sample_masked(&mut mask) {
+                        Ok(t) => t,
+                        Err(e) => break Err(anyhow!("grammar: {e}")),
+                    }
+                }
+            };
             if self.model.vocab.is_eog(tok) {
                 break Ok(());
             }

@@ -1,7 +1,9 @@
 //! Constrained output for `tessera run`, as llama.cpp's flags: `--grammar` / `--grammar-file`
 //! (GBNF) and `-j/--json-schema` / `--json-schema-file`. The grammar is compiled by the
 //! server crate's llguidance matcher (GBNF rewritten to Lark, as `tessera serve`'s `grammar`
-//! field), and masks every token the output could not continue with at each sampling step.
+//! field), and masks every token the output could not continue with at each sampling step;
+//! in a conversation (`-cnv`) every reply follows it, from the grammar's start (llama-cli
+//! resets its grammar each turn).
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
@@ -33,16 +35,13 @@ pub struct GrammarArgs {
 }
 
 impl GrammarArgs {
-    /// Whether a grammar or schema was given.
-    pub fn is_set(&self) -> bool {
-        self.grammar.is_some()
-            || self.grammar_file.is_some()
-            || self.json_schema.is_some()
-            || self.json_schema_file.is_some()
-    }
-
     /// The constraint given, compiled for `model`; `None` without one.
     pub fn matcher(&self, model: &Arc<Model>) -> Result<Option<Matcher>> {
+        self.compile(model)?.map(|c| c.matcher()).transpose()
+    }
+
+    /// The constraint given, ready to make a fresh matcher per reply; `None` without one.
+    pub fn compile(&self, model: &Arc<Model>) -> Result<Option<Compiled>> {
         let read = |p: &PathBuf| {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
         };
@@ -58,8 +57,24 @@ impl GrammarArgs {
             return Ok(None);
         };
         let constrainer = Constrainer::new(model.clone()).map_err(|e| anyhow!("{flag}: {e}"))?;
-        let m = constrainer.matcher(&constraint, flag).map_err(|e| anyhow!("{}", e.message))?;
-        Ok(Some(m))
+        let compiled = Compiled { constrainer, constraint, flag };
+        compiled.matcher()?;
+        Ok(Some(compiled))
+    }
+}
+
+/// A grammar or schema with the model's vocabulary for llguidance: a fresh [`Matcher`] per
+/// reply.
+pub struct Compiled {
+    constrainer: Constrainer,
+    constraint: Constraint,
+    flag: &'static str,
+}
+
+impl Compiled {
+    /// A matcher at the start of the grammar.
+    pub fn matcher(&self) -> Result<Matcher> {
+        self.constrainer.matcher(&self.constraint, self.flag).map_err(|e| anyhow!("{}", e.message))
     }
 }
 

@@ -243,12 +243,6 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             && std::io::stdin().is_terminal()
     };
     let conversing = a.conversation || (a.chat && a.prompt.is_none()) || auto_chat;
-    if conversing && a.grammar.is_set() {
-        bail!(
-            "a grammar or JSON schema constrains one completion: not available in conversation \
-             mode yet (give -p, or -no-cnv)"
-        );
-    }
     if conversing {
         let limit = match a.n_predict {
             Some(n) if n >= 0 => n as usize,
@@ -256,7 +250,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         };
         let system = a.system_prompt.as_deref().or(a.prompt.as_deref());
         let conv = conversation::Conversation::new(&model, ctx, system, limit)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+            .with_grammar(a.grammar.compile(&model)?);
         return conversation::run(conv, sampler);
     }
     let matcher = a.grammar.matcher(&model)?;
