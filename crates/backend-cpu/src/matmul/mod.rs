@@ -427,8 +427,9 @@ pub(crate) fn dot_f32(n: usize, x: *const f32, y: *const f32, simd: SimdLevel) -
 
 /// ggml's CPU `from_float` for `dtype` where it differs from the reference quantizer: Q8_0
 /// at AVX2 and above (x86's `quantize_row_q8_0`: multiplier `127/amax`, round-half-even).
-/// SET_ROWS into a Q8_0 KV cache must write these bytes to give llama.cpp's cache; the other
-/// cache types' CPU `from_float` is their reference quantizer.
+/// Stores that quantize ([`crate::ops::rowio::RowStore`]: SET_ROWS, CPY) must write these
+/// bytes to give llama.cpp's (a Q8_0 KV cache); the other types' CPU `from_float` is their
+/// reference quantizer.
 pub(crate) fn cpu_from_float(dtype: DType, simd: SimdLevel) -> Option<FromF32> {
     (dtype == DType::Q8_0).then(|| convert::from_f32(dtype, effective(simd)))
 }

@@ -1,9 +1,9 @@
 //! CPY, CONT and DUP (`ggml_compute_forward_dup`): elements copied in logical order from a
 //! source of any layout into a destination of any layout and type, converting between F32, F16
-//! and BF16 or quantizing with the reference quantizers; a quantized source is copied block for
-//! block into its own type.
+//! and BF16 or quantizing as ggml's CPU does ([`RowStore`]); a quantized source is copied block
+//! for block into its own type.
 
-use super::rowio::{load, load_row, row_at, store_row, with_rows};
+use super::rowio::{load, load_row, row_at, with_rows, RowStore};
 use crate::{ComputeParams, TensorRef};
 use tessera_tensor::{quant, DType};
 
@@ -35,6 +35,7 @@ pub(crate) fn copy(p: &ComputeParams, dst: &TensorRef, src: &TensorRef) {
         }
         return;
     }
+    let out = RowStore::new(dst.dtype, p.simd);
     with_rows([ne0, 0, 0, 0], |[x, _, _, _]| {
         for r in p.split(dst.n_rows()) {
             let (_, _, _, d) = row_at(dst, r);
@@ -60,7 +61,7 @@ pub(crate) fn copy(p: &ComputeParams, dst: &TensorRef, src: &TensorRef) {
                 }
             }
             // SAFETY: dst's row r belongs to this thread.
-            unsafe { store_row(d, dst.dtype, dst.nb[0], x) };
+            unsafe { out.store(d, dst.nb[0], x) };
         }
     });
 }

@@ -143,6 +143,36 @@ pub unsafe fn store_row(dst: *mut u8, dtype: DType, stride: usize, vals: &[f32])
     }
 }
 
+/// Stores rows of one destination type as ggml's CPU does (`type_traits_cpu[dtype].from_float`):
+/// with the CPU's own quantizer where it differs from the reference one (Q8_0 at AVX2 and
+/// above: x86's `quantize_row_q8_0`), else as [`store_row`]. SET_ROWS (a quantized KV cache)
+/// and CPY both quantize through it, as ggml's do.
+#[derive(Clone, Copy)]
+pub struct RowStore {
+    dtype: DType,
+    quantize: Option<crate::matmul::FromF32>,
+}
+
+impl RowStore {
+    /// The store into `dtype` at level `simd`.
+    pub fn new(dtype: DType, simd: crate::SimdLevel) -> Self {
+        RowStore { dtype, quantize: crate::matmul::cpu_from_float(dtype, simd) }
+    }
+
+    /// Stores `vals` at `dst` (element stride `stride` for plain types).
+    ///
+    /// # Safety
+    /// As [`store_row`].
+    pub unsafe fn store(&self, dst: *mut u8, stride: usize, vals: &[f32]) {
+        match self.quantize {
+            // SAFETY: the packed row of vals.len() values at dst is writable (caller).
+            Some(q) => unsafe { q(vals.as_ptr(), dst, vals.len()) },
+            // SAFETY: forwarded contract.
+            None => unsafe { store_row(dst, self.dtype, stride, vals) },
+        }
+    }
+}
+
 /// Reads an integer index (I32 or I64) at `p`.
 ///
 /// # Safety

@@ -4,7 +4,7 @@
 //! caller's data, so the kernel stops with a message naming it (the pool turns that into an
 //! error) rather than reading or writing outside the tensor.
 
-use super::rowio::{load_row, read_index, row_at, store_row, with_rows};
+use super::rowio::{load_row, read_index, row_at, store_row, with_rows, RowStore};
 use crate::{ComputeParams, TensorRef};
 use tessera_tensor::DType;
 
@@ -47,8 +47,7 @@ pub(crate) fn get_rows(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, idx: &
 /// `dst[:, idx[i1, i2, i3], i2, i3] = b[:, i1, i2, i3]`, converted to dst's type (the index
 /// tensor broadcast over dims 2 and 3), `ggml_compute_forward_set_rows`.
 pub(crate) fn set_rows(p: &ComputeParams, dst: &TensorRef, b: &TensorRef, idx: &TensorRef) {
-    // ggml quantizes with the CPU's `from_float` (its SIMD Q8_0 rounding), not the reference.
-    let quantize = crate::matmul::cpu_from_float(dst.dtype, p.simd);
+    let out = RowStore::new(dst.dtype, p.simd);
     with_rows([b.ne[0], 0, 0, 0], |[x, _, _, _]| {
         for r in p.split(b.n_rows()) {
             let (i1, i2, i3, src) = row_at(b, r);
@@ -65,12 +64,7 @@ pub(crate) fn set_rows(p: &ComputeParams, dst: &TensorRef, b: &TensorRef, idx: &
             // SAFETY: b's row r; the dst row is in range (checked) with i2, i3 within dst.
             unsafe {
                 load_row(src, b.dtype, b.nb[0], x);
-                let out = dst.row_ptr(row as usize, i2, i3);
-                match quantize {
-                    // A packed Q8_0 row of b.ne[0] values (supports: packed rows).
-                    Some(q) => q(x.as_ptr(), out, x.len()),
-                    None => store_row(out, dst.dtype, dst.nb[0], x),
-                }
+                out.store(dst.row_ptr(row as usize, i2, i3), dst.nb[0], x);
             }
         }
     });
