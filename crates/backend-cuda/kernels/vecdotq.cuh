@@ -95,26 +95,26 @@ __device__ __forceinline__ float vdot_q2_k(const u8 *b, int j, const u8 *y, int 
     const float dy = h2f(rd16(y));
     return dy * (h2f(rd16(b + 80)) * (sc & 15) * s - h2f(rd16(b + 82)) * (sc >> 4) * q8_sum(y, part));
 }
-__device__ __forceinline__ float vdot_q4_k(const u8 *b, int j, const u8 *y, int part) {
-    const u8 *q = b + 16 + 32 * (j / 2) + 8 * part;
-    const int sh = 4 * (j % 2);
-    const i32 a0 = (ld_i32(q) >> sh) & 0x0F0F0F0F, a1 = (ld_i32(q + 4) >> sh) & 0x0F0F0F0F;
-    const int s = dot_run(a0, a1, y, part);
+// Q4_K's and Q5_K's sub-block j of the block at b applied to its integer sum s against the
+// Q8_1 part at y: d * scale * s - dmin * min * (the part's sum), times the part's scale.
+__device__ __forceinline__ float k4_apply(const u8 *b, int j, int s, const u8 *y, int part) {
     int sc, mn;
     k4_scale_min(j, b + 4, &sc, &mn);
     const float dy = h2f(rd16(y));
     return dy * (h2f(rd16(b)) * sc * s - h2f(rd16(b + 2)) * mn * q8_sum(y, part));
+}
+__device__ __forceinline__ float vdot_q4_k(const u8 *b, int j, const u8 *y, int part) {
+    const u8 *q = b + 16 + 32 * (j / 2) + 8 * part;
+    const int sh = 4 * (j % 2);
+    const i32 a0 = (ld_i32(q) >> sh) & 0x0F0F0F0F, a1 = (ld_i32(q + 4) >> sh) & 0x0F0F0F0F;
+    return k4_apply(b, j, dot_run(a0, a1, y, part), y, part);
 }
 __device__ __forceinline__ float vdot_q5_k(const u8 *b, int j, const u8 *y, int part) {
     const u8 *q = b + 48 + 32 * (j / 2) + 8 * part, *qh = b + 16 + 8 * part;
     const int sh = 4 * (j % 2);
     const i32 a0 = ((ld_i32(q) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh) >> j) & 0x01010101) << 4);
     const i32 a1 = ((ld_i32(q + 4) >> sh) & 0x0F0F0F0F) | (((ld_i32(qh + 4) >> j) & 0x01010101) << 4);
-    const int s = dot_run(a0, a1, y, part);
-    int sc, mn;
-    k4_scale_min(j, b + 4, &sc, &mn);
-    const float dy = h2f(rd16(y));
-    return dy * (h2f(rd16(b)) * sc * s - h2f(rd16(b + 2)) * mn * q8_sum(y, part));
+    return k4_apply(b, j, dot_run(a0, a1, y, part), y, part);
 }
 __device__ __forceinline__ float vdot_q6_k(const u8 *b, int j, const u8 *y, int part) {
     const int half = j / 4, quarter = j % 4;
