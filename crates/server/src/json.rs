@@ -69,6 +69,20 @@ pub(crate) fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// The token ids of array `a` (field `at`), each below `n_vocab`; the error names the entry.
+pub(crate) fn token_ids(a: &[Value], at: &str, n_vocab: usize) -> Result<Vec<u32>, ApiError> {
+    a.iter()
+        .enumerate()
+        .map(|(i, t)| match t.as_u64() {
+            Some(id) if (id as usize) < n_vocab => Ok(id as u32),
+            _ => Err(ApiError::field(
+                &format!("{at}[{i}]"),
+                format!("{t} is not a token id below {n_vocab}"),
+            )),
+        })
+        .collect()
+}
+
 /// Parses a request body into a JSON object.
 pub fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| {

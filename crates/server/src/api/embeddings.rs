@@ -13,7 +13,7 @@ use crate::api::fields;
 use crate::engine::EmbedJob;
 use crate::error::ApiError;
 use crate::http::{AppState, Body, St};
-use crate::json::{parse_body, type_name};
+use crate::json::{parse_body, token_ids, type_name};
 use axum::extract::State;
 use axum::Json;
 use base64::Engine as _;
@@ -62,18 +62,7 @@ pub fn parse_request(
         _ => return Err(ApiError::field("input", "missing: the text to embed")),
     };
     let n_vocab = vocab.n_tokens();
-    let ids = |a: &[Value], at: &str| -> Result<Vec<u32>, ApiError> {
-        a.iter()
-            .enumerate()
-            .map(|(k, t)| match t.as_u64() {
-                Some(t) if (t as usize) < n_vocab => Ok(t as u32),
-                _ => Err(ApiError::field(
-                    &format!("{at}[{k}]"),
-                    format!("{t} is not a token id (the vocabulary has {n_vocab})"),
-                )),
-            })
-            .collect()
-    };
+    let ids = |a: &[Value], at: &str| token_ids(a, at, n_vocab);
     let text = |s: &str| vocab.tokenize(s, true, true);
     let inputs: Vec<(String, Vec<u32>)> = match v {
         Value::String(s) => vec![(field.to_string(), text(s))],

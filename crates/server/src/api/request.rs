@@ -435,16 +435,7 @@ pub fn parse_detokenize(o: &Map<String, Value>, n_vocab: usize) -> Result<Vec<u3
     let Some(Value::Array(a)) = o.get("tokens") else {
         return Err(ApiError::field("tokens", "is required: an array of token ids"));
     };
-    a.iter()
-        .enumerate()
-        .map(|(i, t)| match t.as_u64() {
-            Some(id) if (id as usize) < n_vocab => Ok(id as u32),
-            _ => Err(ApiError::field(
-                &format!("tokens[{i}]"),
-                format!("{t} is not a token id below {n_vocab}"),
-            )),
-        })
-        .collect()
+    crate::json::token_ids(a, "tokens", n_vocab)
 }
 
 #[cfg(test)]
