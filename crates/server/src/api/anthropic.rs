@@ -11,7 +11,7 @@ use crate::api::generate::{collect, merge, reply_shape, start};
 use crate::api::request;
 use crate::chat::content::{self, TEXT};
 use crate::chat::reply::ReplySplit;
-use crate::engine::Event;
+use crate::engine::{Event, Finished};
 use crate::error::ApiError;
 use crate::http::sse::{sse_channel, sse_response};
 use crate::http::{AppState, Body};
@@ -329,6 +329,7 @@ async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
     if !req.stream {
         let out = collect(rx).await?;
         let (reasoning, text, calls) = crate::chat::reply::split(&shape, &out.text);
+        let end = &out.end;
         let mut content = Vec::new();
         if let Some(r) = reasoning {
             content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
@@ -342,10 +343,10 @@ async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
         return Ok(Json(json!({
             "id": id, "type": "message", "role": "assistant", "model": model,
             "content": content,
-            "stop_reason": stop_reason(out.finish_reason, &out.stop_word, !calls.is_empty()),
-            "stop_sequence": out.stop_word,
-            "usage": {"input_tokens": out.prompt_tokens, "output_tokens": out.completion_tokens,
-                      "cache_read_input_tokens": out.cached_tokens},
+            "stop_reason": stop_reason(end.finish_reason, &end.stop_word, !calls.is_empty()),
+            "stop_sequence": end.stop_word,
+            "usage": {"input_tokens": end.prompt_tokens, "output_tokens": end.completion_tokens,
+                      "cache_read_input_tokens": end.cached_tokens},
         }))
         .into_response());
     }
@@ -375,7 +376,7 @@ async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
                     blocks.emit(&mut out, "thinking", &r);
                     blocks.emit(&mut out, "text", &text);
                 }
-                Event::Done { finish_reason, completion_tokens, stop_word, .. } => {
+                Event::Done(Finished { finish_reason, completion_tokens, stop_word, .. }) => {
                     let (r, rest, calls) = split.finish();
                     blocks.emit(&mut out, "thinking", &r);
                     blocks.emit(&mut out, "text", &rest);

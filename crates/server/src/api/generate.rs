@@ -9,7 +9,7 @@ use crate::chat::prompt::ChatMessage;
 use crate::chat::reasoning::ReasoningFormat;
 use crate::chat::reply::ReplyShape;
 use crate::chat::tools::{Format, Tool, ToolChoice, ToolUse};
-use crate::engine::{Event, Job, Logprob, Timings};
+use crate::engine::{Event, Finished, Job, Logprob};
 use crate::error::ApiError;
 use crate::http::AppState;
 use tokio::sync::mpsc;
@@ -139,12 +139,8 @@ pub(crate) fn reply_shape(st: &AppState, req: &GenRequest, opened: bool) -> Repl
 pub(crate) struct Outcome {
     pub(crate) text: String,
     pub(crate) logprobs: Vec<Logprob>,
-    pub(crate) finish_reason: &'static str,
-    pub(crate) prompt_tokens: usize,
-    pub(crate) cached_tokens: usize,
-    pub(crate) completion_tokens: usize,
-    pub(crate) timings: Timings,
-    pub(crate) stop_word: Option<String>,
+    /// How it ended.
+    pub(crate) end: Finished,
 }
 
 pub(crate) async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, ApiError> {
@@ -156,25 +152,7 @@ pub(crate) async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Ou
                 text.push_str(&t);
                 logprobs.extend(logprob);
             }
-            Some(Event::Done {
-                finish_reason,
-                prompt_tokens,
-                cached_tokens,
-                completion_tokens,
-                timings,
-                stop_word,
-            }) => {
-                return Ok(Outcome {
-                    text,
-                    logprobs,
-                    finish_reason,
-                    prompt_tokens,
-                    cached_tokens,
-                    completion_tokens,
-                    timings,
-                    stop_word,
-                })
-            }
+            Some(Event::Done(end)) => return Ok(Outcome { text, logprobs, end }),
             Some(Event::Failed(e)) => return Err(e),
             None => return Err(ApiError::new(500, "server_error", "the engine stopped")),
         }

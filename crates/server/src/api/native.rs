@@ -5,7 +5,7 @@
 
 use crate::api::generate::{collect, merge, start};
 use crate::api::request::{self, GenRequest};
-use crate::engine::{Event, Timings};
+use crate::engine::{Event, Finished};
 use crate::error::ApiError;
 use crate::http::sse::{sse_channel, sse_response};
 use crate::http::{AppState, Body, St};
@@ -48,35 +48,23 @@ async fn native(st: Arc<AppState>, req: GenRequest) -> Result<Response, ApiError
     let (rx, _) = start(&st, &req)?;
     let model = req.model.clone().unwrap_or_else(|| st.model_name.clone());
     let has_stops = !req.stop.is_empty();
-    let last = move |finish_reason: &'static str,
-                     prompt: usize,
-                     cached: usize,
-                     generated: usize,
-                     timings: Timings,
-                     content: String| {
+    let last = move |end: &Finished, content: String| {
+        let reason = end.finish_reason;
         json!({
             "content": content,
             "stop": true,
             "model": model,
-            "stop_type": stop_type(finish_reason, has_stops && finish_reason == "stop"),
-            "tokens_predicted": generated,
-            "tokens_evaluated": prompt,
-            "tokens_cached": cached,
+            "stop_type": stop_type(reason, has_stops && reason == "stop"),
+            "tokens_predicted": end.completion_tokens,
+            "tokens_evaluated": end.prompt_tokens,
+            "tokens_cached": end.cached_tokens,
             "truncated": false,
-            "timings": timings.json(),
+            "timings": end.timings.json(),
         })
     };
     if !req.stream {
         let o = collect(rx).await?;
-        return Ok(Json(last(
-            o.finish_reason,
-            o.prompt_tokens,
-            o.cached_tokens,
-            o.completion_tokens,
-            o.timings,
-            o.text,
-        ))
-        .into_response());
+        return Ok(Json(last(&o.end, o.text)).into_response());
     }
     let (sse_tx, sse_rx) = sse_channel();
     let mut merged = merge(vec![rx]);
@@ -90,24 +78,7 @@ async fn native(st: Arc<AppState>, req: GenRequest) -> Result<Response, ApiError
             let (data, end) = match ev {
                 Event::Token { text, .. } if text.is_empty() => continue,
                 Event::Token { text, .. } => (json!({"content": text, "stop": false}), false),
-                Event::Done {
-                    finish_reason,
-                    prompt_tokens,
-                    cached_tokens,
-                    completion_tokens,
-                    timings,
-                    ..
-                } => (
-                    last(
-                        finish_reason,
-                        prompt_tokens,
-                        cached_tokens,
-                        completion_tokens,
-                        timings,
-                        String::new(),
-                    ),
-                    true,
-                ),
+                Event::Done(end) => (last(&end, String::new()), true),
                 Event::Failed(e) => (e.body(), true),
             };
             if sse_tx.send(SseEvent::default().data(data.to_string())).is_err() || end {

@@ -5,7 +5,7 @@
 use crate::api::generate::{collect, merge, reply_shape, start};
 use crate::api::request::{self, GenRequest};
 use crate::chat::reply::{ReplyShape, ReplySplit};
-use crate::engine::{Event, Logprob};
+use crate::engine::{Event, Finished, Logprob};
 use crate::error::ApiError;
 use crate::http::sse::{sse_channel, sse_response};
 use crate::http::{AppState, Body, St};
@@ -110,16 +110,17 @@ async fn openai(
                 let tc: Vec<Value> = calls.iter().map(|c| c.openai(None)).collect();
                 json!({"index": index, "message": {"role": "assistant", "content": content, "tool_calls": tc}, "finish_reason": "tool_calls", "logprobs": logprobs})
             } else if chat {
-                json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": o.finish_reason, "logprobs": logprobs})
+                json!({"index": index, "message": {"role": "assistant", "content": text}, "finish_reason": o.end.finish_reason, "logprobs": logprobs})
             } else {
-                json!({"index": index, "text": o.text, "finish_reason": o.finish_reason, "logprobs": logprobs})
+                json!({"index": index, "text": o.text, "finish_reason": o.end.finish_reason, "logprobs": logprobs})
             };
             if let Some(r) = reasoning {
                 choice["message"]["reasoning_content"] = r.into();
             }
             choices.push(choice);
-            (p, c, g) = (p + o.prompt_tokens, c + o.cached_tokens, g + o.completion_tokens);
-            timings.get_or_insert(o.timings);
+            let end = &o.end;
+            (p, c, g) = (p + end.prompt_tokens, c + end.cached_tokens, g + end.completion_tokens);
+            timings.get_or_insert(end.timings);
         }
         let mut body = json!({
             "id": id,
@@ -195,14 +196,14 @@ async fn openai(
                         ));
                     }
                 }
-                Event::Done {
+                Event::Done(Finished {
                     finish_reason,
                     prompt_tokens,
                     cached_tokens,
                     completion_tokens,
                     timings,
                     ..
-                } => {
+                }) => {
                     let (r, rest, calls) = splits[index].finish();
                     if !r.is_empty() {
                         out.push(chunk(

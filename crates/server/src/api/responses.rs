@@ -13,7 +13,7 @@ use crate::api::request;
 use crate::chat::content::{self, RESPONSES_TEXT};
 use crate::chat::reply::ReplySplit;
 use crate::chat::tools::ToolCall;
-use crate::engine::Event;
+use crate::engine::{Event, Finished};
 use crate::error::ApiError;
 use crate::http::sse::{sse_channel, sse_response, SseTx};
 use crate::http::{AppState, Body};
@@ -343,10 +343,10 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
             created,
             &model,
             output,
-            out.finish_reason,
-            out.prompt_tokens,
-            out.cached_tokens,
-            out.completion_tokens,
+            out.end.finish_reason,
+            out.end.prompt_tokens,
+            out.end.cached_tokens,
+            out.end.completion_tokens,
         );
         ex.finish(&st, &mut r, &history, &text, &calls);
         return Ok(Json(r).into_response());
@@ -412,13 +412,13 @@ pub async fn responses(State(st): State<Arc<AppState>>, body: Body) -> Result<Re
                     reasoning.push_str(&r);
                     show(&tx, &mut send, &piece, &mut text);
                 }
-                Event::Done {
+                Event::Done(Finished {
                     finish_reason,
                     prompt_tokens,
                     cached_tokens,
                     completion_tokens,
                     ..
-                } => {
+                }) => {
                     let (r, rest, calls) = split.finish();
                     reasoning.push_str(&r);
                     show(&tx, &mut send, &rest, &mut text);

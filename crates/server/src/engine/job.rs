@@ -31,22 +31,26 @@ pub enum Event {
         logprob: Option<Logprob>,
     },
     /// Finished.
-    Done {
-        /// `stop` or `length`.
-        finish_reason: &'static str,
-        /// Tokens in the prompt.
-        prompt_tokens: usize,
-        /// Of those, how many came from the slot's cache.
-        cached_tokens: usize,
-        /// Tokens generated.
-        completion_tokens: usize,
-        /// llama-server's `timings`.
-        timings: Timings,
-        /// The stop string that ended the reply (`finish_reason` is then `stop`).
-        stop_word: Option<String>,
-    },
+    Done(Finished),
     /// Failed.
     Failed(ApiError),
+}
+
+/// How a request ended: what [`Event::Done`] carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    /// `stop` or `length`.
+    pub finish_reason: &'static str,
+    /// Tokens in the prompt.
+    pub prompt_tokens: usize,
+    /// Of those, how many came from the slot's cache.
+    pub cached_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// llama-server's `timings`.
+    pub timings: Timings,
+    /// The stop string that ended the reply (`finish_reason` is then `stop`).
+    pub stop_word: Option<String>,
 }
 
 /// How long a request took, llama-server's `timings` object.

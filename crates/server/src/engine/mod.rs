@@ -28,7 +28,7 @@ mod reuse;
 mod worker;
 
 pub use budget::ThinkBudget;
-pub use job::{EmbedJob, Event, Job, Logprob, SlotInfo, Timings, Work};
+pub use job::{EmbedJob, Event, Finished, Job, Logprob, SlotInfo, Timings, Work};
 use prompt_cache::PromptCache;
 use worker::Worker;
 

@@ -3,7 +3,7 @@
 //! advances every slot that produced logits by one sampling step, streaming its text.
 
 use super::budget::ThinkBudget;
-use super::job::{Event, Job, Logprob, SlotInfo, Timings, Work};
+use super::job::{Event, Finished, Job, Logprob, SlotInfo, Timings, Work};
 use super::prompt_cache::PromptCache;
 use crate::chat::constrain::GrammarMask;
 use crate::error::ApiError;
@@ -238,14 +238,14 @@ impl<'m> Worker<'m> {
             finish = reason,
             "request done"
         );
-        let _ = a.job.events.send(Event::Done {
+        let _ = a.job.events.send(Event::Done(Finished {
             finish_reason: reason,
             prompt_tokens: a.job.prompt.len(),
             cached_tokens: a.n_cached,
             completion_tokens: a.n_gen,
             timings,
             stop_word: a.stop_word.take(),
-        });
+        }));
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
     }
 
