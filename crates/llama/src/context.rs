@@ -44,6 +44,10 @@ pub struct ContextParams {
     /// logits, and the LM head is not computed. Pooling is the caller's
     /// ([`Pooling::pool`](crate::Pooling::pool)).
     pub embeddings: bool,
+    /// Rotate Q, K and V by Walsh-Hadamard matrices where the cache is quantized, as llama.cpp
+    /// does (`TESSERA_ATTN_ROT_DISABLE=1` turns it off, as `LLAMA_ATTN_ROT_DISABLE` does
+    /// llama.cpp's).
+    pub attn_rotation: bool,
 }
 
 impl Default for ContextParams {
@@ -58,6 +62,8 @@ impl Default for ContextParams {
             graph_reuse: std::env::var_os("TESSERA_GRAPH_REUSE_DISABLE").is_none(),
             batch_invariant: false,
             embeddings: false,
+            attn_rotation: std::env::var("TESSERA_ATTN_ROT_DISABLE")
+                .map_or(true, |v| v.parse::<i64>().unwrap_or(0) == 0),
         }
     }
 }
@@ -381,6 +387,7 @@ impl<'m> LlamaContext<'m> {
             // The cache's layout decides the attention path: V in rows for flash attention.
             flash_attn: !self.kv.v_trans,
             embeddings: self.params.embeddings,
+            attn_rotation: self.params.attn_rotation,
         };
         let logits = model.graph.build(&mut b)?;
         let mut ctx = b.ctx;

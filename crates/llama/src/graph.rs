@@ -47,6 +47,10 @@ pub struct Builder<'a> {
     /// Embeddings wanted instead of logits: [`logits`](Self::logits) returns the final norm's
     /// output (`result_norm`, `[n_embd, n_outputs]`) and skips the LM head.
     pub embeddings: bool,
+    /// Rotate Q, K and V where the cache is quantized ([`ContextParams::attn_rotation`]).
+    ///
+    /// [`ContextParams::attn_rotation`]: crate::ContextParams::attn_rotation
+    pub attn_rotation: bool,
 }
 
 impl Builder<'_> {
@@ -220,7 +224,8 @@ impl Builder<'_> {
         // that of 64 and the output rotated back, so outliers spread before quantization.
         let kt = self.ctx.get(cache.k).dtype;
         let vt = self.ctx.get(cache.v).dtype;
-        let (rot_k, rot_v) = rotations(hd_k, hd_v, kt, vt);
+        let (rot_k, rot_v) =
+            if self.attn_rotation { rotations(hd_k, hd_v, kt, vt) } else { (None, None) };
         let (q, k, v) = match rot_k {
             Some(n) => (self.rotate(q, n)?, self.rotate(k, n)?, v),
             None => (q, k, v),
@@ -348,11 +353,7 @@ impl Builder<'_> {
 /// The attention rotations of a cache of K type `kt` and V type `vt` (llama.cpp's `attn_rot_k`,
 /// `attn_rot_v`): K's (and Q's) size is the largest power of two dividing the K head size, V's
 /// is 64, each where its cache type is quantized and its head size a multiple of 64.
-/// `TESSERA_ATTN_ROT_DISABLE=1` turns them off, as `LLAMA_ATTN_ROT_DISABLE` does llama.cpp's.
 fn rotations(hd_k: usize, hd_v: usize, kt: DType, vt: DType) -> (Option<usize>, Option<usize>) {
-    if std::env::var("TESSERA_ATTN_ROT_DISABLE").is_ok_and(|v| v.parse::<i64>().unwrap_or(0) != 0) {
-        return (None, None);
-    }
     let quantized = |t: DType| t.block_size() > 1;
     let k = (quantized(kt) && hd_k % 64 == 0).then(|| {
         let mut n = 64;
