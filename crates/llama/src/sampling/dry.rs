@@ -56,13 +56,12 @@ impl Dry {
             last: VecDeque::new(),
         };
         if dry.enabled() {
-            for b in breakers.iter().filter(|b| !b.is_empty()) {
-                let mut bytes = b.as_bytes();
-                if bytes.len() > MAX_BREAKER_BYTES {
-                    bytes = &bytes[..MAX_BREAKER_BYTES];
-                }
-                dry.add_breaker(bytes, vocab);
-            }
+            let breakers: Vec<&[u8]> = breakers
+                .iter()
+                .filter(|b| !b.is_empty())
+                .map(|b| &b.as_bytes()[..b.len().min(MAX_BREAKER_BYTES)])
+                .collect();
+            dry.add_breakers(&breakers, vocab);
         }
         dry
     }
@@ -104,37 +103,47 @@ impl Dry {
         }
     }
 
-    /// Every token that holds `breaker` whole, or ends in its beginning (llama.cpp's
-    /// `get_overlapping_token_sequences`).
-    fn add_breaker(&mut self, breaker: &[u8], vocab: &Vocab) {
+    /// For each breaker, every token that holds it whole, or ends in its beginning (llama.cpp's
+    /// `get_overlapping_token_sequences`), each token detokenized once for all breakers.
+    fn add_breakers(&mut self, breakers: &[&[u8]], vocab: &Vocab) {
+        if breakers.is_empty() {
+            return;
+        }
         for id in 0..vocab.n_tokens() as u32 {
             let word = vocab.detokenize_bytes(&[id], false, true);
-            if contains(&word, breaker) {
-                self.push_sequence(id, Vec::new());
+            for breaker in breakers {
+                self.add_overlap(id, &word, breaker, vocab);
+            }
+        }
+    }
+
+    /// Token `id` (text `word`) as a head of `breaker`, if it is one.
+    fn add_overlap(&mut self, id: u32, word: &[u8], breaker: &[u8], vocab: &Vocab) {
+        if contains(word, breaker) {
+            self.push_sequence(id, Vec::new());
+            return;
+        }
+        for pos in (0..word.len()).filter(|&p| word[p] == breaker[0]) {
+            // The word's rest from `pos` is a beginning of the breaker (it ends the word:
+            // a whole breaker inside it was found above).
+            let mut i = 1;
+            let mut matched = true;
+            while i < breaker.len() && pos + i < word.len() {
+                if word[pos + i] != breaker[i] {
+                    matched = false;
+                    break;
+                }
+                i += 1;
+            }
+            if !matched {
                 continue;
             }
-            for pos in (0..word.len()).filter(|&p| word[p] == breaker[0]) {
-                // The word's rest from `pos` is a beginning of the breaker (it ends the word:
-                // a whole breaker inside it was found above).
-                let mut i = 1;
-                let mut matched = true;
-                while i < breaker.len() && pos + i < word.len() {
-                    if word[pos + i] != breaker[i] {
-                        matched = false;
-                        break;
-                    }
-                    i += 1;
-                }
-                if !matched {
-                    continue;
-                }
-                // A tail cut inside a character cannot be tokenized as text here (llama.cpp
-                // tokenizes its bytes); such a head is left out.
-                let Ok(tail) = std::str::from_utf8(&breaker[i..]) else { continue };
-                let mut tokens = vocab.tokenize(tail, false, false);
-                tokens.truncate(MAX_TAIL_TOKENS);
-                self.push_sequence(id, tokens);
-            }
+            // A tail cut inside a character cannot be tokenized as text here (llama.cpp
+            // tokenizes its bytes); such a head is left out.
+            let Ok(tail) = std::str::from_utf8(&breaker[i..]) else { continue };
+            let mut tokens = vocab.tokenize(tail, false, false);
+            tokens.truncate(MAX_TAIL_TOKENS);
+            self.push_sequence(id, tokens);
         }
     }
 
