@@ -220,7 +220,7 @@ fn avx2_model_tests() -> Result<()> {
     std::env::set_var("TESSERA_SIMD", "avx2");
     let tests = [
         "--test", "refs", "--test", "synth", "--test", "moe", "--test", "families", "--test",
-        "kv_types",
+        "kv_types", "--test", "lora",
     ];
     let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat());
     std::env::remove_var("TESSERA_SIMD");

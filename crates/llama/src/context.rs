@@ -5,6 +5,7 @@
 use crate::batch::Batch;
 use crate::graph::Builder;
 use crate::kv_cache::{graph_input, KvCache, KvInputs, MAX_SEQ};
+use crate::lora::{LoraAdapter, LoraSet};
 use crate::model::Model;
 use crate::{LlamaError, Result};
 use std::sync::Arc;
@@ -82,6 +83,7 @@ pub struct LlamaContext<'m> {
     output_of: Vec<Option<usize>>,
     observe: Vec<String>,
     observed: std::collections::HashMap<String, Vec<f32>>,
+    loras: Vec<(Arc<LoraAdapter>, f32)>,
 }
 
 /// The input tensors of one micro-batch's graph.
@@ -185,6 +187,7 @@ impl<'m> LlamaContext<'m> {
             output_of: Vec::new(),
             observe: Vec::new(),
             observed: Default::default(),
+            loras: Vec::new(),
         })
     }
 
@@ -265,6 +268,42 @@ impl<'m> LlamaContext<'m> {
     pub fn observe(&mut self, names: Vec<String>) {
         self.observe = names;
         self.prev = None;
+    }
+
+    /// Applies these LoRA adapters with these scales to every later decode (llama.cpp's
+    /// `llama_set_adapters_lora`), replacing the previous list; a scale of 0 leaves an adapter
+    /// out. The cache is the caller's: tokens already in it keep what they were computed with.
+    /// Each adapter must have been loaded for this context's model.
+    pub fn set_loras(&mut self, loras: Vec<(Arc<LoraAdapter>, f32)>) -> Result<()> {
+        let same = |a: &[(Arc<LoraAdapter>, f32)], b: &[(Arc<LoraAdapter>, f32)]| {
+            let on = |l: &[(Arc<LoraAdapter>, f32)]| -> Vec<(*const LoraAdapter, u32)> {
+                l.iter()
+                    .filter(|(_, s)| *s != 0.0)
+                    .map(|(a, s)| (Arc::as_ptr(a), s.to_bits()))
+                    .collect()
+            };
+            on(a) == on(b)
+        };
+        if same(&loras, &self.loras) {
+            return Ok(());
+        }
+        for (adapter, scale) in &loras {
+            adapter.check_model(self.model)?;
+            if !scale.is_finite() {
+                return Err(LlamaError::Setting {
+                    flag: "--lora-scaled".into(),
+                    reason: format!("{}: scale {scale} is not a finite number", adapter.path()),
+                });
+            }
+        }
+        self.loras = loras;
+        self.prev = None;
+        Ok(())
+    }
+
+    /// The LoRA adapters applied and their scales ([`set_loras`](Self::set_loras)).
+    pub fn loras(&self) -> &[(Arc<LoraAdapter>, f32)] {
+        &self.loras
     }
 
     /// The values of the observed tensors of the last micro-batch.
@@ -372,6 +411,8 @@ impl<'m> LlamaContext<'m> {
             out_ids: graph_input(&mut ctx, DType::I32, &[n_out], "inp_out_ids")?,
             kv: self.kv.new_inputs(&mut ctx, hp, n_tok, n_kv)?,
         };
+        let mut bindings = self.base_bindings.clone();
+        let lora = LoraSet::import(&self.loras, &mut ctx, &mut bindings)?;
         let mut b = Builder {
             ctx,
             hp,
@@ -388,6 +429,7 @@ impl<'m> LlamaContext<'m> {
             flash_attn: !self.kv.v_trans,
             embeddings: self.params.embeddings,
             attn_rotation: self.params.attn_rotation,
+            lora: &lora,
         };
         let logits = model.graph.build(&mut b)?;
         let mut ctx = b.ctx;
@@ -418,7 +460,6 @@ impl<'m> LlamaContext<'m> {
             }
         }
         let graph = Graph::build(&ctx, &outputs);
-        let mut bindings = self.base_bindings.clone();
         let schedule = self.sched.alloc_graph(&mut ctx, &graph, &mut bindings)?;
 
         Ok(Prepared { key, ctx, schedule, bindings, inp, logits, outputs })

@@ -104,6 +104,14 @@ pub enum LlamaError {
     /// The backend failed.
     #[error("backend: {0}")]
     Backend(#[from] tessera_backend::BackendError),
+    /// A LoRA adapter cannot be used (with this model).
+    #[error("LoRA adapter {path}: {reason}")]
+    Lora {
+        /// The adapter's file.
+        path: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// A chat template could not be rendered.
     #[error("chat template: {0}")]
     Template(String),

@@ -12,6 +12,7 @@ pub use moe::{Gating, MoeActivation, MoeBiases, MoeRouting, MoeWeights};
 use crate::hparams::HParams;
 use crate::kv_cache::KvInputs;
 pub use crate::kv_cache::LayerCache;
+use crate::lora::LoraSet;
 use crate::Result;
 use tessera_tensor::graph::{Context, GluOp, RopeMode, RopeParams, TensorId, UnaryOp};
 use tessera_tensor::DType;
@@ -51,6 +52,9 @@ pub struct Builder<'a> {
     ///
     /// [`ContextParams::attn_rotation`]: crate::ContextParams::attn_rotation
     pub attn_rotation: bool,
+    /// The LoRA adapters' pairs, imported into `ctx`: every product of an adapted weight
+    /// through [`mm`](Self::mm) or [`mm_id`](Self::mm_id) adds theirs.
+    pub lora: &'a LoraSet,
 }
 
 impl Builder<'_> {
@@ -60,10 +64,43 @@ impl Builder<'_> {
         self.ctx.set_name(id, &format!("{base}-{il}"))
     }
 
-    /// `get_rows(tok_embd, tokens)`: `[n_embd, n_tokens]` F32.
+    /// `get_rows(tok_embd, tokens)`: `[n_embd, n_tokens]` F32, plus each LoRA adapter's
+    /// `s · B · A[tokens]` (llama.cpp's `build_inp_embd`).
     pub fn inp_embd(&mut self, tok_embd: TensorId) -> Result<TensorId> {
-        let x = self.ctx.get_rows(tok_embd, self.inp_tokens)?;
+        let mut x = self.ctx.get_rows(tok_embd, self.inp_tokens)?;
+        for l in self.lora.of_embedding(tok_embd) {
+            let rows = self.ctx.get_rows(l.a, self.inp_tokens)?;
+            let d = self.ctx.mul_mat(l.b, rows)?;
+            let d = self.ctx.scale(d, l.scale, 0.0)?;
+            x = self.ctx.add(x, d)?;
+        }
         Ok(self.ctx.set_name(x, "inp_embd"))
+    }
+
+    /// `w · x`, plus each LoRA adapter's `s · B · (A · x)` for `w` (llama.cpp's
+    /// `build_lora_mm`): every weight product of a graph goes through here.
+    pub fn mm(&mut self, w: TensorId, x: TensorId) -> Result<TensorId> {
+        let mut y = self.ctx.mul_mat(w, x)?;
+        for l in self.lora.of(w) {
+            let ax = self.ctx.mul_mat(l.a, x)?;
+            let d = self.ctx.mul_mat(l.b, ax)?;
+            let d = self.ctx.scale(d, l.scale, 0.0)?;
+            y = self.ctx.add(y, d)?;
+        }
+        Ok(y)
+    }
+
+    /// `mul_mat_id(w, x, ids)` with each LoRA adapter's experts' pairs added (llama.cpp's
+    /// `build_lora_mm_id`).
+    pub fn mm_id(&mut self, w: TensorId, x: TensorId, ids: TensorId) -> Result<TensorId> {
+        let mut y = self.ctx.mul_mat_id(w, x, ids)?;
+        for l in self.lora.of(w) {
+            let ax = self.ctx.mul_mat_id(l.a, x, ids)?;
+            let d = self.ctx.mul_mat_id(l.b, ax, ids)?;
+            let d = self.ctx.scale(d, l.scale, 0.0)?;
+            y = self.ctx.add(y, d)?;
+        }
+        Ok(y)
     }
 
     /// RMS norm times an optional weight.
@@ -92,7 +129,7 @@ impl Builder<'_> {
 
     /// `w · x (+ b)`.
     pub fn linear(&mut self, w: TensorId, b: Option<TensorId>, x: TensorId) -> Result<TensorId> {
-        let y = self.ctx.mul_mat(w, x)?;
+        let y = self.mm(w, x)?;
         Ok(match b {
             Some(b) => self.ctx.add(y, b)?,
             None => y,
@@ -164,14 +201,14 @@ impl Builder<'_> {
         op: GluOp,
         il: usize,
     ) -> Result<TensorId> {
-        let u = self.ctx.mul_mat(up, x)?;
+        let u = self.mm(up, x)?;
         let u = self.name(u, "ffn_up", il);
-        let g = self.ctx.mul_mat(gate, x)?;
+        let g = self.mm(gate, x)?;
         let g = self.name(g, "ffn_gate", il);
         let h = self.ctx.glu_split(g, u, op)?;
         let glu = if op == GluOp::GeGlu { "ffn_geglu" } else { "ffn_swiglu" };
         let h = self.name(h, glu, il);
-        Ok(self.ctx.mul_mat(down, h)?)
+        self.mm(down, h)
     }
 
     /// Sequential GELU FFN (GPT-2): `down · gelu(up · x + bu) + bd`.

@@ -99,6 +99,7 @@ pub struct Model {
     pub device_bytes: Vec<usize>,
     /// The host CPU device ([`LoadParams::host`]): contexts compute on its backend last.
     pub host: Arc<dyn Device>,
+    offload: Offload,
     file: Arc<MappedFile>,
 }
 
@@ -287,6 +288,7 @@ impl Model {
             layer_plan,
             device_bytes,
             host: params.host.clone(),
+            offload: params.offload.clone(),
             file,
         })
     }
@@ -294,6 +296,11 @@ impl Model {
     /// The GGUF file's metadata.
     pub fn metadata(&self) -> &tessera_gguf::Metadata {
         self.file.0.metadata()
+    }
+
+    /// The placement the model was loaded with (LoRA adapters follow it).
+    pub fn offload(&self) -> &Offload {
+        &self.offload
     }
 
     /// Number of parameters (elements of all weights).

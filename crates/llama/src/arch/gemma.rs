@@ -122,10 +122,10 @@ impl ModelGraph for GemmaGraph {
             let base = if hp.is_swa(il) { hp.rope_freq_base_swa } else { hp.rope_freq_base };
             let cur = b.rms_norm(inp, Some(l.attn_norm))?;
             let cur = b.name(cur, "attn_norm", il);
-            let q = b.ctx.mul_mat(l.wq, cur)?;
+            let q = b.mm(l.wq, cur)?;
             let q = b.name(q, "q_proj", il);
-            let k = b.ctx.mul_mat(l.wk, cur)?;
-            let v = b.ctx.mul_mat(l.wv, cur)?;
+            let k = b.mm(l.wk, cur)?;
+            let v = b.mm(l.wv, cur)?;
             let mut q = b.ctx.reshape(q, &[hp.head_dim_k, hp.n_head[il], n_tok])?;
             let mut k = b.ctx.reshape(k, &[hp.head_dim_k, hp.n_head_kv[il], n_tok])?;
             let v = b.ctx.reshape(v, &[hp.head_dim_v, hp.n_head_kv[il], n_tok])?;
@@ -140,7 +140,7 @@ impl ModelGraph for GemmaGraph {
             let k = b.name(k, "Kcur", il);
             let q = b.ctx.scale(q, hp.attention_scale, 0.0)?;
             let a = b.attention(il, q, k, v, 1.0)?;
-            let cur = b.ctx.mul_mat(l.wo, a)?;
+            let cur = b.mm(l.wo, a)?;
             // Row by row: the same bits before or after keeping the output rows.
             let mut cur = b.rms_norm(cur, Some(l.post_attn_norm))?;
             cur = b.name(cur, "attn_post_norm", il);

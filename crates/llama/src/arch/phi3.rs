@@ -83,7 +83,7 @@ impl ModelGraph for Phi3Graph {
         for (il, l) in self.blocks.iter().enumerate() {
             let cur = b.rms_norm(inp, Some(l.attn_norm))?;
             let cur = b.name(cur, "attn_norm", il);
-            let qkv = b.ctx.mul_mat(l.wqkv, cur)?;
+            let qkv = b.mm(l.wqkv, cur)?;
             let (q, k, v) = b.split_qkv(qkv, il)?;
             let q = b.rope(q, RopeMode::Neox, hp.rope_freq_base, factors)?;
             let k = b.rope(k, RopeMode::Neox, hp.rope_freq_base, factors)?;
@@ -91,7 +91,7 @@ impl ModelGraph for Phi3Graph {
             let k = b.name(k, "Kcur", il);
             let q = b.ctx.scale(q, q_scale, 0.0)?;
             let a = b.attention(il, q, k, v, 1.0)?;
-            let mut cur = b.ctx.mul_mat(l.wo, a)?;
+            let mut cur = b.mm(l.wo, a)?;
             if il == self.blocks.len() - 1 {
                 cur = b.out_rows(cur)?;
                 inp = b.out_rows(inp)?;
@@ -100,9 +100,9 @@ impl ModelGraph for Phi3Graph {
             let cur = b.rms_norm(residual, Some(l.ffn_norm))?;
             let cur = b.name(cur, "ffn_norm", il);
             // SwiGLU over the fused projection: silu(first half) * second half.
-            let up = b.ctx.mul_mat(l.up, cur)?;
+            let up = b.mm(l.up, cur)?;
             let h = b.ctx.glu(up, GluOp::SwiGlu, false)?;
-            let cur = b.ctx.mul_mat(l.down, h)?;
+            let cur = b.mm(l.down, h)?;
             let cur = b.name(cur, "ffn_out", il);
             inp = b.ctx.add(residual, cur)?;
             inp = b.name(inp, "l_out", il);

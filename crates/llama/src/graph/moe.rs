@@ -95,7 +95,7 @@ impl Builder<'_> {
     ) -> Result<TensorId> {
         let (n_embd, n_tokens) = (self.ctx.get(x).ne[0], self.ctx.get(x).ne[1]);
         let (n_expert, n_used) = (r.n_expert, r.n_used);
-        let mut logits = self.ctx.mul_mat(w.gate_inp, x)?;
+        let mut logits = self.mm(w.gate_inp, x)?;
         logits = self.name(logits, "ffn_moe_logits", il);
         if let Some(b) = &w.biases {
             logits = self.ctx.add(logits, b.gate_inp)?;
@@ -130,13 +130,13 @@ impl Builder<'_> {
             weights = self.ctx.scale(weights, r.weights_scale, 0.0)?;
         }
         let x3 = self.ctx.reshape(x, &[n_embd, 1, n_tokens])?;
-        let mut up = self.ctx.mul_mat_id(w.up_exps, x3, selected)?;
+        let mut up = self.mm_id(w.up_exps, x3, selected)?;
         up = self.name(up, "ffn_moe_up", il);
         if let Some(b) = &w.biases {
             up = self.ctx.add_id(up, b.up, selected)?;
             up = self.name(up, "ffn_moe_up_biased", il);
         }
-        let mut gate = self.ctx.mul_mat_id(w.gate_exps, x3, selected)?;
+        let mut gate = self.mm_id(w.gate_exps, x3, selected)?;
         gate = self.name(gate, "ffn_moe_gate", il);
         if let Some(b) = &w.biases {
             gate = self.ctx.add_id(gate, b.gate, selected)?;
@@ -152,7 +152,7 @@ impl Builder<'_> {
                 self.name(h, "ffn_moe_swiglu_oai", il)
             }
         };
-        let mut experts = self.ctx.mul_mat_id(w.down_exps, h, selected)?;
+        let mut experts = self.mm_id(w.down_exps, h, selected)?;
         experts = self.name(experts, "ffn_moe_down", il);
         if let Some(b) = &w.biases {
             experts = self.ctx.add_id(experts, b.down, selected)?;
