@@ -12,6 +12,7 @@ mod devices;
 mod gguf_cmd;
 mod grammar_args;
 mod kld;
+mod lora_args;
 mod perplexity_cmd;
 mod quantize_cmd;
 mod run_cmd;

@@ -53,6 +53,9 @@ pub struct PerplexityArgs {
     /// The KV cache's types (`-ctk`, `-ctv`).
     #[command(flatten)]
     cache: common::CacheArgs,
+    /// LoRA adapters (`--lora`, `--lora-scaled`).
+    #[command(flatten)]
+    lora: crate::lora_args::LoraArgs,
 }
 
 /// `-log softmax(logits)[target]` in f64.
@@ -79,7 +82,9 @@ fn chunk_context<'m>(
         type_v,
         ..Default::default()
     };
-    LlamaContext::new(model, params).map_err(common::explain)
+    let mut ctx = LlamaContext::new(model, params).map_err(common::explain)?;
+    ctx.set_loras(a.lora.load(model)?).map_err(common::explain)?;
+    Ok(ctx)
 }
 
 /// Runs the command.

@@ -52,6 +52,9 @@ pub struct RunArgs {
     /// The KV cache's types (`-ctk`, `-ctv`).
     #[command(flatten)]
     cache: common::CacheArgs,
+    /// LoRA adapters (`--lora`, `--lora-scaled`).
+    #[command(flatten)]
+    lora: crate::lora_args::LoraArgs,
     /// Never end at an end-of-generation token (they are never sampled).
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
@@ -221,7 +224,20 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         type_v,
         ..Default::default()
     };
-    let ctx = LlamaContext::new(&model, params).map_err(common::explain)?;
+    let mut ctx = LlamaContext::new(&model, params).map_err(common::explain)?;
+    let loras = a.lora.load(&model)?;
+    if a.verbose {
+        for (l, scale) in &loras {
+            eprintln!(
+                "LoRA adapter {}: scale {scale}, alpha {}, {} weights, {}",
+                l.path(),
+                l.alpha(),
+                l.targets().count(),
+                common::human_bytes(l.n_bytes())
+            );
+        }
+    }
+    ctx.set_loras(loras).map_err(common::explain)?;
     let n_ctx = ctx.params().n_ctx;
     let n_train = model.hparams.n_ctx_train;
     if a.verbose {

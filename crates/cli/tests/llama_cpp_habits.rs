@@ -228,3 +228,56 @@ fn serve_logs_requests_and_a_second_signal_ends_replies_at_once() {
     assert!(!log.contains('\x1b'), "no colour codes when stderr is not a terminal: {log}");
     assert!(log.contains("request done"), "generation log: {log}");
 }
+
+/// A random LoRA adapter on every layer's attention Q and V of the default model, its values
+/// `amp` at most, written with the GGUF writer.
+fn write_adapter(path: &std::path::Path, amp: f32) {
+    use tessera_gguf::GgufWriter;
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", "llama").unwrap();
+    w.add("general.type", "adapter").unwrap();
+    w.add("adapter.type", "lora").unwrap();
+    w.add("adapter.lora.alpha", 8.0f32).unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp
+    };
+    // SmolLM2-135M: n_embd 576, 9 heads and 3 KV heads of 64, 30 layers; rank 8.
+    for il in 0..30 {
+        for (t, n_out) in [("attn_q", 576u64), ("attn_v", 192)] {
+            for (half, ne) in [("lora_a", [576u64, 8]), ("lora_b", [8, n_out])] {
+                let bytes: Vec<u8> =
+                    (0..ne[0] * ne[1]).flat_map(|_| next().to_le_bytes()).collect();
+                let name = format!("blk.{il}.{t}.weight.{half}");
+                w.add_tensor(&name, tessera_tensor::DType::F32, &ne, bytes).unwrap();
+            }
+        }
+    }
+    w.write_file(path).unwrap();
+}
+
+#[test]
+fn lora_adapters_apply_at_their_scale_and_misfits_are_named() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("adapter.gguf");
+    write_adapter(&adapter, 0.2);
+    let a = adapter.to_str().unwrap();
+    let mut base = vec!["run", "-m", &m, "-p", "The capital of France is", "--no-display-prompt"];
+    base.extend(GREEDY);
+    let (plain, _) = ok(&base);
+    let zero = format!("{a}:0");
+    let (at_zero, _) = ok(&[&base[..], &["--lora-scaled", &zero]].concat());
+    assert_eq!(at_zero, plain, "an adapter at scale 0 changed the text");
+    let (with, err) = ok(&[&base[..], &["--lora", a, "-v"]].concat());
+    assert_ne!(with, plain, "the adapter changed nothing");
+    assert!(err.contains("LoRA adapter") && err.contains("60 weights"), "{err}");
+    // The model itself given as an adapter; a scale that is not a number.
+    let e = fails(&[&base[..], &["--lora", &m]].concat());
+    assert!(e.contains("general.type") && e.contains("expected 'adapter'"), "{e}");
+    let e = fails(&[&base[..], &["--lora-scaled", a]].concat());
+    assert!(e.contains("FNAME:SCALE"), "{e}");
+}
