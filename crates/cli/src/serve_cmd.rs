@@ -123,6 +123,13 @@ pub struct ServeArgs {
     /// Sampling defaults for what a request does not give (llama-server's flags).
     #[command(flatten)]
     sampling: crate::sampling_args::SamplingArgs,
+    /// LoRA adapters (`--lora`, `--lora-scaled`), listed by `GET /lora-adapters`.
+    #[command(flatten)]
+    lora: crate::lora_args::LoraArgs,
+    /// Load the LoRA adapters at scale 0 (apply them later with `POST /lora-adapters`, or a
+    /// request's `lora`).
+    #[arg(long = "lora-init-without-apply")]
+    lora_init_without_apply: bool,
 }
 
 /// The API keys: --api-key (else $LLAMA_API_KEY) and the lines of --api-key-file, joined by
@@ -222,6 +229,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         model_name: name,
         shutdown_timeout,
         hardening,
+        loras: a.lora.load(&model)?,
+        lora_init_without_apply: a.lora_init_without_apply,
     };
     let server = tessera_server::start(model, cfg, true).map_err(common::explain)?;
     if a.embedding {

@@ -126,6 +126,11 @@ pub struct ServerConfig {
     pub cache_ram_mib: i64,
     /// Timeouts, the connection cap and the CORS origins ([`listen::Hardening`]).
     pub hardening: listen::Hardening,
+    /// LoRA adapters loaded for the model (`--lora`, `--lora-scaled`), with their starting
+    /// scales; `/lora-adapters` lists them by index.
+    pub loras: Vec<(Arc<tessera_llama::LoraAdapter>, f32)>,
+    /// `--lora-init-without-apply`: every adapter starts at scale 0.
+    pub lora_init_without_apply: bool,
 }
 
 /// A started server: its address, and a way to stop it.
@@ -268,6 +273,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
                 n if n < 0 => usize::MAX,
                 n => (n as usize).saturating_mul(1 << 20),
             },
+            loras: cfg.loras.iter().map(|(a, _)| a.clone()).collect(),
         },
         metrics.clone(),
     )?;
@@ -288,6 +294,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         reasoning_budget: i64::from(cfg.reasoning_budget),
         reasoning_budget_message: cfg.reasoning_budget_message.clone().unwrap_or_default(),
         sampling: cfg.sampling.clone(),
+        loras: engine::LoraTable::new(cfg.loras.clone(), cfg.lora_init_without_apply),
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let listener =

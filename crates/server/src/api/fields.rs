@@ -203,13 +203,6 @@ pub(crate) fn other_fields(o: &Map<String, Value>, chat: bool) -> Result<(), Api
             return Err(not_here(key, &format!("{what} is not available in tessera serve yet")));
         }
     }
-    match o.get("lora") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(a)) if a.is_empty() => {}
-        Some(_) => {
-            return Err(not_here("lora", "LoRA adapters are not available in tessera serve yet"))
-        }
-    }
     Ok(())
 }
 

@@ -62,6 +62,10 @@ pub(crate) fn start(
     let bias = req.sampling.resolve_bias(vocab)?;
     let sampler = req.sampling.chain(st.engine.n_ctx, &bias, vocab)?;
     tracing::debug!(sampler = %sampler.describe(), seed = ?sampler.seed(), "sampling");
+    let lora = match &req.lora {
+        Some(v) => st.loras.parse(v, "lora")?,
+        None => st.loras.current(),
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     st.engine.submit(Job {
         prompt: tokens,
@@ -75,6 +79,7 @@ pub(crate) fn start(
         ignore_eos: req.ignore_eos,
         think_budget,
         preserved: if harmony { crate::chat::harmony::preserved_ids(vocab) } else { Vec::new() },
+        lora,
     })?;
     st.metrics.add_request();
     Ok((rx, opened))

@@ -48,6 +48,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/apply-template", post(native::apply_template))
         .route("/metrics", get(native::metrics))
         .route("/props", get(native::props))
-        .route("/slots", get(native::slots));
+        .route("/slots", get(native::slots))
+        .route("/lora-adapters", get(native::lora_adapters).post(native::set_lora_adapters));
     crate::http::middleware::wrap(routes, state)
 }

@@ -1,6 +1,7 @@
 //! llama-server's own endpoints: `/completion` and `/infill` (its body: `content`, `stop`,
 //! `timings`; streamed as `data: {...}` events without `[DONE]`), `/tokenize`,
-//! `/detokenize`, `/apply-template`, `/health`, `/props`, `/slots`, `/metrics`; OpenAI's
+//! `/detokenize`, `/apply-template`, `/health`, `/props`, `/slots`, `/metrics`,
+//! `/lora-adapters`; OpenAI's
 //! `GET /v1/models`; and the chat page at `/`.
 
 use crate::api::generate::{collect, merge, start};
@@ -139,6 +140,26 @@ pub(crate) async fn props(State(st): St) -> Json<Value> {
         "build_info": format!("tessera {}", env!("CARGO_PKG_VERSION")),
         "modalities": {"vision": false, "audio": false},
     }))
+}
+
+/// llama-server's `GET /lora-adapters`: each adapter's id, path, global scale, task name and
+/// prompt prefix.
+pub(crate) async fn lora_adapters(State(st): St) -> Json<Value> {
+    Json(st.loras.to_json())
+}
+
+/// llama-server's `POST /lora-adapters`: `[{"id": N, "scale": S}, ...]` sets the global
+/// scales (adapters not listed: 0) that requests without their own `lora` run with.
+pub(crate) async fn set_lora_adapters(State(st): St, body: Body) -> Result<Json<Value>, ApiError> {
+    let v: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(400, "invalid_request_error", format!("invalid JSON body: {e}"))
+    })?;
+    if !v.is_array() {
+        return Err(ApiError::new(400, "invalid_request_error", "Request body must be an array"));
+    }
+    let scales = st.loras.parse(&v, "body")?;
+    st.loras.set(scales);
+    Ok(Json(json!({"success": true})))
 }
 
 /// llama-server's `GET /slots`: each slot's state.

@@ -44,6 +44,9 @@ pub struct GenRequest {
     pub thinking_budget: Option<i64>,
     /// llama-server's `cache_prompt` (default true): reuse the slot's cached prefix.
     pub cache_prompt: bool,
+    /// llama-server's `lora` (`[{"id": N, "scale": S}, ...]`), checked against the server's
+    /// adapters when the job starts; `None`: the global scales.
+    pub lora: Option<Value>,
 }
 
 /// `response_format` (OpenAI's `json_object` / `json_schema`, llama-server's
@@ -230,6 +233,7 @@ fn common(
         template_kwargs: Map::new(),
         thinking_budget: opt_int(o, "thinking_budget_tokens", -1, 1 << 30)?,
         cache_prompt,
+        lora: o.get("lora").filter(|v| !v.is_null()).cloned(),
     })
 }
 

@@ -127,6 +127,8 @@ pub struct Job {
     /// Special tokens the reply shows as text (a harmony template's markers,
     /// [`crate::chat::harmony::PRESERVED`]); others stay hidden.
     pub preserved: Vec<u32>,
+    /// The scale of each LoRA adapter (the server's, in id order; empty without adapters).
+    pub lora: crate::engine::LoraScales,
 }
 
 /// What the engine thread is sent: a generation, or inputs to embed (`--embedding`).

@@ -23,12 +23,14 @@ use tessera_llama::{ContextParams, LlamaContext, Model, Pooling};
 mod budget;
 mod embed;
 mod job;
+mod lora;
 mod prompt_cache;
 mod reuse;
 mod worker;
 
 pub use budget::ThinkBudget;
 pub use job::{EmbedJob, Event, Finished, Job, Logprob, SlotInfo, Timings, Work};
+pub use lora::{LoraScales, LoraTable};
 use prompt_cache::PromptCache;
 use worker::Worker;
 
@@ -56,6 +58,8 @@ pub struct EngineConfig {
     pub embeddings: Option<Pooling>,
     /// `--cache-ram` in bytes: host memory for prompts dropped from the slots (0: none).
     pub cache_ram: usize,
+    /// The LoRA adapters a job's scales refer to (`Job::lora`), in id order.
+    pub loras: Vec<Arc<tessera_llama::LoraAdapter>>,
 }
 
 /// A handle on the engine thread.
@@ -135,6 +139,7 @@ impl Engine {
                 let host = (cfg.cache_ram > 0).then(|| PromptCache::new(cfg.cache_ram));
                 let mut w =
                     Worker::new(&model, ctx, n_ctx, cfg.n_batch.max(1), metrics, slots2, host);
+                w.loras = cfg.loras;
                 w.run(&rx, &stop2, &abort2);
             })?;
         let n_ctx = ready_rx

@@ -19,14 +19,14 @@ impl Worker<'_> {
     pub(super) fn save_slot(&mut self, i: usize) {
         let Some(host) = self.host.as_mut() else { return };
         let s = &self.slots[i];
-        if s.cache.len() < MIN_TOKENS || host.covers(&s.cache) {
+        if s.cache.len() < MIN_TOKENS || host.covers(&s.cache_lora, &s.cache) {
             return;
         }
         let t0 = std::time::Instant::now();
         match self.ctx.seq_save(s.seq, s.cache.len() as i32) {
             Ok(state) => {
                 let bytes = state.n_bytes();
-                if host.insert(s.cache.clone(), state) {
+                if host.insert(&s.cache_lora, s.cache.clone(), state) {
                     tracing::debug!(
                         slot = i,
                         tokens = s.cache.len(),
@@ -46,10 +46,12 @@ impl Worker<'_> {
     /// Makes idle slot `i` hold the longest prefix of `prompt` it can get without computing
     /// it: its own cached tokens, another slot's (shared cells), or a state saved in the host
     /// cache (copied back); drops the rest of its cache (saved first). Returns the tokens
-    /// kept: at most all but the last, which must be evaluated for its logits.
-    pub(super) fn reuse_prefix(&mut self, i: usize, prompt: &[u32]) -> usize {
+    /// kept: at most all but the last, which must be evaluated for its logits. Only cells
+    /// computed with LoRA scales `lora` serve.
+    pub(super) fn reuse_prefix(&mut self, i: usize, prompt: &[u32], lora: &[f32]) -> usize {
         let limit = prompt.len() - 1;
-        let common = |s: &Slot| common(&s.cache, prompt).min(limit);
+        let common =
+            |s: &Slot| if s.cache_lora == lora { common(&s.cache, prompt).min(limit) } else { 0 };
         let own = common(&self.slots[i]);
         // Another slot (idle or busy) may hold a longer prefix: share its cells (the cache is
         // unified; cells carry every sequence that reads them).
@@ -62,7 +64,7 @@ impl Worker<'_> {
         let from_host = self
             .host
             .as_mut()
-            .and_then(|h| h.best(prompt))
+            .and_then(|h| h.best(lora, prompt))
             .map(|(_, n)| n.min(limit))
             .filter(|&n| n > best_slot);
         if own < self.slots[i].cache.len() {
@@ -75,7 +77,7 @@ impl Worker<'_> {
             self.make_room(n);
             let t0 = std::time::Instant::now();
             // Making room may have saved (and so replaced or evicted) states: look again.
-            let Some((state, again)) = self.host.as_mut().and_then(|h| h.best(prompt)) else {
+            let Some((state, again)) = self.host.as_mut().and_then(|h| h.best(lora, prompt)) else {
                 return 0;
             };
             let n = n.min(again).min(limit);

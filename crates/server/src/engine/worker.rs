@@ -4,6 +4,7 @@
 
 use super::budget::ThinkBudget;
 use super::job::{Event, Finished, Job, Logprob, SlotInfo, Timings, Work};
+use super::lora::LoraScales;
 use super::prompt_cache::PromptCache;
 use crate::chat::constrain::GrammarMask;
 use crate::error::ApiError;
@@ -13,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_llama::sampling::SeqSampler;
-use tessera_llama::{Batch, LlamaContext, Model, StreamEnd, TextStream};
+use tessera_llama::{Batch, LlamaContext, LoraAdapter, Model, StreamEnd, TextStream};
 
 pub(super) struct Active {
     pub(super) job: Job,
@@ -38,13 +39,15 @@ pub(super) struct Slot {
     pub(super) seq: u32,
     /// Tokens whose K/V the cache holds for this slot's sequence, in position order.
     pub(super) cache: Vec<u32>,
+    /// The LoRA scales the cached tokens were computed with.
+    pub(super) cache_lora: LoraScales,
     pub(super) active: Option<Active>,
     pub(super) last_used: u64,
 }
 
 impl Slot {
     fn new(seq: u32) -> Self {
-        Slot { seq, cache: Vec::new(), active: None, last_used: 0 }
+        Slot { seq, cache: Vec::new(), cache_lora: Vec::new(), active: None, last_used: 0 }
     }
 }
 
@@ -61,6 +64,10 @@ pub(super) struct Worker<'m> {
     pub(super) info: Arc<Mutex<Vec<SlotInfo>>>,
     /// `--cache-ram`: prompts saved to host memory (none when 0).
     pub(super) host: Option<PromptCache>,
+    /// The LoRA adapters jobs' scales refer to.
+    pub(super) loras: Vec<Arc<LoraAdapter>>,
+    /// Steps taken: which of several LoRA scale sets decodes next.
+    pub(super) n_steps: usize,
 }
 
 fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
@@ -93,7 +100,19 @@ impl<'m> Worker<'m> {
     ) -> Self {
         let n_slots = info.lock().unwrap_or_else(|e| e.into_inner()).len();
         let slots = (0..n_slots).map(|i| Slot::new(i as u32)).collect();
-        Worker { model, ctx, slots, n_ctx, n_batch, metrics, clock: 0, info, host }
+        Worker {
+            model,
+            ctx,
+            slots,
+            n_ctx,
+            n_batch,
+            metrics,
+            clock: 0,
+            info,
+            host,
+            loras: Vec::new(),
+            n_steps: 0,
+        }
     }
 
     /// Serves `rx` until `stop` (running requests finish) or the queue closes.
@@ -160,7 +179,10 @@ impl<'m> Worker<'m> {
     /// Puts a job on the idle slot sharing the longest prefix with its prompt (the least
     /// recently used among equals) and drops the cached tokens past that prefix.
     pub(super) fn assign(&mut self, job: Job) {
-        let common = |s: &Slot| s.cache.iter().zip(&job.prompt).take_while(|(a, b)| a == b).count();
+        let common = |s: &Slot| match s.cache_lora == job.lora {
+            true => s.cache.iter().zip(&job.prompt).take_while(|(a, b)| a == b).count(),
+            false => 0,
+        };
         let Some(i) = (0..self.slots.len())
             .filter(|&i| self.slots[i].active.is_none())
             .max_by_key(|&i| (common(&self.slots[i]), u64::MAX - self.slots[i].last_used))
@@ -168,13 +190,14 @@ impl<'m> Worker<'m> {
             return;
         };
         let keep = if job.cache_prompt {
-            self.reuse_prefix(i, &job.prompt)
+            self.reuse_prefix(i, &job.prompt, &job.lora)
         } else {
             // `cache_prompt: false`: the whole prompt is evaluated again.
             self.evict(i);
             0
         };
         let slot = &mut self.slots[i];
+        slot.cache_lora = job.lora.clone();
         self.clock += 1;
         slot.last_used = self.clock;
         let mut job = job;
@@ -269,16 +292,27 @@ impl<'m> Worker<'m> {
             }
         }
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
+        // Slots run with other LoRA scales wait: the sets present take turns, one per step.
+        let mut sets: Vec<&LoraScales> = Vec::new();
+        for a in self.slots.iter().filter_map(|s| s.active.as_ref()) {
+            if !sets.contains(&&a.job.lora) {
+                sets.push(&a.job.lora);
+            }
+        }
+        let Some(&lora) = sets.get(self.n_steps % sets.len().max(1)) else { return };
+        let lora = lora.clone();
+        self.n_steps += 1;
+        let this_step = |a: &Active| a.job.lora == lora;
         // Room: what this step would take, capped by the batch size.
         let generating = self
             .slots
             .iter()
-            .filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some()))
+            .filter(|s| s.active.as_ref().is_some_and(|a| this_step(a) && a.next.is_some()))
             .count();
         let reading: usize = self
             .slots
             .iter()
-            .filter_map(|s| s.active.as_ref().filter(|a| a.next.is_none()))
+            .filter_map(|s| s.active.as_ref().filter(|a| this_step(a) && a.next.is_none()))
             .map(|a| a.job.prompt.len() - a.n_past)
             .sum();
         let mut free = self.make_room((generating + reading).min(self.n_batch.max(generating)));
@@ -288,7 +322,7 @@ impl<'m> Worker<'m> {
         let mut no_room = Vec::new();
         let mut budget = self.n_batch;
         for (i, s) in self.slots.iter().enumerate() {
-            let Some(a) = &s.active else { continue };
+            let Some(a) = s.active.as_ref().filter(|a| this_step(a)) else { continue };
             if let Some(t) = a.next {
                 if free == 0 {
                     no_room.push(i);
@@ -307,7 +341,7 @@ impl<'m> Worker<'m> {
         budget = budget.min(free);
         let mut newest_reader: Option<usize> = None;
         for (i, s) in self.slots.iter().enumerate() {
-            let Some(a) = &s.active else { continue };
+            let Some(a) = s.active.as_ref().filter(|a| this_step(a)) else { continue };
             if a.next.is_some() {
                 continue;
             }
@@ -352,6 +386,12 @@ impl<'m> Worker<'m> {
             return;
         }
         let t0 = Instant::now();
+        let applied = self.loras.iter().cloned().zip(lora.iter().copied()).collect();
+        if let Err(e) = self.ctx.set_loras(applied) {
+            tracing::error!(error = %e, "applying the LoRA adapters failed");
+            self.fail_all(ApiError::new(500, "server_error", format!("LoRA: {e}")));
+            return;
+        }
         if let Err(e) = self.ctx.decode(&batch) {
             tracing::error!(error = %e, "decode failed");
             self.fail_all(ApiError::new(500, "server_error", format!("decoding failed: {e}")));

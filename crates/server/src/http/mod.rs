@@ -45,6 +45,8 @@ pub struct AppState {
     pub sampling: crate::api::sampling::Sampling,
     /// `--reasoning-budget-message`.
     pub reasoning_budget_message: String,
+    /// The LoRA adapters and their global scales (`/lora-adapters`).
+    pub loras: crate::engine::LoraTable,
 }
 
 /// The state extractor every handler takes.

@@ -84,6 +84,8 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         pooling: None,
         cache_ram_mib: 8192,
         hardening: Default::default(),
+        loras: Vec::new(),
+        lora_init_without_apply: false,
     }
 }
 
