@@ -219,8 +219,20 @@ fn avx2_model_tests() -> Result<()> {
     eprintln!("==> the model tests again at TESSERA_SIMD=avx2");
     std::env::set_var("TESSERA_SIMD", "avx2");
     let tests = [
-        "--test", "refs", "--test", "synth", "--test", "moe", "--test", "families", "--test",
-        "kv_types", "--test", "lora",
+        "--test",
+        "refs",
+        "--test",
+        "synth",
+        "--test",
+        "moe",
+        "--test",
+        "families",
+        "--test",
+        "kv_types",
+        "--test",
+        "lora",
+        "--test",
+        "context_shift",
     ];
     let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat());
     std::env::remove_var("TESSERA_SIMD");

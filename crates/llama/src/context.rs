@@ -4,7 +4,7 @@
 
 use crate::batch::Batch;
 use crate::graph::Builder;
-use crate::kv_cache::{graph_input, KvCache, KvInputs, MAX_SEQ};
+use crate::kv_cache::{graph_input, CellOrder, KvCache, KvInputs, MAX_SEQ};
 use crate::lora::{LoraAdapter, LoraSet};
 use crate::model::Model;
 use crate::{LlamaError, Result};
@@ -49,6 +49,10 @@ pub struct ContextParams {
     /// does (`TESSERA_ATTN_ROT_DISABLE=1` turns it off, as `LLAMA_ATTN_ROT_DISABLE` does
     /// llama.cpp's).
     pub attn_rotation: bool,
+    /// Which free cells a micro-batch takes ([`CellOrder`]): by sequence (the default, what
+    /// the server's batch invariance needs) or llama.cpp's ring head (a single sequence's
+    /// cells after a context shift then sit where llama.cpp's do, for its bits).
+    pub cell_order: CellOrder,
 }
 
 impl Default for ContextParams {
@@ -65,6 +69,7 @@ impl Default for ContextParams {
             embeddings: false,
             attn_rotation: std::env::var("TESSERA_ATTN_ROT_DISABLE")
                 .map_or(true, |v| v.parse::<i64>().unwrap_or(0) == 0),
+            cell_order: CellOrder::default(),
         }
     }
 }
@@ -142,7 +147,7 @@ impl<'m> LlamaContext<'m> {
             Some(d) => model.devices[d].buffer_type(),
             None => host.clone(),
         };
-        let kv = KvCache::new_placed(
+        let mut kv = KvCache::new_placed(
             &mut base_ctx,
             &mut base_bindings,
             hp,
@@ -151,6 +156,7 @@ impl<'m> LlamaContext<'m> {
             !params.flash_attn,
             &layer_buft,
         )?;
+        kv.order = params.cell_order;
         // The model's devices in priority order, the CPU last (ggml's scheduler rule).
         let mut backends: Vec<Box<dyn Backend>> = Vec::new();
         for dev in &model.devices {
@@ -339,9 +345,43 @@ impl<'m> LlamaContext<'m> {
         &self.logits
     }
 
+    /// Rotates the cached K of every cell whose position [`KvCache::seq_add`] moved (the
+    /// K-shift; `decode` does it first by itself): a no-op when nothing moved.
+    pub fn apply_shift(&mut self) -> Result<()> {
+        if !self.kv.has_shift() {
+            return Ok(());
+        }
+        let Some(g) = crate::kv_shift::build(
+            self.model,
+            &self.base_ctx,
+            &self.kv,
+            self.params.attn_rotation,
+        )?
+        else {
+            self.kv.clear_shift();
+            return Ok(());
+        };
+        let mut ctx = g.ctx;
+        let graph = Graph::build(&ctx, &g.outputs);
+        let mut bindings = self.base_bindings.clone();
+        // The scheduler's memory is the shift's now: the kept graph must be made again.
+        self.prev = None;
+        let schedule = self.sched.alloc_graph(&mut ctx, &graph, &mut bindings)?;
+        bindings.set_i32(&ctx, g.shift, &self.kv.shifts())?;
+        if let Some(rows) = g.rows {
+            let idx: Vec<i32> = (0..self.kv.size() as i32).collect();
+            bindings.set_i32(&ctx, rows, &idx)?;
+        }
+        self.sched.compute(&ctx, &schedule, &bindings)?;
+        self.kv.clear_shift();
+        tracing::debug!("K-shift applied");
+        Ok(())
+    }
+
     /// Runs `batch` through the model: its tokens enter the KV cache, and the logits of the
     /// tokens flagged in `batch.logits` are kept.
     pub fn decode(&mut self, batch: &Batch) -> Result<()> {
+        self.apply_shift()?;
         let hp = &self.model.hparams;
         batch.validate(hp.n_vocab, MAX_SEQ)?;
         let n = batch.len();

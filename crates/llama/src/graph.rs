@@ -145,12 +145,7 @@ impl Builder<'_> {
         freq_base: f32,
         freq_factors: Option<TensorId>,
     ) -> Result<TensorId> {
-        let hp = self.hp;
-        let mut p = RopeParams::new(hp.n_rot, mode, freq_base);
-        p.n_ctx_orig = hp.n_ctx_orig;
-        p.freq_scale = hp.rope_freq_scale;
-        p.ext_factor = hp.yarn_ext_factor;
-        p.attn_factor = hp.yarn_attn_factor;
+        let p = rope_params(self.hp, mode, freq_base);
         Ok(self.ctx.rope(x, self.inp_pos, freq_factors, p)?)
     }
 
@@ -339,18 +334,8 @@ impl Builder<'_> {
         Ok(self.name(out, "kqv_out", il))
     }
 
-    /// `x` with every run of `n` values along its rows times the orthonormal Walsh-Hadamard
-    /// matrix (llama.cpp's `llama_mul_mat_hadamard`), in `x`'s shape.
     fn rotate(&mut self, x: TensorId, n: usize) -> Result<TensorId> {
-        let t = self.ctx.get(x);
-        let (ne, count) = (t.ne, t.n_elements());
-        let flat = if t.is_contiguous() {
-            self.ctx.reshape(x, &[n, count / n])?
-        } else {
-            self.ctx.cont(x, Some(&[n, count / n]))?
-        };
-        let r = self.ctx.hadamard(flat)?;
-        Ok(self.ctx.reshape(r, &ne)?)
+        rotate(&mut self.ctx, x, n)
     }
 
     /// The default KQ scale, `1 / sqrt(head_dim)`.
@@ -387,10 +372,40 @@ impl Builder<'_> {
     }
 }
 
+/// `x` with every run of `n` values along its rows times the orthonormal Walsh-Hadamard
+/// matrix (llama.cpp's `llama_mul_mat_hadamard`), in `x`'s shape.
+pub(crate) fn rotate(ctx: &mut Context, x: TensorId, n: usize) -> Result<TensorId> {
+    let t = ctx.get(x);
+    let (ne, count) = (t.ne, t.n_elements());
+    let flat = if t.is_contiguous() {
+        ctx.reshape(x, &[n, count / n])?
+    } else {
+        ctx.cont(x, Some(&[n, count / n]))?
+    };
+    let r = ctx.hadamard(flat)?;
+    Ok(ctx.reshape(r, &ne)?)
+}
+
+/// The RoPE arguments of a model of hyperparameters `hp` with this mode and frequency base
+/// (the context length it was trained at, its frequency scale and YaRN factors).
+pub(crate) fn rope_params(hp: &HParams, mode: RopeMode, freq_base: f32) -> RopeParams {
+    let mut p = RopeParams::new(hp.n_rot, mode, freq_base);
+    p.n_ctx_orig = hp.n_ctx_orig;
+    p.freq_scale = hp.rope_freq_scale;
+    p.ext_factor = hp.yarn_ext_factor;
+    p.attn_factor = hp.yarn_attn_factor;
+    p
+}
+
 /// The attention rotations of a cache of K type `kt` and V type `vt` (llama.cpp's `attn_rot_k`,
 /// `attn_rot_v`): K's (and Q's) size is the largest power of two dividing the K head size, V's
 /// is 64, each where its cache type is quantized and its head size a multiple of 64.
-fn rotations(hd_k: usize, hd_v: usize, kt: DType, vt: DType) -> (Option<usize>, Option<usize>) {
+pub(crate) fn rotations(
+    hd_k: usize,
+    hd_v: usize,
+    kt: DType,
+    vt: DType,
+) -> (Option<usize>, Option<usize>) {
     let quantized = |t: DType| t.block_size() > 1;
     let k = (quantized(kt) && hd_k % 64 == 0).then(|| {
         let mut n = 64;

@@ -74,10 +74,30 @@ impl SeqState {
     }
 }
 
+/// Which free cells a micro-batch's tokens take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CellOrder {
+    /// Each sequence's new tokens go after the cells it holds where there is room (else the
+    /// first free cell from the ring head): a sequence's cells stay in position order whatever
+    /// shares the cache, so a request gets the bits it gets alone (the server's batching).
+    #[default]
+    BySequence,
+    /// llama.cpp's `find_slot`: the first free cells from the ring head, which removals and
+    /// shifts move back to the first cell they free (so a shifted context fills the hole it
+    /// left, as llama.cpp's does, and attention sums the cells in llama.cpp's order).
+    RingHead,
+}
+
 /// The cache: cells plus the K/V tensors of every layer.
 pub struct KvCache {
     cells: Vec<Cell>,
+    /// Per cell, how far its position moved since K was last rotated (llama.cpp's
+    /// `shift`); applied by the next decode's K-shift.
+    shift: Vec<i32>,
+    has_shift: bool,
     head: usize,
+    /// How a micro-batch's cells are chosen.
+    pub order: CellOrder,
     /// The tensors per layer (ids in the context the cache was created in).
     pub layers: Vec<LayerCache>,
     /// Whether V is stored transposed (the non-flash-attention path).
@@ -153,7 +173,16 @@ impl KvCache {
         for (buft, ids) in &groups {
             buffers.extend(alloc_tensors(buft, ctx, ids.iter().copied(), bindings)?);
         }
-        Ok(KvCache { cells: vec![Cell::EMPTY; size], head: 0, layers, v_trans, _buffers: buffers })
+        Ok(KvCache {
+            cells: vec![Cell::EMPTY; size],
+            shift: vec![0; size],
+            has_shift: false,
+            head: 0,
+            order: CellOrder::default(),
+            layers,
+            v_trans,
+            _buffers: buffers,
+        })
     }
 
     /// Number of cells.
@@ -188,6 +217,9 @@ impl KvCache {
         if n > free {
             return Err(LlamaError::ContextFull { needed: n, free, size });
         }
+        if self.order == CellOrder::RingHead {
+            return Ok(self.ring_head_cells(n));
+        }
         let mut taken = vec![false; size];
         // The cell after the last one each sequence holds (or was given in this call).
         let mut after: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
@@ -214,10 +246,22 @@ impl KvCache {
         Ok(out)
     }
 
+    /// llama.cpp's `find_slot` (not contiguous): `n` free cells scanning from the head,
+    /// restarting from 0 when many cells are free before it.
+    fn ring_head_cells(&self, n: usize) -> Vec<usize> {
+        let size = self.cells.len();
+        let mut head = self.head;
+        if head > self.used() + 2 * n {
+            head = 0;
+        }
+        (0..size).map(|k| (head + k) % size).filter(|&i| self.cells[i].is_empty()).take(n).collect()
+    }
+
     /// Stores tokens' positions and sequences in `slots`, and moves the head past them.
     pub fn apply(&mut self, slots: &[usize], pos: &[i32], seqs: &[u32]) {
         for ((&s, &p), &q) in slots.iter().zip(pos).zip(seqs) {
             self.cells[s] = Cell { pos: p, seqs: 1u64 << q };
+            self.shift[s] = 0;
         }
         if let Some(&last) = slots.last() {
             self.head = (last + 1) % self.cells.len();
@@ -228,6 +272,7 @@ impl KvCache {
     pub fn release(&mut self, slots: &[usize]) {
         for &s in slots {
             self.cells[s] = Cell::EMPTY;
+            self.shift[s] = 0;
         }
     }
 
@@ -238,15 +283,65 @@ impl KvCache {
         let mask = seq.map_or(u64::MAX, |s| 1u64 << s);
         let p0 = p0.max(0);
         let p1 = if p1 < 0 { i32::MAX } else { p1 };
-        for c in &mut self.cells {
-            if !c.is_empty() && c.pos >= p0 && c.pos < p1 {
+        let mut first_freed = None;
+        for (i, c) in self.cells.iter_mut().enumerate() {
+            if !c.is_empty() && c.pos >= p0 && c.pos < p1 && c.seqs & mask != 0 {
                 c.seqs &= !mask;
                 if c.seqs == 0 {
                     *c = Cell::EMPTY;
+                    self.shift[i] = 0;
+                    first_freed.get_or_insert(i);
                 }
             }
         }
-        self.head = 0;
+        self.head = match self.order {
+            CellOrder::BySequence => 0,
+            // llama.cpp: the head moves back to the first freed cell, never forward.
+            CellOrder::RingHead => first_freed.map_or(self.head, |f| f.min(self.head)),
+        };
+    }
+
+    /// Adds `delta` to the positions of sequence `seq`'s cells in `[p0, p1)`
+    /// (`llama_memory_seq_add`; negative bounds are open): cells moved below position 0 are
+    /// emptied, and the next decode first rotates the moved cells' K by `delta` (the K-shift),
+    /// so they read as if computed at their new positions. A cell shared with other sequences
+    /// moves for them too, as in llama.cpp.
+    pub fn seq_add(&mut self, seq: u32, p0: i32, p1: i32, delta: i32) {
+        let p0 = p0.max(0);
+        let p1 = if p1 < 0 { i32::MAX } else { p1 };
+        if delta == 0 || p0 == p1 {
+            return;
+        }
+        let mut first_freed = None;
+        for (i, c) in self.cells.iter_mut().enumerate() {
+            if c.seqs & (1u64 << seq) != 0 && c.pos >= p0 && c.pos < p1 {
+                c.pos += delta;
+                self.shift[i] += delta;
+                self.has_shift = true;
+                if c.pos < 0 {
+                    *c = Cell::EMPTY;
+                    self.shift[i] = 0;
+                    first_freed.get_or_insert(i);
+                }
+            }
+        }
+        self.head = first_freed.unwrap_or(0);
+    }
+
+    /// Whether positions moved since K was last rotated ([`seq_add`](Self::seq_add)).
+    pub fn has_shift(&self) -> bool {
+        self.has_shift
+    }
+
+    /// Each cell's pending position change (0 for empty cells), for the K-shift.
+    pub(crate) fn shifts(&self) -> Vec<i32> {
+        self.cells.iter().zip(&self.shift).map(|(c, &d)| if c.is_empty() { 0 } else { d }).collect()
+    }
+
+    /// Marks the pending shifts applied.
+    pub(crate) fn clear_shift(&mut self) {
+        self.shift.iter_mut().for_each(|d| *d = 0);
+        self.has_shift = false;
     }
 
     /// Adds sequence `dst` to the cells of sequence `src` with positions in `[p0, p1)`
@@ -276,6 +371,14 @@ impl KvCache {
         seq: u32,
         p1: i32,
     ) -> Result<SeqState> {
+        if self.has_shift {
+            return Err(LlamaError::BadValue {
+                key: "seq_save".into(),
+                reason: "positions were shifted and K not yet rotated: decode (or \
+                         LlamaContext::apply_shift) first"
+                    .into(),
+            });
+        }
         let mut cells: Vec<usize> = (0..self.cells.len())
             .filter(|&i| self.cells[i].seqs & (1u64 << seq) != 0 && self.cells[i].pos < p1)
             .collect();
@@ -389,6 +492,7 @@ impl KvCache {
 
     /// Empties every cell.
     pub fn clear(&mut self) {
+        self.clear_shift();
         self.cells.fill(Cell::EMPTY);
         self.head = 0;
     }

@@ -113,6 +113,11 @@ impl Architecture for Gemma3 {
 }
 
 impl ModelGraph for GemmaGraph {
+    fn k_rope(&self, hp: &HParams, il: usize, _kv_size: usize) -> super::KRope {
+        let freq_base = if hp.is_swa(il) { hp.rope_freq_base_swa } else { hp.rope_freq_base };
+        super::KRope::Rope { mode: RopeMode::Neox, freq_base, factors: None }
+    }
+
     fn build(&self, b: &mut Builder) -> Result<TensorId> {
         let hp = b.hp;
         let n_tok = b.n_tokens;

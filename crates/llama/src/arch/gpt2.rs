@@ -79,6 +79,10 @@ impl Architecture for Gpt2 {
 }
 
 impl ModelGraph for Gpt2Graph {
+    fn k_rope(&self, _hp: &HParams, _il: usize, _kv_size: usize) -> super::KRope {
+        super::KRope::Absolute
+    }
+
     fn build(&self, b: &mut Builder) -> Result<TensorId> {
         let tok = b.inp_embd(self.tok_embd)?;
         let pos = b.ctx.get_rows(self.pos_embd, b.inp_pos)?;

@@ -105,6 +105,11 @@ impl Architecture for GptOss {
 }
 
 impl ModelGraph for GptOssGraph {
+    fn k_rope(&self, hp: &HParams, il: usize, _kv_size: usize) -> super::KRope {
+        let freq_base = if hp.is_swa(il) { hp.rope_freq_base_swa } else { hp.rope_freq_base };
+        super::KRope::Rope { mode: RopeMode::Neox, freq_base, factors: None }
+    }
+
     fn build(&self, b: &mut Builder) -> Result<TensorId> {
         let hp = b.hp;
         let n_tok = b.n_tokens;

@@ -213,6 +213,14 @@ impl ModelGraph for LlamaGraph {
     fn build(&self, b: &mut Builder) -> Result<TensorId> {
         forward(b, &self.outer, &self.blocks, self.mode)
     }
+
+    fn k_rope(&self, hp: &HParams, _il: usize, _kv_size: usize) -> super::KRope {
+        super::KRope::Rope {
+            mode: self.mode,
+            freq_base: hp.rope_freq_base,
+            factors: self.outer.rope_freqs,
+        }
+    }
 }
 
 /// A llama-like graph with the given RoPE mode and Q/K norms.

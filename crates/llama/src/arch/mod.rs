@@ -32,6 +32,35 @@ pub trait ModelGraph: Send + Sync {
     /// context (`b.embeddings`), the final norm's output `[n_embd, n_outputs]`, which
     /// [`Builder::logits`] returns there.
     fn build(&self, b: &mut Builder) -> Result<TensorId>;
+
+    /// How layer `il` of a model of hyperparameters `hp` rotates K by position, for shifting
+    /// the cache's positions (llama.cpp's `build_rope_shift` arguments); `kv_size` is the
+    /// cache's size (some factors depend on the context). The default,
+    /// [`KRope::Unsupported`], makes a context shift an error.
+    fn k_rope(&self, hp: &HParams, il: usize, kv_size: usize) -> KRope {
+        let _ = (hp, il, kv_size);
+        KRope::Unsupported
+    }
+}
+
+/// How a layer's cached K depends on position ([`ModelGraph::k_rope`]).
+#[derive(Debug, Clone, Copy)]
+pub enum KRope {
+    /// K is rotated by RoPE with this mode, frequency base and frequency factors (a model
+    /// weight); the hyperparameters give the rest (`graph::rope_params`).
+    Rope {
+        /// The rotation's pairing.
+        mode: tessera_tensor::graph::RopeMode,
+        /// Its frequency base (a sliding-window layer's may differ).
+        freq_base: f32,
+        /// Per-pair frequency divisors (Llama 3's `rope_freqs`, Phi-3's long/short factors).
+        factors: Option<TensorId>,
+    },
+    /// K holds no position (learned absolute positions, as GPT-2's): a shift changes only
+    /// the cells' positions.
+    Absolute,
+    /// The architecture does not say: shifting its context is refused.
+    Unsupported,
 }
 
 type Registry = RwLock<BTreeMap<&'static str, Arc<dyn Architecture>>>;

@@ -75,6 +75,11 @@ impl Architecture for Phi3 {
 }
 
 impl ModelGraph for Phi3Graph {
+    fn k_rope(&self, hp: &HParams, _il: usize, kv_size: usize) -> super::KRope {
+        let factors = if kv_size > hp.n_ctx_orig { self.rope_long } else { self.rope_short };
+        super::KRope::Rope { mode: RopeMode::Neox, freq_base: hp.rope_freq_base, factors }
+    }
+
     fn build(&self, b: &mut Builder) -> Result<TensorId> {
         let hp = b.hp;
         let mut inp = b.inp_embd(self.tok_embd)?;

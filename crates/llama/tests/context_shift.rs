@@ -1,0 +1,113 @@
+//! Context shifts against llama.cpp's (tests/fixtures/context_shift/LEVEL.json, made by
+//! crates/llama/tools/llama_cpp_context_shift.py with llama.cpp b11312 built with the level's
+//! explicit flags): on the three real models, with F16 and Q8_0 caches, a text evaluated as
+//! one batch, then twice the context shifted as llama.cpp's tools shift it (the first 8 tokens
+//! kept, half the rest dropped, the tail moved back: `seq_rm`, `seq_add`, and the next decode's
+//! K-shift), each followed by 12 tokens decoded one at a time at the shifted positions. Every
+//! step's top-5 log-probabilities must equal llama.cpp's within `TOL` (bit-exact logits: the
+//! shifted K and the cells the new tokens take are llama.cpp's, `CellOrder::RingHead`), and
+//! its top token must be ours where llama.cpp's lead is over `LEAD`.
+
+use serde_json::Value;
+use tessera_llama::{Batch, CellOrder, ContextParams, DType, LlamaContext, LoadParams, Model};
+
+const TOL: f64 = 1e-6;
+const LEAD: f64 = 0.05;
+
+fn log_softmax(l: &[f32]) -> Vec<f64> {
+    let m = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let s: f64 = l.iter().map(|&x| (x as f64 - m).exp()).sum();
+    l.iter().map(|&x| x as f64 - m - s.ln()).collect()
+}
+
+fn argmax(l: &[f32]) -> u32 {
+    (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap() as u32
+}
+
+fn check(model_id: tessera_models::Model, fx: &Value) -> Vec<String> {
+    let path = tessera_models::ensure(&model_id).expect("fetching the model");
+    let model = Model::load_with(&path, &LoadParams::new(tessera_backend_cpu::CpuDevice::shared()))
+        .expect("loading");
+    let file = path.file_name().unwrap().to_str().unwrap();
+    let per_shift = fx["steps_per_shift"].as_u64().unwrap() as usize;
+    let mut failures = Vec::new();
+    for case in fx["cases"].as_array().unwrap().iter().filter(|c| c["model"] == file) {
+        let (k, v) = (case["type_k"].as_str().unwrap(), case["type_v"].as_str().unwrap());
+        let what = format!("{file} {k}/{v}");
+        let dtype = |n: &str| if n == "q8_0" { DType::Q8_0 } else { DType::F16 };
+        let params = ContextParams {
+            n_ctx: 256,
+            n_threads: 2,
+            flash_attn: true,
+            type_k: dtype(k),
+            type_v: dtype(v),
+            cell_order: CellOrder::RingHead,
+            ..Default::default()
+        };
+        let mut ctx = LlamaContext::new(&model, params).expect("context");
+        let tokens: Vec<u32> =
+            case["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        let mut batch = Batch::new();
+        for (i, &t) in tokens.iter().enumerate() {
+            batch.add(t, i as i32, 0, i + 1 == tokens.len());
+        }
+        ctx.decode(&batch).expect("decode");
+        let mut logits = ctx.logits_ith(tokens.len() - 1).unwrap().to_vec();
+        let mut n_past = tokens.len() as i32;
+        let steps = case["steps"].as_array().unwrap();
+        let mut lead = f64::INFINITY;
+        let mut worst = 0f64;
+        for (s, shift) in case["shifts"].as_array().unwrap().iter().enumerate() {
+            let keep = shift["n_keep"].as_i64().unwrap() as i32;
+            let discard = shift["n_discard"].as_i64().unwrap() as i32;
+            assert_eq!(discard, (n_past - keep) / 2, "{what}: llama.cpp's tools drop half");
+            let kv = ctx.kv_cache_mut();
+            kv.seq_rm(Some(0), keep, keep + discard);
+            kv.seq_add(0, keep + discard, n_past, -discard);
+            n_past -= discard;
+            for (j, step) in steps[s * per_shift..(s + 1) * per_shift].iter().enumerate() {
+                let want = step["token"].as_u64().unwrap() as u32;
+                let ours = argmax(&logits);
+                if ours != want && lead >= LEAD {
+                    failures.push(format!(
+                        "{what}: shift {s} step {j}: token {ours}, llama.cpp {want}"
+                    ));
+                }
+                // llama.cpp's token goes in either way, so every step compares logits.
+                ctx.decode(&Batch::from_tokens(&[want], n_past, 0)).expect("decode");
+                n_past += 1;
+                logits = ctx.logits_ith(0).unwrap().to_vec();
+                let lp = log_softmax(&logits);
+                for p in step["top"].as_array().unwrap() {
+                    let (t, l) = (p[0].as_u64().unwrap() as usize, p[1].as_f64().unwrap());
+                    worst = worst.max((lp[t] - l).abs());
+                }
+                lead = step["margin"].as_f64().unwrap();
+            }
+        }
+        eprintln!("{what}: largest log-probability difference after the shifts {worst:.2e}");
+        if worst > TOL {
+            failures.push(format!("{what}: log-probability off by {worst:.3e}"));
+        }
+    }
+    failures
+}
+
+#[test]
+fn shifted_contexts_give_llama_cpps_log_probabilities() {
+    let level = tessera_backend_cpu::SimdLevel::from_env();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/context_shift");
+    let path = dir.join(format!("{}.json", level.name()));
+    if !path.exists() {
+        eprintln!("no llama.cpp reference for the {} level: nothing to compare", level.name());
+        return;
+    }
+    let fx: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(fx["simd_level"], level.name());
+    assert_eq!(fx["cases"].as_array().unwrap().len(), 6, "three models, two cache types");
+    let mut failures = Vec::new();
+    for id in [tessera_models::SMOLLM2, tessera_models::QWEN25_CODER, tessera_models::GEMMA3] {
+        failures.extend(check(id, &fx));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
