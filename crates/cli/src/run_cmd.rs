@@ -55,6 +55,17 @@ pub struct RunArgs {
     /// LoRA adapters (`--lora`, `--lora-scaled`).
     #[command(flatten)]
     lora: crate::lora_args::LoraArgs,
+    /// When the context is full, drop half of what follows the kept tokens and go on
+    /// (llama.cpp's context shift; one-shot generation only); without it, generation stops.
+    #[arg(long = "context-shift", overrides_with = "no_context_shift")]
+    context_shift: bool,
+    /// Stop when the context is full (the default).
+    #[arg(long = "no-context-shift")]
+    no_context_shift: bool,
+    /// Tokens of the prompt a context shift keeps, after the BOS token (-1: the whole
+    /// prompt), as llama.cpp's `--keep`.
+    #[arg(long = "keep", default_value_t = 0, allow_negative_numbers = true, value_name = "N")]
+    keep: i64,
     /// Never end at an end-of-generation token (they are never sampled).
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
@@ -222,6 +233,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         flash_attn,
         type_k,
         type_v,
+        // One sequence: its cells as llama.cpp places them, so a shifted context keeps its bits.
+        cell_order: tessera_llama::CellOrder::RingHead,
         ..Default::default()
     };
     let mut ctx = LlamaContext::new(&model, params).map_err(common::explain)?;
@@ -260,6 +273,12 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     };
     let conversing = a.conversation || (a.chat && a.prompt.is_none()) || auto_chat;
     if conversing {
+        if a.context_shift && !a.no_context_shift {
+            bail!(
+                "--context-shift: a conversation keeps its whole history in the context and ends \
+                 when it is full; context shift applies to one-shot generation (-no-cnv)"
+            );
+        }
         let limit = match a.n_predict {
             Some(n) if n >= 0 => n as usize,
             _ => usize::MAX,
@@ -356,8 +375,15 @@ fn one_shot(
     }
     let n_predict = a.n_predict.unwrap_or(128);
     let limit = if n_predict < 0 { usize::MAX } else { n_predict as usize };
+    // llama.cpp's n_keep: the whole prompt for -1 (or more than it has), else N after the BOS.
+    let n_keep = match usize::try_from(a.keep) {
+        Ok(k) if k <= tokens.len() => k + usize::from(model.vocab.add_bos()),
+        _ => tokens.len(),
+    };
+    let shift = a.context_shift && !a.no_context_shift;
     let t1 = Instant::now();
     let mut n_gen = 0;
+    let mut n_shifts = 0;
     while n_gen < limit && generator.pos() < n_ctx {
         let tok = match matcher.as_mut() {
             None => generator.sample(),
@@ -370,6 +396,19 @@ fn one_shot(
             break;
         }
         n_gen += 1;
+        if shift && generator.pos() + 1 >= n_ctx {
+            // As llama.cpp: the token that would fill the last cell first shifts the context.
+            if generator.shift(n_keep) == 0 {
+                out.finish();
+                bail!(
+                    "the context is full and --keep {} keeps all {} of its tokens: nothing to \
+                     drop (a smaller --keep, or a larger -c)",
+                    a.keep,
+                    generator.pos()
+                );
+            }
+            n_shifts += 1;
+        }
         generator.feed(tok).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let tg = t1.elapsed().as_secs_f64();
@@ -394,6 +433,9 @@ fn one_shot(
             tg * 1e3 / n_gen as f64,
             n_gen as f64 / tg
         );
+    }
+    if n_shifts > 0 {
+        eprintln!("context shifts   = {n_shifts} (kept the first {n_keep} tokens)");
     }
     if a.verbose {
         let (splits, copies) = ctx.last_splits();

@@ -281,3 +281,31 @@ fn lora_adapters_apply_at_their_scale_and_misfits_are_named() {
     let e = fails(&[&base[..], &["--lora-scaled", a]].concat());
     assert!(e.contains("FNAME:SCALE"), "{e}");
 }
+
+#[test]
+fn a_full_context_shifts_with_context_shift_and_stops_without() {
+    let m = model();
+    let base = ["run", "-m", &m, "-p", "Once upon a time", "-no-cnv", "-c", "256", "-n", "300"];
+    let args = |extra: &[&'static str]| {
+        let mut v: Vec<&str> = base.to_vec();
+        v.extend(["--temp", "0", "-t", "2"]);
+        v.extend(extra);
+        v.into_iter().map(str::to_string).collect::<Vec<String>>()
+    };
+    let run = |extra: &[&'static str]| {
+        let a = args(extra);
+        ok(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let runs = |err: &str| -> usize {
+        let line = err.lines().find(|l| l.contains("eval time") && l.contains("runs")).unwrap();
+        line.split('/').nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    // Without a shift, generation stops at the context's end (256 cells, 4 of them the prompt).
+    let (_, err) = run(&[]);
+    assert!(runs(&err) < 256 && !err.contains("context shifts"), "{err}");
+    let (_, err) = run(&["--context-shift", "--keep", "-1"]);
+    assert_eq!(runs(&err), 300, "{err}");
+    assert!(err.contains("context shifts   = 1 (kept the first 4 tokens)"), "{err}");
+    let e = fails(&["run", "-m", &m, "-cnv", "--context-shift", "-c", "256"]);
+    assert!(e.contains("--context-shift") && e.contains("conversation"), "{e}");
+}

@@ -86,6 +86,24 @@ impl<'a, 'm> Generator<'a, 'm> {
         Ok(())
     }
 
+    /// Shifts the context as llama.cpp's tools do when it is full: the first `n_keep` tokens
+    /// stay, half of the rest are dropped, and the tail moves back over them (its K rotated by
+    /// the next decode's K-shift). Returns how many were dropped (0 when `n_keep` leaves
+    /// nothing to drop).
+    pub fn shift(&mut self, n_keep: usize) -> usize {
+        let n_left = self.pos.saturating_sub(n_keep);
+        let n_discard = n_left / 2;
+        if n_discard == 0 {
+            return 0;
+        }
+        let (keep, drop, end) = (n_keep as i32, n_discard as i32, self.pos as i32);
+        let kv = self.ctx.kv_cache_mut();
+        kv.seq_rm(Some(self.seq), keep, keep + drop);
+        kv.seq_add(self.seq, keep + drop, end, -drop);
+        self.pos -= n_discard;
+        n_discard
+    }
+
     /// Tokens of the sequence in the cache (the next position).
     pub fn pos(&self) -> usize {
         self.pos
