@@ -130,6 +130,13 @@ pub struct ServeArgs {
     /// request's `lora`).
     #[arg(long = "lora-init-without-apply")]
     lora_init_without_apply: bool,
+    /// A reply that fills the context drops the oldest tokens after the request's `n_keep`
+    /// and goes on (llama-server's `--context-shift`; default off: it ends with `length`).
+    #[arg(long = "context-shift", overrides_with = "no_context_shift")]
+    context_shift: bool,
+    /// End a reply that fills the context (the default).
+    #[arg(long = "no-context-shift")]
+    no_context_shift: bool,
 }
 
 /// The API keys: --api-key (else $LLAMA_API_KEY) and the lines of --api-key-file, joined by
@@ -231,6 +238,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         hardening,
         loras: a.lora.load(&model)?,
         lora_init_without_apply: a.lora_init_without_apply,
+        context_shift: a.context_shift && !a.no_context_shift,
     };
     let server = tessera_server::start(model, cfg, true).map_err(common::explain)?;
     if a.embedding {

@@ -131,6 +131,9 @@ pub struct ServerConfig {
     pub loras: Vec<(Arc<tessera_llama::LoraAdapter>, f32)>,
     /// `--lora-init-without-apply`: every adapter starts at scale 0.
     pub lora_init_without_apply: bool,
+    /// `--context-shift`: a reply that fills the context drops the oldest tokens after the
+    /// request's `n_keep` and goes on (llama-server's default: off, the reply ends `length`).
+    pub context_shift: bool,
 }
 
 /// A started server: its address, and a way to stop it.
@@ -274,6 +277,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
                 n => (n as usize).saturating_mul(1 << 20),
             },
             loras: cfg.loras.iter().map(|(a, _)| a.clone()).collect(),
+            context_shift: cfg.context_shift,
         },
         metrics.clone(),
     )?;

@@ -146,10 +146,6 @@ pub fn check(o: &Map<String, Value>, known: &[&str], generation: bool) -> Result
 /// Tessera at the value sent are refused by name; the rest are type-checked.
 pub(crate) fn other_fields(o: &Map<String, Value>, chat: bool) -> Result<(), ApiError> {
     let not_here = |key: &str, what: &str| ApiError::field(key, what.to_string());
-    // Only matters once the context shifts, which tessera serve does not do (as llama-server
-    // without --context-shift): the reply ends at the context's end.
-    opt_int(o, "n_keep", -1, i64::MAX)?;
-    opt_int(o, "n_discard", 0, i64::MAX)?;
     match o.get("user") {
         None | Some(Value::Null | Value::String(_)) => {}
         Some(other) => {

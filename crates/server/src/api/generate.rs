@@ -80,6 +80,8 @@ pub(crate) fn start(
         think_budget,
         preserved: if harmony { crate::chat::harmony::preserved_ids(vocab) } else { Vec::new() },
         lora,
+        n_keep: req.n_keep,
+        n_discard: req.n_discard,
     })?;
     st.metrics.add_request();
     Ok((rx, opened))

@@ -44,6 +44,10 @@ pub struct GenRequest {
     pub thinking_budget: Option<i64>,
     /// llama-server's `cache_prompt` (default true): reuse the slot's cached prefix.
     pub cache_prompt: bool,
+    /// llama-server's `n_keep`: prompt tokens a context shift keeps after the BOS (-1: all).
+    pub n_keep: i64,
+    /// llama-server's `n_discard`: tokens a context shift drops (0: half of the rest).
+    pub n_discard: usize,
     /// llama-server's `lora` (`[{"id": N, "scale": S}, ...]`), checked against the server's
     /// adapters when the job starts; `None`: the global scales.
     pub lora: Option<Value>,
@@ -229,6 +233,8 @@ fn common(
         model,
         constraint,
         ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
+        n_keep: opt_int(o, "n_keep", -1, i64::from(i32::MAX))?.unwrap_or(0),
+        n_discard: opt_int(o, "n_discard", 0, i64::from(i32::MAX))?.unwrap_or(0) as usize,
         tools: None,
         template_kwargs: Map::new(),
         thinking_budget: opt_int(o, "thinking_budget_tokens", -1, 1 << 30)?,

@@ -129,6 +129,10 @@ pub struct Job {
     pub preserved: Vec<u32>,
     /// The scale of each LoRA adapter (the server's, in id order; empty without adapters).
     pub lora: crate::engine::LoraScales,
+    /// Prompt tokens a context shift keeps after the BOS (-1: the whole prompt).
+    pub n_keep: i64,
+    /// Tokens a context shift drops (0: half of those after the kept ones).
+    pub n_discard: usize,
 }
 
 /// What the engine thread is sent: a generation, or inputs to embed (`--embedding`).

@@ -26,6 +26,7 @@ mod job;
 mod lora;
 mod prompt_cache;
 mod reuse;
+mod shift;
 mod worker;
 
 pub use budget::ThinkBudget;
@@ -60,6 +61,9 @@ pub struct EngineConfig {
     pub cache_ram: usize,
     /// The LoRA adapters a job's scales refer to (`Job::lora`), in id order.
     pub loras: Vec<Arc<tessera_llama::LoraAdapter>>,
+    /// `--context-shift`: a reply that fills the context drops older tokens and goes on
+    /// (else it ends with `length`).
+    pub context_shift: bool,
 }
 
 /// A handle on the engine thread.
@@ -140,6 +144,7 @@ impl Engine {
                 let mut w =
                     Worker::new(&model, ctx, n_ctx, cfg.n_batch.max(1), metrics, slots2, host);
                 w.loras = cfg.loras;
+                w.context_shift = cfg.context_shift;
                 w.run(&rx, &stop2, &abort2);
             })?;
         let n_ctx = ready_rx

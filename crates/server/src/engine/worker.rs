@@ -33,6 +33,9 @@ pub(super) struct Active {
     pub(super) n_gen: usize,
     /// The reply's text: whole characters, stop strings held back and cut.
     pub(super) stream: TextStream,
+    /// Tokens the context shifts kept (`None`: never shifted); past them, the cached cells
+    /// are not the prompt's and are dropped at the end.
+    pub(super) shifted_keep: Option<usize>,
 }
 
 pub(super) struct Slot {
@@ -68,6 +71,8 @@ pub(super) struct Worker<'m> {
     pub(super) loras: Vec<Arc<LoraAdapter>>,
     /// Steps taken: which of several LoRA scale sets decodes next.
     pub(super) n_steps: usize,
+    /// `--context-shift`.
+    pub(super) context_shift: bool,
 }
 
 fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
@@ -112,6 +117,7 @@ impl<'m> Worker<'m> {
             host,
             loras: Vec::new(),
             n_steps: 0,
+            context_shift: false,
         }
     }
 
@@ -220,6 +226,7 @@ impl<'m> Worker<'m> {
             next: None,
             n_gen: 0,
             stream,
+            shifted_keep: None,
         });
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
     }
@@ -227,6 +234,12 @@ impl<'m> Worker<'m> {
     pub(super) fn finish(&mut self, i: usize, reason: &'static str) {
         let slot = &mut self.slots[i];
         let Some(mut a) = slot.active.take() else { return };
+        if let Some(keep) = a.shifted_keep {
+            // Past the kept tokens, the cells were computed in a context that is gone: no later
+            // prompt may reuse them.
+            self.ctx.kv_cache_mut().seq_rm(Some(slot.seq), keep as i32, -1);
+            slot.cache.truncate(keep);
+        }
         // `/slots` shows the slot idle before the client hears the end.
         if let Some(info) = self.info.lock().unwrap_or_else(|e| e.into_inner()).get_mut(i) {
             *info = SlotInfo {
@@ -284,6 +297,7 @@ impl<'m> Worker<'m> {
     }
 
     pub(super) fn step(&mut self) {
+        self.shift_full_slots();
         // Clients that went away free their slots now.
         for s in &mut self.slots {
             if s.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
@@ -518,7 +532,8 @@ impl<'m> Worker<'m> {
             a.stop_word = Some(s);
             return Some("stop");
         }
-        let full = slot.cache.len() + 1 >= self.n_ctx;
+        // With --context-shift, a full slot shifts before its next step instead.
+        let full = slot.cache.len() + 1 >= self.n_ctx && !self.context_shift;
         (a.job.max_tokens.is_some_and(|m| a.n_gen >= m) || full).then_some("length")
     }
 }

@@ -86,6 +86,7 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         hardening: Default::default(),
         loras: Vec::new(),
         lora_init_without_apply: false,
+        context_shift: false,
     }
 }
 
