@@ -59,6 +59,11 @@ pub struct Conversation<'m> {
     /// A grammar every reply follows (`--grammar`, `--json-schema`): a fresh matcher per reply,
     /// as llama-cli resets its grammar each turn.
     grammar: Option<crate::grammar_args::Compiled>,
+    /// `--context-shift` with its `--keep`: a full context drops the oldest turns' tokens
+    /// after the kept ones instead of ending the conversation.
+    shift_keep: Option<i64>,
+    /// Whether the cache lost tokens to a shift (its tokens are no longer a rendering's).
+    shifted: bool,
 }
 
 /// What one turn did, for the line printed after the reply.
@@ -73,6 +78,8 @@ pub struct TurnStats {
     pub interrupted: bool,
     /// Whether the context filled up during the reply.
     pub context_full: bool,
+    /// Context shifts during the turn.
+    pub n_shifts: usize,
 }
 
 impl<'m> Conversation<'m> {
@@ -99,7 +106,38 @@ impl<'m> Conversation<'m> {
             cached: Vec::new(),
             n_predict,
             grammar: None,
+            shift_keep: None,
+            shifted: false,
         })
+    }
+
+    /// With `--context-shift`: when the context is full, the first tokens (`keep` of the
+    /// system prompt after the BOS, -1 all of it) stay and half of the rest is dropped, as
+    /// llama.cpp's conversation does, so the conversation goes on.
+    pub fn with_context_shift(mut self, keep: Option<i64>) -> Self {
+        self.shift_keep = keep;
+        self
+    }
+
+    /// Tokens a shift keeps: `--keep N` of the system prompt's tokens (after the BOS), all of
+    /// them for -1 or more than it has.
+    fn n_keep(&self, keep: i64) -> usize {
+        let add_bos = usize::from(self.model.vocab.add_bos());
+        let system: Vec<(&str, &str)> = self
+            .messages
+            .iter()
+            .take_while(|(r, _)| r == "system")
+            .map(|(r, c)| (r.as_str(), c.as_str()))
+            .collect();
+        let n_system = match system.is_empty() {
+            true => add_bos,
+            false => tessera_llama::chat::apply(&self.template, &system, false, &self.model.vocab)
+                .map_or(add_bos, |t| self.model.vocab.tokenize(&t, true, true).len()),
+        };
+        match usize::try_from(keep) {
+            Ok(k) if k + add_bos <= n_system => k + add_bos,
+            _ => n_system,
+        }
     }
 
     /// Every reply follows `grammar`.
@@ -127,6 +165,7 @@ impl<'m> Conversation<'m> {
 
     /// Forgets every turn (the system prompt stays) and empties the KV cache.
     pub fn clear(&mut self) {
+        self.shifted = false;
         self.messages.retain(|(r, _)| r == "system");
         self.ctx.kv_cache_mut().seq_rm(None, 0, -1);
         self.cached.clear();
@@ -178,6 +217,13 @@ impl<'m> Conversation<'m> {
         let tokens = if extends && full.starts_with(&self.in_cache) {
             let delta = &full[self.in_cache.len()..];
             self.model.vocab.tokenize(delta, self.n_past == 0, true)
+        } else if self.shifted {
+            self.messages.pop();
+            return Err(anyhow!(
+                "the turns before the last context shift are gone from the cache, so the \
+                 history cannot be rendered again (/regen, or a template that rewrites earlier \
+                 turns); /clear starts over"
+            ));
         } else {
             // The template renders the history differently from what the cache holds (some
             // trim replies): keep the longest common run of tokens, drop the cells after it.
@@ -190,6 +236,21 @@ impl<'m> Conversation<'m> {
             all[keep..].to_vec()
         };
         let n_ctx = self.n_ctx();
+        let n_keep = self.shift_keep.map(|k| self.n_keep(k));
+        let model = self.model;
+        let mut generator = Generator::new(&mut self.ctx, sampler, 0, self.n_past);
+        let mut n_shifts = 0;
+        // Room for the turn's prompt: shifted out of older turns where allowed.
+        while let Some(keep) = n_keep.filter(|_| generator.pos() + tokens.len() >= n_ctx) {
+            let n = generator.shift(keep);
+            if n == 0 {
+                break;
+            }
+            self.cached.drain(keep..keep + n);
+            self.shifted = true;
+            n_shifts += 1;
+        }
+        self.n_past = generator.pos();
         if self.n_past + tokens.len() >= n_ctx {
             self.messages.pop();
             return Err(anyhow!(
@@ -204,8 +265,6 @@ impl<'m> Conversation<'m> {
             return Err(anyhow!("nothing to evaluate: the template rendered no new text"));
         }
         let mut matcher = self.grammar.as_ref().map(|g| g.matcher()).transpose()?;
-        let model = self.model;
-        let mut generator = Generator::new(&mut self.ctx, sampler, 0, self.n_past);
         generator.prompt(&tokens).map_err(|e| anyhow!("{e}"))?;
         self.cached.extend_from_slice(&tokens);
         self.in_cache = full;
@@ -237,13 +296,24 @@ impl<'m> Conversation<'m> {
                     }
                 }
             };
-            if self.model.vocab.is_eog(tok) {
+            if model.vocab.is_eog(tok) {
                 break Ok(());
             }
-            let piece = self.model.vocab.token_to_piece(tok, false);
+            let piece = model.vocab.token_to_piece(tok, false);
             out.push(&piece);
             reply.extend_from_slice(&piece);
             n_gen += 1;
+            if let Some(keep) = n_keep.filter(|_| generator.pos() + 1 >= n_ctx) {
+                // As llama.cpp: the token that would fill the last cell first shifts.
+                let n = generator.shift(keep);
+                if n == 0 {
+                    context_full = true;
+                    break Ok(());
+                }
+                self.cached.drain(keep..keep + n);
+                self.shifted = true;
+                n_shifts += 1;
+            }
             if let Err(e) = generator.feed(tok) {
                 break Err(anyhow!("{e}"));
             }
@@ -266,6 +336,7 @@ impl<'m> Conversation<'m> {
             tokens_per_s: if elapsed > 0.0 { n_gen as f64 / elapsed } else { 0.0 },
             interrupted,
             context_full,
+            n_shifts,
         })
     }
 }
@@ -398,6 +469,10 @@ pub fn run(mut conv: Conversation<'_>, mut sampler: SamplerChain) -> Result<()> 
         let mut out = Streamer::default();
         match conv.turn(&msg, &mut sampler, &mut out) {
             Ok(s) => {
+                let shifted = match s.n_shifts {
+                    0 => String::new(),
+                    n => format!(", the context shifted {n} time(s)"),
+                };
                 let why = if s.interrupted {
                     ", stopped by Ctrl-C"
                 } else if s.context_full {
@@ -407,7 +482,7 @@ pub fn run(mut conv: Conversation<'_>, mut sampler: SamplerChain) -> Result<()> 
                 };
                 eprintln!(
                     "[turn {turn}: {} new prompt tokens evaluated, {} generated ({:.1} t/s), \
-                     {}/{} context used{why}]",
+                     {}/{} context used{shifted}{why}]",
                     s.n_eval,
                     s.n_gen,
                     s.tokens_per_s,

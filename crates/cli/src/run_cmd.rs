@@ -56,7 +56,8 @@ pub struct RunArgs {
     #[command(flatten)]
     lora: crate::lora_args::LoraArgs,
     /// When the context is full, drop half of what follows the kept tokens and go on
-    /// (llama.cpp's context shift; one-shot generation only); without it, generation stops.
+    /// (llama.cpp's context shift; in a conversation, older turns go); without it, generation
+    /// stops.
     #[arg(long = "context-shift", overrides_with = "no_context_shift")]
     context_shift: bool,
     /// Stop when the context is full (the default).
@@ -273,12 +274,6 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     };
     let conversing = a.conversation || (a.chat && a.prompt.is_none()) || auto_chat;
     if conversing {
-        if a.context_shift && !a.no_context_shift {
-            bail!(
-                "--context-shift: a conversation keeps its whole history in the context and ends \
-                 when it is full; context shift applies to one-shot generation (-no-cnv)"
-            );
-        }
         let limit = match a.n_predict {
             Some(n) if n >= 0 => n as usize,
             _ => usize::MAX,
@@ -286,7 +281,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         let system = a.system_prompt.as_deref().or(a.prompt.as_deref());
         let conv = conversation::Conversation::new(&model, ctx, system, limit)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-            .with_grammar(a.grammar.compile(&model)?);
+            .with_grammar(a.grammar.compile(&model)?)
+            .with_context_shift((a.context_shift && !a.no_context_shift).then_some(a.keep));
         return conversation::run(conv, sampler);
     }
     let matcher = a.grammar.matcher(&model)?;

@@ -306,6 +306,30 @@ fn a_full_context_shifts_with_context_shift_and_stops_without() {
     let (_, err) = run(&["--context-shift", "--keep", "-1"]);
     assert_eq!(runs(&err), 300, "{err}");
     assert!(err.contains("context shifts   = 1 (kept the first 4 tokens)"), "{err}");
-    let e = fails(&["run", "-m", &m, "-cnv", "--context-shift", "-c", "256"]);
-    assert!(e.contains("--context-shift") && e.contains("conversation"), "{e}");
+    // A conversation: the third long reply shifts older turns out instead of ending it.
+    let chat = |shift: bool| {
+        let mut args = vec!["run", "-m", &m, "-cnv", "-c", "256", "-n", "120", "--temp", "0"];
+        args.extend(["-t", "2", "--keep", "-1", "-sys", "You are a storyteller."]);
+        if shift {
+            args.push("--context-shift");
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let msgs = "Tell me a long story about a dragon.\nTell me another one.\nAnd a third.\n";
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(msgs.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = chat(true);
+    assert!(err.contains("[turn 3:") && err.contains("the context shifted"), "{err}");
+    assert!(!err.contains("error:"), "{err}");
+    let err = chat(false);
+    assert!(err.contains("context is full"), "{err}");
 }
