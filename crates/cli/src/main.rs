@@ -9,6 +9,7 @@ mod bench_cmd;
 mod common;
 mod conversation;
 mod devices;
+mod generate_loop;
 mod gguf_cmd;
 mod grammar_args;
 mod kld;
@@ -18,6 +19,7 @@ mod quantize_cmd;
 mod run_cmd;
 mod sampling_args;
 mod serve_cmd;
+mod spec_args;
 mod tokenize_cmd;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -80,6 +82,9 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-jf", "--json-schema-file"),
+    ("-md", "--spec-draft-model"),
+    ("-ngld", "--spec-draft-ngl"),
+    ("-devd", "--spec-draft-device"),
 ];
 
 /// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`), and

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 use tessera_llama::sampling::{SamplerChain, DEFAULT_SEED};
 use tessera_llama::{ContextParams, Generator, LlamaContext};
-use tessera_server::chat::constrain::GrammarMask;
 
 /// Options of `tessera run` (named as llama.cpp's).
 #[derive(Args, Debug)]
@@ -55,6 +54,9 @@ pub struct RunArgs {
     /// LoRA adapters (`--lora`, `--lora-scaled`).
     #[command(flatten)]
     lora: crate::lora_args::LoraArgs,
+    /// Speculative decoding (`--spec-type`, `-md`, ...).
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
     /// When the context is full, drop half of what follows the kept tokens and go on
     /// (llama.cpp's context shift; in a conversation, older turns go); without it, generation
     /// stops.
@@ -238,6 +240,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         cell_order: tessera_llama::CellOrder::RingHead,
         ..Default::default()
     };
+    // The draft model first: its contexts borrow it for as long as the model's.
+    let draft = a.spec.load_draft(&model, a.no_repack)?;
     let mut ctx = LlamaContext::new(&model, params).map_err(common::explain)?;
     let loras = a.lora.load(&model)?;
     if a.verbose {
@@ -274,6 +278,12 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     };
     let conversing = a.conversation || (a.chat && a.prompt.is_none()) || auto_chat;
     if conversing {
+        if a.spec.kind()? != crate::spec_args::SpecKind::None {
+            bail!(
+                "speculative decoding (--spec-type, -md) applies to one-shot generation in \
+                 tessera run (-no-cnv, or -p without -cnv); a conversation decodes token by token"
+            );
+        }
         let limit = match a.n_predict {
             Some(n) if n >= 0 => n as usize,
             _ => usize::MAX,
@@ -286,7 +296,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         return conversation::run(conv, sampler);
     }
     let matcher = a.grammar.matcher(&model)?;
-    one_shot(a, &path, &model, ctx, sampler, matcher, load_ms)
+    let spec = a.spec.speculator(draft.as_ref(), ctx.params())?;
+    one_shot(a, &path, &model, ctx, Decoding { sampler, matcher, spec }, load_ms)
 }
 
 /// The sampler chain of the options over `vocab` (llama.cpp's chain; an argmax where that
@@ -302,16 +313,23 @@ fn make_sampler(a: &RunArgs, vocab: &tessera_llama::Vocab) -> Result<SamplerChai
     Ok(sampler)
 }
 
+/// How one-shot generation picks its tokens: the sampler chain, a grammar, speculation.
+struct Decoding<'m> {
+    sampler: SamplerChain,
+    matcher: Option<tessera_server::chat::constrain::Matcher>,
+    spec: Option<tessera_llama::speculative::Speculator<'m>>,
+}
+
 /// One prompt, one streamed continuation, then llama-cli's timing lines.
 fn one_shot(
     a: RunArgs,
     path: &std::path::Path,
     model: &tessera_llama::Model,
     mut ctx: LlamaContext<'_>,
-    mut sampler: SamplerChain,
-    mut matcher: Option<tessera_server::chat::constrain::Matcher>,
+    decoding: Decoding<'_>,
     load_ms: f64,
 ) -> Result<()> {
+    let Decoding { mut sampler, mut matcher, mut spec } = decoding;
     let n_ctx = ctx.params().n_ctx;
     let prompt = a.prompt.as_deref().unwrap_or("Once upon a time");
     let text = if a.chat {
@@ -377,36 +395,23 @@ fn one_shot(
         _ => tokens.len(),
     };
     let shift = a.context_shift && !a.no_context_shift;
+    let limits = crate::generate_loop::Limits {
+        n_predict: limit,
+        n_ctx,
+        shift_keep: shift.then_some(n_keep),
+        keep_arg: a.keep,
+    };
     let t1 = Instant::now();
-    let mut n_gen = 0;
-    let mut n_shifts = 0;
-    while n_gen < limit && generator.pos() < n_ctx {
-        let tok = match matcher.as_mut() {
-            None => generator.sample(),
-            Some(matcher) => {
-                let mut mask = GrammarMask { matcher, vocab: &model.vocab };
-                generator.sample_masked(&mut mask).map_err(|e| anyhow::anyhow!("grammar: {e}"))?
-            }
-        };
-        if out.push_token(&model.vocab, tok) {
-            break;
-        }
-        n_gen += 1;
-        if shift && generator.pos() + 1 >= n_ctx {
-            // As llama.cpp: the token that would fill the last cell first shifts the context.
-            if generator.shift(n_keep) == 0 {
-                out.finish();
-                bail!(
-                    "the context is full and --keep {} keeps all {} of its tokens: nothing to \
-                     drop (a smaller --keep, or a larger -c)",
-                    a.keep,
-                    generator.pos()
-                );
-            }
-            n_shifts += 1;
-        }
-        generator.feed(tok).map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
+    let done = crate::generate_loop::generate(
+        &mut generator,
+        &model.vocab,
+        &mut out,
+        matcher.as_mut(),
+        spec.as_mut(),
+        tokens.clone(),
+        &limits,
+    )?;
+    let (n_gen, n_shifts) = (done.n_gen, done.n_shifts);
     let tg = t1.elapsed().as_secs_f64();
     out.finish();
     if a.log_disable {
@@ -432,6 +437,17 @@ fn one_shot(
     }
     if n_shifts > 0 {
         eprintln!("context shifts   = {n_shifts} (kept the first {n_keep} tokens)");
+    }
+    if let Some(sp) = &spec {
+        let s = done.spec;
+        eprintln!(
+            "speculative      = {}: {} drafted, {} accepted (acceptance {:.3}), {} verification steps",
+            sp.name(),
+            s.n_drafted,
+            s.n_accepted,
+            s.acceptance(),
+            s.n_steps
+        );
     }
     if a.verbose {
         let (splits, copies) = ctx.last_splits();

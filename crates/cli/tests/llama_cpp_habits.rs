@@ -333,3 +333,46 @@ fn a_full_context_shifts_with_context_shift_and_stops_without() {
     let err = chat(false);
     assert!(err.contains("context is full"), "{err}");
 }
+
+#[test]
+fn speculative_decoding_reports_its_acceptance_and_refuses_misfits() {
+    let m = model();
+    let prompt = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5,";
+    let base = ["run", "-m", &m, "-p", prompt, "-no-cnv", "-n", "40", "--temp", "0", "-t", "2"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    let run = |extra: &[&str]| {
+        let a = with(extra);
+        ok(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (plain, _) = run(&[]);
+    let rate = |err: &str, kind: &str| -> f64 {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("speculative") && l.contains(kind))
+            .unwrap_or_else(|| panic!("no speculative line: {err}"));
+        line.split("acceptance ").nth(1).unwrap().split(')').next().unwrap().parse().unwrap()
+    };
+    let (text, err) = run(&["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3"]);
+    assert!(rate(&err, "ngram-simple") > 0.5, "{err}");
+    // A counting prompt: every step's lead is wide, so the text is plain decoding's.
+    assert_eq!(text, plain);
+    let (text, err) = run(&["-md", &m, "--spec-draft-n-max", "4"]);
+    assert!(rate(&err, "draft-simple") > 0.9, "the model rejected its own proposals: {err}");
+    assert_eq!(text, plain);
+    // Misfits are named.
+    let fail = |extra: &[&str]| {
+        let a = with(extra);
+        fails(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let e = fail(&["--draft-max", "4"]);
+    assert!(e.contains("--spec-draft-n-max"), "{e}");
+    let e = fail(&["--spec-type", "ngram-mod"]);
+    assert!(e.contains("ngram-mod") && e.contains("not available"), "{e}");
+    let e = fail(&["--spec-type", "draft-simple"]);
+    assert!(e.contains("-md"), "{e}");
+    let qwen = tessera_models::ensure(&tessera_models::QWEN25_CODER).unwrap();
+    let e = fail(&["-md", qwen.to_str().unwrap()]);
+    assert!(e.contains("--spec-draft-model") && e.contains("draft"), "{e}");
+}

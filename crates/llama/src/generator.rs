@@ -9,7 +9,7 @@
 //! its `-cnv` conversation use both; `tessera serve` uses the text half and the sampling step
 //! ([`crate::sampling::SeqSampler`]), its decoding being one batch for all of its slots.
 
-use crate::sampling::{SamplerChain, SeqSampler, TokenMask};
+use crate::sampling::{NoMask, SamplerChain, SeqSampler, TokenMask};
 use crate::{Batch, LlamaContext, Result};
 
 /// Generates one sequence of a context (module docs).
@@ -84,6 +84,52 @@ impl<'a, 'm> Generator<'a, 'm> {
         self.pos += 1;
         self.last = Some(0);
         Ok(())
+    }
+
+    /// Evaluates `tok` (sampled, not yet evaluated) and the proposals `draft` after it in one
+    /// batch, then samples at each position in turn (llama.cpp's
+    /// `common_sampler_sample_and_accept_n`): the proposals are kept up to the first one the
+    /// chain does not sample, and the token it samples there ends the list returned (kept
+    /// proposals, then that token, which is not evaluated: the next `tok`). The rejected
+    /// proposals' cells are removed. See [`crate::speculative`].
+    pub fn speculate(&mut self, tok: u32, draft: &[u32]) -> Result<Vec<u32>> {
+        match self.speculate_masked::<NoMask>(tok, draft, None)? {
+            Ok(v) => Ok(v),
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`speculate`](Self::speculate) with `mask` (a grammar) restricting every sample and told
+    /// each token kept; its error (the inner one) stops the step.
+    pub fn speculate_masked<M: TokenMask>(
+        &mut self,
+        tok: u32,
+        draft: &[u32],
+        mut mask: Option<&mut M>,
+    ) -> Result<Result<Vec<u32>, M::Error>> {
+        let start = self.pos;
+        let mut batch = Batch::new();
+        for (i, &t) in std::iter::once(&tok).chain(draft).enumerate() {
+            batch.add(t, (start + i) as i32, self.seq, true);
+        }
+        self.ctx.decode(&batch)?;
+        let mut out = Vec::with_capacity(draft.len() + 1);
+        for i in 0..=draft.len() {
+            let logits = self.ctx.logits_ith(i).expect("every token of the batch has logits");
+            let t = match self.sampler.sample_masked(logits, mask.as_deref_mut()) {
+                Ok(s) => s.token,
+                Err(e) => return Ok(Err(e)),
+            };
+            out.push(t);
+            if draft.get(i) != Some(&t) {
+                break;
+            }
+        }
+        let kept = out.len() - 1;
+        self.pos = start + 1 + kept;
+        self.ctx.kv_cache_mut().seq_rm(Some(self.seq), self.pos as i32, -1);
+        self.last = Some(kept);
+        Ok(Ok(out))
     }
 
     /// Shifts the context as llama.cpp's tools do when it is full: the first `n_keep` tokens

@@ -46,6 +46,7 @@ mod model;
 pub mod placement;
 pub mod quantize;
 pub mod sampling;
+pub mod speculative;
 pub mod synth;
 mod text_stream;
 mod weights;
