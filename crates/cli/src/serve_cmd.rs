@@ -137,6 +137,9 @@ pub struct ServeArgs {
     /// End a reply that fills the context (the default).
     #[arg(long = "no-context-shift")]
     no_context_shift: bool,
+    /// Speculative decoding per slot (`--spec-type`, `-md`, ...).
+    #[command(flatten)]
+    spec: crate::spec_args::SpecArgs,
 }
 
 /// The API keys: --api-key (else $LLAMA_API_KEY) and the lines of --api-key-file, joined by
@@ -171,6 +174,7 @@ fn api_keys(a: &ServeArgs) -> Result<Option<String>> {
 pub fn run(a: ServeArgs) -> Result<()> {
     let path = common::resolve_model(a.model.as_deref())?;
     let model = Arc::new(common::load(&path, a.no_repack, &a.offload)?);
+    let spec = a.spec.server_config(&model, a.no_repack)?;
     let chat_template = match &a.chat_template_file {
         Some(f) => {
             Some(std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
@@ -239,6 +243,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         loras: a.lora.load(&model)?,
         lora_init_without_apply: a.lora_init_without_apply,
         context_shift: a.context_shift && !a.no_context_shift,
+        spec,
     };
     let server = tessera_server::start(model, cfg, true).map_err(common::explain)?;
     if a.embedding {

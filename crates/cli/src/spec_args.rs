@@ -132,6 +132,31 @@ impl SpecArgs {
         Ok(Some(draft))
     }
 
+    /// The server's speculation (`tessera serve`), its draft model loaded and checked.
+    pub fn server_config(
+        &self,
+        target: &Model,
+        no_repack: bool,
+    ) -> Result<Option<tessera_server::engine::SpecConfig>> {
+        use tessera_server::engine::{SpecConfig, SpecSource};
+        let source = match self.kind()? {
+            SpecKind::None => return Ok(None),
+            SpecKind::Ngram => {
+                SpecSource::Ngram(NgramSimple { size_n: self.ngram_n, size_m: self.ngram_m })
+            }
+            SpecKind::Draft => {
+                let draft = self.load_draft(target, no_repack)?.expect("draft-simple loads one");
+                SpecSource::Draft(std::sync::Arc::new(draft))
+            }
+        };
+        // ngram-simple proposes up to its m-gram (llama.cpp's n_max for it).
+        let n_max = match &source {
+            SpecSource::Ngram(g) => g.size_m,
+            SpecSource::Draft(_) => self.draft_n_max,
+        };
+        Ok(Some(SpecConfig { source, n_max, n_min: self.draft_n_min, p_min: self.draft_p_min }))
+    }
+
     /// The proposal source over `draft` (loaded by [`load_draft`](Self::load_draft)), its
     /// context made like the model's (`params`).
     pub fn speculator<'m>(

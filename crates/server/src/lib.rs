@@ -134,6 +134,8 @@ pub struct ServerConfig {
     /// `--context-shift`: a reply that fills the context drops the oldest tokens after the
     /// request's `n_keep` and goes on (llama-server's default: off, the reply ends `length`).
     pub context_shift: bool,
+    /// Speculative decoding (`--spec-type`, `-md`, ...): `None` decodes one token per step.
+    pub spec: Option<engine::SpecConfig>,
 }
 
 /// A started server: its address, and a way to stop it.
@@ -278,6 +280,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             },
             loras: cfg.loras.iter().map(|(a, _)| a.clone()).collect(),
             context_shift: cfg.context_shift,
+            spec: cfg.spec.clone(),
         },
         metrics.clone(),
     )?;
@@ -299,6 +302,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         reasoning_budget_message: cfg.reasoning_budget_message.clone().unwrap_or_default(),
         sampling: cfg.sampling.clone(),
         loras: engine::LoraTable::new(cfg.loras.clone(), cfg.lora_init_without_apply),
+        speculative: cfg.spec.as_ref().map(|s| s.source.name()),
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let listener =

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The metrics llama-server exports (as `llamacpp:NAME`) that Tessera has too.
-const LLAMA_SERVER_METRICS: [&str; 8] = [
+const LLAMA_SERVER_METRICS: [&str; 11] = [
     "prompt_tokens_total",
     "tokens_predicted_total",
     "prompt_tokens_seconds",
@@ -15,6 +15,9 @@ const LLAMA_SERVER_METRICS: [&str; 8] = [
     "kv_cache_tokens",
     "requests_processing",
     "requests_deferred",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
+    "spec_decode_num_drafts_total",
 ];
 
 /// The server's counters, updated by the engine and the handlers.
@@ -31,6 +34,8 @@ pub struct Metrics {
     prompt_cache: (AtomicUsize, AtomicUsize),
     /// Seconds spent in steps, split by the share of prompt and generated tokens.
     seconds: Mutex<(f64, f64)>,
+    /// Speculation: tokens proposed, proposals kept, verification steps.
+    spec: [AtomicU64; 3],
 }
 
 impl Metrics {
@@ -47,6 +52,14 @@ impl Metrics {
         let mut s = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
         s.0 += secs * prompt as f64 / total;
         s.1 += secs * generated as f64 / total;
+    }
+
+    /// One speculative verification: `drafted` proposals, `accepted` of them kept.
+    pub fn add_spec(&self, drafted: usize, accepted: usize) {
+        self.predicted_tokens.fetch_add(accepted as u64, Ordering::Relaxed);
+        self.spec[0].fetch_add(drafted as u64, Ordering::Relaxed);
+        self.spec[1].fetch_add(accepted as u64, Ordering::Relaxed);
+        self.spec[2].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Slots serving a request.
@@ -90,7 +103,8 @@ impl Metrics {
         let rate = |t: f64, s: f64| if s > 0.0 { t / s } else { 0.0 };
         let used = self.kv_used.load(Ordering::Relaxed);
         let size = self.kv_size.load(Ordering::Relaxed).max(1);
-        let rows: [(&str, &str, &str, f64); 12] = [
+        let spec = |i: usize| self.spec[i].load(Ordering::Relaxed) as f64;
+        let rows: [(&str, &str, &str, f64); 15] = [
             ("prompt_tokens_total", "counter", "Prompt tokens processed.", pt),
             ("tokens_predicted_total", "counter", "Tokens generated.", gt),
             (
@@ -147,6 +161,24 @@ impl Metrics {
                 "gauge",
                 "Requests waiting for a slot.",
                 self.queue.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "spec_decode_num_draft_tokens_total",
+                "counter",
+                "Speculative: tokens proposed.",
+                spec(0),
+            ),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "counter",
+                "Speculative: proposals the model kept.",
+                spec(1),
+            ),
+            (
+                "spec_decode_num_drafts_total",
+                "counter",
+                "Speculative: verification steps.",
+                spec(2),
             ),
         ];
         let mut s = String::new();

@@ -36,6 +36,13 @@ const GENERATION: &[&str] = &[
     "t_max_predict_ms",
     "lora",
     "user",
+    "speculative.type",
+    "speculative.n_max",
+    "speculative.n_min",
+    "speculative.p_min",
+    "speculative.ngram_size_n",
+    "speculative.ngram_size_m",
+    "speculative.ngram_min_hits",
     // Sampling (crate::api::sampling).
     "temperature",
     "top_p",

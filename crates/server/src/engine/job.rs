@@ -66,6 +66,10 @@ pub struct Timings {
     pub predicted_n: usize,
     /// Milliseconds from the first sampled token to the end.
     pub predicted_ms: f64,
+    /// Tokens proposed by speculation.
+    pub draft_n: usize,
+    /// Proposals kept.
+    pub draft_n_accepted: usize,
 }
 
 impl Timings {
@@ -73,7 +77,7 @@ impl Timings {
     pub fn json(&self) -> serde_json::Value {
         let per_tok = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
         let per_sec = |ms: f64, n: usize| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
-        serde_json::json!({
+        let mut t = serde_json::json!({
             "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,
             "prompt_ms": self.prompt_ms,
@@ -83,7 +87,13 @@ impl Timings {
             "predicted_ms": self.predicted_ms,
             "predicted_per_token_ms": per_tok(self.predicted_ms, self.predicted_n),
             "predicted_per_second": per_sec(self.predicted_ms, self.predicted_n),
-        })
+        });
+        // As llama-server: present once something was proposed.
+        if self.draft_n > 0 {
+            t["draft_n"] = self.draft_n.into();
+            t["draft_n_accepted"] = self.draft_n_accepted.into();
+        }
+        t
     }
 }
 
@@ -133,6 +143,8 @@ pub struct Job {
     pub n_keep: i64,
     /// Tokens a context shift drops (0: half of those after the kept ones).
     pub n_discard: usize,
+    /// The request's speculation settings (`speculative.*`).
+    pub spec: crate::engine::SpecRequest,
 }
 
 /// What the engine thread is sent: a generation, or inputs to embed (`--embedding`).

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tessera_llama::{ContextParams, LlamaContext, Model, Pooling};
 
+mod advance;
 mod budget;
 mod embed;
 mod job;
@@ -27,12 +28,14 @@ mod lora;
 mod prompt_cache;
 mod reuse;
 mod shift;
+mod spec;
 mod worker;
 
 pub use budget::ThinkBudget;
 pub use job::{EmbedJob, Event, Finished, Job, Logprob, SlotInfo, Timings, Work};
 pub use lora::{LoraScales, LoraTable};
 use prompt_cache::PromptCache;
+pub use spec::{SpecConfig, SpecRequest, SpecSource};
 use worker::Worker;
 
 /// How the engine runs.
@@ -64,6 +67,8 @@ pub struct EngineConfig {
     /// `--context-shift`: a reply that fills the context drops older tokens and goes on
     /// (else it ends with `length`).
     pub context_shift: bool,
+    /// Speculative decoding, if any.
+    pub spec: Option<SpecConfig>,
 }
 
 /// A handle on the engine thread.
@@ -121,13 +126,31 @@ impl Engine {
                     embeddings: cfg.embeddings.is_some(),
                     ..ContextParams::default()
                 };
-                let ctx = match LlamaContext::new(&model, params) {
+                // A draft model's contexts (one per slot) borrow it as the worker does the model.
+                let draft_model = match cfg.spec.as_ref().map(|s| &s.source) {
+                    Some(spec::SpecSource::Draft(m)) => Some(m.clone()),
+                    _ => None,
+                };
+                let ctx = match LlamaContext::new(&model, params.clone()) {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e.to_string()));
                         return;
                     }
                 };
+                let mut drafts = Vec::new();
+                if let Some(dm) = draft_model.as_deref() {
+                    for _ in 0..n_parallel {
+                        match LlamaContext::new(dm, params.clone()) {
+                            Ok(c) => drafts
+                                .push(tessera_llama::speculative::DraftModel::new(c, 0, 0, 0.0)),
+                            Err(e) => {
+                                let _ = ready_tx.send(Err(format!("the draft model: {e}")));
+                                return;
+                            }
+                        }
+                    }
+                }
                 let n_ctx = ctx.params().n_ctx;
                 let _ = ready_tx.send(Ok(n_ctx));
                 if let Some(pooling) = cfg.embeddings {
@@ -145,6 +168,7 @@ impl Engine {
                     Worker::new(&model, ctx, n_ctx, cfg.n_batch.max(1), metrics, slots2, host);
                 w.loras = cfg.loras;
                 w.context_shift = cfg.context_shift;
+                w.spec = cfg.spec.map(|cfg| spec::SlotSpec { cfg, drafts });
                 w.run(&rx, &stop2, &abort2);
             })?;
         let n_ctx = ready_rx

@@ -3,10 +3,9 @@
 //! advances every slot that produced logits by one sampling step, streaming its text.
 
 use super::budget::ThinkBudget;
-use super::job::{Event, Finished, Job, Logprob, SlotInfo, Timings, Work};
+use super::job::{Event, Finished, Job, SlotInfo, Timings, Work};
 use super::lora::LoraScales;
 use super::prompt_cache::PromptCache;
-use crate::chat::constrain::GrammarMask;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crossbeam::channel::{Receiver, RecvTimeoutError};
@@ -14,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_llama::sampling::SeqSampler;
-use tessera_llama::{Batch, LlamaContext, LoraAdapter, Model, StreamEnd, TextStream};
+use tessera_llama::{Batch, LlamaContext, LoraAdapter, Model, TextStream};
 
 pub(super) struct Active {
     pub(super) job: Job,
@@ -36,6 +35,11 @@ pub(super) struct Active {
     /// Tokens the context shifts kept (`None`: never shifted); past them, the cached cells
     /// are not the prompt's and are dropped at the end.
     pub(super) shifted_keep: Option<usize>,
+    /// Proposals decoded after `next` in this step, to verify.
+    pub(super) draft: Vec<u32>,
+    /// Tokens proposed and kept over the request.
+    pub(super) n_drafted: usize,
+    pub(super) n_accepted: usize,
 }
 
 pub(super) struct Slot {
@@ -73,23 +77,8 @@ pub(super) struct Worker<'m> {
     pub(super) n_steps: usize,
     /// `--context-shift`.
     pub(super) context_shift: bool,
-}
-
-fn log_softmax_top(logits: &[f32], tok: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
-    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = m + logits.iter().map(|&l| ((l - m) as f64).exp()).sum::<f64>().ln() as f32;
-    let mut top: Vec<(u32, f32)> = Vec::new();
-    if n > 0 {
-        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-        let k = n.min(idx.len());
-        idx.select_nth_unstable_by(k - 1, |&a, &b| {
-            logits[b as usize].total_cmp(&logits[a as usize])
-        });
-        idx.truncate(k);
-        idx.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
-        top = idx.into_iter().map(|i| (i, logits[i as usize] - lse)).collect();
-    }
-    (logits[tok as usize] - lse, top)
+    /// Speculative decoding, if the server does it.
+    pub(super) spec: Option<super::spec::SlotSpec<'m>>,
 }
 
 impl<'m> Worker<'m> {
@@ -118,6 +107,7 @@ impl<'m> Worker<'m> {
             loras: Vec::new(),
             n_steps: 0,
             context_shift: false,
+            spec: None,
         }
     }
 
@@ -227,6 +217,9 @@ impl<'m> Worker<'m> {
             n_gen: 0,
             stream,
             shifted_keep: None,
+            draft: Vec::new(),
+            n_drafted: 0,
+            n_accepted: 0,
         });
         self.metrics.set_busy(self.slots.iter().filter(|s| s.active.is_some()).count());
     }
@@ -263,6 +256,8 @@ impl<'m> Worker<'m> {
             prompt_ms: (t_first - a.t_start).as_secs_f64() * 1e3,
             predicted_n: a.n_gen,
             predicted_ms: (now - t_first).as_secs_f64() * 1e3,
+            draft_n: a.n_drafted,
+            draft_n_accepted: a.n_accepted,
         };
         tracing::info!(
             slot = i,
@@ -335,7 +330,8 @@ impl<'m> Worker<'m> {
         let mut plan: Vec<(usize, Vec<u32>, Option<usize>)> = Vec::new();
         let mut no_room = Vec::new();
         let mut budget = self.n_batch;
-        for (i, s) in self.slots.iter().enumerate() {
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
             let Some(a) = s.active.as_ref().filter(|a| this_step(a)) else { continue };
             if let Some(t) = a.next {
                 if free == 0 {
@@ -343,9 +339,21 @@ impl<'m> Worker<'m> {
                     continue;
                 }
                 free -= 1;
-                batch.add(t, s.cache.len() as i32, s.seq, true);
-                plan.push((i, vec![t], Some(batch.len() - 1)));
                 budget = budget.saturating_sub(1);
+                // Proposals after `t` (speculation): within the free cells and the step's room.
+                let draft = self.propose(i, t, budget.min(free));
+                let s = &self.slots[i];
+                batch.add(t, s.cache.len() as i32, s.seq, true);
+                let row = batch.len() - 1;
+                for (k, &d) in draft.iter().enumerate() {
+                    batch.add(d, (s.cache.len() + 1 + k) as i32, s.seq, true);
+                }
+                free -= draft.len();
+                budget -= draft.len();
+                if let Some(a) = self.slots[i].active.as_mut() {
+                    a.draft = draft;
+                }
+                plan.push((i, vec![t], Some(row)));
             }
         }
         for i in no_room {
@@ -417,7 +425,13 @@ impl<'m> Worker<'m> {
             .filter(|p| self.slots[p.0].active.as_ref().is_some_and(|a| a.next.is_none()))
             .map(|p| p.1.len())
             .sum();
-        self.metrics.add_step(n_prompt, batch.len() - n_prompt, dt);
+        // Proposals count as generated once kept (Metrics::add_spec).
+        let n_draft: usize = plan
+            .iter()
+            .filter_map(|p| self.slots[p.0].active.as_ref())
+            .map(|a| a.draft.len())
+            .sum();
+        self.metrics.add_step(n_prompt, batch.len() - n_prompt - n_draft, dt);
         for (i, added, out) in plan {
             if let Some(reason) = self.advance(i, &added, out) {
                 self.finish(i, reason);
@@ -466,88 +480,5 @@ impl<'m> Worker<'m> {
             free = kv.size() - kv.used();
         }
         free
-    }
-
-    /// After a step: records the tokens slot `i` added to the cache and, if it produced
-    /// logits, samples its next token and streams the text; a finish reason when it is done.
-    pub(super) fn advance(
-        &mut self,
-        i: usize,
-        added: &[u32],
-        out: Option<usize>,
-    ) -> Option<&'static str> {
-        let vocab = &self.model.vocab;
-        let slot = &mut self.slots[i];
-        slot.cache.extend_from_slice(added);
-        let a = slot.active.as_mut()?;
-        if a.next.is_none() {
-            a.n_past += added.len();
-        }
-        let raw = self.ctx.logits_ith(out?).expect("asked for");
-        if a.next.is_none() {
-            a.t_first = Some(Instant::now());
-            a.sampler.history(&a.job.prompt);
-        }
-        let mut grammar = a.job.matcher.as_mut().map(|matcher| GrammarMask { matcher, vocab });
-        let (tok, logits) = match a.sampler.sample_masked(raw, grammar.as_mut()) {
-            Ok(s) => (s.token, s.logits),
-            Err(e) => {
-                let msg = format!("constrained decoding failed: {e}");
-                let _ = a.job.events.send(Event::Failed(ApiError::new(500, "server_error", msg)));
-                slot.active = None;
-                return None;
-            }
-        };
-        let logprob = a.job.logprobs.map(|n| {
-            let (lp, top) = log_softmax_top(logits, tok, n);
-            let piece = |t: u32| {
-                let b = vocab.token_to_piece(t, false);
-                (String::from_utf8_lossy(&b).into_owned(), b)
-            };
-            let (token, bytes) = piece(tok);
-            let top = top
-                .into_iter()
-                .map(|(t, l)| {
-                    let (s, b) = piece(t);
-                    (s, b, l)
-                })
-                .collect();
-            Logprob { token, bytes, logprob: lp, top }
-        });
-        if vocab.is_eog(tok) {
-            return Some("stop");
-        }
-        a.n_gen += 1;
-        a.next = Some(tok);
-        let piece = vocab.token_to_piece(tok, a.job.preserved.contains(&tok));
-        if let Some(end) =
-            a.job.think_budget.as_mut().and_then(|b| b.on_token(&String::from_utf8_lossy(&piece)))
-        {
-            tracing::debug!(slot = i, "reasoning budget spent: closing the thoughts");
-            a.sampler.force(end);
-        }
-        let chunk = a.stream.push_bytes(&piece);
-        let _ = a.job.events.send(Event::Token { text: chunk.text, logprob });
-        if let Some(StreamEnd::Stop(s)) = chunk.end {
-            a.stop_word = Some(s);
-            return Some("stop");
-        }
-        // With --context-shift, a full slot shifts before its next step instead.
-        let full = slot.cache.len() + 1 >= self.n_ctx && !self.context_shift;
-        (a.job.max_tokens.is_some_and(|m| a.n_gen >= m) || full).then_some("length")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    pub(super) fn log_softmax_is_normalized() {
-        let logits = [1.0f32, 2.0, 3.0, 0.5];
-        let (lp, top) = log_softmax_top(&logits, 2, 2);
-        let total: f64 = logits.iter().map(|&l| ((l - 3.0) as f64).exp()).sum();
-        assert!((lp as f64 - (-(total.ln()))).abs() < 1e-5);
-        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![2, 1]);
     }
 }

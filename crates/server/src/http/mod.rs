@@ -47,6 +47,8 @@ pub struct AppState {
     pub reasoning_budget_message: String,
     /// The LoRA adapters and their global scales (`/lora-adapters`).
     pub loras: crate::engine::LoraTable,
+    /// The speculation source's llama.cpp name, if the server speculates.
+    pub speculative: Option<&'static str>,
 }
 
 /// The state extractor every handler takes.

@@ -87,6 +87,7 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         loras: Vec::new(),
         lora_init_without_apply: false,
         context_shift: false,
+        spec: None,
     }
 }
 
