@@ -229,42 +229,21 @@ fn serve_logs_requests_and_a_second_signal_ends_replies_at_once() {
     assert!(log.contains("request done"), "generation log: {log}");
 }
 
-/// A random LoRA adapter on every layer's attention Q and V of the default model, its values
-/// `amp` at most, written with the GGUF writer.
-fn write_adapter(path: &std::path::Path, amp: f32) {
-    use tessera_gguf::GgufWriter;
-    let mut w = GgufWriter::new();
-    w.add("general.architecture", "llama").unwrap();
-    w.add("general.type", "adapter").unwrap();
-    w.add("adapter.type", "lora").unwrap();
-    w.add("adapter.lora.alpha", 8.0f32).unwrap();
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp
-    };
-    // SmolLM2-135M: n_embd 576, 9 heads and 3 KV heads of 64, 30 layers; rank 8.
-    for il in 0..30 {
-        for (t, n_out) in [("attn_q", 576u64), ("attn_v", 192)] {
-            for (half, ne) in [("lora_a", [576u64, 8]), ("lora_b", [8, n_out])] {
-                let bytes: Vec<u8> =
-                    (0..ne[0] * ne[1]).flat_map(|_| next().to_le_bytes()).collect();
-                let name = format!("blk.{il}.{t}.weight.{half}");
-                w.add_tensor(&name, tessera_tensor::DType::F32, &ne, bytes).unwrap();
-            }
-        }
-    }
-    w.write_file(path).unwrap();
-}
-
 #[test]
 fn lora_adapters_apply_at_their_scale_and_misfits_are_named() {
     let m = model();
     let dir = tempfile::tempdir().unwrap();
     let adapter = dir.path().join("adapter.gguf");
-    write_adapter(&adapter, 0.2);
+    let model = tessera_llama::Model::load(&m, tessera_backend_cpu::CpuDevice::shared()).unwrap();
+    let spec = tessera_llama::synth::RandomLora {
+        targets: vec!["attn_q".into(), "attn_v".into()],
+        rank: 8,
+        amp: 0.2,
+        alpha: Some(8.0),
+        task_name: None,
+        seed: 0x2545_f491_4f6c_dd1d,
+    };
+    tessera_llama::synth::write_random_lora(&model, &spec, &adapter).unwrap();
     let a = adapter.to_str().unwrap();
     let mut base = vec!["run", "-m", &m, "-p", "The capital of France is", "--no-display-prompt"];
     base.extend(GREEDY);

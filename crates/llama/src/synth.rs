@@ -496,3 +496,65 @@ pub fn bench_shape(name: &str, dtype: DType) -> Option<SynthSpec> {
         seed: 7,
     })
 }
+
+/// A random LoRA adapter ([`write_random_lora`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RandomLora {
+    /// The weights of every block it changes (`attn_q`, `ffn_up`, ...).
+    pub targets: Vec<String>,
+    /// Its rank.
+    pub rank: usize,
+    /// Values are uniform in `[-amp, amp]`.
+    pub amp: f32,
+    /// `adapter.lora.alpha` (none: the scale is used as is).
+    pub alpha: Option<f32>,
+    /// `adapter.lora.task_name`, if any.
+    pub task_name: Option<String>,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+/// Writes a random F32 LoRA adapter for `model` to `path`: a `lora_a`/`lora_b` pair for each
+/// block's `spec.targets`, shaped from the model's weights. Returns the pairs written.
+pub fn write_random_lora(model: &crate::Model, spec: &RandomLora, path: &Path) -> Result<usize> {
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", model.hparams.arch.as_str())?;
+    w.add("general.type", "adapter")?;
+    w.add("adapter.type", "lora")?;
+    if let Some(a) = spec.alpha {
+        w.add("adapter.lora.alpha", a)?;
+    }
+    if let Some(t) = &spec.task_name {
+        w.add("adapter.lora.task_name", t.as_str())?;
+    }
+    let mut state = spec.seed | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * spec.amp
+    };
+    let mut n = 0;
+    for il in 0..model.hparams.n_layer {
+        for t in &spec.targets {
+            let base = format!("blk.{il}.{t}.weight");
+            let id = model
+                .weights
+                .id(&base)
+                .ok_or_else(|| crate::LlamaError::MissingTensor(base.clone()))?;
+            let ne = model.weights.ctx.get(id).ne;
+            for (half, d0, d1) in [("lora_a", ne[0], spec.rank), ("lora_b", spec.rank, ne[1])] {
+                let bytes: Vec<u8> = (0..d0 * d1).flat_map(|_| next().to_le_bytes()).collect();
+                w.add_tensor(
+                    &format!("{base}.{half}"),
+                    DType::F32,
+                    &[d0 as u64, d1 as u64],
+                    bytes,
+                )?;
+            }
+            n += 1;
+        }
+    }
+    w.write_file(path)?;
+    Ok(n)
+}

@@ -8,21 +8,11 @@
 //! shifted K and the cells the new tokens take are llama.cpp's, `CellOrder::RingHead`), and
 //! its top token must be ours where llama.cpp's lead is over `LEAD`.
 
+mod common;
+
+use common::top::{argmax, compare_top, level_fixture, LEAD, TOL};
 use serde_json::Value;
 use tessera_llama::{Batch, CellOrder, ContextParams, DType, LlamaContext, LoadParams, Model};
-
-const TOL: f64 = 1e-6;
-const LEAD: f64 = 0.05;
-
-fn log_softmax(l: &[f32]) -> Vec<f64> {
-    let m = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let s: f64 = l.iter().map(|&x| (x as f64 - m).exp()).sum();
-    l.iter().map(|&x| x as f64 - m - s.ln()).collect()
-}
-
-fn argmax(l: &[f32]) -> u32 {
-    (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap() as u32
-}
 
 fn check(model_id: tessera_models::Model, fx: &Value) -> Vec<String> {
     let path = tessera_models::ensure(&model_id).expect("fetching the model");
@@ -77,11 +67,7 @@ fn check(model_id: tessera_models::Model, fx: &Value) -> Vec<String> {
                 ctx.decode(&Batch::from_tokens(&[want], n_past, 0)).expect("decode");
                 n_past += 1;
                 logits = ctx.logits_ith(0).unwrap().to_vec();
-                let lp = log_softmax(&logits);
-                for p in step["top"].as_array().unwrap() {
-                    let (t, l) = (p[0].as_u64().unwrap() as usize, p[1].as_f64().unwrap());
-                    worst = worst.max((lp[t] - l).abs());
-                }
+                worst = worst.max(compare_top(&logits, &step["top"]).0);
                 lead = step["margin"].as_f64().unwrap();
             }
         }
@@ -95,15 +81,7 @@ fn check(model_id: tessera_models::Model, fx: &Value) -> Vec<String> {
 
 #[test]
 fn shifted_contexts_give_llama_cpps_log_probabilities() {
-    let level = tessera_backend_cpu::SimdLevel::from_env();
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/context_shift");
-    let path = dir.join(format!("{}.json", level.name()));
-    if !path.exists() {
-        eprintln!("no llama.cpp reference for the {} level: nothing to compare", level.name());
-        return;
-    }
-    let fx: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(fx["simd_level"], level.name());
+    let Some(fx) = level_fixture("context_shift") else { return };
     assert_eq!(fx["cases"].as_array().unwrap().len(), 6, "three models, two cache types");
     let mut failures = Vec::new();
     for id in [tessera_models::SMOLLM2, tessera_models::QWEN25_CODER, tessera_models::GEMMA3] {

@@ -14,20 +14,11 @@
 //! log-softmax's rounding); `TOL` only leaves room for that printout. At the scalar level there
 //! is no reference, and the test says so.
 
+mod common;
+
+use common::top::{compare_top, level_fixture, TOL};
 use serde_json::Value;
 use tessera_llama::{Batch, ContextParams, DType, LlamaContext, LoadParams, Model};
-
-/// Largest difference allowed between a log-probability here and llama.cpp's.
-const TOL: f64 = 1e-6;
-/// A top token (or greedy step) is compared only where llama.cpp's lead over the second is
-/// at least this (below, another build of llama.cpp may pick either).
-const LEAD: f64 = 0.05;
-
-fn log_softmax(l: &[f32]) -> Vec<f64> {
-    let m = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let s: f64 = l.iter().map(|&x| (x as f64 - m).exp()).sum();
-    l.iter().map(|&x| x as f64 - m - s.ln()).collect()
-}
 
 fn dtype(name: &str) -> DType {
     match name {
@@ -65,25 +56,13 @@ fn check(model_id: tessera_models::Model, cases: &[Value]) -> Vec<String> {
         ctx.decode(&batch).expect("decode");
         let (mut worst, mut worst_at) = (0f64, 0);
         for (i, want) in case["top"].as_array().unwrap().iter().enumerate() {
-            let lp = log_softmax(ctx.logits_ith(i).expect("logits"));
-            let want: Vec<(usize, f64)> = want
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| (p[0].as_u64().unwrap() as usize, p[1].as_f64().unwrap()))
-                .collect();
-            for &(t, l) in &want {
-                let d = (lp[t] - l).abs();
-                if d > worst {
-                    (worst, worst_at) = (d, i);
-                }
+            let (d, differs) = compare_top(ctx.logits_ith(i).expect("logits"), want);
+            if d > worst {
+                (worst, worst_at) = (d, i);
             }
-            let ours = (0..lp.len()).max_by(|&a, &b| lp[a].total_cmp(&lp[b])).unwrap();
-            if want[0].1 - want[1].1 >= LEAD && ours != want[0].0 {
-                failures.push(format!(
-                    "{what}: position {i}: top token {ours}, llama.cpp {}",
-                    want[0].0
-                ));
+            if let Some((ours, theirs)) = differs {
+                failures
+                    .push(format!("{what}: position {i}: top token {ours}, llama.cpp {theirs}"));
             }
         }
         eprintln!("{what}: largest log-probability difference {worst:.2e} (position {worst_at})");
@@ -98,11 +77,11 @@ fn check(model_id: tessera_models::Model, cases: &[Value]) -> Vec<String> {
             case["margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
         let mut logits = ctx.logits_ith(tokens.len() - 1).unwrap().to_vec();
         for (step, (&want, &margin)) in greedy.iter().zip(&margins).enumerate() {
-            let ours = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap();
-            if margin < LEAD {
+            let ours = common::top::argmax(&logits);
+            if margin < common::top::LEAD {
                 break;
             }
-            if ours as u32 != want {
+            if ours != want {
                 failures.push(format!("{what}: greedy step {step}: {ours}, llama.cpp {want}"));
                 break;
             }
@@ -115,19 +94,7 @@ fn check(model_id: tessera_models::Model, cases: &[Value]) -> Vec<String> {
 
 #[test]
 fn quantized_caches_give_llama_cpps_log_probabilities() {
-    let level = tessera_backend_cpu::SimdLevel::from_env();
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kv_types");
-    let path = dir.join(format!("{}.json", level.name()));
-    if !path.exists() {
-        eprintln!(
-            "no llama.cpp reference for the {} level ({}): nothing to compare",
-            level.name(),
-            path.display()
-        );
-        return;
-    }
-    let fx: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(fx["simd_level"], level.name(), "{}", path.display());
+    let Some(fx) = level_fixture("kv_types") else { return };
     let cases = fx["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 9, "three models, three cache configurations");
     let mut failures = Vec::new();

@@ -8,6 +8,9 @@
 //! give its tokens. The adapters must visibly change the answer, a scale of 0 must give the
 //! model's own logits, and adapters that do not fit the model are named errors.
 
+mod common;
+
+use common::top::{argmax, compare_top, level_fixture, LEAD, TOL};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,15 +19,7 @@ use tessera_llama::{
     Batch, ContextParams, DType, LlamaContext, LlamaError, LoadParams, LoraAdapter, Model,
 };
 
-const TOL: f64 = 1e-6;
-const LEAD: f64 = 0.05;
 const MASK_SEED: u64 = 0xcbf2_9ce4_8422_2325;
-
-fn log_softmax(l: &[f32]) -> Vec<f64> {
-    let m = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let s: f64 = l.iter().map(|&x| (x as f64 - m).exp()).sum();
-    l.iter().map(|&x| x as f64 - m - s.ln()).collect()
-}
 
 /// The tool's `values()`: element `i` of tensor `name`, in [-amp, amp].
 fn values(name: &str, n: usize, amp: f64) -> Vec<f32> {
@@ -112,30 +107,19 @@ fn params() -> ContextParams {
     ContextParams { n_ctx: 256, n_threads: 2, flash_attn: true, ..Default::default() }
 }
 
-fn top_check(ctx: &LlamaContext, top: &[Value], what: &str, failures: &mut Vec<String>) -> f64 {
+fn top_check(ctx: &LlamaContext, top: &[Value], what: &str, failures: &mut Vec<String>) {
     let mut worst = 0f64;
     for (i, want) in top.iter().enumerate() {
-        let lp = log_softmax(ctx.logits_ith(i).expect("logits"));
-        let want: Vec<(usize, f64)> = want
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| (p[0].as_u64().unwrap() as usize, p[1].as_f64().unwrap()))
-            .collect();
-        for &(t, l) in &want {
-            worst = worst.max((lp[t] - l).abs());
-        }
-        let ours = (0..lp.len()).max_by(|&a, &b| lp[a].total_cmp(&lp[b])).unwrap();
-        if want[0].1 - want[1].1 >= LEAD && ours != want[0].0 {
-            failures
-                .push(format!("{what}: position {i}: top token {ours}, llama.cpp {}", want[0].0));
+        let (d, differs) = compare_top(ctx.logits_ith(i).expect("logits"), want);
+        worst = worst.max(d);
+        if let Some((ours, theirs)) = differs {
+            failures.push(format!("{what}: position {i}: top token {ours}, llama.cpp {theirs}"));
         }
     }
     eprintln!("{what}: largest log-probability difference {worst:.2e}");
     if worst > TOL {
         failures.push(format!("{what}: log-probability off by {worst:.3e}"));
     }
-    worst
 }
 
 fn load_model() -> Model {
@@ -146,15 +130,7 @@ fn load_model() -> Model {
 
 #[test]
 fn two_adapters_give_llama_cpps_log_probabilities() {
-    let level = tessera_backend_cpu::SimdLevel::from_env();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lora");
-    let path = dir.join(format!("{}.json", level.name()));
-    if !path.exists() {
-        eprintln!("no llama.cpp reference for the {} level: nothing to compare", level.name());
-        return;
-    }
-    let fx: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(fx["simd_level"], level.name());
+    let Some(fx) = level_fixture("lora") else { return };
     assert_eq!(fx["adapters"].as_array().unwrap().len(), SPECS.len());
     let amp = fx["amp"].as_f64().unwrap();
     let model = load_model();
@@ -202,11 +178,11 @@ fn two_adapters_give_llama_cpps_log_probabilities() {
         fx["margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
     let mut logits = ctx.logits_ith(tokens.len() - 1).unwrap().to_vec();
     for (step, (&want, &margin)) in greedy.iter().zip(&margins).enumerate() {
-        let ours = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap();
+        let ours = argmax(&logits);
         if margin < LEAD {
             break;
         }
-        if ours as u32 != want {
+        if ours != want {
             failures.push(format!("greedy step {step}: {ours}, llama.cpp {want}"));
             break;
         }

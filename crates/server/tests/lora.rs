@@ -10,34 +10,6 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use tessera_llama::LoraAdapter;
 
-/// A random adapter on every layer's attention Q and V of SmolLM2-135M (n_embd 576, KV width
-/// 192, 30 layers), rank 8, values within `amp`.
-fn write_adapter(path: &std::path::Path, amp: f32) {
-    let mut w = tessera_gguf::GgufWriter::new();
-    w.add("general.architecture", "llama").unwrap();
-    w.add("general.type", "adapter").unwrap();
-    w.add("adapter.type", "lora").unwrap();
-    w.add("adapter.lora.task_name", "test").unwrap();
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * amp
-    };
-    for il in 0..30 {
-        for (t, n_out) in [("attn_q", 576u64), ("attn_v", 192)] {
-            for (half, ne) in [("lora_a", [576u64, 8]), ("lora_b", [8, n_out])] {
-                let bytes: Vec<u8> =
-                    (0..ne[0] * ne[1]).flat_map(|_| next().to_le_bytes()).collect();
-                let name = format!("blk.{il}.{t}.weight.{half}");
-                w.add_tensor(&name, tessera_tensor::DType::F32, &ne, bytes).unwrap();
-            }
-        }
-    }
-    w.write_file(path).unwrap();
-}
-
 fn complete(addr: std::net::SocketAddr, prompt: &str, lora: Option<Value>) -> String {
     let mut body = json!({"prompt": prompt, "n_predict": 12, "temperature": 0});
     if let Some(l) = lora {
@@ -52,8 +24,16 @@ fn complete(addr: std::net::SocketAddr, prompt: &str, lora: Option<Value>) -> St
 fn adapters_are_listed_scaled_globally_and_per_request() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("adapter.gguf");
-    write_adapter(&path, 0.3);
     let m = model();
+    let spec = tessera_llama::synth::RandomLora {
+        targets: vec!["attn_q".into(), "attn_v".into()],
+        rank: 8,
+        amp: 0.3,
+        alpha: None,
+        task_name: Some("test".into()),
+        seed: 0x9e37_79b9_7f4a_7c15,
+    };
+    tessera_llama::synth::write_random_lora(&m, &spec, &path).unwrap();
     let adapter = Arc::new(LoraAdapter::load(&m, &path).unwrap());
     let cfg =
         tessera_server::ServerConfig { loras: vec![(adapter, 1.0)], ..common::config(2, 8, None) };

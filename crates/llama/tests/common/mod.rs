@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod logits_sample;
+pub mod top;
 
 use logits_sample::LogitsSample;
 use serde_json::Value;
