@@ -64,6 +64,8 @@ pub struct Conversation<'m> {
     shift_keep: Option<i64>,
     /// Whether the cache lost tokens to a shift (its tokens are no longer a rendering's).
     shifted: bool,
+    /// Speculative decoding's proposals (`--spec-type`, `-md`), if asked for.
+    spec: Option<tessera_llama::speculative::Speculator<'m>>,
 }
 
 /// What one turn did, for the line printed after the reply.
@@ -80,6 +82,8 @@ pub struct TurnStats {
     pub context_full: bool,
     /// Context shifts during the turn.
     pub n_shifts: usize,
+    /// Speculation's counts during the turn.
+    pub spec: tessera_llama::speculative::SpecStats,
 }
 
 impl<'m> Conversation<'m> {
@@ -108,7 +112,17 @@ impl<'m> Conversation<'m> {
             grammar: None,
             shift_keep: None,
             shifted: false,
+            spec: None,
         })
+    }
+
+    /// Replies are decoded speculatively with `spec`'s proposals.
+    pub fn with_speculator(
+        mut self,
+        spec: Option<tessera_llama::speculative::Speculator<'m>>,
+    ) -> Self {
+        self.spec = spec;
+        self
     }
 
     /// With `--context-shift`: when the context is full, the first tokens (`keep` of the
@@ -274,6 +288,9 @@ impl<'m> Conversation<'m> {
         let mut n_gen = 0;
         let mut context_full = false;
         let mut interrupted = false;
+        let mut spec = tessera_llama::speculative::SpecStats::default();
+        // A token sampled by a verification step, not yet evaluated.
+        let mut pending: Option<u32> = None;
         let result = loop {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 interrupted = true;
@@ -286,9 +303,10 @@ impl<'m> Conversation<'m> {
                 context_full = true;
                 break Ok(());
             }
-            let tok = match matcher.as_mut() {
-                None => generator.sample(),
-                Some(matcher) => {
+            let tok = match (pending.take(), matcher.as_mut()) {
+                (Some(t), _) => t,
+                (None, None) => generator.sample(),
+                (None, Some(matcher)) => {
                     let mut mask = GrammarMask { matcher, vocab: &model.vocab };
                     match generator.sample_masked(&mut mask) {
                         Ok(t) => t,
@@ -314,6 +332,60 @@ impl<'m> Conversation<'m> {
                 self.shifted = true;
                 n_shifts += 1;
             }
+            // Speculation: proposals within the reply's budget and the context.
+            let room = n_ctx.saturating_sub(generator.pos() + 2);
+            let n_max = (self.n_predict - n_gen).min(room);
+            let draft = match self.spec.as_mut() {
+                Some(s) if n_max > 0 => match s.draft(&self.cached, tok, n_max) {
+                    Ok(d) => d,
+                    Err(e) => break Err(anyhow!("{e}")),
+                },
+                _ => Vec::new(),
+            };
+            if !draft.is_empty() {
+                let start = generator.pos();
+                let got = match matcher.as_mut() {
+                    None => generator.speculate(tok, &draft).map_err(|e| anyhow!("{e}")),
+                    Some(matcher) => {
+                        let mut mask = GrammarMask { matcher, vocab: &model.vocab };
+                        match generator.speculate_masked(tok, &draft, Some(&mut mask)) {
+                            Ok(Ok(v)) => Ok(v),
+                            Ok(Err(e)) => Err(anyhow!("grammar: {e}")),
+                            Err(e) => Err(anyhow!("{e}")),
+                        }
+                    }
+                };
+                let got = match got {
+                    Ok(g) => g,
+                    Err(e) => break Err(e),
+                };
+                self.cached.push(tok);
+                let kept = &got[..got.len() - 1];
+                spec.n_steps += 1;
+                spec.n_drafted += draft.len();
+                spec.n_accepted += kept.len();
+                let mut stop = false;
+                for (k, &t) in kept.iter().enumerate() {
+                    let over = n_gen >= self.n_predict || INTERRUPTED.load(Ordering::SeqCst);
+                    if over || model.vocab.is_eog(t) {
+                        // The reply ends here: the cells from this token on are not its.
+                        generator.rewind(start + 1 + k);
+                        interrupted |= INTERRUPTED.load(Ordering::SeqCst);
+                        stop = true;
+                        break;
+                    }
+                    let piece = model.vocab.token_to_piece(t, false);
+                    out.push(&piece);
+                    reply.extend_from_slice(&piece);
+                    n_gen += 1;
+                    self.cached.push(t);
+                }
+                if stop {
+                    break Ok(());
+                }
+                pending = got.last().copied();
+                continue;
+            }
             if let Err(e) = generator.feed(tok) {
                 break Err(anyhow!("{e}"));
             }
@@ -337,6 +409,7 @@ impl<'m> Conversation<'m> {
             interrupted,
             context_full,
             n_shifts,
+            spec,
         })
     }
 }
@@ -469,6 +542,10 @@ pub fn run(mut conv: Conversation<'_>, mut sampler: SamplerChain) -> Result<()> 
         let mut out = Streamer::default();
         match conv.turn(&msg, &mut sampler, &mut out) {
             Ok(s) => {
+                let speculated = match s.spec.n_drafted {
+                    0 => String::new(),
+                    n => format!(", {} of {n} proposals accepted", s.spec.n_accepted),
+                };
                 let shifted = match s.n_shifts {
                     0 => String::new(),
                     n => format!(", the context shifted {n} time(s)"),
@@ -482,7 +559,7 @@ pub fn run(mut conv: Conversation<'_>, mut sampler: SamplerChain) -> Result<()> 
                 };
                 eprintln!(
                     "[turn {turn}: {} new prompt tokens evaluated, {} generated ({:.1} t/s), \
-                     {}/{} context used{shifted}{why}]",
+                     {}/{} context used{speculated}{shifted}{why}]",
                     s.n_eval,
                     s.n_gen,
                     s.tokens_per_s,

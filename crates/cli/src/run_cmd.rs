@@ -278,21 +278,17 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     };
     let conversing = a.conversation || (a.chat && a.prompt.is_none()) || auto_chat;
     if conversing {
-        if a.spec.kind()? != crate::spec_args::SpecKind::None {
-            bail!(
-                "speculative decoding (--spec-type, -md) applies to one-shot generation in \
-                 tessera run (-no-cnv, or -p without -cnv); a conversation decodes token by token"
-            );
-        }
         let limit = match a.n_predict {
             Some(n) if n >= 0 => n as usize,
             _ => usize::MAX,
         };
         let system = a.system_prompt.as_deref().or(a.prompt.as_deref());
+        let spec = a.spec.speculator(draft.as_ref(), ctx.params())?;
         let conv = conversation::Conversation::new(&model, ctx, system, limit)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
             .with_grammar(a.grammar.compile(&model)?)
-            .with_context_shift((a.context_shift && !a.no_context_shift).then_some(a.keep));
+            .with_context_shift((a.context_shift && !a.no_context_shift).then_some(a.keep))
+            .with_speculator(spec);
         return conversation::run(conv, sampler);
     }
     let matcher = a.grammar.matcher(&model)?;

@@ -340,6 +340,28 @@ fn speculative_decoding_reports_its_acceptance_and_refuses_misfits() {
     let (text, err) = run(&["-md", &m, "--spec-draft-n-max", "4"]);
     assert!(rate(&err, "draft-simple") > 0.9, "the model rejected its own proposals: {err}");
     assert_eq!(text, plain);
+    // In a conversation too: the same replies, proposals counted on the turn line.
+    let chat = |extra: &[&str]| {
+        let mut args = vec!["run", "-m", &m, "-cnv", "-n", "60", "--temp", "0", "-t", "2"];
+        args.extend(extra);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let msgs = "Count from 1 to 20.\nCount from 1 to 20 again.\n";
+        child.stdin.take().unwrap().write_all(msgs.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        (String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (want, _) = chat(&[]);
+    let (got, err) = chat(&["-md", &m]);
+    assert_eq!(got, want);
+    assert!(err.contains("proposals accepted"), "{err}");
     // Misfits are named.
     let fail = |extra: &[&str]| {
         let a = with(extra);

@@ -132,6 +132,17 @@ impl<'a, 'm> Generator<'a, 'm> {
         Ok(Ok(out))
     }
 
+    /// Drops the sequence's cells from position `pos` on (tokens speculation evaluated that a
+    /// reply ends before): the next token is evaluated there ([`feed`](Self::feed) or
+    /// [`prompt`](Self::prompt)) before anything is sampled again.
+    pub fn rewind(&mut self, pos: usize) {
+        if pos < self.pos {
+            self.ctx.kv_cache_mut().seq_rm(Some(self.seq), pos as i32, -1);
+            self.pos = pos;
+            self.last = None;
+        }
+    }
+
     /// Shifts the context as llama.cpp's tools do when it is full: the first `n_keep` tokens
     /// stay, half of the rest are dropped, and the tail moves back over them (its K rotated by
     /// the next decode's K-shift). Returns how many were dropped (0 when `n_keep` leaves
