@@ -20,6 +20,7 @@ use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tessera_llama::sampling::SamplerChain;
+use tessera_llama::speculative;
 use tessera_llama::{Generator, LlamaContext, Model};
 use tessera_server::chat::constrain::GrammarMask;
 
@@ -279,6 +280,7 @@ impl<'m> Conversation<'m> {
             return Err(anyhow!("nothing to evaluate: the template rendered no new text"));
         }
         let mut matcher = self.grammar.as_ref().map(|g| g.matcher()).transpose()?;
+        let mut mask = matcher.as_mut().map(|matcher| GrammarMask { matcher, vocab: &model.vocab });
         generator.prompt(&tokens).map_err(|e| anyhow!("{e}"))?;
         self.cached.extend_from_slice(&tokens);
         self.in_cache = full;
@@ -288,7 +290,7 @@ impl<'m> Conversation<'m> {
         let mut n_gen = 0;
         let mut context_full = false;
         let mut interrupted = false;
-        let mut spec = tessera_llama::speculative::SpecStats::default();
+        let mut spec = speculative::SpecStats::default();
         // A token sampled by a verification step, not yet evaluated.
         let mut pending: Option<u32> = None;
         let result = loop {
@@ -303,16 +305,13 @@ impl<'m> Conversation<'m> {
                 context_full = true;
                 break Ok(());
             }
-            let tok = match (pending.take(), matcher.as_mut()) {
+            let tok = match (pending.take(), mask.as_mut()) {
                 (Some(t), _) => t,
                 (None, None) => generator.sample(),
-                (None, Some(matcher)) => {
-                    let mut mask = GrammarMask { matcher, vocab: &model.vocab };
-                    match generator.sample_masked(&mut mask) {
-                        Ok(t) => t,
-                        Err(e) => break Err(anyhow!("grammar: {e}")),
-                    }
-                }
+                (None, Some(m)) => match generator.sample_masked(m) {
+                    Ok(t) => t,
+                    Err(e) => break Err(anyhow!("grammar: {e}")),
+                },
             };
             if model.vocab.is_eog(tok) {
                 break Ok(());
@@ -335,61 +334,44 @@ impl<'m> Conversation<'m> {
             // Speculation: proposals within the reply's budget and the context.
             let room = n_ctx.saturating_sub(generator.pos() + 2);
             let n_max = (self.n_predict - n_gen).min(room);
-            let draft = match self.spec.as_mut() {
-                Some(s) if n_max > 0 => match s.draft(&self.cached, tok, n_max) {
-                    Ok(d) => d,
-                    Err(e) => break Err(anyhow!("{e}")),
-                },
-                _ => Vec::new(),
-            };
-            if !draft.is_empty() {
-                let start = generator.pos();
-                let got = match matcher.as_mut() {
-                    None => generator.speculate(tok, &draft).map_err(|e| anyhow!("{e}")),
-                    Some(matcher) => {
-                        let mut mask = GrammarMask { matcher, vocab: &model.vocab };
-                        match generator.speculate_masked(tok, &draft, Some(&mut mask)) {
-                            Ok(Ok(v)) => Ok(v),
-                            Ok(Err(e)) => Err(anyhow!("grammar: {e}")),
-                            Err(e) => Err(anyhow!("{e}")),
-                        }
-                    }
-                };
-                let got = match got {
-                    Ok(g) => g,
-                    Err(e) => break Err(e),
-                };
-                self.cached.push(tok);
-                let kept = &got[..got.len() - 1];
-                spec.n_steps += 1;
-                spec.n_drafted += draft.len();
-                spec.n_accepted += kept.len();
-                let mut stop = false;
-                for (k, &t) in kept.iter().enumerate() {
-                    let over = n_gen >= self.n_predict || INTERRUPTED.load(Ordering::SeqCst);
-                    if over || model.vocab.is_eog(t) {
-                        // The reply ends here: the cells from this token on are not its.
-                        generator.rewind(start + 1 + k);
-                        interrupted |= INTERRUPTED.load(Ordering::SeqCst);
-                        stop = true;
-                        break;
-                    }
-                    let piece = model.vocab.token_to_piece(t, false);
-                    out.push(&piece);
-                    reply.extend_from_slice(&piece);
-                    n_gen += 1;
-                    self.cached.push(t);
-                }
-                if stop {
-                    break Ok(());
-                }
-                pending = got.last().copied();
-                continue;
-            }
-            if let Err(e) = generator.feed(tok) {
-                break Err(anyhow!("{e}"));
-            }
+            let start = generator.pos();
+            let step = speculative::step(
+                self.spec.as_mut(),
+                &mut generator,
+                &self.cached,
+                tok,
+                n_max,
+                mask.as_mut(),
+                &mut spec,
+            );
             self.cached.push(tok);
+            let got = match step {
+                Ok(Ok(Some(got))) => got,
+                Ok(Ok(None)) => continue,
+                Ok(Err(e)) => break Err(anyhow!("grammar: {e}")),
+                Err(e) => break Err(anyhow!("{e}")),
+            };
+            let kept = &got[..got.len() - 1];
+            let mut stop = false;
+            for (k, &t) in kept.iter().enumerate() {
+                let over = n_gen >= self.n_predict || INTERRUPTED.load(Ordering::SeqCst);
+                if over || model.vocab.is_eog(t) {
+                    // The reply ends here: the cells from this token on are not its.
+                    generator.rewind(start + 1 + k);
+                    interrupted |= INTERRUPTED.load(Ordering::SeqCst);
+                    stop = true;
+                    break;
+                }
+                let piece = model.vocab.token_to_piece(t, false);
+                out.push(&piece);
+                reply.extend_from_slice(&piece);
+                n_gen += 1;
+                self.cached.push(t);
+            }
+            if stop {
+                break Ok(());
+            }
+            pending = got.last().copied();
         };
         // The generator kept the position: the prompt and every token fed back.
         self.n_past = generator.pos();

@@ -3,7 +3,7 @@
 
 use crate::common::Streamer;
 use anyhow::{anyhow, bail, Result};
-use tessera_llama::speculative::{SpecStats, Speculator};
+use tessera_llama::speculative::{self, SpecStats, Speculator};
 use tessera_llama::{Generator, Vocab};
 use tessera_server::chat::constrain::{GrammarMask, Matcher};
 
@@ -37,21 +37,20 @@ pub fn generate(
     generator: &mut Generator,
     vocab: &Vocab,
     out: &mut Streamer,
-    mut matcher: Option<&mut Matcher>,
+    matcher: Option<&mut Matcher>,
     mut spec: Option<&mut Speculator>,
     mut history: Vec<u32>,
     lim: &Limits,
 ) -> Result<Outcome> {
     let mut o = Outcome::default();
+    let mut mask = matcher.map(|matcher| GrammarMask { matcher, vocab });
+    let grammar = |e| anyhow!("grammar: {e}");
     let mut next: Option<u32> = None;
     while o.n_gen < lim.n_predict && generator.pos() < lim.n_ctx {
-        let tok = match (next.take(), matcher.as_deref_mut()) {
+        let tok = match (next.take(), mask.as_mut()) {
             (Some(t), _) => t,
             (None, None) => generator.sample(),
-            (None, Some(matcher)) => {
-                let mut mask = GrammarMask { matcher, vocab };
-                generator.sample_masked(&mut mask).map_err(|e| anyhow!("grammar: {e}"))?
-            }
+            (None, Some(m)) => generator.sample_masked(m).map_err(grammar)?,
         };
         if out.push_token(vocab, tok) {
             break;
@@ -75,29 +74,18 @@ pub fn generate(
         // Proposals, within the limit and the context (the batch holds `tok` too).
         let room = lim.n_ctx.saturating_sub(generator.pos() + 2);
         let n_max = (lim.n_predict - o.n_gen).min(room);
-        let draft = match spec.as_deref_mut() {
-            Some(s) if n_max > 0 => s.draft(&history, tok, n_max).map_err(|e| anyhow!("{e}"))?,
-            _ => Vec::new(),
-        };
+        let step = speculative::step(
+            spec.as_deref_mut(),
+            generator,
+            &history,
+            tok,
+            n_max,
+            mask.as_mut(),
+            &mut o.spec,
+        );
         history.push(tok);
-        if draft.is_empty() {
-            generator.feed(tok).map_err(|e| anyhow!("{e}"))?;
-            continue;
-        }
-        let got = match matcher.as_deref_mut() {
-            None => generator.speculate(tok, &draft).map_err(|e| anyhow!("{e}"))?,
-            Some(matcher) => {
-                let mut mask = GrammarMask { matcher, vocab };
-                generator
-                    .speculate_masked(tok, &draft, Some(&mut mask))
-                    .map_err(|e| anyhow!("{e}"))?
-                    .map_err(|e| anyhow!("grammar: {e}"))?
-            }
-        };
+        let Some(got) = step.map_err(|e| anyhow!("{e}"))?.map_err(grammar)? else { continue };
         let kept = &got[..got.len() - 1];
-        o.spec.n_steps += 1;
-        o.spec.n_drafted += draft.len();
-        o.spec.n_accepted += kept.len();
         history.extend_from_slice(kept);
         for &t in kept {
             if out.push_token(vocab, t) {

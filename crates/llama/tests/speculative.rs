@@ -7,8 +7,8 @@
 //! of experts).
 
 use std::path::Path;
-use tessera_llama::sampling::{SamplerChain, SamplingParams};
-use tessera_llama::speculative::{DraftModel, NgramSimple, SpecStats, Speculator};
+use tessera_llama::sampling::{NoMask, SamplerChain, SamplingParams};
+use tessera_llama::speculative::{self, DraftModel, NgramSimple, SpecStats, Speculator};
 use tessera_llama::{ContextParams, Generator, LlamaContext, LoadParams, Model};
 
 const N: usize = 48;
@@ -59,22 +59,20 @@ fn speculative(
     let mut tok = g.sample();
     while out.len() < N {
         out.push(tok);
-        let draft = spec.draft(&history, tok, N - out.len()).unwrap();
+        let n_max = N - out.len();
+        let step =
+            speculative::step::<NoMask>(Some(spec), &mut g, &history, tok, n_max, None, &mut stats);
         history.push(tok);
-        if draft.is_empty() {
-            g.feed(tok).unwrap();
-            tok = g.sample();
-            continue;
+        match step.unwrap().unwrap() {
+            None => tok = g.sample(),
+            Some(got) => {
+                for &t in &got[..got.len() - 1] {
+                    out.push(t);
+                    history.push(t);
+                }
+                tok = *got.last().unwrap();
+            }
         }
-        let got = g.speculate(tok, &draft).unwrap();
-        stats.n_steps += 1;
-        stats.n_drafted += draft.len();
-        stats.n_accepted += got.len() - 1;
-        for &t in &got[..got.len() - 1] {
-            out.push(t);
-            history.push(t);
-        }
-        tok = *got.last().unwrap();
     }
     out.truncate(N);
     (out, stats)

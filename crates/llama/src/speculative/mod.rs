@@ -25,7 +25,8 @@ mod ngram;
 pub use draft_model::{check_vocabs, DraftModel};
 pub use ngram::NgramSimple;
 
-use crate::Result;
+use crate::sampling::TokenMask;
+use crate::{Generator, Result};
 
 /// Counts of a speculative run, as llama.cpp reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,4 +79,38 @@ impl Speculator<'_> {
             Speculator::Draft(_) => "draft-simple",
         }
     }
+}
+
+/// One decoding step of `g` with speculation, for a caller's generation loop: `tok` (sampled,
+/// not yet evaluated) follows `history` (the tokens in `g`'s cache, in order). With proposals
+/// from `spec` (at most `n_max`), they are verified with `tok` in one batch
+/// ([`Generator::speculate_masked`]) and counted into `stats`, and the kept proposals come
+/// back followed by the token sampled after them (not evaluated: the next `tok`); with none
+/// (no `spec`, `n_max` 0, or nothing proposed), `tok` is evaluated alone and `None` comes back
+/// (sample the next token). The inner error is `mask`'s.
+pub fn step<M: TokenMask>(
+    spec: Option<&mut Speculator<'_>>,
+    g: &mut Generator<'_, '_>,
+    history: &[u32],
+    tok: u32,
+    n_max: usize,
+    mask: Option<&mut M>,
+    stats: &mut SpecStats,
+) -> Result<Result<Option<Vec<u32>>, M::Error>> {
+    let draft = match spec {
+        Some(s) if n_max > 0 => s.draft(history, tok, n_max)?,
+        _ => Vec::new(),
+    };
+    if draft.is_empty() {
+        g.feed(tok)?;
+        return Ok(Ok(None));
+    }
+    let got = match g.speculate_masked(tok, &draft, mask)? {
+        Ok(got) => got,
+        Err(e) => return Ok(Err(e)),
+    };
+    stats.n_steps += 1;
+    stats.n_drafted += draft.len();
+    stats.n_accepted += got.len() - 1;
+    Ok(Ok(Some(got)))
 }
