@@ -62,7 +62,7 @@ pub(crate) fn start(
     let bias = req.sampling.resolve_bias(vocab)?;
     let sampler = req.sampling.chain(st.engine.n_ctx, &bias, vocab)?;
     tracing::debug!(sampler = %sampler.describe(), seed = ?sampler.seed(), "sampling");
-    if let Some(t) = req.spec.1.as_deref().filter(|&t| t != "none") {
+    if let Some(t) = req.spec.kind.as_deref().filter(|&t| t != "none") {
         if st.speculative != Some(t) {
             let have = match st.speculative {
                 Some(s) => format!("this server speculates with {s}"),
@@ -91,7 +91,7 @@ pub(crate) fn start(
         lora,
         n_keep: req.n_keep,
         n_discard: req.n_discard,
-        spec: req.spec.0.clone(),
+        spec: req.spec.clone(),
     })?;
     st.metrics.add_request();
     Ok((rx, opened))

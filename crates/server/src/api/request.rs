@@ -48,8 +48,8 @@ pub struct GenRequest {
     pub n_keep: i64,
     /// llama-server's `n_discard`: tokens a context shift drops (0: half of the rest).
     pub n_discard: usize,
-    /// llama-server's `speculative.*` fields, and the type asked for (if any).
-    pub spec: (crate::engine::SpecRequest, Option<String>),
+    /// llama-server's `speculative.*` fields.
+    pub spec: crate::engine::SpecRequest,
     /// llama-server's `lora` (`[{"id": N, "scale": S}, ...]`), checked against the server's
     /// adapters when the job starts; `None`: the global scales.
     pub lora: Option<Value>,
@@ -237,10 +237,7 @@ fn common(
         ignore_eos: opt_bool(o, "ignore_eos")?.unwrap_or(false),
         n_keep: opt_int(o, "n_keep", -1, i64::from(i32::MAX))?.unwrap_or(0),
         n_discard: opt_int(o, "n_discard", 0, i64::from(i32::MAX))?.unwrap_or(0) as usize,
-        spec: (
-            crate::engine::SpecRequest::parse(o)?,
-            o.get("speculative.type").and_then(Value::as_str).map(str::to_string),
-        ),
+        spec: crate::engine::SpecRequest::parse(o)?,
         tools: None,
         template_kwargs: Map::new(),
         thinking_budget: opt_int(o, "thinking_budget_tokens", -1, 1 << 30)?,

@@ -58,8 +58,8 @@ impl SpecSource {
 /// A request's `speculative.*` fields.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SpecRequest {
-    /// `speculative.type: "none"`: no speculation for this request.
-    pub off: bool,
+    /// `speculative.type` as asked (`none`, `ngram-simple` or `draft-simple`), if given.
+    pub kind: Option<String>,
     /// `speculative.n_max`.
     pub n_max: Option<usize>,
     /// `speculative.n_min`.
@@ -75,10 +75,13 @@ impl SpecRequest {
     /// `draft-simple` is refused by name (whether the server has that source is checked when
     /// the job starts).
     pub fn parse(o: &Map<String, Value>) -> Result<SpecRequest, ApiError> {
-        let off = match o.get("speculative.type") {
-            None | Some(Value::Null) => false,
-            Some(Value::String(t)) if t == "none" => true,
-            Some(Value::String(t)) if t == "ngram-simple" || t == "draft-simple" => false,
+        let kind = match o.get("speculative.type") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(t))
+                if ["none", "ngram-simple", "draft-simple"].contains(&t.as_str()) =>
+            {
+                Some(t.clone())
+            }
             Some(other) => {
                 return Err(ApiError::field(
                     "speculative.type",
@@ -92,7 +95,7 @@ impl SpecRequest {
             Ok(opt_int(o, k, lo, hi)?.map(|v| v as usize))
         };
         Ok(SpecRequest {
-            off,
+            kind,
             n_max: n("speculative.n_max", 0, 1024)?,
             n_min: n("speculative.n_min", 0, 1024)?,
             p_min: opt_num(o, "speculative.p_min", 0.0, 1.0)?.map(|p| p as f32),
@@ -101,6 +104,13 @@ impl SpecRequest {
                 n("speculative.ngram_size_m", 1, 1024)?,
             ),
         })
+    }
+}
+
+impl SpecRequest {
+    /// `speculative.type: "none"`: no speculation for this request.
+    pub fn off(&self) -> bool {
+        self.kind.as_deref() == Some("none")
     }
 }
 
@@ -118,7 +128,7 @@ impl Worker<'_> {
         let slot = &self.slots[i];
         let Some(a) = slot.active.as_ref() else { return Vec::new() };
         let r = &a.job.spec;
-        if r.off {
+        if r.off() {
             return Vec::new();
         }
         // As llama-server: the context's room (and 2 spare), the reply's budget.
