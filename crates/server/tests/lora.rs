@@ -80,6 +80,8 @@ fn adapters_are_listed_scaled_globally_and_per_request() {
     assert!(e["error"]["message"].as_str().unwrap().contains("no LoRA adapter 3"), "{e}");
     let r = post(addr, "/completion", &json!({"prompt": p1, "lora": [{"id": 0, "scale": "x"}]}));
     assert_eq!((r.status, r.json()["error"]["param"].clone()), (400, json!("lora[0].scale")));
+    let r = post(addr, "/completion", &json!({"prompt": p1, "lora": [{"id": 0, "weight": 1}]}));
+    assert_eq!((r.status, r.json()["error"]["param"].clone()), (400, json!("lora[0].weight")));
     let r = post(addr, "/completion", &json!({"prompt": p1, "lora": {"id": 0}}));
     assert_eq!(r.status, 400);
     let r = post(addr, "/lora-adapters", &json!({"id": 0, "scale": 1}));

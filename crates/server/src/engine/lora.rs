@@ -82,6 +82,13 @@ impl LoraTable {
                     "expected an object with id and scale",
                 ));
             };
+            if let Some(k) = o.keys().find(|k| *k != "id" && *k != "scale") {
+                let shown: String = k.chars().take(64).flat_map(char::escape_default).collect();
+                return Err(ApiError::field(
+                    &at(&shown),
+                    "unknown field (an entry has id and scale)",
+                ));
+            }
             let id = match o.get("id") {
                 Some(Value::Number(n)) => n.as_u64(),
                 _ => None,
