@@ -30,6 +30,23 @@ fn fails(args: &[&str]) -> String {
     err
 }
 
+/// `tessera ARGS` with `input` on its standard input, which must succeed: (stdout, stderr).
+fn piped(args: &[&str], input: &str) -> (String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running tessera");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "tessera {args:?}: {err}");
+    (String::from_utf8(out.stdout).expect("utf-8"), err)
+}
+
 const GREEDY: [&str; 6] = ["-n", "8", "--temp", "0", "-t", "2"];
 
 #[test]
@@ -292,19 +309,8 @@ fn a_full_context_shifts_with_context_shift_and_stops_without() {
         if shift {
             args.push("--context-shift");
         }
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
         let msgs = "Tell me a long story about a dragon.\nTell me another one.\nAnd a third.\n";
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(msgs.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        piped(&args, msgs).1
     };
     let err = chat(true);
     assert!(err.contains("[turn 3:") && err.contains("the context shifted"), "{err}");
@@ -344,19 +350,7 @@ fn speculative_decoding_reports_its_acceptance_and_refuses_misfits() {
     let chat = |extra: &[&str]| {
         let mut args = vec!["run", "-m", &m, "-cnv", "-n", "60", "--temp", "0", "-t", "2"];
         args.extend(extra);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        let msgs = "Count from 1 to 20.\nCount from 1 to 20 again.\n";
-        child.stdin.take().unwrap().write_all(msgs.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        (String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+        piped(&args, "Count from 1 to 20.\nCount from 1 to 20 again.\n")
     };
     let (want, _) = chat(&[]);
     let (got, err) = chat(&["-md", &m]);

@@ -10,33 +10,21 @@
 
 mod common;
 
-use common::top::{argmax, compare_top, level_fixture, LEAD, TOL};
+use common::top::{argmax, case_params, compare_top, level_fixture, load, tokens, LEAD, TOL};
 use serde_json::Value;
-use tessera_llama::{Batch, CellOrder, ContextParams, DType, LlamaContext, LoadParams, Model};
+use tessera_llama::{Batch, CellOrder, ContextParams, LlamaContext};
 
 fn check(model_id: tessera_models::Model, fx: &Value) -> Vec<String> {
-    let path = tessera_models::ensure(&model_id).expect("fetching the model");
-    let model = Model::load_with(&path, &LoadParams::new(tessera_backend_cpu::CpuDevice::shared()))
-        .expect("loading");
-    let file = path.file_name().unwrap().to_str().unwrap();
+    let (model, file) = load(model_id);
     let per_shift = fx["steps_per_shift"].as_u64().unwrap() as usize;
     let mut failures = Vec::new();
-    for case in fx["cases"].as_array().unwrap().iter().filter(|c| c["model"] == file) {
+    for case in fx["cases"].as_array().unwrap().iter().filter(|c| c["model"] == file.as_str()) {
         let (k, v) = (case["type_k"].as_str().unwrap(), case["type_v"].as_str().unwrap());
         let what = format!("{file} {k}/{v}");
-        let dtype = |n: &str| if n == "q8_0" { DType::Q8_0 } else { DType::F16 };
-        let params = ContextParams {
-            n_ctx: 256,
-            n_threads: 2,
-            flash_attn: true,
-            type_k: dtype(k),
-            type_v: dtype(v),
-            cell_order: CellOrder::RingHead,
-            ..Default::default()
-        };
+        // One sequence, its cells where llama.cpp puts them (the hole a shift leaves first).
+        let params = ContextParams { cell_order: CellOrder::RingHead, ..case_params(case, 256) };
         let mut ctx = LlamaContext::new(&model, params).expect("context");
-        let tokens: Vec<u32> =
-            case["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        let tokens = tokens(&case["tokens"]);
         let mut batch = Batch::new();
         for (i, &t) in tokens.iter().enumerate() {
             batch.add(t, i as i32, 0, i + 1 == tokens.len());

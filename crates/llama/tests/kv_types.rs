@@ -16,39 +16,19 @@
 
 mod common;
 
-use common::top::{compare_top, level_fixture, TOL};
+use common::top::{case_params, compare_top, level_fixture, load, tokens, TOL};
 use serde_json::Value;
-use tessera_llama::{Batch, ContextParams, DType, LlamaContext, LoadParams, Model};
-
-fn dtype(name: &str) -> DType {
-    match name {
-        "f16" => DType::F16,
-        "q8_0" => DType::Q8_0,
-        "q4_0" => DType::Q4_0,
-        other => panic!("cache type {other}"),
-    }
-}
+use tessera_llama::{Batch, LlamaContext};
 
 fn check(model_id: tessera_models::Model, cases: &[Value]) -> Vec<String> {
-    let path = tessera_models::ensure(&model_id).expect("fetching the model");
-    let model = Model::load_with(&path, &LoadParams::new(tessera_backend_cpu::CpuDevice::shared()))
-        .expect("loading");
-    let file = path.file_name().unwrap().to_str().unwrap();
+    let (model, file) = load(model_id);
     let mut failures = Vec::new();
-    for case in cases.iter().filter(|c| c["model"] == file) {
+    for case in cases.iter().filter(|c| c["model"] == file.as_str()) {
         let (k, v) = (case["type_k"].as_str().unwrap(), case["type_v"].as_str().unwrap());
         let what = format!("{file} {k}/{v}");
-        let params = ContextParams {
-            n_ctx: 512,
-            n_threads: 2,
-            flash_attn: true,
-            type_k: dtype(k),
-            type_v: dtype(v),
-            ..Default::default()
-        };
+        let params = case_params(case, 512);
         let mut ctx = LlamaContext::new(&model, params).expect("context");
-        let tokens: Vec<u32> =
-            case["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        let tokens = tokens(&case["tokens"]);
         let mut batch = Batch::new();
         for (i, &t) in tokens.iter().enumerate() {
             batch.add(t, i as i32, 0, true);
@@ -71,8 +51,7 @@ fn check(model_id: tessera_models::Model, cases: &[Value]) -> Vec<String> {
                 .push(format!("{what}: log-probability off by {worst:.3e} at position {worst_at}"));
         }
         // Greedy decoding, token by token, reading the quantized cache back.
-        let greedy: Vec<u32> =
-            case["greedy"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        let greedy = common::top::tokens(&case["greedy"]);
         let margins: Vec<f64> =
             case["margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
         let mut logits = ctx.logits_ith(tokens.len() - 1).unwrap().to_vec();

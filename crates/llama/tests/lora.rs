@@ -15,9 +15,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tessera_gguf::GgufWriter;
-use tessera_llama::{
-    Batch, ContextParams, DType, LlamaContext, LlamaError, LoadParams, LoraAdapter, Model,
-};
+use tessera_llama::{Batch, ContextParams, DType, LlamaContext, LlamaError, LoraAdapter, Model};
 
 const MASK_SEED: u64 = 0xcbf2_9ce4_8422_2325;
 
@@ -123,9 +121,7 @@ fn top_check(ctx: &LlamaContext, top: &[Value], what: &str, failures: &mut Vec<S
 }
 
 fn load_model() -> Model {
-    let path = tessera_models::ensure(&tessera_models::SMOLLM2).expect("fetching the model");
-    Model::load_with(&path, &LoadParams::new(tessera_backend_cpu::CpuDevice::shared()))
-        .expect("loading")
+    common::top::load(tessera_models::SMOLLM2).0
 }
 
 #[test]
@@ -143,8 +139,7 @@ fn two_adapters_give_llama_cpps_log_probabilities() {
         })
         .collect();
     assert_eq!(loras[0].0.targets().count(), 4 * model.hparams.n_layer);
-    let tokens: Vec<u32> =
-        fx["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let tokens = common::top::tokens(&fx["tokens"]);
     let batch = |toks: &[u32]| {
         let mut b = Batch::new();
         for (i, &t) in toks.iter().enumerate() {
@@ -172,8 +167,7 @@ fn two_adapters_give_llama_cpps_log_probabilities() {
     let moved = ctx.logits().iter().zip(&base).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(moved > 0.5, "the adapters moved the logits by only {moved}");
     top_check(&ctx, fx["top"].as_array().unwrap(), "two adapters", &mut failures);
-    let greedy: Vec<u32> =
-        fx["greedy"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let greedy = common::top::tokens(&fx["greedy"]);
     let margins: Vec<f64> =
         fx["margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
     let mut logits = ctx.logits_ith(tokens.len() - 1).unwrap().to_vec();

@@ -60,3 +60,40 @@ pub fn level_fixture(dir: &str) -> Option<Value> {
     assert_eq!(fx["simd_level"], level.name(), "{}", path.display());
     Some(fx)
 }
+
+/// A real test model, loaded as llama.cpp loads it by default, and its file name (what the
+/// fixtures' cases name).
+pub fn load(id: tessera_models::Model) -> (tessera_llama::Model, String) {
+    let path = tessera_models::ensure(&id).expect("fetching the model");
+    let params = tessera_llama::LoadParams::new(tessera_backend_cpu::CpuDevice::shared());
+    let model = tessera_llama::Model::load_with(&path, &params).expect("loading");
+    (model, path.file_name().unwrap().to_str().unwrap().to_string())
+}
+
+/// A fixture case's KV cache type (`type_k`, `type_v`: f16, q8_0, q4_0).
+pub fn cache_type(name: &str) -> tessera_llama::DType {
+    match name {
+        "f16" => tessera_llama::DType::F16,
+        "q8_0" => tessera_llama::DType::Q8_0,
+        "q4_0" => tessera_llama::DType::Q4_0,
+        other => panic!("cache type {other}"),
+    }
+}
+
+/// The context a fixture case ran with: `n_ctx` cells, 2 threads, flash attention, its cache
+/// types.
+pub fn case_params(case: &Value, n_ctx: usize) -> tessera_llama::ContextParams {
+    tessera_llama::ContextParams {
+        n_ctx,
+        n_threads: 2,
+        flash_attn: true,
+        type_k: cache_type(case["type_k"].as_str().unwrap()),
+        type_v: cache_type(case["type_v"].as_str().unwrap()),
+        ..Default::default()
+    }
+}
+
+/// A JSON array of token ids.
+pub fn tokens(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
+}
