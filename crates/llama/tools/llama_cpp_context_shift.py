@@ -26,6 +26,8 @@ import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 
+from lcp_ref import cpu_flags, margin, top
+
 TEXT = ("The old lighthouse keeper climbed the spiral stairs each evening, counting the steps "
         "as his father had taught him: one hundred and twelve, no more and no less. From the "
         "lamp room he could see the harbour, the fishing boats coming home, and far beyond "
@@ -38,17 +40,9 @@ STEPS = 12
 TOP = 5
 
 
-def log_softmax(x):
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - m - np.log(np.exp(x - m).sum())
-
-
 def main():
     level, flags_used, out_path, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    cpu_flags = open("/proc/cpuinfo").read()
-    cpu = {f: f" {f} " in cpu_flags or f" {f}\n" in cpu_flags
-           for f in ["avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"]}
+    cpu = cpu_flags()
     cases = []
     for mp in models:
         for k, v in CONFIGS:
@@ -74,11 +68,7 @@ def main():
                     n_past += 1
                     ptr = llm._ctx.get_logits_ith(-1)
                     logits = np.ctypeslib.as_array(ptr, shape=(n_vocab,)).astype(np.float32)
-                    lp = log_softmax(logits)
-                    ids = np.argsort(-lp, kind="stable")[:TOP]
-                    two = np.sort(logits)[-2:]
-                    steps.append({"token": t, "top": [[int(i), float(lp[i])] for i in ids],
-                                  "margin": float(two[1] - two[0])})
+                    steps.append({"token": t, "top": top(logits, TOP), "margin": margin(logits)})
             cases.append({"model": os.path.basename(mp), "type_k": k, "type_v": v,
                           "tokens": toks, "shifts": shifts, "steps": steps})
             print(f"{os.path.basename(mp)} {k}/{v}: {len(toks)} tokens, "

@@ -22,9 +22,10 @@ import json
 import os
 import sys
 
-import numpy as np
 import llama_cpp
 from llama_cpp import Llama
+
+from lcp_ref import cpu_flags, evaluated, greedy
 
 TEXT = ("The old lighthouse keeper climbed the spiral stairs each evening, counting the steps "
         "as his father had taught him: one hundred and twelve, no more and no less. From the "
@@ -37,17 +38,9 @@ GREEDY = 24
 TOP = 5
 
 
-def log_softmax(x):
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - m - np.log(np.exp(x - m).sum())
-
-
 def main():
     level, flags_used, out_path, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    flags = open("/proc/cpuinfo").read()
-    cpu = {f: f" {f} " in flags or f" {f}\n" in flags
-           for f in ["avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"]}
+    cpu = cpu_flags()
     cases = []
     for mp in models:
         for k, v in CONFIGS:
@@ -55,21 +48,8 @@ def main():
                         flash_attn=True, logits_all=True, type_k=TYPES[k], type_v=TYPES[v],
                         verbose=False)
             toks = llm.tokenize(TEXT.encode(), add_bos=True, special=True)
-            llm.eval(toks)
-            top = []
-            for i in range(len(toks)):
-                lp = log_softmax(np.array(llm.scores[i], dtype=np.float32))
-                ids = np.argsort(-lp, kind="stable")[:TOP]
-                top.append([[int(t), float(lp[t])] for t in ids])
-            gen, margins = [], []
-            logits = np.array(llm.scores[len(toks) - 1], dtype=np.float32)
-            for _ in range(GREEDY):
-                t = int(np.argmax(logits))
-                two = np.sort(logits)[-2:]
-                gen.append(t)
-                margins.append(float(two[1] - two[0]))
-                llm.eval([t])
-                logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            top = evaluated(llm, toks, TOP)
+            gen, margins = greedy(llm, GREEDY)
             cases.append({"model": os.path.basename(mp), "type_k": k, "type_v": v,
                           "tokens": toks, "top": top, "greedy": gen, "margins": margins})
             print(f"{os.path.basename(mp)} {k}/{v}: {len(toks)} tokens, greedy {gen[:8]}")

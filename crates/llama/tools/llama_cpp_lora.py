@@ -29,6 +29,8 @@ import gguf
 import llama_cpp
 from llama_cpp import Llama
 
+from lcp_ref import cpu_flags, evaluated, greedy
+
 TEXT = ("The old lighthouse keeper climbed the spiral stairs each evening, counting the steps "
         "as his father had taught him: one hundred and twelve, no more and no less.")
 GREEDY = 16
@@ -84,12 +86,6 @@ def write_adapter(path, spec, shapes, n_layer):
     w.close()
 
 
-def log_softmax(x):
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - m - np.log(np.exp(x - m).sum())
-
-
 def run(model_path, adapters):
     llm = Llama(model_path=model_path, n_ctx=256, n_batch=256, n_ubatch=256, n_threads=2,
                 flash_attn=True, logits_all=True, verbose=False)
@@ -105,21 +101,8 @@ def run(model_path, adapters):
         scales = (ctypes.c_float * len(ptrs))(*[s for _, s in adapters])
         assert llama_cpp.llama_set_adapters_lora(llm._ctx.ctx, arr, len(ptrs), scales) == 0
     toks = llm.tokenize(TEXT.encode(), add_bos=True, special=True)
-    llm.eval(toks)
-    top = []
-    for i in range(len(toks)):
-        lp = log_softmax(np.array(llm.scores[i], dtype=np.float32))
-        ids = np.argsort(-lp, kind="stable")[:TOP]
-        top.append([[int(t), float(lp[t])] for t in ids])
-    gen, margins = [], []
-    logits = np.array(llm.scores[len(toks) - 1], dtype=np.float32)
-    for _ in range(GREEDY):
-        t = int(np.argmax(logits))
-        two = np.sort(logits)[-2:]
-        gen.append(t)
-        margins.append(float(two[1] - two[0]))
-        llm.eval([t])
-        logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+    top = evaluated(llm, toks, TOP)
+    gen, margins = greedy(llm, GREEDY)
     del llm
     return toks, top, gen, margins
 
@@ -131,9 +114,7 @@ def main():
               if len(t.shape) == 2}
     n_layer = 1 + max(int(t.name.split(".")[1]) for t in reader.tensors
                       if t.name.startswith("blk."))
-    cpu_flags = open("/proc/cpuinfo").read()
-    cpu = {f: f" {f} " in cpu_flags or f" {f}\n" in cpu_flags
-           for f in ["avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"]}
+    cpu = cpu_flags()
     with tempfile.TemporaryDirectory() as d:
         paths = []
         for spec in ADAPTERS:
