@@ -151,6 +151,19 @@ if [ -z "$QUICK" ]; then  # decoding without the fast paths, for their share of 
   echo "Q4_0, without CUDA graphs:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-nographs.log" | tail -2 >> "$R"
 fi
 
+step "speculative decoding on the GPU (the mechanics' cost; random weights, so acceptance means nothing)"
+if [ -z "$QUICK" ]; then
+  # Plain, then the same file as its own draft (every proposal accepted: the best case of the
+  # verification batch), then n-gram lookup (random text rarely repeats: mostly its overhead).
+  SP=(run -m $T/1b-Q4_0.gguf -p "The capital of France is" -n 256 --temp 0 --ignore-eos -ngl 99)
+  run 120 spec-plain "$B/tessera" "${SP[@]}"
+  run 120 spec-self "$B/tessera" "${SP[@]}" -md $T/1b-Q4_0.gguf -ngld 99 --spec-draft-n-max 8
+  run 120 spec-ngram "$B/tessera" "${SP[@]}" --spec-type ngram-simple
+  for v in plain self ngram; do
+    echo "$v: $(grep -E "^ +eval time|draft" "$L/spec-$v.log" | tr -s ' ' | tr '\n' ' ')" >> "$R"
+  done
+fi
+
 step "llama.cpp b11312 beside it"
 if [ -n "${BUILD:-}" ]; then wait $BUILD; fi
 if [ -x $LC/llama-bench ]; then
