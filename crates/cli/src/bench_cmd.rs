@@ -3,6 +3,9 @@
 //! reported as mean ± standard deviation of tokens per second, in llama-bench's markdown
 //! columns (or JSON), so the two tools' tables can be laid side by side.
 //!
+//! `-d D` (llama-bench's `--n-depth`) fills the cache with D tokens before each run, untimed,
+//! so a test measures decoding or a prompt at that context depth (`tg128 @ d4096`).
+//!
 //! `-npl P` (llama-batched-bench's flag) runs the generation tests with P sequences decoding
 //! together, each step one batch of P tokens (one per sequence), as `tessera serve` decodes
 //! its slots; the row reports the aggregate tokens per second of all P sequences.
@@ -26,6 +29,10 @@ pub struct BenchArgs {
     /// Generation lengths (comma-separated; 0 skips).
     #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
     n_gen: Vec<usize>,
+    /// Context depths (comma-separated, llama-bench's `-d`): tokens already in the cache,
+    /// evaluated untimed before each run.
+    #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_value = "0")]
+    n_depth: Vec<usize>,
     /// Sequences decoding together in the generation tests (comma-separated; llama-batched-bench's
     /// `-npl`): each step decodes one token of every sequence in one batch; t/s is the
     /// aggregate of all of them.
@@ -77,6 +84,7 @@ struct Row {
     threads: usize,
     /// The KV cache's (K, V) types.
     cache: (tessera_llama::DType, tessera_llama::DType),
+    n_depth: usize,
     n_prompt: usize,
     n_gen: usize,
     n_parallel: usize,
@@ -117,12 +125,13 @@ fn run_test(
     threads: usize,
     fa: bool,
     (type_k, type_v): (tessera_llama::DType, tessera_llama::DType),
+    n_depth: usize,
     n_prompt: usize,
     n_gen: usize,
     n_parallel: usize,
     reps: usize,
 ) -> Result<Vec<f64>> {
-    let n_ctx = n_prompt + n_gen * n_parallel + 1;
+    let n_ctx = n_depth + n_prompt + n_gen * n_parallel + 1;
     let params = ContextParams {
         n_ctx,
         n_threads: threads,
@@ -137,16 +146,21 @@ fn run_test(
     let mut samples = Vec::new();
     for rep in 0..=reps {
         ctx.kv_cache_mut().clear();
+        if n_depth > 0 {
+            // Untimed (decode splits it into micro-batches as a prompt).
+            ctx.decode(&Batch::from_tokens(&tokens(n_depth, n_vocab), 0, 0))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
         let t = Instant::now();
         if n_prompt > 0 {
-            ctx.decode(&Batch::from_tokens(&tokens(n_prompt, n_vocab), 0, 0))
+            ctx.decode(&Batch::from_tokens(&tokens(n_prompt, n_vocab), n_depth as i32, 0))
                 .map_err(|e| anyhow!("{e}"))?;
         }
         let toks = tokens(n_gen * n_parallel, n_vocab);
         for (i, step) in toks.chunks(n_parallel).enumerate() {
             let mut batch = Batch::new();
             for (seq, &tok) in step.iter().enumerate() {
-                batch.add(tok, (n_prompt + i) as i32, seq as u32, true);
+                batch.add(tok, (n_depth + n_prompt + i) as i32, seq as u32, true);
             }
             ctx.decode(&batch).map_err(|e| anyhow!("{e}"))?;
         }
@@ -169,14 +183,21 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.repetitions == 0 {
         return Err(anyhow!("-r 0: each test needs at least one repetition"));
     }
+    if a.n_depth.iter().any(|&d| d > 0) && a.n_parallel.iter().any(|&np| np > 1) {
+        return Err(anyhow!(
+            "-d with --npl above 1: the depth would have to be copied to every sequence, which \
+             tessera bench does not do; measure depths with --npl 1"
+        ));
+    }
     let n_train = model.hparams.n_ctx_train;
-    let longest = a.n_prompt.iter().max().copied().unwrap_or(0)
+    let longest = a.n_depth.iter().max().copied().unwrap_or(0)
+        + a.n_prompt.iter().max().copied().unwrap_or(0)
         + a.n_gen.iter().max().copied().unwrap_or(0)
             * a.n_parallel.iter().max().copied().unwrap_or(1);
     if longest > n_train {
         return Err(anyhow!(
             "the longest test needs {longest} context cells, more than the model's training \
-             context ({n_train}): lower -p / -n"
+             context ({n_train}): lower -d / -p / -n"
         ));
     }
     let threads =
@@ -241,13 +262,29 @@ pub fn run(a: BenchArgs) -> Result<()> {
         );
     }
     let mut rows = Vec::new();
-    for (&t, &cache) in threads.iter().flat_map(|t| caches.iter().map(move |c| (t, c))) {
+    let runs = threads
+        .iter()
+        .flat_map(|t| caches.iter().map(move |c| (t, c)))
+        .flat_map(|(t, c)| a.n_depth.iter().map(move |d| (*t, *c, *d)));
+    for (t, cache, d) in runs {
         let fa = a.flash_attn != 0;
+        // llama-bench's label: `pp512 @ d4096` at a depth.
+        let at = if d > 0 { format!(" @ d{d}") } else { String::new() };
         for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
-            let samples = run_test(&model, a.deterministic, t, fa, cache, p, 0, 1, a.repetitions)?;
-            let test = format!("pp{p}");
-            let row =
-                Row { test, threads: t, cache, n_prompt: p, n_gen: 0, n_parallel: 1, samples };
+            let samples =
+                run_test(&model, a.deterministic, t, fa, cache, d, p, 0, 1, a.repetitions)?;
+            let test = format!("pp{p}{at}");
+            let (n_depth, n_prompt) = (d, p);
+            let row = Row {
+                test,
+                threads: t,
+                cache,
+                n_depth,
+                n_prompt,
+                n_gen: 0,
+                n_parallel: 1,
+                samples,
+            };
             if md {
                 print_row(&row);
             }
@@ -256,10 +293,18 @@ pub fn run(a: BenchArgs) -> Result<()> {
         for &n in a.n_gen.iter().filter(|&&n| n > 0) {
             for &np in &a.n_parallel {
                 let samples =
-                    run_test(&model, a.deterministic, t, fa, cache, 0, n, np, a.repetitions)?;
-                let test = if np == 1 { format!("tg{n}") } else { format!("tg{n} x{np}") };
-                let row =
-                    Row { test, threads: t, cache, n_prompt: 0, n_gen: n, n_parallel: np, samples };
+                    run_test(&model, a.deterministic, t, fa, cache, d, 0, n, np, a.repetitions)?;
+                let test = if np == 1 { format!("tg{n}{at}") } else { format!("tg{n} x{np}") };
+                let row = Row {
+                    test,
+                    threads: t,
+                    cache,
+                    n_depth: d,
+                    n_prompt: 0,
+                    n_gen: n,
+                    n_parallel: np,
+                    samples,
+                };
                 if md {
                     print_row(&row);
                 }
@@ -288,6 +333,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     "type_k": r.cache.0.name(),
                     "type_v": r.cache.1.name(),
                     "deterministic": a.deterministic,
+                    "n_depth": r.n_depth,
                     "n_prompt": r.n_prompt,
                     "n_gen": r.n_gen,
                     "n_parallel": r.n_parallel,
