@@ -233,6 +233,8 @@ fn avx2_model_tests() -> Result<()> {
         "lora",
         "--test",
         "context_shift",
+        "--test",
+        "long_decode",
     ];
     let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat());
     std::env::remove_var("TESSERA_SIMD");

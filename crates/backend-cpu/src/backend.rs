@@ -214,7 +214,7 @@ impl Backend for CpuBackend {
                     *slot = Some(resolve(ctx, bindings, sid)?);
                 }
             }
-            wsize = wsize.max(ops::work_size(&node));
+            wsize = wsize.max(ops::work_size(&node, self.pool.n_threads(), self.batch_invariant));
             nodes.push(node);
         }
         if nodes.is_empty() {

@@ -129,135 +129,219 @@ thread_local! {
     static VKQ16: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
 }
 
+/// One query row's attention over a range of KV cells, as ggml's
+/// `ggml_compute_forward_flash_attn_ext_f16_one_chunk` computes it: the shapes, types and
+/// kernels of one FLASH_ATTN_EXT node, chosen once.
+pub(super) struct RowAttention<'t> {
+    q: &'t TensorRef,
+    k: &'t TensorRef,
+    v: &'t TensorRef,
+    mask: Option<&'t TensorRef>,
+    /// Query rows, heads, KV cells, heads per KV head.
+    n_q: usize,
+    n_head: usize,
+    n_kv: usize,
+    group: usize,
+    max_bias: f32,
+    softcap: f32,
+    /// The score scale (divided by the cap when soft-capping, as ggml).
+    kq_scale: f32,
+    kdot: Option<RowDot>,
+    f32dot: RowDot,
+    /// K's dot kernel, else F32's over dequantized rows.
+    qdot: RowDot,
+    v_plain: bool,
+    v16: bool,
+    /// An F16 K uses ggml_vec_dot_f16's summation order.
+    k16: bool,
+    /// `S = S*ms + vs` is one FMA (ggml's C contracted where the CPU has FMA).
+    pub(super) fused: bool,
+}
+
+/// A thread's buffers for [`RowAttention::attend`].
+pub(super) struct RowScratch<'b> {
+    qf: &'b mut [f32],
+    /// The V accumulator as f32 (`dv`): the result of `attend`.
+    pub(super) acc: &'b mut [f32],
+    vrow: &'b mut [f32],
+    krow: &'b mut [f32],
+    qc: &'b mut Vec<u8>,
+    acc16: &'b mut [u16],
+}
+
+impl<'t> RowAttention<'t> {
+    /// The node's kernel; `params` = [scale, max_bias, softcap].
+    pub(super) fn new(
+        p: &ComputeParams,
+        [q, k, v]: [&'t TensorRef; 3],
+        mask: Option<&'t TensorRef>,
+        [scale, max_bias, softcap]: [f32; 3],
+    ) -> Self {
+        let kdot = RowDot::new(k.dtype, p.simd);
+        let f32dot = RowDot::new(DType::F32, p.simd).expect("F32 has a dot kernel");
+        RowAttention {
+            q,
+            k,
+            v,
+            mask,
+            n_q: q.ne[1],
+            n_head: q.ne[2],
+            n_kv: k.ne[1],
+            group: q.ne[2] / k.ne[2],
+            max_bias,
+            softcap,
+            kq_scale: if softcap != 0.0 { scale / softcap } else { scale },
+            kdot,
+            f32dot,
+            qdot: kdot.unwrap_or(f32dot),
+            v_plain: matches!(v.dtype, DType::F32 | DType::F16),
+            v16: v.dtype == DType::F16,
+            k16: k.dtype == DType::F16,
+            fused: p.simd >= crate::SimdLevel::Avx2 && crate::simd::has_fma(),
+        }
+    }
+
+    /// Runs `f` with this thread's buffers.
+    pub(super) fn with_scratch<R>(&self, f: impl FnOnce(&mut RowScratch) -> R) -> R {
+        let (d, dv) = (self.q.ne[0], self.v.ne[0]);
+        with_rows([d, dv, dv, d], |[qf, acc, vrow, krow]| {
+            QCONV.with(|cell| {
+                VKQ16.with(|cell16| {
+                    let mut qc = cell.borrow_mut();
+                    let mut acc16v = cell16.borrow_mut();
+                    if acc16v.len() < dv {
+                        acc16v.resize(dv, 0);
+                    }
+                    let need = self.qdot.converted_size(d).max(d * 4);
+                    if qc.len() < need {
+                        qc.resize(need, 0);
+                    }
+                    let acc16 = &mut acc16v[..dv];
+                    f(&mut RowScratch { qf, acc, vrow, krow, qc: &mut qc, acc16 })
+                })
+            })
+        })
+    }
+
+    /// Query row `iq` of head `h` (batch `i3`) against KV cells `cells`: leaves the
+    /// unnormalised V sum in `b.acc` (f32; from the f16 accumulator for an F16 V) and returns
+    /// the running (max, sum). Cells the mask sets to -inf are skipped.
+    pub(super) fn attend(
+        &self,
+        p: &ComputeParams,
+        b: &mut RowScratch,
+        (iq, h, i3): (usize, usize, usize),
+        cells: std::ops::Range<usize>,
+    ) -> (f32, f32) {
+        let (q, k, v, d) = (self.q, self.k, self.v, self.q.ne[0]);
+        let hk = h / self.group;
+        // SAFETY: (iq, h, i3) is a row of q.
+        unsafe { load(q.row_ptr(iq, h, i3), q.dtype, q.nb[0], b.qf) };
+        self.qdot.convert(b.qf, b.qc);
+        let slope = alibi_slope(self.max_bias, h, self.n_head);
+        let mrow = self.mask.map(|m| {
+            // SAFETY: the mask has >= n_q rows and broadcasts over dims 2, 3.
+            (unsafe { m.row_ptr(iq, h % m.ne[2], i3 % m.ne[3]) }, m)
+        });
+        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        let fused = self.fused;
+        b.acc.iter_mut().for_each(|a| *a = 0.0);
+        b.acc16.iter_mut().for_each(|a| *a = 0);
+        for ic in cells {
+            let mv = match &mrow {
+                // SAFETY: mask rows hold n_kv elements.
+                Some((row, m)) => slope * unsafe { mask_at(*row, m.dtype, m.nb[0], ic) },
+                None => 0.0,
+            };
+            if mv == f32::NEG_INFINITY {
+                continue;
+            }
+            // SAFETY: (ic, hk, i3) is a row of k (and of v below).
+            let kp = unsafe { k.row_ptr(ic, hk, i3) };
+            let mut s = if self.k16 {
+                // SAFETY: k's row holds d f16 values; qc holds q converted to d f16.
+                unsafe { dot_f16::dot(d, kp.cast(), b.qc.as_ptr().cast(), p.simd) }
+            } else if self.kdot.is_some() {
+                // SAFETY: k's row holds d elements of its type; qc was converted from d
+                // floats by the same kernel.
+                unsafe { self.qdot.dot(d, kp, b.qc.as_ptr()) }
+            } else {
+                // SAFETY: k's packed row of d elements.
+                unsafe { load_row(kp, k.dtype, k.nb[0], b.krow) };
+                // SAFETY: both hold d floats.
+                unsafe { self.f32dot.dot(d, b.krow.as_ptr().cast(), b.qc.as_ptr()) }
+            };
+            s *= self.kq_scale;
+            if self.softcap != 0.0 {
+                s = self.softcap * s.tanh();
+            }
+            s += mv;
+            let (ms, vs) = if s > max {
+                let ms = if max == f32::NEG_INFINITY { 0.0 } else { (max - s).exp() };
+                max = s;
+                (ms, 1.0)
+            } else {
+                (1.0, (s - max).exp())
+            };
+            // SAFETY: v's row (ic, hk, i3) holds dv elements.
+            let vp = unsafe { v.row_ptr(ic, hk, i3) };
+            if self.v16 {
+                if ms != 1.0 {
+                    vec_f16::scale(b.acc16, ms, p.simd);
+                }
+                // SAFETY: the F16 row holds dv packed values (supports checks packing).
+                unsafe { vec_f16::mad(b.acc16, vp.cast(), vs, p.simd) };
+            } else {
+                if self.v_plain {
+                    // SAFETY: as above.
+                    unsafe { load(vp, v.dtype, v.nb[0], b.vrow) };
+                } else {
+                    // SAFETY: v's packed row.
+                    unsafe { load_row(vp, v.dtype, v.nb[0], b.vrow) };
+                }
+                if ms != 1.0 {
+                    b.acc.iter_mut().for_each(|a| *a *= ms);
+                }
+                for (a, &x) in b.acc.iter_mut().zip(b.vrow.iter()) {
+                    *a = if fused { x.mul_add(vs, *a) } else { *a + vs * x };
+                }
+            }
+            // ggml's `S = S*ms + vs`, contracted to one FMA where the CPU has it.
+            sum = if fused { sum.mul_add(ms, vs) } else { sum * ms + vs };
+        }
+        if self.v16 {
+            for (a, &h) in b.acc.iter_mut().zip(b.acc16.iter()) {
+                *a = float::f16_to_f32(h);
+            }
+        }
+        (max, sum)
+    }
+}
+
 /// `softmax(q·kᵀ·scale [softcapped] + slope·mask) · v` for every query row, head and batch
-/// (`ggml_compute_forward_flash_attn_ext_f16`). q `[D, n_q, n_head, ne3]` F32, k `[D, n_kv,
-/// n_head_kv, ne3]`, v `[DV, n_kv, n_head_kv, ne3]`, mask `[n_kv, >= n_q, m2, m3]`; dst
-/// `[DV, n_head, n_q, ne3]` F32. `params` = [scale, max_bias, softcap].
+/// (`ggml_compute_forward_flash_attn_ext_f16`), a row at a time. q `[D, n_q, n_head, ne3]` F32,
+/// k `[D, n_kv, n_head_kv, ne3]`, v `[DV, n_kv, n_head_kv, ne3]`, mask `[n_kv, >= n_q, m2,
+/// m3]`; dst `[DV, n_head, n_q, ne3]` F32. `params` = [scale, max_bias, softcap].
 pub(crate) fn flash_attn_ext(
     p: &ComputeParams,
     dst: &TensorRef,
-    [q, k, v]: [&TensorRef; 3],
+    qkv: [&TensorRef; 3],
     [mask, sinks]: [Option<TensorRef>; 2],
-    [scale, max_bias, softcap]: [f32; 3],
+    params: [f32; 3],
 ) {
-    let (d, dv, n_q, n_head, n_kv) = (q.ne[0], v.ne[0], q.ne[1], q.ne[2], k.ne[1]);
-    let group = n_head / k.ne[2];
-    // K·Q with K's own dot kernel where it has one, else through dequantized K rows.
-    let kdot = RowDot::new(k.dtype, p.simd);
-    let f32dot = RowDot::new(DType::F32, p.simd).expect("F32 has a dot kernel");
-    let qdot = kdot.unwrap_or(f32dot);
-    let v_plain = matches!(v.dtype, DType::F32 | DType::F16);
-    let v16 = v.dtype == DType::F16;
-    // An F16 K uses ggml_vec_dot_f16's summation order (the matmul kernels follow tinyBLAS).
-    let k16 = k.dtype == DType::F16;
-    let fused = p.simd >= crate::SimdLevel::Avx2 && crate::simd::has_fma();
-    // As ggml: with soft-capping the scale is divided by the cap before the tanh.
-    let kq_scale = if softcap != 0.0 { scale / softcap } else { scale };
-    with_rows([d, dv, dv, d], |[qf, acc, vrow, krow]| {
-        QCONV.with(|cell| {
-            VKQ16.with(|cell16| {
-                let mut qc = cell.borrow_mut();
-                let mut acc16v = cell16.borrow_mut();
-                if acc16v.len() < dv {
-                    acc16v.resize(dv, 0);
-                }
-                let acc16 = &mut acc16v[..dv];
-                let need = qdot.converted_size(d).max(d * 4);
-                if qc.len() < need {
-                    qc.resize(need, 0);
-                }
-                for r in p.split(n_q * n_head * q.ne[3]) {
-                    let (iq, h, i3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
-                    let hk = h / group;
-                    // SAFETY: (iq, h, i3) is a row of q.
-                    unsafe { load(q.row_ptr(iq, h, i3), q.dtype, q.nb[0], qf) };
-                    qdot.convert(qf, &mut qc);
-                    let slope = alibi_slope(max_bias, h, n_head);
-                    let mrow = mask.as_ref().map(|m| {
-                        // SAFETY: the mask has >= n_q rows and broadcasts over dims 2, 3.
-                        (unsafe { m.row_ptr(iq, h % m.ne[2], i3 % m.ne[3]) }, m)
-                    });
-                    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-                    acc.iter_mut().for_each(|a| *a = 0.0);
-                    acc16.iter_mut().for_each(|a| *a = 0);
-                    for ic in 0..n_kv {
-                        let mv = match &mrow {
-                            Some((row, m)) => {
-                                // SAFETY: mask rows hold n_kv elements.
-                                slope * unsafe { mask_at(*row, m.dtype, m.nb[0], ic) }
-                            }
-                            None => 0.0,
-                        };
-                        if mv == f32::NEG_INFINITY {
-                            continue;
-                        }
-                        // SAFETY: (ic, hk, i3) is a row of k (and of v below).
-                        let kp = unsafe { k.row_ptr(ic, hk, i3) };
-                        let mut s = if k16 {
-                            // SAFETY: k's row holds d f16 values; qc holds q converted to d f16.
-                            unsafe { dot_f16::dot(d, kp.cast(), qc.as_ptr().cast(), p.simd) }
-                        } else if kdot.is_some() {
-                            // SAFETY: k's row holds d elements of its type; qc was converted from d
-                            // floats by the same kernel.
-                            unsafe { qdot.dot(d, kp, qc.as_ptr()) }
-                        } else {
-                            // SAFETY: k's packed row of d elements.
-                            unsafe { load_row(kp, k.dtype, k.nb[0], krow) };
-                            // SAFETY: both hold d floats.
-                            unsafe { f32dot.dot(d, krow.as_ptr().cast(), qc.as_ptr()) }
-                        };
-                        s *= kq_scale;
-                        if softcap != 0.0 {
-                            s = softcap * s.tanh();
-                        }
-                        s += mv;
-                        let (ms, vs) = if s > max {
-                            let ms = if max == f32::NEG_INFINITY { 0.0 } else { (max - s).exp() };
-                            max = s;
-                            (ms, 1.0)
-                        } else {
-                            (1.0, (s - max).exp())
-                        };
-                        // SAFETY: v's row (ic, hk, i3) holds dv elements.
-                        let vp = unsafe { v.row_ptr(ic, hk, i3) };
-                        if v16 {
-                            if ms != 1.0 {
-                                vec_f16::scale(acc16, ms, p.simd);
-                            }
-                            // SAFETY: the F16 row holds dv packed values (supports checks packing).
-                            unsafe { vec_f16::mad(acc16, vp.cast(), vs, p.simd) };
-                        } else {
-                            if v_plain {
-                                // SAFETY: as above.
-                                unsafe { load(vp, v.dtype, v.nb[0], vrow) };
-                            } else {
-                                // SAFETY: v's packed row.
-                                unsafe { load_row(vp, v.dtype, v.nb[0], vrow) };
-                            }
-                            if ms != 1.0 {
-                                acc.iter_mut().for_each(|a| *a *= ms);
-                            }
-                            for (a, &x) in acc.iter_mut().zip(vrow.iter()) {
-                                *a = if fused { x.mul_add(vs, *a) } else { *a + vs * x };
-                            }
-                        }
-                        // ggml's `S = S*ms + vs`, contracted to one FMA where the CPU has it.
-                        sum = if fused { sum.mul_add(ms, vs) } else { sum * ms + vs };
-                    }
-                    if v16 {
-                        for (a, &h) in acc.iter_mut().zip(acc16.iter()) {
-                            *a = float::f16_to_f32(h);
-                        }
-                    }
-                    if let Some(s) = &sinks {
-                        sum = apply_sink(sink_at(s, h), max, sum, acc, fused);
-                    }
-                    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-                    acc.iter_mut().for_each(|a| *a *= inv);
-                    // SAFETY: dst row (h, iq, i3) belongs to this thread (one per query row).
-                    unsafe { store(dst.row_ptr(h, iq, i3), dst.dtype, dst.nb[0], acc) };
-                }
-            })
-        });
+    let a = RowAttention::new(p, qkv, mask.as_ref(), params);
+    let (n_q, n_head) = (a.n_q, a.n_head);
+    a.with_scratch(|b| {
+        for r in p.split(n_q * n_head * qkv[0].ne[3]) {
+            let (iq, h, i3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
+            let (max, mut sum) = a.attend(p, b, (iq, h, i3), 0..a.n_kv);
+            if let Some(s) = &sinks {
+                sum = apply_sink(sink_at(s, h), max, sum, b.acc, a.fused);
+            }
+            let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            b.acc.iter_mut().for_each(|x| *x *= inv);
+            // SAFETY: dst row (h, iq, i3) belongs to this thread (one per query row).
+            unsafe { store(dst.row_ptr(h, iq, i3), dst.dtype, dst.nb[0], b.acc) };
+        }
     });
 }

@@ -6,6 +6,7 @@
 //! the backend refuses a graph up front instead of failing inside a kernel.
 
 mod attention;
+mod attention_split;
 mod attention_tiled;
 mod copy;
 mod elementwise;
@@ -45,8 +46,13 @@ pub(crate) fn is_noop(op: &Op) -> bool {
 }
 
 /// Scratch bytes the node needs in the shared work buffer.
-pub(crate) fn work_size(node: &Node) -> usize {
+pub(crate) fn work_size(node: &Node, nth: usize, batch_invariant: bool) -> usize {
     match node.op {
+        Op::FlashAttnExt { .. }
+            if !batch_invariant && attention_split::applies(node.s(0), node.s(1), node.s(2)) =>
+        {
+            attention_split::work_size(node.s(0), node.s(2), nth)
+        }
         Op::MulMat => matmul::work_size(node.s(0), node.s(1)),
         // The same buffer: src1's rows converted to the weights' dot type.
         Op::MulMatId => matmul::work_size(node.s(0), node.s(1)),
@@ -90,8 +96,12 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
             // at KV tiles of fixed cell positions, so a row's bits would depend on where its
             // sequence's cells lie in the cache, which other requests decide.)
             let extra = [node.src[3], node.src[4]];
+            // One query row deep in the cache: split over the cells as llama.cpp (its bits
+            // depend on the thread count, so not in batch-invariant mode either).
             if !p.batch_invariant && attention_tiled::applies(qkv[0], qkv[1], qkv[2]) {
                 attention_tiled::flash_attn_ext_tiled(p, dst, qkv, extra, params)
+            } else if !p.batch_invariant && attention_split::applies(qkv[0], qkv[1], qkv[2]) {
+                attention_split::flash_attn_ext_split(p, dst, qkv, extra, params)
             } else {
                 attention::flash_attn_ext(p, dst, qkv, extra, params)
             }

@@ -330,6 +330,12 @@ fn flash_attn(v: &mut Vec<Case>) {
     // Decoding over a deep cache (GPUs split the cells in chunks and merge them).
     v.push(Case::new(f(128, 4096, 1, 8, 2)));
     v.push(Case::new(FlashAttn { ne3: 2, ..f(64, 2048, 2, 4, 2) }));
+    // One row over 512+ cells: the CPU splits the cells over its threads and merges the shares
+    // (llama.cpp's split-KV path): with a sink (merged with the first share), soft-capping over
+    // an F32 cache, ALiBi over a cell count no thread count divides.
+    v.push(Case::new(FlashAttn { sinks: true, ..f(64, 512, 1, 4, 2) }));
+    v.push(Case::new(FlashAttn { kv: F32, softcap: 50.0, ..f(64, 768, 1, 4, 2) }));
+    v.push(Case::new(FlashAttn { max_bias: 8.0, ..f(64, 601, 1, 8, 8) }));
     v.push(Case::new(FlashAttn { mask: false, ..f(64, 256, 4, 4, 4) }));
     v.push(Case::new(FlashAttn { softcap: 50.0, ..f(64, 256, 4, 4, 2) }));
     // Attention sinks (gpt-oss): the one-row algorithm and the tiled one (64+ query rows), over
