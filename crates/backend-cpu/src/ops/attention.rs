@@ -8,7 +8,7 @@
 //! types accumulate in f32.
 
 use super::rowio::{load, load_row, row_at, store, with_rows};
-use super::{vec_f16, vexp};
+use super::{attention_f16, vec_f16, vexp};
 use crate::matmul::dot_f16;
 use crate::matmul::RowDot;
 use crate::{ComputeParams, TensorRef};
@@ -243,6 +243,35 @@ impl<'t> RowAttention<'t> {
             // SAFETY: the mask has >= n_q rows and broadcasts over dims 2, 3.
             (unsafe { m.row_ptr(iq, h % m.ne[2], i3 % m.ne[3]) }, m)
         });
+        // An F16 cache with packed rows and an F16 (or no) mask: the same loop without calls.
+        let packed = k.nb[0] == 2 && v.nb[0] == 2;
+        let mask16 = match &mrow {
+            Some((row, m)) if m.dtype == DType::F16 && m.nb[0] == 2 => {
+                Some(Some(row.cast::<u16>().cast_const()))
+            }
+            Some(_) => None,
+            None => Some(None),
+        };
+        if let (true, true, true, Some(mask)) = (self.k16, self.v16, packed, mask16) {
+            let row = attention_f16::Row {
+                q: b.qc.as_ptr().cast(),
+                // SAFETY: cell 0 of the KV head's rows (the loop stays inside k and v).
+                k: unsafe { k.row_ptr(0, hk, i3) },
+                // SAFETY: as above.
+                v: unsafe { v.row_ptr(0, hk, i3) },
+                k_stride: k.nb[1],
+                v_stride: v.nb[1],
+                mask,
+                slope,
+                kq_scale: self.kq_scale,
+                softcap: self.softcap,
+            };
+            // SAFETY: the rows of every cell of `cells` (< n_kv) are inside k, v and the mask.
+            if let Some(r) = unsafe { attention_f16::attend(&row, d, b.acc, cells.clone(), p.simd) }
+            {
+                return r;
+            }
+        }
         let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
         let fused = self.fused;
         b.acc.iter_mut().for_each(|a| *a = 0.0);

@@ -6,6 +6,7 @@
 //! the backend refuses a graph up front instead of failing inside a kernel.
 
 mod attention;
+mod attention_f16;
 mod attention_split;
 mod attention_tiled;
 mod copy;
