@@ -1,0 +1,65 @@
+// libmtmd's image decoding and preprocessing on files, the reference for tessera-mtmd's
+// (driven by mtmd_preprocess_ref.py, which builds this against llama.cpp b11312's sources).
+// Usage: mtmd_preprocess_ref MMPROJ OUTDIR IMAGE...
+// For image i: OUTDIR/i.rgb (the bitmap, 8-bit RGB) and OUTDIR/i.f32.j (entry j of the
+// preprocessed batch, little-endian f32), and a line "i nx ny n_entries ex ey ..." on stdout.
+#include "clip.h"
+#include "clip-impl.h"
+#include "mtmd.h"
+#include "mtmd-helper.h"
+#include "mtmd-image.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+int main(int argc, char ** argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s MMPROJ OUTDIR IMAGE...\n", argv[0]);
+        return 2;
+    }
+    clip_context_params p = {};
+    p.use_gpu = false;
+    p.flash_attn_type = CLIP_FLASH_ATTN_TYPE_AUTO;
+    p.image_min_tokens = -1;
+    p.image_max_tokens = -1;
+    p.warmup = false;
+    clip_init_result r = clip_init(argv[1], p);
+    if (!r.ctx_v) {
+        fprintf(stderr, "clip_init failed\n");
+        return 1;
+    }
+    const std::string out = argv[2];
+    for (int i = 3; i < argc; i++) {
+        const int idx = i - 3;
+        mtmd_helper_bitmap_wrapper w = mtmd_helper_bitmap_init_from_file(nullptr, argv[i], false, mtmd_helper_init_opt_default());
+        if (!w.bitmap) {
+            printf("%d failed\n", idx);
+            continue;
+        }
+        const int nx = mtmd_bitmap_get_nx(w.bitmap), ny = mtmd_bitmap_get_ny(w.bitmap);
+        const unsigned char * data = mtmd_bitmap_get_data(w.bitmap);
+        const size_t n = mtmd_bitmap_get_n_bytes(w.bitmap);
+        FILE * f = fopen((out + "/" + std::to_string(idx) + ".rgb").c_str(), "wb");
+        fwrite(data, 1, n, f);
+        fclose(f);
+        clip_image_u8 img;
+        img.set_size({nx, ny}, false);
+        img.cpy_buf(std::vector<uint8_t>(data, data + n));
+        mtmd_image_preprocessor_fixed_size pre(r.ctx_v);
+        mtmd_image_preproc_out po = pre.preprocess(img);
+        printf("%d %d %d %zu", idx, nx, ny, po.entries.size());
+        for (size_t j = 0; j < po.entries.size(); j++) {
+            const auto & e = po.entries[j];
+            const auto & buf = e.get_ro_buf();
+            FILE * g = fopen((out + "/" + std::to_string(idx) + ".f32." + std::to_string(j)).c_str(), "wb");
+            fwrite(buf.data(), sizeof(float), buf.size(), g);
+            fclose(g);
+            printf(" %d %d", e.nx(), e.ny());
+        }
+        printf("\n");
+        mtmd_bitmap_free(w.bitmap);
+    }
+    clip_free(r.ctx_v);
+    return 0;
+}
