@@ -9,7 +9,9 @@
 
 use crate::image::{storage_of, write_values, Image};
 use std::f64::consts::PI;
-use tessera_tensor::graph::{Context, GluOp, Graph, Op, RopeMode, RopeParams, TensorId, UnaryOp};
+use tessera_tensor::graph::{
+    Context, GluOp, Graph, Op, PoolOp, RopeMode, RopeParams, TensorId, UnaryOp,
+};
 
 /// Values of one tensor in logical order with its shape.
 struct Dense {
@@ -140,6 +142,12 @@ fn eval_node(ctx: &Context, id: TensorId, img: &mut Image) {
             softcap,
         ),
         Op::Concat { dim } => concat(&a, &src(1).expect("src1"), dim, d.ne),
+        Op::Im2Col { s0, s1, p0, p1, d0, d1, is_2d } => {
+            im2col(&a, &src(1).expect("image"), [s0, s1, p0, p1, d0, d1], is_2d, d.ne)
+        }
+        Op::Pool2d { op, k0, k1, s0, s1, p0, p1 } => {
+            pool_2d(&a, op, [k0, k1, s0, s1, p0, p1], d.ne)
+        }
         Op::SumRows => rows_map(&a, |r, o| o.push(r.iter().sum())),
         Op::Argmax => rows_map(&a, |r, o| {
             let mut best = 0;
@@ -414,6 +422,63 @@ fn concat(a: &Dense, b: &Dense, dim: usize, ne: [usize; 4]) -> Vec<f64> {
             } else {
                 i[dim] -= a.ne[dim];
                 b.at(i[0], i[1], i[2], i[3])
+            }
+        })
+        .collect()
+}
+
+/// `dst[c·KH·KW + ky·KW + kx, ow, oh, n] = b[ow·s0 + kx·d0 − p0, oh·s1 + ky·d1 − p1, c, n]`
+/// (0 outside); 1-D: `dst[c·K + kx, ow, n] = b[ow·s0 + kx·d0 − p0, c, n]`.
+fn im2col(
+    k: &Dense,
+    b: &Dense,
+    [s0, s1, p0, p1, d0, d1]: [i32; 6],
+    is_2d: bool,
+    ne: [usize; 4],
+) -> Vec<f64> {
+    let (kw, kh) = (k.ne[0] as i64, if is_2d { k.ne[1] as i64 } else { 1 });
+    let [s0, s1, p0, p1, d0, d1] = [s0, s1, p0, p1, d0, d1].map(i64::from);
+    indices(ne)
+        .map(|[i0, ow, oh_or_n, n2]| {
+            let i0 = i0 as i64;
+            let (c, ky, kx) = (i0 / (kh * kw), (i0 / kw) % kh, i0 % kw);
+            let x = ow as i64 * s0 + kx * d0 - p0;
+            if is_2d {
+                let y = oh_or_n as i64 * s1 + ky * d1 - p1;
+                if x < 0 || y < 0 || x >= b.ne[0] as i64 || y >= b.ne[1] as i64 {
+                    return 0.0;
+                }
+                b.at(x as usize, y as usize, c as usize, n2)
+            } else {
+                if x < 0 || x >= b.ne[0] as i64 {
+                    return 0.0;
+                }
+                b.at(x as usize, c as usize, oh_or_n, 0)
+            }
+        })
+        .collect()
+}
+
+/// Average (over the whole window, padding included) or maximum of each window.
+fn pool_2d(a: &Dense, op: PoolOp, [k0, k1, s0, s1, p0, p1]: [i32; 6], ne: [usize; 4]) -> Vec<f64> {
+    indices(ne)
+        .map(|[ox, oy, i2, i3]| {
+            let mut acc = if op == PoolOp::Avg { 0.0 } else { f64::NEG_INFINITY };
+            for ky in 0..k1 {
+                let y = (oy as i64) * i64::from(s1) - i64::from(p1) + i64::from(ky);
+                for kx in 0..k0 {
+                    let x = (ox as i64) * i64::from(s0) - i64::from(p0) + i64::from(kx);
+                    if x < 0 || y < 0 || x >= a.ne[0] as i64 || y >= a.ne[1] as i64 {
+                        continue;
+                    }
+                    let v = a.at(x as usize, y as usize, i2, i3);
+                    acc = if op == PoolOp::Avg { acc + v } else { acc.max(v) };
+                }
+            }
+            if op == PoolOp::Avg {
+                acc / f64::from(k0 * k1)
+            } else {
+                acc
             }
         })
         .collect()

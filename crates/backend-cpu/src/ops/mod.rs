@@ -9,6 +9,7 @@ mod attention;
 mod attention_f16;
 mod attention_split;
 mod attention_tiled;
+mod conv;
 mod copy;
 mod elementwise;
 mod norm;
@@ -69,6 +70,12 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
         Op::MulMat => matmul::mul_mat(p, dst, node.s(0), node.s(1)),
         Op::MulMatId => matmul::mul_mat_id::mul_mat_id(p, dst, node.s(0), node.s(1), node.s(2)),
         Op::Argsort { descending } => sort::argsort(p, dst, node.s(0), descending),
+        Op::Im2Col { s0, s1, p0, p1, d0, d1, is_2d } => {
+            conv::im2col(p, dst, node.s(0), node.s(1), [s0, s1, p0, p1, d0, d1], is_2d)
+        }
+        Op::Pool2d { op, k0, k1, s0, s1, p0, p1 } => {
+            conv::pool_2d(p, dst, node.s(0), op, [k0, k1, s0, s1, p0, p1])
+        }
         Op::Clamp { min, max } => elementwise::clamp(p, dst, node.s(0), min, max),
         Op::AddId => elementwise::add_id(p, dst, node.s(0), node.s(1), node.s(2)),
         Op::SwiGluOai { alpha, limit } => {
@@ -142,6 +149,18 @@ pub(crate) fn supports(node: &Node) -> bool {
                 && packed_rows(dst)
         }
         Op::Argsort { .. } => node.s(0).dtype == F32 && dst.dtype == I32,
+        Op::Im2Col { .. } => {
+            matches!(node.s(1).dtype, F32 | F16)
+                && node.s(1).nb[0] == node.s(1).dtype.type_size()
+                && matches!(dst.dtype, F32 | F16)
+                && dst.is_contiguous()
+        }
+        Op::Pool2d { .. } => {
+            matches!(node.s(0).dtype, F32 | F16)
+                && node.s(0).nb[0] == node.s(0).dtype.type_size()
+                && dst.dtype == F32
+                && dst.is_contiguous()
+        }
         Op::Clamp { .. } => node.s(0).dtype == F32 && dst.dtype == F32,
         Op::AddId => {
             node.s(0).dtype == F32

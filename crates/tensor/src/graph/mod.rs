@@ -7,6 +7,7 @@
 
 mod cgraph;
 mod context;
+mod conv;
 mod desc;
 mod moe;
 mod op;
@@ -15,4 +16,4 @@ mod ops;
 pub use cgraph::Graph;
 pub use context::Context;
 pub use desc::{contiguous_strides, Flags, TensorDesc, TensorId, MAX_DIMS, MAX_NAME, MAX_SRC};
-pub use op::{GluOp, Op, RopeMode, RopeParams, UnaryOp};
+pub use op::{GluOp, Op, PoolOp, RopeMode, RopeParams, UnaryOp};

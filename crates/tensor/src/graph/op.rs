@@ -207,6 +207,51 @@ pub enum Op {
         /// Upper bound.
         max: f32,
     },
+    /// The patches a convolution with kernel `src0` reads from image `src1`, one per row
+    /// (`ggml_im2col`): 2-D `[IC·KH·KW, OW, OH, N]` from `src1` `[IW, IH, IC, N]`, 1-D
+    /// `[IC·K, OW, N, 1]` from `[IW, IC, N, 1]`; cells outside the image are 0.
+    Im2Col {
+        /// Stride in x, in y.
+        s0: i32,
+        /// See `s0`.
+        s1: i32,
+        /// Padding in x, in y.
+        p0: i32,
+        /// See `p0`.
+        p1: i32,
+        /// Dilation in x, in y.
+        d0: i32,
+        /// See `d0`.
+        d1: i32,
+        /// 2-D (else 1-D).
+        is_2d: bool,
+    },
+    /// 2-D pooling of each `[ne0, ne1]` plane (`ggml_pool_2d`), F32 out.
+    Pool2d {
+        /// Average or maximum.
+        op: PoolOp,
+        /// Kernel width, height.
+        k0: i32,
+        /// See `k0`.
+        k1: i32,
+        /// Stride in x, in y.
+        s0: i32,
+        /// See `s0`.
+        s1: i32,
+        /// Padding in x, in y (ggml keeps them as integers).
+        p0: i32,
+        /// See `p0`.
+        p1: i32,
+    },
+}
+
+/// How POOL_2D combines a window (`ggml_op_pool`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolOp {
+    /// The window's sum over the kernel's area (padding included, as ggml).
+    Avg,
+    /// The window's largest value.
+    Max,
 }
 
 impl Op {
@@ -249,6 +294,8 @@ impl Op {
             Op::Clamp { .. } => "CLAMP",
             Op::AddId => "ADD_ID",
             Op::SwiGluOai { .. } => "SWIGLU_OAI",
+            Op::Im2Col { .. } => "IM2COL",
+            Op::Pool2d { .. } => "POOL_2D",
         }
     }
 

@@ -5,6 +5,7 @@
 //! many rows, K of 256 and 512, batch and GQA broadcast, views, permutations, masks, tails.
 
 mod basic;
+mod conv;
 mod copy;
 mod linalg;
 mod moe;
@@ -13,6 +14,7 @@ pub use basic::{
     Argmax, BinOp, Binary, Concat, GetRows, Glu, GluForm, Hadamard, Norm, NormMul, Scale, SumRows,
     Unary,
 };
+pub use conv::{Conv2d, Im2Col, Pool2d};
 pub use copy::{Copy, CopyOp, SetRows};
 pub use linalg::{FlashAttn, MulMat, Rope, SoftMax};
 pub use moe::{AddId, Argsort, Clamp, MulMatId, SwiGluOai};
@@ -45,6 +47,7 @@ pub fn all() -> Vec<Case> {
     unary(&mut v);
     glu(&mut v);
     flash_attn(&mut v);
+    conv(&mut v);
     misc(&mut v);
     v
 }
@@ -360,6 +363,74 @@ fn flash_attn(v: &mut Vec<Case>) {
     // 67 rows leave an odd tail of query rows after the register blocks.
     v.push(Case::new(f(48, 256, 67, 4, 2)));
     v.push(Case::new(f(256, 128, 67, 4, 1)));
+}
+
+fn conv(v: &mut Vec<Case>) {
+    use tessera_tensor::graph::PoolOp;
+    // Patch embeddings (stride = kernel, as SigLIP's), a padded and dilated 3x3, 1-D.
+    for (src, dst) in [(F32, F16), (F32, F32), (F16, F16)] {
+        let patch = Im2Col {
+            kernel: [4, 4, 3, 8],
+            image: [16, 12, 3, 1],
+            s: [4, 4],
+            p: [0, 0],
+            d: [1, 1],
+            is_2d: true,
+            src,
+            dst,
+        };
+        v.push(Case::new(patch.clone()));
+        v.push(Case::new(Im2Col {
+            kernel: [3, 3, 2, 4],
+            image: [11, 9, 2, 2],
+            s: [2, 1],
+            p: [1, 2],
+            d: [2, 1],
+            ..patch.clone()
+        }));
+        v.push(Case::new(Im2Col {
+            kernel: [5, 3, 4, 1],
+            image: [20, 3, 2, 1],
+            s: [2, 1],
+            p: [2, 0],
+            d: [1, 1],
+            is_2d: false,
+            ..patch
+        }));
+    }
+    for src in [F32, F16] {
+        for op in [PoolOp::Avg, PoolOp::Max] {
+            // Gemma 3's 4x4 average pooling of the patch grid, and a padded overlapping window.
+            v.push(Case::new(Pool2d {
+                ne: [16, 16, 8, 1],
+                src,
+                op,
+                k: [4, 4],
+                s: [4, 4],
+                p: [0, 0],
+            }));
+            v.push(Case::new(Pool2d {
+                ne: [9, 7, 3, 2],
+                src,
+                op,
+                k: [3, 2],
+                s: [2, 2],
+                p: [1, 1],
+            }));
+        }
+    }
+    for ktype in [F16, F32] {
+        let c =
+            Conv2d { kernel: [4, 4, 3, 16], image: [16, 16, 3, 1], ktype, s: [4, 4], p: [0, 0] };
+        v.push(Case::new(c.clone()));
+        v.push(Case::new(Conv2d {
+            kernel: [3, 3, 3, 8],
+            image: [10, 7, 3, 2],
+            s: [1, 2],
+            p: [1, 1],
+            ..c
+        }));
+    }
 }
 
 fn misc(v: &mut Vec<Case>) {
