@@ -236,7 +236,8 @@ fn avx2_model_tests() -> Result<()> {
         "--test",
         "long_decode",
     ];
-    let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat());
+    let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat())
+        .and_then(|()| cargo(&["test", "-p", "tessera-mtmd", "--test", "encode"]));
     std::env::remove_var("TESSERA_SIMD");
     r
 }

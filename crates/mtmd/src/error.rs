@@ -42,6 +42,12 @@ pub enum MtmdError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The encoder's graph could not be built or computed.
+    #[error("image encoder: {reason}")]
+    Encode {
+        /// What went wrong.
+        reason: String,
+    },
     /// An image could not be decoded, or exceeds the limits.
     #[error("image {what}: {reason}")]
     Image {

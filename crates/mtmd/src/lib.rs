@@ -16,6 +16,7 @@
 //!   tensor crates, and nothing below it knows about images.
 
 mod bitmap;
+mod encoder;
 mod error;
 mod mmproj;
 mod preprocess;
@@ -24,6 +25,7 @@ pub mod resize;
 pub mod synth;
 
 pub use bitmap::{Bitmap, ImageLimits};
+pub use encoder::Encoder;
 pub use error::{MtmdError, Result};
 pub use mmproj::{FfnAct, Mmproj, VisionHparams};
 pub use preprocess::{preprocess, ImageF32};

@@ -5,6 +5,7 @@
 
 use crate::{MtmdError, Projector, Result};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use tessera_gguf::{GgufFile, TensorInfo, Value};
 
 /// The vision tower's hyperparameters (`clip.vision.*`).
@@ -73,7 +74,17 @@ pub struct Mmproj {
     pub hparams: VisionHparams,
     /// Width of the image embeddings (must be the language model's `n_embd`).
     pub n_mmproj_embd: usize,
-    file: GgufFile,
+    file: Arc<MappedGguf>,
+}
+
+/// The parsed file, shared with the buffer its weights are read from in place.
+#[derive(Debug)]
+pub(crate) struct MappedGguf(pub(crate) GgufFile);
+
+impl AsRef<[u8]> for MappedGguf {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
 }
 
 impl Mmproj {
@@ -87,6 +98,7 @@ impl Mmproj {
         let projector = r.projector()?;
         let hparams = r.hparams(projector)?;
         let n_mmproj_embd = r.check_tensors(projector, &hparams)?;
+        let file = Arc::new(MappedGguf(file));
         Ok(Mmproj { path: path.to_path_buf(), projector, hparams, n_mmproj_embd, file })
     }
 
@@ -97,7 +109,12 @@ impl Mmproj {
 
     /// The parsed file (tensors and their bytes).
     pub fn gguf(&self) -> &GgufFile {
-        &self.file
+        &self.file.0
+    }
+
+    /// The file, for a buffer over its bytes.
+    pub(crate) fn mapped(&self) -> Arc<MappedGguf> {
+        self.file.clone()
     }
 }
 

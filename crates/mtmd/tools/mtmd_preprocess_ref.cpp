@@ -1,17 +1,42 @@
 // libmtmd's image decoding and preprocessing on files, the reference for tessera-mtmd's
 // (driven by mtmd_preprocess_ref.py, which builds this against llama.cpp b11312's sources).
 // Usage: mtmd_preprocess_ref MMPROJ OUTDIR IMAGE...
-// For image i: OUTDIR/i.rgb (the bitmap, 8-bit RGB) and OUTDIR/i.f32.j (entry j of the
-// preprocessed batch, little-endian f32), and a line "i nx ny n_entries ex ey ..." on stdout.
+// For image i: OUTDIR/i.rgb (the bitmap, 8-bit RGB), OUTDIR/i.f32.j (entry j of the
+// preprocessed batch, little-endian f32) and OUTDIR/i.emb.j (its embeddings from
+// clip_image_encode, 2 threads, flash attention on), and a line "i nx ny n_entries ex ey ..."
+// on stdout.
 #include "clip.h"
 #include "clip-impl.h"
 #include "mtmd.h"
 #include "mtmd-helper.h"
 #include "mtmd-image.h"
 
+#include "ggml-backend.h"
+
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
+
+// With MTMD_REF_DUMP=DIR, every named F32 tensor the encoder computes is written to DIR/NAME
+// (for finding where another implementation departs).
+static bool dump_cb(struct ggml_tensor * t, bool ask, void * user_data) {
+    const char * dir = (const char *) user_data;
+    if (ask) {
+        return t->name[0] != 0 && t->type == GGML_TYPE_F32;
+    }
+    if (!ggml_is_contiguous(t)) {
+        return true;
+    }
+    std::vector<char> buf(ggml_nbytes(t));
+    ggml_backend_tensor_get(t, buf.data(), 0, buf.size());
+    FILE * f = fopen((std::string(dir) + "/" + t->name).c_str(), "wb");
+    if (f) {
+        fwrite(buf.data(), 1, buf.size(), f);
+        fclose(f);
+    }
+    return true;
+}
 
 int main(int argc, char ** argv) {
     if (argc < 4) {
@@ -20,10 +45,14 @@ int main(int argc, char ** argv) {
     }
     clip_context_params p = {};
     p.use_gpu = false;
-    p.flash_attn_type = CLIP_FLASH_ATTN_TYPE_AUTO;
+    p.flash_attn_type = CLIP_FLASH_ATTN_TYPE_ENABLED;
     p.image_min_tokens = -1;
     p.image_max_tokens = -1;
     p.warmup = false;
+    if (const char * dir = getenv("MTMD_REF_DUMP")) {
+        p.cb_eval = dump_cb;
+        p.cb_eval_user_data = (void *) dir;
+    }
     clip_init_result r = clip_init(argv[1], p);
     if (!r.ctx_v) {
         fprintf(stderr, "clip_init failed\n");
@@ -55,6 +84,14 @@ int main(int argc, char ** argv) {
             FILE * g = fopen((out + "/" + std::to_string(idx) + ".f32." + std::to_string(j)).c_str(), "wb");
             fwrite(buf.data(), sizeof(float), buf.size(), g);
             fclose(g);
+            std::vector<float> emb((size_t) clip_n_output_tokens(r.ctx_v, &e) * clip_n_mmproj_embd(r.ctx_v));
+            if (!clip_image_encode(r.ctx_v, 2, &e, emb)) {
+                fprintf(stderr, "clip_image_encode failed\n");
+                return 1;
+            }
+            FILE * h = fopen((out + "/" + std::to_string(idx) + ".emb." + std::to_string(j)).c_str(), "wb");
+            fwrite(emb.data(), sizeof(float), emb.size(), h);
+            fclose(h);
             printf(" %d %d", e.nx(), e.ny());
         }
         printf("\n");

@@ -7,15 +7,22 @@ mtmd_preprocess_ref.cpp against llama.cpp b11312's sources (the ones llama-cpp-p
 vendors) and its libmtmd, runs it on every image and writes
 tests/fixtures/preprocess.json: per image, the bitmap's size and SHA-256 (stb_image's decoding)
 and per preprocessed entry its size, the SHA-256 of its little-endian f32 values and their
-first few values (read by tests/preprocess.rs); for JPEGs, stb_image's pixels themselves
+first few values (read by tests/preprocess.rs), and the embeddings clip_image_encode makes of
+three of them (tests/fixtures/encode_LEVEL.json, read by tests/encode.rs); for JPEGs, stb_image's pixels themselves
 (tests/fixtures/NAME.stb.rgb), since JPEG decoders round differently.
 
-Usage: VENV/bin/python crates/mtmd/tools/mtmd_preprocess_ref.py LLAMA_CPP_SRC LIB_DIR
+Usage: VENV/bin/python crates/mtmd/tools/mtmd_preprocess_ref.py LLAMA_CPP_SRC MTMD_LIB_DIR \
+    GGML_LIB_DIR LEVEL BUILD
   LLAMA_CPP_SRC: llama.cpp's source tree (tools/mtmd, ggml/include, include, vendor)
-  LIB_DIR: the directory of libmtmd.so and libggml*.so (llama_cpp/lib of the venv)
+  MTMD_LIB_DIR: the directory of libmtmd.so (llama_cpp/lib of a llama-cpp-python 0.3.36 venv)
+  GGML_LIB_DIR: the directory of the libggml*.so to compute with: llama-cpp-python built with
+    LEVEL's explicit flags (tools/make_ref_set.sh; its libmtmd may be missing), loaded first
+  LEVEL, BUILD: the SIMD level (avx2, avx512) and the build's flags, recorded: the embeddings
+    (tests/fixtures/encode_LEVEL.json) follow the level's kernels
 Needs g++ and Pillow (to write the images, only when they are missing).
 """
 import hashlib
+import struct
 import json
 import os
 import subprocess
@@ -25,6 +32,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 CRATE = os.path.dirname(HERE)
 IMAGES = os.path.join(CRATE, "tests", "fixtures", "images")
+# The images whose embeddings are stored (tests/fixtures/encode.json).
+ENCODED = ["rgb_37x23.png", "wide_200x20.png", "palette_29x29.gif"]
 
 
 def make_images():
@@ -62,7 +71,7 @@ def sha(path):
 
 
 def main():
-    src, libdir = sys.argv[1], sys.argv[2]
+    src, libdir, ggml_dir, level, build = sys.argv[1:6]
     if not os.path.isdir(IMAGES) or not os.listdir(IMAGES):
         make_images()
     images = sorted(i for i in os.listdir(IMAGES))
@@ -78,9 +87,11 @@ def main():
                         f"-Wl,-rpath,{libdir}"], check=True)
         outdir = os.path.join(tmp, "out")
         os.makedirs(outdir)
+        # The level's ggml (its CPU kernels) ahead of the one beside libmtmd.
+        env = dict(os.environ, LD_LIBRARY_PATH=f"{ggml_dir}:{libdir}")
         run = subprocess.run([exe, mmproj, outdir, *[os.path.join(IMAGES, i) for i in images]],
-                             check=True, capture_output=True, text=True)
-        cases = []
+                             check=True, capture_output=True, text=True, env=env)
+        cases, encoded = [], []
         for line in run.stdout.splitlines():
             f = line.split()
             idx = int(f[0])
@@ -89,15 +100,20 @@ def main():
                 continue
             nx, ny, n = int(f[1]), int(f[2]), int(f[3])
             entries = []
+            embeddings = []
             for j in range(n):
+                with open(os.path.join(outdir, f"{idx}.emb.{j}"), "rb") as fh:
+                    raw = fh.read()
+                embeddings.append(raw.hex())
                 p = os.path.join(outdir, f"{idx}.f32.{j}")
-                import struct
                 with open(p, "rb") as fh:
                     head = list(struct.unpack("<6f", fh.read(24)))
                 entries.append({"width": int(f[4 + 2 * j]), "height": int(f[5 + 2 * j]),
                                 "f32_sha256": sha(p), "head": head})
             case = {"file": images[idx], "decoded": True, "width": nx, "height": ny,
                     "rgb_sha256": sha(os.path.join(outdir, f"{idx}.rgb")), "entries": entries}
+            if images[idx] in ENCODED:
+                encoded.append({"file": images[idx], "embeddings": embeddings})
             if images[idx].endswith(".jpg"):
                 # JPEG decoders differ in their IDCT and upsampling: stb_image's pixels are kept,
                 # so the test can measure the difference and preprocess stb's own bitmap.
@@ -113,6 +129,14 @@ def main():
            "cases": cases}
     with open(os.path.join(CRATE, "tests", "fixtures", "preprocess.json"), "w") as f:
         json.dump(out, f, indent=1)
+        f.write("\n")
+    enc = {"made_by": "crates/mtmd/tools/mtmd_preprocess_ref.py: llama.cpp b11312's "
+                      "clip_image_encode (llama-cpp-python 0.3.36's libmtmd, CPU, 2 threads, flash "
+                      "attention on) of the preprocessed images, RandomMmproj::tiny_gemma3(96); "
+                      "embeddings as little-endian f32 bytes in hex",
+           "simd_level": level, "build": build, "cases": encoded}
+    with open(os.path.join(CRATE, "tests", "fixtures", f"encode_{level}.json"), "w") as f:
+        json.dump(enc, f)
         f.write("\n")
 
 

@@ -1,4 +1,5 @@
-//! Row reductions: RMS_NORM and NORM (sums in f64, as ggml's `ggml_float`), SUM_ROWS, ARGMAX.
+//! Row reductions: RMS_NORM and NORM (sums in f64, as ggml's `ggml_float`, in its order),
+//! SUM_ROWS, ARGMAX.
 
 use super::rowio::{load, row_at, store, with_rows};
 use crate::{ComputeParams, TensorRef};
@@ -35,21 +36,67 @@ pub(crate) fn rms_norm(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, eps: f
     });
 }
 
-/// `(x - mean) / sqrt(var + eps)` per row (`ggml_compute_forward_norm_f32`).
+/// `(x - mean) / sqrt(var + eps)` per row (`ggml_compute_forward_norm_f32`), in ggml's order:
+/// the sum in f64 rounded to f32 before the division by the length (in f32); the variance by
+/// [`centered_variance`]; the scale `1 / sqrtf(var + eps)` in f32.
 pub(crate) fn norm(p: &ComputeParams, dst: &TensorRef, a: &TensorRef, eps: f32) {
+    let level = p.simd;
     per_row(p, dst, a, |x, d| {
-        let n = x.len() as f64;
-        let mean = (x.iter().map(|&v| f64::from(v)).sum::<f64>() / n) as f32;
-        let mut var = 0f64;
-        for v in x.iter_mut() {
-            *v -= mean;
-            var += f64::from(*v) * f64::from(*v);
-        }
-        let s = 1.0 / ((var / n) as f32 + eps).sqrt();
+        let sum = x.iter().map(|&v| f64::from(v)).sum::<f64>() as f32;
+        let mean = sum / x.len() as f32;
+        let var = centered_variance(x, mean, level) as f32;
+        let s = 1.0 / (var + eps).sqrt();
         x.iter_mut().for_each(|v| *v *= s);
         // SAFETY: this thread's dst row.
         unsafe { store(d, dst.dtype, dst.nb[0], x) };
     });
+}
+
+/// `ggml_vec_cvar_f32`: `x -= mean` in place, and the mean of the squares: squares in f32, each
+/// SIMD vector of them summed in its build's lane order (AVX-512: halves, quarters, then
+/// `(l0 + l2) + (l1 + l3)`; AVX2: halves, then the same; the scalar level as ggml's SSE2 build
+/// without AVX: `(l0 + l1) + (l2 + l3)`), the vectors' sums and the tail's squares added in f64.
+fn centered_variance(x: &mut [f32], mean: f32, level: crate::SimdLevel) -> f64 {
+    use crate::SimdLevel;
+    let lanes = match level {
+        SimdLevel::Avx512 => 16,
+        SimdLevel::Avx2 => 8,
+        _ => 4,
+    };
+    let n = x.len();
+    let mut sum = 0f64;
+    let mut i = 0;
+    let mut sq = [0f32; 16];
+    while i + lanes <= n {
+        for (j, s) in sq.iter_mut().take(lanes).enumerate() {
+            let v = x[i + j] - mean;
+            x[i + j] = v;
+            *s = v * v;
+        }
+        let r = match lanes {
+            16 | 8 => {
+                let mut h = [0f32; 8];
+                let half = lanes / 2;
+                for k in 0..half {
+                    h[k] = sq[k + half] + sq[k];
+                }
+                if lanes == 16 {
+                    for k in 0..4 {
+                        h[k] += h[k + 4];
+                    }
+                }
+                (h[0] + h[2]) + (h[1] + h[3])
+            }
+            _ => (sq[0] + sq[1]) + (sq[2] + sq[3]),
+        };
+        sum += f64::from(r);
+        i += lanes;
+    }
+    for v in &mut x[i..] {
+        *v -= mean;
+        sum += f64::from(*v * *v);
+    }
+    sum / n as f64
 }
 
 /// Sum of each row, into a one-element row.
