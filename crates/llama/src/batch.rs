@@ -1,13 +1,17 @@
 //! Batches of tokens to decode (llama.cpp's `llama_batch`): token, position, sequence, and
-//! whether its logits are wanted.
+//! whether its logits are wanted; or, instead of tokens, embeddings (an image's, from a
+//! multimodal projector) entering the model where the token embeddings would.
 
 use crate::{LlamaError, Result};
 
 /// Tokens to decode, each with its position, sequence and logits flag.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Batch {
-    /// Token ids.
+    /// Token ids (ignored, 0, in an embeddings batch).
     pub tokens: Vec<u32>,
+    /// Embeddings, `n_embd` values a token, instead of token ids (llama.cpp's `batch.embd`);
+    /// empty in a token batch.
+    pub embd: Vec<f32>,
     /// Positions.
     pub pos: Vec<i32>,
     /// Sequence of each token.
@@ -32,6 +36,23 @@ impl Batch {
         b
     }
 
+    /// `values` (`n_embd` a token, as many tokens as whole rows) of sequence `seq` at positions
+    /// `start..`, no logits (llama.cpp's image batches: what follows them is sampled).
+    pub fn from_embeddings(values: &[f32], n_embd: usize, start: i32, seq: u32) -> Self {
+        let n = values.len() / n_embd.max(1);
+        let mut b = Batch::new();
+        for i in 0..n {
+            b.add(0, start + i as i32, seq, false);
+        }
+        b.embd = values[..n * n_embd].to_vec();
+        b
+    }
+
+    /// Whether the batch carries embeddings instead of token ids.
+    pub fn is_embd(&self) -> bool {
+        !self.embd.is_empty()
+    }
+
     /// Appends a token.
     pub fn add(&mut self, token: u32, pos: i32, seq: u32, logits: bool) {
         self.tokens.push(token);
@@ -50,8 +71,9 @@ impl Batch {
         self.tokens.is_empty()
     }
 
-    /// Checks lengths, token ids, sequence ids and positions.
-    pub fn validate(&self, n_vocab: usize, max_seq: usize) -> Result<()> {
+    /// Checks lengths, token ids (or the embeddings' size and values against `n_embd`),
+    /// sequence ids and positions.
+    pub fn validate(&self, n_vocab: usize, n_embd: usize, max_seq: usize) -> Result<()> {
         let n = self.tokens.len();
         if n == 0 {
             return Err(LlamaError::Batch("no tokens".into()));
@@ -61,7 +83,22 @@ impl Batch {
                 "tokens, positions, sequences and flags differ in length".into(),
             ));
         }
-        if let Some((i, t)) = self.tokens.iter().enumerate().find(|(_, &t)| t as usize >= n_vocab) {
+        if self.is_embd() {
+            if self.embd.len() != n * n_embd {
+                return Err(LlamaError::Batch(format!(
+                    "{} embedding values for {n} tokens of the model's width {n_embd}",
+                    self.embd.len()
+                )));
+            }
+            if let Some(i) = self.embd.iter().position(|v| !v.is_finite()) {
+                return Err(LlamaError::Batch(format!(
+                    "embedding value {i} (token {}) is not finite",
+                    i / n_embd
+                )));
+            }
+        } else if let Some((i, t)) =
+            self.tokens.iter().enumerate().find(|(_, &t)| t as usize >= n_vocab)
+        {
             return Err(LlamaError::Batch(format!(
                 "token {t} at {i} is outside the vocabulary of {n_vocab}"
             )));

@@ -95,17 +95,22 @@ pub struct LlamaContext<'m> {
 #[derive(Clone, Copy)]
 struct Inputs {
     tokens: TensorId,
+    /// The embeddings of an embeddings batch (instead of `tokens`).
+    embd: Option<TensorId>,
     pos: TensorId,
     out_ids: TensorId,
     /// What the attention reads the cache through (the cache's own inputs).
     kv: KvInputs,
 }
 
+/// (tokens, outputs, cells read, observing, embeddings input).
+type GraphKey = (usize, usize, usize, bool, bool);
+
 /// A micro-batch's graph, scheduled and allocated: kept for the next micro-batch of the same
 /// shape (llama.cpp's graph reuse), which only writes new input values.
 struct Prepared {
-    /// (tokens, outputs, cells read, observing): what fixes the graph's structure.
-    key: (usize, usize, usize, bool),
+    /// What fixes the graph's structure.
+    key: GraphKey,
     ctx: Context,
     schedule: Schedule,
     bindings: Bindings,
@@ -257,6 +262,13 @@ impl<'m> LlamaContext<'m> {
         self.prev.as_ref().map(|p| (&p.ctx, &p.schedule))
     }
 
+    /// Whether tokens are kept from the cache cells after their own positions (llama.cpp's
+    /// `llama_set_causal_attn`; on by default): multimodal models attend over an image's
+    /// tokens in both directions while its embeddings are decoded.
+    pub fn set_causal_attn(&mut self, causal: bool) {
+        self.kv.causal = causal;
+    }
+
     /// How many micro-batches ran on the previous one's graph (graph reuse).
     pub fn n_graph_reused(&self) -> usize {
         self.n_reused
@@ -383,7 +395,7 @@ impl<'m> LlamaContext<'m> {
     pub fn decode(&mut self, batch: &Batch) -> Result<()> {
         self.apply_shift()?;
         let hp = &self.model.hparams;
-        batch.validate(hp.n_vocab, MAX_SEQ)?;
+        batch.validate(hp.n_vocab, hp.n_embd, MAX_SEQ)?;
         let n = batch.len();
         self.logits.clear();
         self.output_of = vec![None; n];
@@ -425,7 +437,7 @@ impl<'m> LlamaContext<'m> {
             out_idx.push(n_tok as i32 - 1);
         }
         let n_kv = self.kv.n_kv();
-        let key = (n_tok, out_idx.len(), n_kv, !self.observe.is_empty());
+        let key = (n_tok, out_idx.len(), n_kv, !self.observe.is_empty(), batch.is_embd());
         let prepared = match self.prev.take() {
             Some(p) if self.params.graph_reuse && p.key == key => {
                 self.n_reused += 1;
@@ -439,14 +451,18 @@ impl<'m> LlamaContext<'m> {
     }
 
     /// Builds, schedules and allocates the graph of a micro-batch of shape `key`.
-    fn build_graph(&mut self, key: (usize, usize, usize, bool)) -> Result<Prepared> {
-        let (n_tok, n_out, n_kv, _) = key;
+    fn build_graph(&mut self, key: GraphKey) -> Result<Prepared> {
+        let (n_tok, n_out, n_kv, _, embd) = key;
         let model = self.model;
         let hp = &model.hparams;
         let kv_size = self.kv.size();
         let mut ctx = self.base_ctx.clone();
         let inp = Inputs {
             tokens: graph_input(&mut ctx, DType::I32, &[n_tok], "inp_tokens")?,
+            embd: match embd {
+                true => Some(graph_input(&mut ctx, DType::F32, &[hp.n_embd, n_tok], "inp_embd")?),
+                false => None,
+            },
             pos: graph_input(&mut ctx, DType::I32, &[n_tok], "inp_pos")?,
             out_ids: graph_input(&mut ctx, DType::I32, &[n_out], "inp_out_ids")?,
             kv: self.kv.new_inputs(&mut ctx, hp, n_tok, n_kv)?,
@@ -459,6 +475,7 @@ impl<'m> LlamaContext<'m> {
             n_tokens: n_tok,
             n_outputs: n_out,
             inp_tokens: inp.tokens,
+            inp_embd: inp.embd,
             inp_pos: inp.pos,
             inp_out_ids: inp.out_ids,
             kv: inp.kv,
@@ -520,8 +537,17 @@ impl<'m> LlamaContext<'m> {
         let (ctx, bindings, inp) = (&p.ctx, &p.bindings, p.inp);
         let n_kv = p.key.2;
         // Inputs.
-        let toks: Vec<i32> = batch.tokens[range.clone()].iter().map(|&t| t as i32).collect();
-        bindings.set_i32(ctx, inp.tokens, &toks)?;
+        match inp.embd {
+            Some(id) => {
+                let w = hp.n_embd;
+                bindings.set_f32(ctx, id, &batch.embd[range.start * w..range.end * w])?;
+            }
+            None => {
+                let toks: Vec<i32> =
+                    batch.tokens[range.clone()].iter().map(|&t| t as i32).collect();
+                bindings.set_i32(ctx, inp.tokens, &toks)?;
+            }
+        }
         let pos = &batch.pos[range.clone()];
         bindings.set_i32(ctx, inp.pos, pos)?;
         bindings.set_i32(ctx, inp.out_ids, out_idx)?;

@@ -30,6 +30,9 @@ pub struct Builder<'a> {
     pub n_outputs: usize,
     /// I32 `[n_tokens]` token ids.
     pub inp_tokens: TensorId,
+    /// The batch's embeddings (`[n_embd, n_tokens]` F32) when it carries embeddings instead of
+    /// tokens: [`inp_embd`](Self::inp_embd) returns them.
+    pub inp_embd: Option<TensorId>,
     /// I32 `[n_tokens]` positions.
     pub inp_pos: TensorId,
     /// I32 `[n_outputs]` indexes of the tokens whose logits are wanted.
@@ -64,9 +67,18 @@ impl Builder<'_> {
         self.ctx.set_name(id, &format!("{base}-{il}"))
     }
 
+    /// Whether the batch is token ids (llama.cpp's `ubatch.token`), not embeddings.
+    pub fn token_input(&self) -> bool {
+        self.inp_embd.is_none()
+    }
+
     /// `get_rows(tok_embd, tokens)`: `[n_embd, n_tokens]` F32, plus each LoRA adapter's
-    /// `s · B · A[tokens]` (llama.cpp's `build_inp_embd`).
+    /// `s · B · A[tokens]` (llama.cpp's `build_inp_embd`); an embeddings batch's values as they
+    /// are.
     pub fn inp_embd(&mut self, tok_embd: TensorId) -> Result<TensorId> {
+        if let Some(e) = self.inp_embd {
+            return Ok(e);
+        }
         let mut x = self.ctx.get_rows(tok_embd, self.inp_tokens)?;
         for l in self.lora.of_embedding(tok_embd) {
             let rows = self.ctx.get_rows(l.a, self.inp_tokens)?;

@@ -102,6 +102,9 @@ pub struct KvCache {
     pub layers: Vec<LayerCache>,
     /// Whether V is stored transposed (the non-flash-attention path).
     pub v_trans: bool,
+    /// Whether a token is kept from the cells after its own position (llama.cpp's
+    /// `causal_attn`, switched off for an image's tokens by `llama_set_causal_attn`).
+    pub causal: bool,
     _buffers: Vec<Arc<dyn Buffer>>,
 }
 
@@ -179,6 +182,7 @@ impl KvCache {
             has_shift: false,
             head: 0,
             order: CellOrder::default(),
+            causal: true,
             layers,
             v_trans,
             _buffers: buffers,
@@ -510,15 +514,16 @@ impl KvCache {
     }
 
     /// The attention mask for tokens at `pos` of sequences `seqs`: `[n_kv, n_tokens]`, 0
-    /// where token i may attend cell j, -inf elsewhere; `n_swa > 0` also hides cells `n_swa`
-    /// or more positions back.
+    /// where token i may attend cell j, -inf elsewhere (cells of other sequences and, when
+    /// causal, after its position); `n_swa > 0` also hides cells `n_swa` or more positions
+    /// back.
     pub fn mask(&self, n_kv: usize, pos: &[i32], seqs: &[u32], n_swa: usize) -> Vec<f32> {
         let mut m = vec![f32::NEG_INFINITY; n_kv * pos.len()];
         for (i, (&p1, &s)) in pos.iter().zip(seqs).enumerate() {
             let row = &mut m[i * n_kv..(i + 1) * n_kv];
             for (j, c) in self.cells[..n_kv].iter().enumerate() {
                 let visible = c.seqs & (1u64 << s) != 0
-                    && c.pos <= p1
+                    && (!self.causal || c.pos <= p1)
                     && (n_swa == 0 || i64::from(p1) - i64::from(c.pos) < n_swa as i64);
                 if visible {
                     row[j] = 0.0;

@@ -49,6 +49,8 @@ struct GemmaGraph {
     output_norm: TensorId,
     output: TensorId,
     blocks: Vec<Block>,
+    /// Gemma 3 scales token embeddings only (an image's embeddings enter as they are).
+    gemma3: bool,
 }
 
 /// Loads either variant: `gemma3` has Q/K norms and may have its own output matrix.
@@ -89,6 +91,7 @@ fn load(w: &Weights, hp: &HParams, gemma3: bool) -> Result<Box<dyn ModelGraph>> 
         output_norm: w.get("output_norm.weight", &[e])?,
         output: output.unwrap_or(tok_embd),
         blocks,
+        gemma3,
     }))
 }
 
@@ -122,7 +125,9 @@ impl ModelGraph for GemmaGraph {
         let hp = b.hp;
         let n_tok = b.n_tokens;
         let x = b.inp_embd(self.tok_embd)?;
-        let mut inp = b.ctx.scale(x, (hp.n_embd as f32).sqrt(), 0.0)?;
+        // gemma3.cpp: `ubatch.token ? sqrtf(n_embd) : 1.0f` (a scale by 1 still: same bits).
+        let s = if !self.gemma3 || b.token_input() { (hp.n_embd as f32).sqrt() } else { 1.0 };
+        let mut inp = b.ctx.scale(x, s, 0.0)?;
         for (il, l) in self.blocks.iter().enumerate() {
             let base = if hp.is_swa(il) { hp.rope_freq_base_swa } else { hp.rope_freq_base };
             let cur = b.rms_norm(inp, Some(l.attn_norm))?;
