@@ -236,8 +236,9 @@ fn avx2_model_tests() -> Result<()> {
         "--test",
         "long_decode",
     ];
-    let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat())
-        .and_then(|()| cargo(&["test", "-p", "tessera-mtmd", "--test", "encode"]));
+    let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat()).and_then(|()| {
+        cargo(&["test", "-p", "tessera-mtmd", "--test", "encode", "--test", "image_prompt"])
+    });
     std::env::remove_var("TESSERA_SIMD");
     r
 }

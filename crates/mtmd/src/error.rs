@@ -48,6 +48,13 @@ pub enum MtmdError {
         /// What went wrong.
         reason: String,
     },
+    /// A multimodal prompt could not be cut or evaluated (markers and images disagree, the
+    /// projector does not fit the model, the model failed).
+    #[error("multimodal prompt: {reason}")]
+    Prompt {
+        /// What went wrong.
+        reason: String,
+    },
     /// An image could not be decoded, or exceeds the limits.
     #[error("image {what}: {reason}")]
     Image {

@@ -16,6 +16,7 @@
 //!   tensor crates, and nothing below it knows about images.
 
 mod bitmap;
+mod chunks;
 mod encoder;
 mod error;
 mod mmproj;
@@ -25,6 +26,7 @@ pub mod resize;
 pub mod synth;
 
 pub use bitmap::{Bitmap, ImageLimits};
+pub use chunks::{eval_chunks, tokenize, Chunk, MARKER};
 pub use encoder::Encoder;
 pub use error::{MtmdError, Result};
 pub use mmproj::{FfnAct, Mmproj, VisionHparams};
