@@ -14,6 +14,7 @@ mod gguf_cmd;
 mod grammar_args;
 mod kld;
 mod lora_args;
+mod mtmd_args;
 mod perplexity_cmd;
 mod quantize_cmd;
 mod run_cmd;
@@ -85,6 +86,7 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-md", "--spec-draft-model"),
     ("-ngld", "--spec-draft-ngl"),
     ("-devd", "--spec-draft-device"),
+    ("-mm", "--mmproj"),
 ];
 
 /// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`), and

@@ -57,6 +57,9 @@ pub struct RunArgs {
     /// Speculative decoding (`--spec-type`, `-md`, ...).
     #[command(flatten)]
     spec: crate::spec_args::SpecArgs,
+    /// Images (`--mmproj`, `--image`).
+    #[command(flatten)]
+    mtmd: crate::mtmd_args::MtmdArgs,
     /// When the context is full, drop half of what follows the kept tokens and go on
     /// (llama.cpp's context shift; in a conversation, older turns go); without it, generation
     /// stops.
@@ -268,8 +271,24 @@ pub fn run(mut a: RunArgs) -> Result<()> {
              ({n_train}); quality may degrade past it"
         );
     }
+    let vision = a.mtmd.load(&model, threads)?;
+    if vision.is_some() {
+        if a.prompt.is_none() || a.conversation {
+            bail!(
+                "images go with a prompt (-p or -f); the conversation mode's /image is not \
+                 implemented yet"
+            );
+        }
+        if a.spec.draft_model.is_some() || a.spec.spec_type.as_deref().is_some_and(|t| t != "none")
+        {
+            bail!("speculative decoding with images is not supported");
+        }
+        if a.context_shift && !a.no_context_shift {
+            bail!("--context-shift with images is not supported (an image cannot be cut)");
+        }
+    }
     let sampler = make_sampler(&a, &model.vocab)?;
-    let auto_chat = {
+    let auto_chat = vision.is_none() && {
         use std::io::IsTerminal;
         !a.no_conversation
             && !a.chat
@@ -293,7 +312,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     }
     let matcher = a.grammar.matcher(&model)?;
     let spec = a.spec.speculator(draft.as_ref(), ctx.params())?;
-    one_shot(a, &path, &model, ctx, Decoding { sampler, matcher, spec }, load_ms)
+    one_shot(a, &path, &model, ctx, Decoding { sampler, matcher, spec, vision }, load_ms)
 }
 
 /// The sampler chain of the options over `vocab` (llama.cpp's chain; an argmax where that
@@ -314,6 +333,7 @@ struct Decoding<'m> {
     sampler: SamplerChain,
     matcher: Option<tessera_server::chat::constrain::Matcher>,
     spec: Option<tessera_llama::speculative::Speculator<'m>>,
+    vision: Option<crate::mtmd_args::Vision>,
 }
 
 /// One prompt, one streamed continuation, then llama-cli's timing lines.
@@ -325,9 +345,17 @@ fn one_shot(
     decoding: Decoding<'_>,
     load_ms: f64,
 ) -> Result<()> {
-    let Decoding { mut sampler, mut matcher, mut spec } = decoding;
+    let Decoding { mut sampler, mut matcher, mut spec, mut vision } = decoding;
     let n_ctx = ctx.params().n_ctx;
     let prompt = a.prompt.as_deref().unwrap_or("Once upon a time");
+    let marked;
+    let prompt = match &vision {
+        Some(v) => {
+            marked = v.with_markers(prompt);
+            marked.as_str()
+        }
+        None => prompt,
+    };
     let text = if a.chat {
         let tpl = model
             .chat_template
@@ -338,17 +366,30 @@ fn one_shot(
     } else {
         prompt.to_string()
     };
-    let tokens = model.vocab.tokenize(&text, true, true);
+    let mut out = Streamer::default();
+    // With images: everything up to the last text evaluated here (images echoed as [image]).
+    let t_media = Instant::now();
+    let (n_past, tokens) = match vision.as_mut() {
+        Some(v) => {
+            let shown = !a.no_display_prompt;
+            v.eval_prompt(&mut ctx, model, &text, &mut |piece| {
+                if shown {
+                    out.push(piece)
+                }
+            })?
+        }
+        None => (0, model.vocab.tokenize(&text, true, true)),
+    };
+    let media_ms = t_media.elapsed().as_secs_f64() * 1e3;
     if tokens.is_empty() {
         bail!("the prompt is empty after tokenization");
     }
-    if tokens.len() >= n_ctx {
+    if n_past + tokens.len() >= n_ctx {
         bail!(
             "the prompt has {} tokens, more than the context of {n_ctx} can hold (use -c)",
-            tokens.len()
+            n_past + tokens.len()
         );
     }
-    let mut out = Streamer::default();
     if !a.no_display_prompt {
         // As llama.cpp echoes it: the prompt's tokens as text, special tokens (a chat
         // template's markers, BOS) not shown.
@@ -356,7 +397,7 @@ fn one_shot(
             out.push(&model.vocab.token_to_piece(t, false));
         }
     }
-    let mut generator = Generator::new(&mut ctx, &mut sampler, 0, 0);
+    let mut generator = Generator::new(&mut ctx, &mut sampler, 0, n_past);
     if a.ignore_eos {
         generator = generator.ban(model.vocab.eog_tokens());
     }
@@ -415,6 +456,10 @@ fn one_shot(
     }
     eprintln!();
     eprintln!("load time        = {load_ms:10.2} ms");
+    if vision.is_some() {
+        // The images encoded and decoded with the text before the prompt's last part.
+        eprintln!("image eval time  = {media_ms:10.2} ms / {n_past:5} positions");
+    }
     eprintln!(
         "prompt eval time = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",
         pp * 1e3,
