@@ -25,11 +25,25 @@ pub struct MtmdArgs {
     image: Vec<PathBuf>,
 }
 
-/// A loaded projector and the images of the prompt.
+/// A loaded projector and the images waiting for the next prompt.
 pub struct Vision {
     encoder: Encoder,
     images: Vec<Bitmap>,
 }
+
+/// What [`Vision::eval`] evaluated.
+pub struct Evaluated {
+    /// The position after it.
+    pub n_past: usize,
+    /// The prompt's last text, not evaluated (the caller's generator decodes it).
+    pub last: Vec<u32>,
+    /// The positions evaluated, as tokens for the caller's record of the cache, an image's
+    /// positions as [`IMAGE_POSITION`] (never a token id, so no prefix match crosses one).
+    pub cached: Vec<u32>,
+}
+
+/// What [`Evaluated::cached`] holds at an image's positions.
+pub const IMAGE_POSITION: u32 = u32::MAX;
 
 impl MtmdArgs {
     /// Loads the projector (checked against `model`) and decodes the images; `None` without
@@ -41,9 +55,6 @@ impl MtmdArgs {
             }
             return Ok(None);
         };
-        if self.image.is_empty() {
-            bail!("--mmproj {}: no --image given (the conversation mode's /image is not implemented yet)", path.display());
-        }
         let mmproj = Mmproj::load(path)?;
         if mmproj.n_mmproj_embd != model.hparams.n_embd {
             bail!(
@@ -66,7 +77,21 @@ impl MtmdArgs {
 }
 
 impl Vision {
-    /// `prompt` with a marker per image where it has none (before it, as llama-mtmd-cli).
+    /// Whether images wait for the next prompt.
+    pub fn has_images(&self) -> bool {
+        !self.images.is_empty()
+    }
+
+    /// Decodes `path` and queues it for the next prompt; returns its size.
+    pub fn push_image(&mut self, path: &std::path::Path) -> Result<(usize, usize)> {
+        let img = Bitmap::open(path, ImageLimits::default())?;
+        let size = (img.width, img.height);
+        self.images.push(img);
+        Ok(size)
+    }
+
+    /// `prompt` with a marker per waiting image where it has none (before it, as
+    /// llama-mtmd-cli).
     pub fn with_markers(&self, prompt: &str) -> String {
         if prompt.contains(MARKER) {
             prompt.to_string()
@@ -75,39 +100,51 @@ impl Vision {
         }
     }
 
-    /// Evaluates `text` (with its markers) up to its last text chunk, which is returned, with
-    /// the position after what was evaluated: the caller's generator decodes those tokens
-    /// (so its sampler sees them) and samples after them. The prompt echo gets the text
-    /// chunks' pieces, `[image]` for each image.
-    pub fn eval_prompt(
+    /// Evaluates `text` (its markers taking the waiting images, which are used up) from
+    /// position `n_past` up to its last text chunk (see [`Evaluated`]); `add_special` frames
+    /// it with BOS/EOS as the vocabulary says. The pieces of what is evaluated go to `echo`
+    /// (an image as `[image]`).
+    pub fn eval(
         &mut self,
         ctx: &mut LlamaContext,
         model: &Model,
         text: &str,
+        n_past: usize,
+        add_special: bool,
         echo: &mut dyn FnMut(&[u8]),
-    ) -> Result<(usize, Vec<u32>)> {
+    ) -> Result<Evaluated> {
+        let images = std::mem::take(&mut self.images);
         let mmproj = self.encoder.mmproj();
         let mut chunks =
-            tessera_mtmd::tokenize(mmproj, &model.vocab, text, &self.images, true, true)?;
+            tessera_mtmd::tokenize(mmproj, &model.vocab, text, &images, add_special, true)?;
         let n_total: usize = chunks.iter().map(Chunk::n_tokens).sum();
         let n_ctx = ctx.params().n_ctx;
-        if n_total >= n_ctx {
-            bail!("the prompt with its images takes {n_total} positions, more than the context of {n_ctx} (use -c)");
+        if n_past + n_total >= n_ctx {
+            bail!(
+                "the prompt with its images takes {n_total} positions and {n_past} are used: more \
+                 than the context of {n_ctx} (use -c)"
+            );
         }
         let last = match chunks.pop() {
             Some(Chunk::Text(t)) => t,
             _ => bail!("the prompt must end with text after its last image"),
         };
+        let mut cached = Vec::new();
         for c in &chunks {
             match c {
                 Chunk::Text(t) => {
-                    t.iter().for_each(|&t| echo(&model.vocab.token_to_piece(t, false)))
+                    t.iter().for_each(|&t| echo(&model.vocab.token_to_piece(t, false)));
+                    cached.extend_from_slice(t);
                 }
-                Chunk::Image { .. } => echo(b"[image]"),
+                Chunk::Image { n_tokens, .. } => {
+                    echo(b"[image]");
+                    cached.extend(std::iter::repeat_n(IMAGE_POSITION, *n_tokens));
+                }
             }
         }
-        let n_past = tessera_mtmd::eval_chunks(ctx, &mut self.encoder, &chunks, 0, 0, 512, false)
-            .map_err(|e| anyhow!("{e}"))?;
-        Ok((n_past, last))
+        let n_past =
+            tessera_mtmd::eval_chunks(ctx, &mut self.encoder, &chunks, n_past, 0, 512, false)
+                .map_err(|e| anyhow!("{e}"))?;
+        Ok(Evaluated { n_past, last, cached })
     }
 }

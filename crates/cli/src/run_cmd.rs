@@ -273,12 +273,6 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     }
     let vision = a.mtmd.load(&model, threads)?;
     if vision.is_some() {
-        if a.prompt.is_none() || a.conversation {
-            bail!(
-                "images go with a prompt (-p or -f); the conversation mode's /image is not \
-                 implemented yet"
-            );
-        }
         if a.spec.draft_model.is_some() || a.spec.spec_type.as_deref().is_some_and(|t| t != "none")
         {
             bail!("speculative decoding with images is not supported");
@@ -288,7 +282,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         }
     }
     let sampler = make_sampler(&a, &model.vocab)?;
-    let auto_chat = vision.is_none() && {
+    let auto_chat = (vision.is_none() || a.prompt.is_none()) && {
         use std::io::IsTerminal;
         !a.no_conversation
             && !a.chat
@@ -307,7 +301,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
             .with_grammar(a.grammar.compile(&model)?)
             .with_context_shift((a.context_shift && !a.no_context_shift).then_some(a.keep))
-            .with_speculator(spec);
+            .with_speculator(spec)
+            .with_vision(vision);
         return conversation::run(conv, sampler);
     }
     let matcher = a.grammar.matcher(&model)?;
@@ -372,11 +367,12 @@ fn one_shot(
     let (n_past, tokens) = match vision.as_mut() {
         Some(v) => {
             let shown = !a.no_display_prompt;
-            v.eval_prompt(&mut ctx, model, &text, &mut |piece| {
+            let e = v.eval(&mut ctx, model, &text, 0, true, &mut |piece| {
                 if shown {
                     out.push(piece)
                 }
-            })?
+            })?;
+            (e.n_past, e.last)
         }
         None => (0, model.vocab.tokenize(&text, true, true)),
     };
@@ -456,7 +452,7 @@ fn one_shot(
     }
     eprintln!();
     eprintln!("load time        = {load_ms:10.2} ms");
-    if vision.is_some() {
+    if vision.is_some() && n_past > 0 {
         // The images encoded and decoded with the text before the prompt's last part.
         eprintln!("image eval time  = {media_ms:10.2} ms / {n_past:5} positions");
     }

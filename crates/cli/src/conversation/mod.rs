@@ -10,19 +10,22 @@
 //!
 //! Ctrl-C while a reply streams stops that reply and keeps the session (the partial reply stays
 //! in the history, as llama-cli keeps it); Ctrl-C at the prompt, Ctrl-D or `/exit` ends it.
-//! `/clear` starts over, `/regen` asks for the last reply again, `/help` lists the commands.
+//! `/clear` starts over, `/regen` asks for the last reply again, `/help` lists the commands;
+//! with `--mmproj`, `/image FILE` adds an image to the next message (as llama-mtmd-cli).
 //! On a terminal the prompt has line editing and history (rustyline: arrows, Ctrl-R);
 //! from a pipe, lines are read as they are.
 
 use crate::common::Streamer;
 use anyhow::{anyhow, Result};
-use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tessera_llama::sampling::SamplerChain;
 use tessera_llama::speculative;
 use tessera_llama::{Generator, LlamaContext, Model};
 use tessera_server::chat::constrain::GrammarMask;
+
+mod repl;
+pub use repl::run;
 
 /// Set while a reply is being generated: Ctrl-C then only stops the reply.
 static GENERATING: AtomicBool = AtomicBool::new(false);
@@ -67,6 +70,11 @@ pub struct Conversation<'m> {
     shifted: bool,
     /// Speculative decoding's proposals (`--spec-type`, `-md`), if asked for.
     spec: Option<tessera_llama::speculative::Speculator<'m>>,
+    /// The projector (`--mmproj`) and the images (`--image`, `/image`) waiting for the next
+    /// message.
+    vision: Option<crate::mtmd_args::Vision>,
+    /// Whether images are in the cache (their turns cannot be rendered again).
+    has_media: bool,
 }
 
 /// What one turn did, for the line printed after the reply.
@@ -114,7 +122,29 @@ impl<'m> Conversation<'m> {
             shift_keep: None,
             shifted: false,
             spec: None,
+            vision: None,
+            has_media: false,
         })
+    }
+
+    /// Images come in through `vision` (`--mmproj`; its `--image` files go with the first
+    /// message).
+    pub fn with_vision(mut self, vision: Option<crate::mtmd_args::Vision>) -> Self {
+        self.vision = vision;
+        self
+    }
+
+    /// Queues an image for the next message (`/image FILE`); returns its size.
+    pub fn add_image(&mut self, path: &std::path::Path) -> Result<(usize, usize)> {
+        match self.vision.as_mut() {
+            Some(v) => v.push_image(path),
+            None => Err(anyhow!("/image needs the model's projector: start with --mmproj FILE")),
+        }
+    }
+
+    /// Whether images are in the cache.
+    pub fn has_media(&self) -> bool {
+        self.has_media
     }
 
     /// Replies are decoded speculatively with `spec`'s proposals.
@@ -182,6 +212,7 @@ impl<'m> Conversation<'m> {
     pub fn clear(&mut self) {
         self.shifted = false;
         self.messages.retain(|(r, _)| r == "system");
+        self.has_media = false;
         self.ctx.kv_cache_mut().seq_rm(None, 0, -1);
         self.cached.clear();
         self.n_past = 0;
@@ -210,7 +241,12 @@ impl<'m> Conversation<'m> {
         sampler: &mut SamplerChain,
         out: &mut Streamer,
     ) -> Result<TurnStats> {
-        self.messages.push(("user".into(), text.into()));
+        // Waiting images take markers before the text, as llama-mtmd-cli puts them.
+        let text = match self.vision.as_ref().filter(|v| v.has_images()) {
+            Some(v) => v.with_markers(text),
+            None => text.to_string(),
+        };
+        self.messages.push(("user".into(), text));
         // From here on Ctrl-C stops this turn (during the prompt too), not the program.
         INTERRUPTED.store(false, Ordering::SeqCst);
         GENERATING.store(true, Ordering::SeqCst);
@@ -229,9 +265,41 @@ impl<'m> Conversation<'m> {
         };
         // An empty `in_cache` over a used cache means the history was rewritten (/regen).
         let extends = self.n_past == 0 || !self.in_cache.is_empty();
+        let mut n_media = 0;
         let tokens = if extends && full.starts_with(&self.in_cache) {
             let delta = &full[self.in_cache.len()..];
-            self.model.vocab.tokenize(delta, self.n_past == 0, true)
+            match self.vision.as_mut().filter(|v| v.has_images()) {
+                // The images and the text before the last one evaluated here.
+                Some(v) => {
+                    let first = self.n_past == 0;
+                    let e = match v.eval(
+                        &mut self.ctx,
+                        self.model,
+                        delta,
+                        self.n_past,
+                        first,
+                        &mut |_| {},
+                    ) {
+                        Ok(e) => e,
+                        Err(err) => {
+                            self.messages.pop();
+                            return Err(err);
+                        }
+                    };
+                    n_media = e.n_past - self.n_past;
+                    self.n_past = e.n_past;
+                    self.cached.extend_from_slice(&e.cached);
+                    self.has_media = true;
+                    e.last
+                }
+                None => self.model.vocab.tokenize(delta, self.n_past == 0, true),
+            }
+        } else if self.has_media {
+            self.messages.pop();
+            return Err(anyhow!(
+                "earlier turns hold images and the history would have to be rendered again \
+                 (/regen, or a template that rewrites earlier turns); /clear starts over"
+            ));
         } else if self.shifted {
             self.messages.pop();
             return Err(anyhow!(
@@ -385,7 +453,7 @@ impl<'m> Conversation<'m> {
         self.in_cache.push_str(&reply);
         self.messages.push(("assistant".into(), reply));
         Ok(TurnStats {
-            n_eval: tokens.len(),
+            n_eval: n_media + tokens.len(),
             n_gen,
             tokens_per_s: if elapsed > 0.0 { n_gen as f64 / elapsed } else { 0.0 },
             interrupted,
@@ -393,177 +461,5 @@ impl<'m> Conversation<'m> {
             n_shifts,
             spec,
         })
-    }
-}
-
-/// Reads one user message: a line, or several joined where a line ends with `\`. `None` at
-/// end of input (Ctrl-D).
-fn read_message(input: &mut impl BufRead) -> Result<Option<String>> {
-    let mut text = String::new();
-    loop {
-        let mut line = String::new();
-        if input.read_line(&mut line)? == 0 {
-            return Ok(if text.is_empty() { None } else { Some(text) });
-        }
-        let line = line.trim_end_matches(['\n', '\r']);
-        if let Some(cont) = line.strip_suffix('\\') {
-            text.push_str(cont);
-            text.push('\n');
-        } else {
-            text.push_str(line);
-            return Ok(Some(text));
-        }
-    }
-}
-
-/// The commands `/help` lists.
-const HELP: &str = "commands:\n  /clear   forget the conversation (the system prompt stays)\n  \
-                    /regen   ask for the last reply again\n  /help    this list\n  \
-                    /exit    end (also /quit, Ctrl-D, Ctrl-C at the prompt)\n\
-                    end a line with \\ to continue the message on the next line";
-
-/// Where messages come from: an editable line on a terminal, plain lines from a pipe.
-enum Input {
-    Terminal(Box<rustyline::DefaultEditor>),
-    Piped(std::io::StdinLock<'static>),
-}
-
-impl Input {
-    fn open() -> Result<Input> {
-        use std::io::IsTerminal;
-        if std::io::stdin().is_terminal() {
-            let ed = rustyline::DefaultEditor::new()
-                .map_err(|e| anyhow!("opening the terminal for line editing: {e}"))?;
-            Ok(Input::Terminal(Box::new(ed)))
-        } else {
-            Ok(Input::Piped(std::io::stdin().lock()))
-        }
-    }
-
-    /// The next message; `None` at Ctrl-D or Ctrl-C at the prompt.
-    fn message(&mut self) -> Result<Option<String>> {
-        match self {
-            Input::Piped(input) => {
-                print!("\n> ");
-                std::io::stdout().flush()?;
-                read_message(input)
-            }
-            Input::Terminal(ed) => {
-                use rustyline::error::ReadlineError;
-                println!();
-                let mut text = String::new();
-                loop {
-                    let prompt = if text.is_empty() { "> " } else { ". " };
-                    match ed.readline(prompt) {
-                        Ok(line) => {
-                            if let Some(cont) = line.strip_suffix('\\') {
-                                text.push_str(cont);
-                                text.push('\n');
-                                continue;
-                            }
-                            text.push_str(&line);
-                            // Messages, not commands, are what Up brings back.
-                            if !text.trim().is_empty() && !text.starts_with('/') {
-                                let _ = ed.add_history_entry(text.as_str());
-                            }
-                            return Ok(Some(text));
-                        }
-                        Err(ReadlineError::Eof | ReadlineError::Interrupted) => return Ok(None),
-                        Err(e) => return Err(anyhow!("reading the prompt: {e}")),
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Runs the conversation loop on stdin/stdout until `/exit`, Ctrl-D or Ctrl-C at the prompt.
-pub fn run(mut conv: Conversation<'_>, mut sampler: SamplerChain) -> Result<()> {
-    // The editor first: it sets its own SIGINT handler when created (and restores it when
-    // dropped); ours must be the one in force while a reply streams.
-    let mut input = Input::open()?;
-    install_interrupt_handler()?;
-    eprintln!(
-        "== conversation mode: type a message and press Enter; Ctrl-C stops a reply, \
-         /exit or Ctrl-D ends, /help lists the commands =="
-    );
-    let mut turn = 0;
-    loop {
-        let Some(mut msg) = input.message()? else {
-            println!();
-            break;
-        };
-        let trimmed = msg.trim();
-        match trimmed {
-            "/exit" | "/quit" => break,
-            "" => continue,
-            "/help" | "/?" => {
-                eprintln!("{HELP}");
-                continue;
-            }
-            "/clear" => {
-                conv.clear();
-                turn = 0;
-                eprintln!("[conversation cleared]");
-                continue;
-            }
-            "/regen" => match conv.take_last_turn() {
-                Some(q) => msg = q,
-                None => {
-                    eprintln!("[nothing to regenerate yet]");
-                    continue;
-                }
-            },
-            t if t.starts_with('/') && !t.contains(char::is_whitespace) => {
-                eprintln!("unknown command {t}; /help lists the commands");
-                continue;
-            }
-            _ => {}
-        }
-        turn += 1;
-        let mut out = Streamer::default();
-        match conv.turn(&msg, &mut sampler, &mut out) {
-            Ok(s) => {
-                let speculated = match s.spec.n_drafted {
-                    0 => String::new(),
-                    n => format!(", {} of {n} proposals accepted", s.spec.n_accepted),
-                };
-                let shifted = match s.n_shifts {
-                    0 => String::new(),
-                    n => format!(", the context shifted {n} time(s)"),
-                };
-                let why = if s.interrupted {
-                    ", stopped by Ctrl-C"
-                } else if s.context_full {
-                    ", the context is full: /exit and start again with a larger -c"
-                } else {
-                    ""
-                };
-                eprintln!(
-                    "[turn {turn}: {} new prompt tokens evaluated, {} generated ({:.1} t/s), \
-                     {}/{} context used{speculated}{shifted}{why}]",
-                    s.n_eval,
-                    s.n_gen,
-                    s.tokens_per_s,
-                    conv.n_past(),
-                    conv.n_ctx()
-                );
-            }
-            Err(e) => eprintln!("error: {e:#}"),
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_continue_over_lines_ending_in_a_backslash() {
-        let mut r = std::io::Cursor::new("one\\\ntwo\nthree\n");
-        assert_eq!(read_message(&mut r).unwrap().as_deref(), Some("one\ntwo"));
-        assert_eq!(read_message(&mut r).unwrap().as_deref(), Some("three"));
-        assert_eq!(read_message(&mut r).unwrap(), None);
     }
 }
