@@ -117,7 +117,7 @@ type VecDot4 = unsafe fn(usize, *const u8, [*const u8; 4]) -> [f32; 4];
 /// points into dst row `c` at the first src0 row); each result the same bits as [`VecDot`]'s.
 /// Same contract as [`VecDot`] for every pair of rows, and `outs[..cols]` must each have room
 /// for four f32.
-type TileFn = unsafe fn(usize, [*const u8; 4], &[*const u8; 8], &[*mut f32; 8]);
+pub(crate) type TileFn = unsafe fn(usize, [*const u8; 4], &[*const u8; 8], &[*mut f32; 8]);
 
 /// A [`TileFn`] and its width.
 #[derive(Clone, Copy)]
@@ -286,10 +286,12 @@ pub(crate) fn mul_mat(p: &ComputeParams, dst: &TensorRef, src0: &TensorRef, src1
     #[cfg(target_arch = "x86_64")]
     if src0.dtype == DType::F32 && !one_column && simd >= SimdLevel::Avx2 && src1.is_contiguous() {
         let avx512 = simd >= SimdLevel::Avx512;
-        if let (Kernel::Dot { dot, .. }, Some(tb)) =
+        if let (Kernel::Dot { dot, dot4, tile, .. }, Some(tb)) =
             (&mut kernel, dot_f32::tinyblas(avx512, src0.ne[1], src0.ne[0], src1.ne[1]))
         {
             *dot = tb;
+            *dot4 = None;
+            *tile = dot_f32::tinyblas_tile(avx512).map(|f| Tile { cols: 4, f });
         }
     }
     let vdt = match kernel {

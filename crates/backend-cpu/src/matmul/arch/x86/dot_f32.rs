@@ -102,6 +102,49 @@ unsafe fn tinyblas_avx512(n: usize, x: *const u8, y: *const u8) -> f32 {
     reduce_add(acc)
 }
 
+/// [`tinyblas_avx512`] for four weight rows against four activation rows at once (a
+/// [`TileFn`](crate::matmul::TileFn)): sixteen accumulators in registers, each weight and
+/// activation vector loaded once per step instead of once per output, each output's chain
+/// [`tinyblas_avx512`]'s (the same bits). A vision encoder's F32 products ran at 30% of the
+/// FMA units' rate through the one-output dot.
+///
+/// # Safety
+/// The [`VecDot`] contract for every pair, `n % 16 == 0`, `outs[..4]` each with room for four
+/// f32, and AVX-512 F/BW/VL/DQ.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn tinyblas_tile_avx512(
+    n: usize,
+    xs: [*const u8; 4],
+    ys: &[*const u8; 8],
+    outs: &[*mut f32; 8],
+) {
+    let xs = xs.map(|x| x.cast::<f32>());
+    let yc: [*const f32; 4] = std::array::from_fn(|c| ys[c].cast::<f32>());
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    for i in (0..n).step_by(16) {
+        // SAFETY: elements i..i + 16 <= n of the four weight rows.
+        let a = xs.map(|x| unsafe { _mm512_loadu_ps(x.add(i)) });
+        for (c, y) in yc.iter().enumerate() {
+            // SAFETY: elements i..i + 16 <= n of activation row c.
+            let b = unsafe { _mm512_loadu_ps(y.add(i)) };
+            for (r, ar) in a.iter().enumerate() {
+                acc[r][c] = _mm512_fmadd_ps(*ar, b, acc[r][c]);
+            }
+        }
+    }
+    for (c, out) in outs.iter().take(4).enumerate() {
+        for (r, row) in acc.iter().enumerate() {
+            // SAFETY: outs[c] has room for four results (caller).
+            unsafe { out.add(r).write(reduce_add(row[c])) };
+        }
+    }
+}
+
+/// The register tile of [`tinyblas`]'s kernel where one exists (AVX-512: four by four).
+pub(in crate::matmul) fn tinyblas_tile(avx512: bool) -> Option<crate::matmul::TileFn> {
+    avx512.then_some(tinyblas_tile_avx512 as crate::matmul::TileFn)
+}
+
 /// tinyBLAS's F32 kernel at the AVX2 or AVX-512 level, where llama.cpp takes it for a product
 /// of `m` weight rows of `k` values by `n1` activation rows (contiguous): `n1 >= 2`, `k` a
 /// multiple of the vector width and `m` of four.
