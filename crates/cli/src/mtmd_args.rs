@@ -23,6 +23,11 @@ pub struct MtmdArgs {
     /// none.
     #[arg(long = "image", value_name = "FILE")]
     image: Vec<PathBuf>,
+    /// Keep the vision encoder on the CPU when the model's layers are offloaded (llama.cpp's
+    /// --no-mmproj-offload; by default it runs on the model's devices too, ops they lack on
+    /// the CPU).
+    #[arg(long = "no-mmproj-offload")]
+    no_mmproj_offload: bool,
 }
 
 /// A loaded projector and the images waiting for the next prompt.
@@ -65,8 +70,19 @@ impl MtmdArgs {
                 model.hparams.n_embd
             );
         }
-        let cpu = tessera_backend_cpu::CpuBackend::new(threads);
-        let encoder = Encoder::new(Arc::new(mmproj), vec![Box::new(cpu)])?;
+        // The model's devices first (llama.cpp offloads the projector by default), the CPU last.
+        let mut backends: Vec<Box<dyn tessera_backend::Backend>> = Vec::new();
+        if !self.no_mmproj_offload {
+            for dev in &model.devices {
+                let mut b = dev.init_backend()?;
+                b.set_n_threads(threads)?;
+                backends.push(b);
+            }
+        }
+        let mut cpu = model.host.init_backend()?;
+        cpu.set_n_threads(threads)?;
+        backends.push(cpu);
+        let encoder = Encoder::new(Arc::new(mmproj), backends)?;
         let images = self
             .image
             .iter()

@@ -56,6 +56,23 @@ fn an_image_prompt_generates_llama_cpps_tokens() {
         "{out:?} does not end with {want:?}"
     );
     assert!(err.contains("image eval time"), "{err}");
+    // The model and the encoder on a simulated accelerator (ops it lacks on the CPU): the same
+    // tokens.
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .env("TESSERA_SIM_DEVICES", "1")
+        .args([
+            "run", "-m", m, "--mmproj", mm, "--image", image, "-p", prompt, "-n", "10", "--temp",
+            "0", "-t", "2", "-no-cnv", "-ngl", "99",
+        ])
+        .output()
+        .unwrap();
+    let (sim_out, sim_err) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{sim_err}");
+    assert!(
+        sim_out.trim_end().ends_with(want.trim_end()),
+        "{sim_out:?} does not end with {want:?}"
+    );
     // Misuses.
     let (ok, _, err) = run(&["run", "-m", m, "--image", image, "-p", "hi", "-no-cnv"]);
     assert!(!ok && err.contains("--mmproj"), "{err}");
