@@ -12,6 +12,10 @@ pub struct ServeArgs {
     /// Model file (GGUF); default: SmolLM2-135M-Instruct.
     #[arg(short = 'm', long)]
     model: Option<PathBuf>,
+    /// llama-server's multimodal projector: refused by name, the server does not take images
+    /// yet (`tessera run --mmproj` does).
+    #[arg(long = "mmproj", value_name = "FILE", hide = true)]
+    mmproj: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -172,6 +176,13 @@ fn api_keys(a: &ServeArgs) -> Result<Option<String>> {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(a: ServeArgs) -> Result<()> {
+    if let Some(p) = &a.mmproj {
+        anyhow::bail!(
+            "--mmproj {}: tessera serve does not take images yet (image_url parts are refused); \
+             tessera run --mmproj FILE --image FILE does",
+            p.display()
+        );
+    }
     let path = common::resolve_model(a.model.as_deref())?;
     let model = Arc::new(common::load(&path, a.no_repack, &a.offload)?);
     let spec = a.spec.server_config(&model, a.no_repack)?;

@@ -3,6 +3,8 @@
 //! tokens (crates/mtmd's image_prompt fixture of the SIMD level, made with llama.cpp b11312's
 //! mtmd); the image is echoed as `[image]`; and the misuses are named errors.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -11,7 +13,15 @@ fn mtmd_fixtures() -> std::path::PathBuf {
 }
 
 fn run(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().unwrap();
+    run_with(args, &[])
+}
+
+fn run_with(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -58,17 +68,14 @@ fn an_image_prompt_generates_llama_cpps_tokens() {
     assert!(err.contains("image eval time"), "{err}");
     // The model and the encoder on a simulated accelerator (ops it lacks on the CPU): the same
     // tokens.
-    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .env("TESSERA_SIM_DEVICES", "1")
-        .args([
+    let (ok, sim_out, sim_err) = run_with(
+        &[
             "run", "-m", m, "--mmproj", mm, "--image", image, "-p", prompt, "-n", "10", "--temp",
             "0", "-t", "2", "-no-cnv", "-ngl", "99",
-        ])
-        .output()
-        .unwrap();
-    let (sim_out, sim_err) =
-        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{sim_err}");
+        ],
+        &[("TESSERA_SIM_DEVICES", "1")],
+    );
+    assert!(ok, "{sim_err}");
     assert!(
         sim_out.trim_end().ends_with(want.trim_end()),
         "{sim_out:?} does not end with {want:?}"
@@ -111,6 +118,8 @@ fn an_image_prompt_generates_llama_cpps_tokens() {
         "-no-cnv",
     ]);
     assert!(!ok && err.contains("96 wide"), "{err}");
+    let (ok, _, err) = run(&["serve", "-m", m, "--mmproj", mm]);
+    assert!(!ok && err.contains("does not take images yet"), "{err}");
     let bad = dir.path().join("bad.png");
     std::fs::write(&bad, b"not an image at all").unwrap();
     let (ok, _, err) = run(&[
@@ -130,17 +139,7 @@ fn an_image_prompt_generates_llama_cpps_tokens() {
 
 /// A conversation fed through a pipe.
 fn piped(args: &[&str], input: &str) -> (bool, String, String) {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::piped_output(args, &[], input);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -3,6 +3,8 @@
 //! context size, a closed pipe, bench rows as they finish, errors that name the flag, and the
 //! server's request log and second signal.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,16 +34,7 @@ fn fails(args: &[&str]) -> String {
 
 /// `tessera ARGS` with `input` on its standard input, which must succeed: (stdout, stderr).
 fn piped(args: &[&str], input: &str) -> (String, String) {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running tessera");
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::piped_output(args, &[], input);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "tessera {args:?}: {err}");
     (String::from_utf8(out.stdout).expect("utf-8"), err)
