@@ -223,6 +223,62 @@ impl<'t> RowAttention<'t> {
         })
     }
 
+    /// One query row (`iq` 0, batch 0) of every head of `heads` (which share a KV head) against
+    /// KV cells `cells`, at once (`attention_f16::attend_group`): head `h`'s V sum goes to
+    /// `acc[(h - heads.start)·dv..]`, its (max, sum) to `out`. `false` where the group kernel
+    /// does not apply (another cache type, ALiBi, a mask that differs per head, no kernel):
+    /// run the heads through [`attend`](Self::attend).
+    pub(super) fn attend_heads(
+        &self,
+        p: &ComputeParams,
+        b: &mut RowScratch,
+        heads: std::ops::Range<usize>,
+        cells: std::ops::Range<usize>,
+        acc: &mut [f32],
+        out: &mut [(f32, f32)],
+    ) -> bool {
+        let (q, k, v, d) = (self.q, self.k, self.v, self.q.ne[0]);
+        let hk = heads.start / self.group;
+        let same_kv = (heads.end - 1) / self.group == hk;
+        let packed = k.nb[0] == 2 && v.nb[0] == 2;
+        if !(self.k16 && self.v16 && packed && same_kv && self.max_bias <= 0.0) {
+            return false;
+        }
+        let mask = match self.mask {
+            None => None,
+            Some(m) if m.dtype == DType::F16 && m.nb[0] == 2 && m.ne[2] == 1 && m.ne[3] == 1 => {
+                // SAFETY: row 0 of the mask (the one query row), shared by every head.
+                Some(unsafe { m.row_ptr(0, 0, 0) }.cast::<u16>().cast_const())
+            }
+            Some(_) => return false,
+        };
+        let mut qcs: Vec<Vec<u8>> = Vec::with_capacity(heads.len());
+        for h in heads.clone() {
+            // SAFETY: (0, h, 0) is a row of q.
+            unsafe { load(q.row_ptr(0, h, 0), q.dtype, q.nb[0], b.qf) };
+            self.qdot.convert(b.qf, b.qc);
+            qcs.push(b.qc[..d * 2].to_vec());
+        }
+        let rows: Vec<attention_f16::Row> = qcs
+            .iter()
+            .map(|qc| attention_f16::Row {
+                q: qc.as_ptr().cast(),
+                // SAFETY: cell 0 of the KV head's rows (the loop stays inside k and v).
+                k: unsafe { k.row_ptr(0, hk, 0) },
+                // SAFETY: as above.
+                v: unsafe { v.row_ptr(0, hk, 0) },
+                k_stride: k.nb[1],
+                v_stride: v.nb[1],
+                mask,
+                slope: 1.0,
+                kq_scale: self.kq_scale,
+                softcap: self.softcap,
+            })
+            .collect();
+        // SAFETY: every row's pointers cover the cells (< n_kv); acc and out sized per head.
+        unsafe { attention_f16::attend_group(&rows, d, v.ne[0], acc, out, cells, p.simd) }
+    }
+
     /// Query row `iq` of head `h` (batch `i3`) against KV cells `cells`: leaves the
     /// unnormalised V sum in `b.acc` (f32; from the f16 accumulator for an F16 V) and returns
     /// the running (max, sum). Cells the mask sets to -inf are skipped.

@@ -187,6 +187,111 @@ mod x86 {
         (max, sum)
     }
 
+    /// [`super::attend_group`] at AVX-512: `d` a multiple of 64, `dv` of 16 (both <= 256).
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn group_avx512(
+        rows: &[Row],
+        d: usize,
+        dv: usize,
+        acc: &mut [f32],
+        out: &mut [(f32, f32)],
+        cells: std::ops::Range<usize>,
+    ) {
+        let g = rows.len();
+        // The queries as f32 (exact: they are f16 values), each `d` long.
+        let mut qf = vec![0f32; g * d];
+        for (h, r) in rows.iter().enumerate() {
+            for i in (0..d).step_by(16) {
+                // SAFETY: 16 of the d f16 query values; qf has room.
+                unsafe {
+                    let v = _mm512_cvtph_ps(_mm256_loadu_si256(r.q.add(i).cast()));
+                    _mm512_storeu_ps(qf.as_mut_ptr().add(h * d + i), v);
+                }
+            }
+        }
+        acc.iter_mut().for_each(|a| *a = 0.0);
+        let mut state = vec![(f32::NEG_INFINITY, 0f32); g];
+        let mut kf = [0f32; 256];
+        let mut vf = [0f32; 256];
+        let mut step = vec![(1f32, 1f32); g];
+        let r0 = &rows[0];
+        for ic in cells {
+            // SAFETY: caller (the mask, slope, K and V are the group's).
+            let mv = unsafe { mask(r0, ic) };
+            if mv == f32::NEG_INFINITY {
+                continue;
+            }
+            // SAFETY: as above.
+            let (kp, vp) = unsafe {
+                (r0.k.add(ic * r0.k_stride).cast::<u16>(), r0.v.add(ic * r0.v_stride).cast::<u16>())
+            };
+            for i in (0..d).step_by(16) {
+                // SAFETY: 16 of the d values of the K row.
+                unsafe {
+                    let v = _mm512_cvtph_ps(_mm256_loadu_si256(kp.add(i).cast()));
+                    _mm512_storeu_ps(kf.as_mut_ptr().add(i), v);
+                }
+            }
+            for (h, r) in rows.iter().enumerate() {
+                // ggml_vec_dot_f16's order, as `avx512`.
+                let q = &qf[h * d..(h + 1) * d];
+                let mut a = [_mm512_setzero_ps(); 4];
+                let mut i = 0;
+                while i < d {
+                    for (j, aj) in a.iter_mut().enumerate() {
+                        // SAFETY: 16 values at i + 16j < d of kf and q.
+                        unsafe {
+                            let vx = _mm512_loadu_ps(kf.as_ptr().add(i + 16 * j));
+                            let vy = _mm512_loadu_ps(q.as_ptr().add(i + 16 * j));
+                            *aj = _mm512_fmadd_ps(vx, vy, *aj);
+                        }
+                    }
+                    i += 64;
+                }
+                let a01 = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+                let h8 = _mm256_add_ps(
+                    _mm512_castps512_ps256(a01),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a01))),
+                );
+                let h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps::<1>(h8));
+                let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+                let dot = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps::<1>(h2, h2)));
+                let s = score(r, dot, mv);
+                step[h] = softmax_step(s, &mut state[h].0);
+            }
+            for i in (0..dv).step_by(16) {
+                // SAFETY: 16 of the dv values of the V row.
+                unsafe {
+                    let v = _mm512_cvtph_ps(_mm256_loadu_si256(vp.add(i).cast()));
+                    _mm512_storeu_ps(vf.as_mut_ptr().add(i), v);
+                }
+            }
+            for (h, &(ms, vs)) in step.iter().enumerate() {
+                let ah = &mut acc[h * dv..(h + 1) * dv];
+                let (m, w) = (_mm512_set1_ps(ms), _mm512_set1_ps(vs));
+                for i in (0..dv).step_by(16) {
+                    // SAFETY: 16 values at i < dv of the head's accumulator and of vf.
+                    unsafe {
+                        let p = ah.as_mut_ptr().add(i);
+                        let mut x = _mm512_loadu_ps(p);
+                        if ms != 1.0 {
+                            x = _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+                                _mm512_mul_ps(x, m),
+                            ));
+                        }
+                        let vv = _mm512_loadu_ps(vf.as_ptr().add(i));
+                        x = _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+                            _mm512_fmadd_ps(vv, w, x),
+                        ));
+                        _mm512_storeu_ps(p, x);
+                    }
+                }
+                state[h].1 = state[h].1.mul_add(ms, vs);
+            }
+        }
+        out.copy_from_slice(&state);
+    }
+
     /// AVX2, `NV` vectors of 8 in a V row, `d` a multiple of 32.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn avx2<const NV: usize>(
@@ -251,4 +356,41 @@ mod x86 {
         }
         (max, sum)
     }
+}
+
+/// [`attend`] for the query heads sharing one KV head (`rows`, same K, V, mask and slope), at
+/// once: each cell's K and V rows are widened once for all of them, the queries once for the
+/// whole range; each head's arithmetic is [`attend`]'s (the same bits). Leaves head `h`'s f32 V
+/// sum in `acc[h·dv..]` and its (max, sum) in `out[h]`; `false` where no kernel covers the
+/// shapes (the caller runs the heads one by one).
+///
+/// # Safety
+/// As [`attend`] for every row; `acc` holds `rows.len() · dv` floats, `out` `rows.len()`.
+pub(super) unsafe fn attend_group(
+    rows: &[Row],
+    d: usize,
+    dv: usize,
+    acc: &mut [f32],
+    out: &mut [(f32, f32)],
+    cells: std::ops::Range<usize>,
+    simd: crate::SimdLevel,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let fma = crate::simd::has_fma() && std::is_x86_feature_detected!("f16c");
+        let ok = simd >= crate::SimdLevel::Avx512
+            && std::is_x86_feature_detected!("avx512f")
+            && fma
+            && d % 64 == 0
+            && dv % 16 == 0
+            && dv <= 256
+            && d <= 256;
+        if ok {
+            // SAFETY: features and shapes checked; pointers per the caller.
+            unsafe { x86::group_avx512(rows, d, dv, acc, out, cells) };
+            return true;
+        }
+    }
+    let _ = (rows, d, dv, acc, out, cells, simd);
+    false
 }

@@ -51,26 +51,41 @@ pub(crate) fn flash_attn_ext_split(
     let partials = p.wdata.cast::<f32>();
     let chunk = n_kv.div_ceil(nth);
     let (start, end) = ((p.ith * chunk).min(n_kv), ((p.ith + 1) * chunk).min(n_kv));
+    let group = n_head / qkv[1].ne[2];
+    let mut gacc = vec![0f32; group * dv];
+    let mut gout = vec![(f32::NEG_INFINITY, 0f32); group];
     a.with_scratch(|b| {
-        for h in 0..n_head {
-            // SAFETY: share (h, ith) of the buffer is this thread's alone until the barrier.
-            let out = unsafe {
-                std::slice::from_raw_parts_mut(partials.add((h * nth + p.ith) * size), size)
-            };
-            if start >= end {
-                out[0] = f32::NEG_INFINITY;
-                out[1] = 0.0;
-                continue;
+        for hk in 0..n_head / group {
+            let heads = hk * group..(hk + 1) * group;
+            // The heads of one KV head together where the group kernel applies.
+            let grouped = start < end
+                && a.attend_heads(p, b, heads.clone(), start..end, &mut gacc, &mut gout);
+            for h in heads {
+                // SAFETY: share (h, ith) of the buffer is this thread's alone until the barrier.
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(partials.add((h * nth + p.ith) * size), size)
+                };
+                if start >= end {
+                    out[0] = f32::NEG_INFINITY;
+                    out[1] = 0.0;
+                    continue;
+                }
+                let g = h - hk * group;
+                let (mut max, mut sum) = if grouped {
+                    b.acc.copy_from_slice(&gacc[g * dv..(g + 1) * dv]);
+                    gout[g]
+                } else {
+                    a.attend(p, b, (0, h, 0), start..end)
+                };
+                if let (Some(s), 0) = (&sinks, start) {
+                    let sink = sink_at(s, h);
+                    sum = apply_sink(sink, max, sum, b.acc, a.fused);
+                    max = max.max(sink);
+                }
+                out[0] = max;
+                out[1] = sum;
+                out[2..].copy_from_slice(b.acc);
             }
-            let (mut max, mut sum) = a.attend(p, b, (0, h, 0), start..end);
-            if let (Some(s), 0) = (&sinks, start) {
-                let sink = sink_at(s, h);
-                sum = apply_sink(sink, max, sum, b.acc, a.fused);
-                max = max.max(sink);
-            }
-            out[0] = max;
-            out[1] = sum;
-            out[2..].copy_from_slice(b.acc);
         }
     });
     p.sync.barrier();
