@@ -64,6 +64,10 @@
 
 mod activations;
 mod arch;
+
+/// `_mm512_reduce_add_ps`'s lane order, for kernels outside the products (flash attention).
+#[cfg(target_arch = "x86_64")]
+pub(crate) use arch::x86::avx512::reduce_add;
 mod chunked;
 mod convert;
 pub(crate) mod dot_f16;

@@ -48,6 +48,7 @@ pub(super) unsafe fn attend(
         use crate::SimdLevel;
         let dv = acc.len();
         let fma = crate::simd::has_fma() && std::is_x86_feature_detected!("f16c");
+        // The AVX-512 level implies F, BW, VL and DQ (SimdLevel::detect).
         if simd >= SimdLevel::Avx512 && std::is_x86_feature_detected!("avx512f") && fma {
             // SAFETY: features checked; pointers per the caller.
             return unsafe {
@@ -78,6 +79,7 @@ pub(super) unsafe fn attend(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::Row;
+    use crate::matmul::reduce_add;
     use std::arch::x86_64::*;
 
     /// Mask value of cell `ic` times the slope (0 without a mask).
@@ -118,7 +120,7 @@ mod x86 {
     }
 
     /// AVX-512, `NV` vectors of 16 in a V row, `d` a multiple of 64.
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
     pub(super) unsafe fn avx512<const NV: usize>(
         row: &Row,
         d: usize,
@@ -151,15 +153,9 @@ mod x86 {
                 }
                 i += 64;
             }
+            // dot_avx512's fold, then _mm512_reduce_add_ps's order (the matmul's reduce_add).
             let a01 = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
-            let h8 = _mm256_add_ps(
-                _mm512_castps512_ps256(a01),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a01))),
-            );
-            let h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps::<1>(h8));
-            // (s4[0] + s4[2]) + (s4[1] + s4[3])
-            let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-            let dot = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps::<1>(h2, h2)));
+            let dot = reduce_add(a01);
             let s = score(row, dot, mv);
             let (ms, vs) = softmax_step(s, &mut max);
             if ms != 1.0 {
@@ -188,7 +184,7 @@ mod x86 {
     }
 
     /// [`super::attend_group`] at AVX-512: `d` a multiple of 64, `dv` of 16 (both <= 256).
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
     pub(super) unsafe fn group_avx512(
         rows: &[Row],
         d: usize,
@@ -248,14 +244,9 @@ mod x86 {
                     }
                     i += 64;
                 }
+                // dot_avx512's fold, then _mm512_reduce_add_ps's order (the matmul's reduce_add).
                 let a01 = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
-                let h8 = _mm256_add_ps(
-                    _mm512_castps512_ps256(a01),
-                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a01))),
-                );
-                let h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps::<1>(h8));
-                let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-                let dot = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps::<1>(h2, h2)));
+                let dot = reduce_add(a01);
                 let s = score(r, dot, mv);
                 step[h] = softmax_step(s, &mut state[h].0);
             }
