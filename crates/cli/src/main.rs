@@ -20,6 +20,7 @@ mod quantize_cmd;
 mod run_cmd;
 mod sampling_args;
 mod serve_cmd;
+mod serve_vision;
 mod spec_args;
 mod tokenize_cmd;
 

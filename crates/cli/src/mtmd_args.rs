@@ -60,29 +60,7 @@ impl MtmdArgs {
             }
             return Ok(None);
         };
-        let mmproj = Mmproj::load(path)?;
-        if mmproj.n_mmproj_embd != model.hparams.n_embd {
-            bail!(
-                "{}: the projector makes embeddings {} wide, the model is {} wide (the mmproj \
-                 file of another model?)",
-                path.display(),
-                mmproj.n_mmproj_embd,
-                model.hparams.n_embd
-            );
-        }
-        // The model's devices first (llama.cpp offloads the projector by default), the CPU last.
-        let mut backends: Vec<Box<dyn tessera_backend::Backend>> = Vec::new();
-        if !self.no_mmproj_offload {
-            for dev in &model.devices {
-                let mut b = dev.init_backend()?;
-                b.set_n_threads(threads)?;
-                backends.push(b);
-            }
-        }
-        let mut cpu = model.host.init_backend()?;
-        cpu.set_n_threads(threads)?;
-        backends.push(cpu);
-        let encoder = Encoder::new(Arc::new(mmproj), backends)?;
+        let encoder = load_encoder(path, model, threads, !self.no_mmproj_offload)?;
         let images = self
             .image
             .iter()
@@ -90,6 +68,38 @@ impl MtmdArgs {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(Vision { encoder, images }))
     }
+}
+
+/// Loads the projector at `path` (checked against `model`) into an encoder on the model's
+/// devices (with `offload`, llama.cpp's default) and the CPU, which takes what they lack.
+pub fn load_encoder(
+    path: &std::path::Path,
+    model: &Model,
+    threads: usize,
+    offload: bool,
+) -> Result<Encoder> {
+    let mmproj = Mmproj::load(path)?;
+    if mmproj.n_mmproj_embd != model.hparams.n_embd {
+        bail!(
+            "{}: the projector makes embeddings {} wide, the model is {} wide (the mmproj file \
+             of another model?)",
+            path.display(),
+            mmproj.n_mmproj_embd,
+            model.hparams.n_embd
+        );
+    }
+    let mut backends: Vec<Box<dyn tessera_backend::Backend>> = Vec::new();
+    if offload {
+        for dev in &model.devices {
+            let mut b = dev.init_backend()?;
+            b.set_n_threads(threads)?;
+            backends.push(b);
+        }
+    }
+    let mut cpu = model.host.init_backend()?;
+    cpu.set_n_threads(threads)?;
+    backends.push(cpu);
+    Ok(Encoder::new(Arc::new(mmproj), backends)?)
 }
 
 impl Vision {

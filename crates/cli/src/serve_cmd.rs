@@ -12,10 +12,14 @@ pub struct ServeArgs {
     /// Model file (GGUF); default: SmolLM2-135M-Instruct.
     #[arg(short = 'm', long)]
     model: Option<PathBuf>,
-    /// llama-server's multimodal projector: refused by name, the server does not take images
-    /// yet (`tessera run --mmproj` does).
-    #[arg(long = "mmproj", value_name = "FILE", hide = true)]
+    /// The model's multimodal projector (GGUF mmproj file, llama-server's -mm): chat requests
+    /// may then hold images (OpenAI image_url parts with data: URLs, Anthropic image blocks,
+    /// Responses input_image, /completion's multimodal_data).
+    #[arg(long = "mmproj", value_name = "FILE")]
     mmproj: Option<PathBuf>,
+    /// Keep the vision encoder on the CPU when the model's layers are offloaded.
+    #[arg(long = "no-mmproj-offload")]
+    no_mmproj_offload: bool,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -176,15 +180,23 @@ fn api_keys(a: &ServeArgs) -> Result<Option<String>> {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(a: ServeArgs) -> Result<()> {
-    if let Some(p) = &a.mmproj {
-        anyhow::bail!(
-            "--mmproj {}: tessera serve does not take images yet (image_url parts are refused); \
-             tessera run --mmproj FILE --image FILE does",
-            p.display()
-        );
-    }
     let path = common::resolve_model(a.model.as_deref())?;
     let model = Arc::new(common::load(&path, a.no_repack, &a.offload)?);
+    let vision = match &a.mmproj {
+        Some(p) => {
+            let threads = common::threads(a.threads);
+            use tessera_server::vision::Vision as _;
+            let v = crate::serve_vision::MtmdVision::load(
+                p,
+                model.clone(),
+                threads,
+                !a.no_mmproj_offload,
+            )?;
+            eprintln!("tessera serve: images on ({} projector, {})", v.name(), p.display());
+            Some(tessera_server::vision::VisionHandle(Arc::new(v)))
+        }
+        None => None,
+    };
     let spec = a.spec.server_config(&model, a.no_repack)?;
     let chat_template = match &a.chat_template_file {
         Some(f) => {
@@ -255,6 +267,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         lora_init_without_apply: a.lora_init_without_apply,
         context_shift: a.context_shift && !a.no_context_shift,
         spec,
+        vision,
     };
     let server = tessera_server::start(model, cfg, true).map_err(common::explain)?;
     if a.embedding {

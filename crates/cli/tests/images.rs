@@ -118,8 +118,8 @@ fn an_image_prompt_generates_llama_cpps_tokens() {
         "-no-cnv",
     ]);
     assert!(!ok && err.contains("96 wide"), "{err}");
-    let (ok, _, err) = run(&["serve", "-m", m, "--mmproj", mm]);
-    assert!(!ok && err.contains("does not take images yet"), "{err}");
+    let (ok, _, err) = run(&["serve", "-m", m, "--mmproj", other.to_str().unwrap()]);
+    assert!(!ok && err.contains("96 wide"), "{err}");
     let bad = dir.path().join("bad.png");
     std::fs::write(&bad, b"not an image at all").unwrap();
     let (ok, _, err) = run(&[

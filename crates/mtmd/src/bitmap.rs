@@ -92,6 +92,18 @@ impl Bitmap {
         Ok(to_rgb(img))
     }
 
+    /// A 64-bit hash of the pixels and the size (FNV-1a): equal images hash equal, whatever
+    /// file format carried them (llama-server keys cached images by such a hash).
+    pub fn content_hash(&self) -> u64 {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let size = [(self.width as u64).to_le_bytes(), (self.height as u64).to_le_bytes()];
+        for &b in size.iter().flatten().chain(&self.rgb) {
+            h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+        }
+        h
+    }
+
     /// Reads and decodes an image file.
     pub fn open(path: &std::path::Path, limits: ImageLimits) -> Result<Bitmap> {
         let what = path.display().to_string();

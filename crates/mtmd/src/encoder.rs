@@ -51,6 +51,11 @@ impl Encoder {
         &self.mmproj
     }
 
+    /// The mmproj file encoded with, shared.
+    pub fn mmproj_shared(&self) -> Arc<Mmproj> {
+        self.mmproj.clone()
+    }
+
     /// The embeddings of one preprocessed image: `n_tokens × n_mmproj_embd` values, token by
     /// token (llama.cpp's `clip_image_encode` output).
     pub fn encode(&mut self, img: &ImageF32) -> Result<Vec<f32>> {

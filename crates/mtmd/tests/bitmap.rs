@@ -69,3 +69,14 @@ fn corrupt_and_unknown_data_are_named_errors() {
     assert!(!e.is_empty());
     assert!(Bitmap::from_rgb(2, 2, vec![0; 11]).is_err());
 }
+
+#[test]
+fn the_content_hash_follows_the_pixels_and_the_size() {
+    let a = Bitmap::from_rgb(2, 1, vec![1, 2, 3, 4, 5, 6]).unwrap();
+    let b = Bitmap::from_rgb(1, 2, vec![1, 2, 3, 4, 5, 6]).unwrap();
+    let mut c = a.clone();
+    c.rgb[5] = 7;
+    assert_eq!(a.content_hash(), a.clone().content_hash());
+    assert_ne!(a.content_hash(), b.content_hash(), "the same bytes in another shape");
+    assert_ne!(a.content_hash(), c.content_hash());
+}

@@ -55,6 +55,7 @@ mod ids;
 mod json;
 pub mod metrics;
 pub mod response_store;
+pub mod vision;
 
 pub use chat::reasoning;
 pub use http::listen;
@@ -136,6 +137,8 @@ pub struct ServerConfig {
     pub context_shift: bool,
     /// Speculative decoding (`--spec-type`, `-md`, ...): `None` decodes one token per step.
     pub spec: Option<engine::SpecConfig>,
+    /// The vision encoder (`--mmproj`): chat requests may hold images.
+    pub vision: Option<vision::VisionHandle>,
 }
 
 /// A started server: its address, and a way to stop it.
@@ -215,6 +218,38 @@ async fn signal(handle_signals: bool) {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// What a server with images cannot do (as llama-server, which refuses speculation and turns
+/// the context shift off with a projector): refused by name at start.
+fn check_vision(
+    v: &Arc<dyn vision::Vision>,
+    model: &Model,
+    cfg: &ServerConfig,
+    embeddings: bool,
+) -> Result<()> {
+    let refuse = |what: &str| {
+        Err(ServerError::Config(format!("--mmproj with {what}: not supported with images")))
+    };
+    if v.n_embd() != model.hparams.n_embd {
+        return Err(ServerError::Config(format!(
+            "--mmproj: the projector ({}) makes embeddings {} wide, the model is {} wide (the \
+             mmproj file of another model?)",
+            v.name(),
+            v.n_embd(),
+            model.hparams.n_embd
+        )));
+    }
+    if cfg.spec.is_some() {
+        return refuse("speculative decoding (-md, --spec-type)");
+    }
+    if cfg.context_shift {
+        return refuse("--context-shift (an image cannot be cut in half)");
+    }
+    if embeddings {
+        return refuse("--embedding");
+    }
+    Ok(())
+}
+
 /// Starts the engine and the HTTP server on their own threads; returns once it listens.
 /// With `handle_signals`, SIGINT and SIGTERM stop it gracefully.
 pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Result<Server> {
@@ -260,6 +295,9 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             ServerError::Config(format!("{whose} does not render: {e}"))
         })?;
     }
+    if let Some(v) = &cfg.vision {
+        check_vision(&v.0, &model, &cfg, embeddings.is_some())?;
+    }
     let api_keys = api_keys(cfg.api_key.as_deref())?;
     let metrics = Arc::new(metrics::Metrics::default());
     let engine = engine::Engine::start(
@@ -281,6 +319,7 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
             loras: cfg.loras.iter().map(|(a, _)| a.clone()).collect(),
             context_shift: cfg.context_shift,
             spec: cfg.spec.clone(),
+            vision: cfg.vision.clone(),
         },
         metrics.clone(),
     )?;
@@ -303,6 +342,11 @@ pub fn start(model: Arc<Model>, cfg: ServerConfig, handle_signals: bool) -> Resu
         sampling: cfg.sampling.clone(),
         loras: engine::LoraTable::new(cfg.loras.clone(), cfg.lora_init_without_apply),
         speculative: cfg.spec.as_ref().map(|s| s.source.name()),
+        vision: cfg.vision.as_ref().map(|v| v.0.clone()),
+        max_body: match cfg.vision {
+            Some(_) => http::middleware::MAX_BODY_IMAGES,
+            None => http::middleware::MAX_BODY,
+        },
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let listener =

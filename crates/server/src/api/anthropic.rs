@@ -97,10 +97,21 @@ fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
             _ => return Err(ApiError::field(&f("content"), "is required: a string or blocks")),
         };
         let (mut text, mut calls) = (String::new(), Vec::new());
+        // With images: the text so far and each image as OpenAI content parts.
+        let mut parts: Vec<Value> = Vec::new();
         for (j, b) in blocks.iter().enumerate() {
             let bf = |k: &str| format!("messages[{i}].content[{j}].{k}");
             match b.get("type").and_then(Value::as_str) {
                 Some("text") => text.push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
+                Some("image") if role == "user" => {
+                    if !text.is_empty() {
+                        parts.push(json!({"type": "text", "text": std::mem::take(&mut text)}));
+                    }
+                    parts.push(content::image_url_part(
+                        image_source(b, &bf("source"))?,
+                        &bf("source"),
+                    ));
+                }
                 Some("thinking" | "redacted_thinking") => {}
                 Some("tool_use") if role == "assistant" => {
                     let name = b
@@ -137,7 +148,12 @@ fn to_openai(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
                 None => return Err(ApiError::field(&bf("type"), "is required")),
             }
         }
-        if !text.is_empty() || !calls.is_empty() {
+        if !parts.is_empty() {
+            if !text.is_empty() {
+                parts.push(json!({"type": "text", "text": text}));
+            }
+            msgs.push(json!({"role": role, "content": parts}));
+        } else if !text.is_empty() || !calls.is_empty() {
             let mut msg = json!({"role": role, "content": text});
             if !calls.is_empty() {
                 msg["tool_calls"] = Value::Array(calls);
@@ -406,6 +422,25 @@ async fn run(st: Arc<AppState>, body: Body) -> Result<Response, ApiError> {
         }
     });
     Ok(sse_response(sse_rx))
+}
+
+/// An `image` block's source as a URL: `{"type": "base64", "media_type", "data"}` becomes a
+/// `data:` URL; `{"type": "url", "url"}` stays (and is refused as remote later).
+fn image_source(b: &Value, field: &str) -> Result<String, ApiError> {
+    let src = b.get("source").ok_or_else(|| ApiError::field(field, "is required"))?;
+    let get = |k: &str| {
+        src.get(k)
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::field(&format!("{field}.{k}"), "is required: a string"))
+    };
+    match get("type")? {
+        "base64" => Ok(format!("data:{};base64,{}", get("media_type")?, get("data")?)),
+        "url" => Ok(get("url")?.to_string()),
+        t => Err(ApiError::field(
+            &format!("{field}.type"),
+            format!("'{t}' image sources are not supported (base64; url is refused as remote)"),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::chat::tools::{Format, Tool, ToolChoice, ToolUse};
 use crate::engine::{Event, Finished, Job, Logprob};
 use crate::error::ApiError;
 use crate::http::AppState;
+use crate::vision::{Images, Piece};
 use tokio::sync::mpsc;
 
 /// Renders and tokenizes the prompt, checks it fits the context, queues the job; says whether
@@ -26,8 +27,17 @@ pub(crate) fn start(
         _ => None,
     };
     let opened = rendered.as_deref().is_some_and(crate::chat::reasoning::prompt_opens_thinking);
-    let tokens = req.prompt.tokens(vocab, rendered.as_deref())?;
     let field = req.prompt.field();
+    let (tokens, images) = if req.images.is_empty() {
+        (req.prompt.tokens(vocab, rendered.as_deref())?, Images::default())
+    } else {
+        let text = match (&req.prompt, rendered.as_deref()) {
+            (_, Some(r)) => r,
+            (Prompt::Text(t), None) => t.as_str(),
+            _ => return Err(ApiError::field(&req.images[0].field, "images need a text prompt")),
+        };
+        image_tokens(st, req, text, field)?
+    };
     if tokens.is_empty() {
         return Err(ApiError::field(field, "the prompt is empty"));
     }
@@ -92,9 +102,39 @@ pub(crate) fn start(
         n_keep: req.n_keep,
         n_discard: req.n_discard,
         spec: req.spec.clone(),
+        images,
     })?;
     st.metrics.add_request();
     Ok((rx, opened))
+}
+
+/// The tokens of a prompt with images (`text` holds a marker per image): cut by the server's
+/// vision encoder, each image's positions holding placeholder ids; an error names the image
+/// at fault.
+fn image_tokens(
+    st: &AppState,
+    req: &GenRequest,
+    text: &str,
+    field: &str,
+) -> Result<(Vec<u32>, Images), ApiError> {
+    let Some(vision) = st.vision.as_ref() else {
+        return Err(ApiError::field(
+            &req.images[0].field,
+            "this server does not take images: start it with --mmproj FILE (the model's \
+             multimodal projector)",
+        ));
+    };
+    let bytes: Vec<&[u8]> = req.images.iter().map(|i| i.bytes.as_slice()).collect();
+    let pieces = vision.tokenize(text, &bytes, true).map_err(|e| {
+        let at = e.image.and_then(|i| req.images.get(i)).map_or(field, |i| i.field.as_str());
+        ApiError::field(at, e.message)
+    })?;
+    if matches!(pieces.last(), Some(Piece::Image(_))) {
+        return Err(ApiError::field(field, "the prompt must end with text after its last image"));
+    }
+    let n_images = pieces.iter().filter(|p| matches!(p, Piece::Image(_))).count();
+    tracing::debug!(images = n_images, "prompt with images");
+    Ok(Images::flatten(pieces))
 }
 
 /// With `tool_choice` `required` or a named function: the grammar of a reply that is a call

@@ -126,7 +126,7 @@ pub(crate) async fn models(State(st): St) -> Json<Value> {
 }
 
 /// llama-server's `GET /props`: what clients (its web UI, agents) read to size requests and
-/// render chats: per-slot context, slot count, chat template, build.
+/// render chats: per-slot context, slot count, chat template, build, whether it sees images.
 pub(crate) async fn props(State(st): St) -> Json<Value> {
     Json(json!({
         "default_generation_settings": {
@@ -138,7 +138,7 @@ pub(crate) async fn props(State(st): St) -> Json<Value> {
         "chat_template": st.template.as_ref().map(|t| t.source.clone()).unwrap_or_default(),
         "n_ctx_train": st.model.hparams.n_ctx_train,
         "build_info": format!("tessera {}", env!("CARGO_PKG_VERSION")),
-        "modalities": {"vision": false, "audio": false},
+        "modalities": {"vision": st.vision.is_some(), "audio": false},
     }))
 }
 

@@ -4,7 +4,7 @@
 
 use crate::api::fields;
 use crate::chat::constrain::Constraint;
-use crate::chat::content::{self, TEXT};
+use crate::chat::content::{self, ImagePart, TEXT};
 use crate::error::ApiError;
 use crate::json::{opt_bool, opt_int, type_name};
 use serde_json::{json, Map, Value};
@@ -53,6 +53,9 @@ pub struct GenRequest {
     /// llama-server's `lora` (`[{"id": N, "scale": S}, ...]`), checked against the server's
     /// adapters when the job starts; `None`: the global scales.
     pub lora: Option<Value>,
+    /// The images the prompt's `<__media__>` markers stand for, in order (a chat's
+    /// `image_url` parts, `/completion`'s `multimodal_data`).
+    pub images: Vec<ImagePart>,
 }
 
 /// `response_format` (OpenAI's `json_object` / `json_schema`, llama-server's
@@ -243,6 +246,7 @@ fn common(
         thinking_budget: opt_int(o, "thinking_budget_tokens", -1, 1 << 30)?,
         cache_prompt,
         lora: o.get("lora").filter(|v| !v.is_null()).cloned(),
+        images: Vec::new(),
     })
 }
 
@@ -264,6 +268,7 @@ pub fn parse_chat(o: &Map<String, Value>, defaults: &Sampling) -> Result<GenRequ
         }
     };
     let mut out = Vec::with_capacity(msgs.len());
+    let mut images = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         let p = |f: &str| format!("messages[{i}].{f}");
         let Value::Object(m) = m else {
@@ -294,7 +299,11 @@ pub fn parse_chat(o: &Map<String, Value>, defaults: &Sampling) -> Result<GenRequ
                 ))
             }
         };
-        let content = content::text(m.get("content").unwrap_or(&Value::Null), &p("content"), TEXT)?;
+        let content = m.get("content").unwrap_or(&Value::Null);
+        let content = match role.as_str() {
+            "user" => content::with_images(content, &p("content"), TEXT, &mut images)?,
+            _ => content::text(content, &p("content"), TEXT)?,
+        };
         let mut msg = ChatMessage::new(&role, &content);
         if let Some(calls) = m.get("tool_calls").filter(|v| !v.is_null()) {
             if role != "assistant" {
@@ -325,6 +334,7 @@ pub fn parse_chat(o: &Map<String, Value>, defaults: &Sampling) -> Result<GenRequ
         out.push(msg);
     }
     let mut req = common(o, Prompt::Chat(out), true, defaults)?;
+    req.images = images;
     req.tools = crate::chat::tools::parse(o)?;
     match o.get("chat_template_kwargs") {
         None | Some(Value::Null) => {}
@@ -366,6 +376,9 @@ pub fn parse_completion(
 /// llama-server's `POST /completion`: one prompt (string, token ids or their mix).
 pub fn parse_native(o: &Map<String, Value>, defaults: &Sampling) -> Result<GenRequest, ApiError> {
     fields::check(o, fields::COMPLETION, true)?;
+    if let Some(Value::Object(p)) = o.get("prompt") {
+        return multimodal_prompt(o, p, defaults);
+    }
     let mut prompts = crate::chat::prompt::parse_prompts(o.get("prompt"))?;
     if prompts.len() != 1 {
         return Err(ApiError::field(
@@ -374,6 +387,50 @@ pub fn parse_native(o: &Map<String, Value>, defaults: &Sampling) -> Result<GenRe
         ));
     }
     common(o, prompts.remove(0), false, defaults)
+}
+
+/// `/completion`'s multimodal prompt (llama-server's): `{"prompt_string": "...",
+/// "multimodal_data": ["<base64>", ...]}`, one `<__media__>` marker per image in the text.
+fn multimodal_prompt(
+    o: &Map<String, Value>,
+    p: &Map<String, Value>,
+    defaults: &Sampling,
+) -> Result<GenRequest, ApiError> {
+    let text = match p.get("prompt_string") {
+        Some(Value::String(s)) => s.clone(),
+        None | Some(Value::Null) => {
+            return Err(ApiError::field("prompt.prompt_string", "is required"))
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "prompt.prompt_string",
+                format!("expected a string, got {}", type_name(other)),
+            ))
+        }
+    };
+    let mut images = Vec::new();
+    match p.get("multimodal_data") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) => {
+            for (i, d) in a.iter().enumerate() {
+                let field = format!("prompt.multimodal_data[{i}]");
+                let Value::String(b64) = d else {
+                    return Err(ApiError::field(&field, "expected a base64 string"));
+                };
+                let url = format!("data:application/octet-stream;base64,{b64}");
+                images.push(ImagePart { bytes: content::data_url_bytes(&url, &field)?, field });
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "prompt.multimodal_data",
+                format!("expected an array of base64 strings, got {}", type_name(other)),
+            ))
+        }
+    }
+    let mut req = common(o, Prompt::Text(text), false, defaults)?;
+    req.images = images;
+    Ok(req)
 }
 
 /// llama-server's `POST /infill`: `input_prefix`, `input_suffix`, optional `input_extra`

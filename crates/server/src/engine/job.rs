@@ -145,6 +145,8 @@ pub struct Job {
     pub n_discard: usize,
     /// The request's speculation settings (`speculative.*`).
     pub spec: crate::engine::SpecRequest,
+    /// The prompt's images (their positions hold placeholder ids, [`crate::vision`]).
+    pub images: crate::vision::Images,
 }
 
 /// What the engine thread is sent: a generation, or inputs to embed (`--embedding`).

@@ -23,6 +23,7 @@ use tessera_llama::{ContextParams, LlamaContext, Model, Pooling};
 mod advance;
 mod budget;
 mod embed;
+mod images;
 mod job;
 mod lora;
 mod prompt_cache;
@@ -69,6 +70,8 @@ pub struct EngineConfig {
     pub context_shift: bool,
     /// Speculative decoding, if any.
     pub spec: Option<SpecConfig>,
+    /// The vision encoder, when prompts may hold images.
+    pub vision: Option<crate::vision::VisionHandle>,
 }
 
 /// A handle on the engine thread.
@@ -115,13 +118,18 @@ impl Engine {
         let stop2 = stop.clone();
         let thread =
             std::thread::Builder::new().name("tessera-engine".into()).spawn(move || {
+                // A projector whose images attend both ways needs each image in one ubatch.
+                let image_rows = match &cfg.vision {
+                    Some(v) if v.0.non_causal() => v.0.max_tokens(),
+                    _ => 0,
+                };
                 let params = ContextParams {
                     n_ctx: cfg.n_ctx,
                     n_threads: cfg.n_threads,
                     flash_attn: cfg.flash_attn,
                     type_k: cfg.cache_types.0,
                     type_v: cfg.cache_types.1,
-                    n_ubatch: cfg.n_batch.min(512),
+                    n_ubatch: cfg.n_batch.min(512).max(image_rows),
                     batch_invariant: cfg.deterministic,
                     embeddings: cfg.embeddings.is_some(),
                     ..ContextParams::default()
@@ -169,6 +177,7 @@ impl Engine {
                 w.loras = cfg.loras;
                 w.context_shift = cfg.context_shift;
                 w.spec = cfg.spec.map(|cfg| spec::SlotSpec { cfg, drafts });
+                w.vision = cfg.vision.map(|v| v.0);
                 w.run(&rx, &stop2, &abort2);
             })?;
         let n_ctx = ready_rx

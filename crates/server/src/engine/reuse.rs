@@ -4,6 +4,7 @@
 
 use super::prompt_cache::{common, MIN_TOKENS};
 use super::worker::{Slot, Worker};
+use crate::vision::Images;
 
 impl Worker<'_> {
     /// Drops slot `i`'s cells (saved to host memory first, where `--cache-ram` allows).
@@ -48,10 +49,18 @@ impl Worker<'_> {
     /// cache (copied back); drops the rest of its cache (saved first). Returns the tokens
     /// kept: at most all but the last, which must be evaluated for its logits. Only cells
     /// computed with LoRA scales `lora` serve.
-    pub(super) fn reuse_prefix(&mut self, i: usize, prompt: &[u32], lora: &[f32]) -> usize {
+    pub(super) fn reuse_prefix(
+        &mut self,
+        i: usize,
+        prompt: &[u32],
+        images: &Images,
+        lora: &[f32],
+    ) -> usize {
+        // An image's cells serve whole or not at all.
         let limit = prompt.len() - 1;
+        let usable = |n: usize| images.floor(n.min(limit));
         let common =
-            |s: &Slot| if s.cache_lora == lora { common(&s.cache, prompt).min(limit) } else { 0 };
+            |s: &Slot| if s.cache_lora == lora { usable(common(&s.cache, prompt)) } else { 0 };
         let own = common(&self.slots[i]);
         // Another slot (idle or busy) may hold a longer prefix: share its cells (the cache is
         // unified; cells carry every sequence that reads them).
@@ -65,7 +74,7 @@ impl Worker<'_> {
             .host
             .as_mut()
             .and_then(|h| h.best(lora, prompt))
-            .map(|(_, n)| n.min(limit))
+            .map(|(_, n)| usable(n))
             .filter(|&n| n > best_slot);
         if own < self.slots[i].cache.len() {
             self.save_slot(i);
@@ -80,7 +89,7 @@ impl Worker<'_> {
             let Some((state, again)) = self.host.as_mut().and_then(|h| h.best(lora, prompt)) else {
                 return 0;
             };
-            let n = n.min(again).min(limit);
+            let n = usable(n.min(again));
             match self.ctx.seq_restore(seq, state, n as i32) {
                 Ok(()) => {
                     self.slots[i].cache = prompt[..n].to_vec();

@@ -79,6 +79,8 @@ pub(super) struct Worker<'m> {
     pub(super) context_shift: bool,
     /// Speculative decoding, if the server does it.
     pub(super) spec: Option<super::spec::SlotSpec<'m>>,
+    /// The vision encoder, when prompts may hold images.
+    pub(super) vision: Option<Arc<dyn crate::vision::Vision>>,
 }
 
 impl<'m> Worker<'m> {
@@ -108,6 +110,7 @@ impl<'m> Worker<'m> {
             n_steps: 0,
             context_shift: false,
             spec: None,
+            vision: None,
         }
     }
 
@@ -186,7 +189,7 @@ impl<'m> Worker<'m> {
             return;
         };
         let keep = if job.cache_prompt {
-            self.reuse_prefix(i, &job.prompt, &job.lora)
+            self.reuse_prefix(i, &job.prompt, &job.images, &job.lora)
         } else {
             // `cache_prompt: false`: the whole prompt is evaluated again.
             self.evict(i);
@@ -202,7 +205,13 @@ impl<'m> Worker<'m> {
             // With a grammar, the grammar decides where the reply may end.
             sampler.ban(self.model.vocab.eog_tokens());
         }
-        tracing::debug!(slot = i, prompt = job.prompt.len(), cached = keep, "request assigned");
+        tracing::debug!(
+            slot = i,
+            prompt = job.prompt.len(),
+            images = job.images.0.len(),
+            cached = keep,
+            "request assigned"
+        );
         sampler.force(job.think_budget.as_mut().and_then(ThinkBudget::start).unwrap_or_default());
         let stream = TextStream::new(job.stop.clone());
         slot.active = Some(Active {
@@ -312,6 +321,14 @@ impl<'m> Worker<'m> {
         let lora = lora.clone();
         self.n_steps += 1;
         let this_step = |a: &Active| a.job.lora == lora;
+        let applied = self.loras.iter().cloned().zip(lora.iter().copied()).collect();
+        if let Err(e) = self.ctx.set_loras(applied) {
+            tracing::error!(error = %e, "applying the LoRA adapters failed");
+            self.fail_all(ApiError::new(500, "server_error", format!("LoRA: {e}")));
+            return;
+        }
+        // Images the reading slots reached go first, each alone (engine/images.rs).
+        self.decode_images(&this_step);
         // Room: what this step would take, capped by the batch size.
         let generating = self
             .slots
@@ -373,7 +390,12 @@ impl<'m> Worker<'m> {
             if budget == 0 {
                 continue;
             }
-            let end = (a.n_past + budget).min(a.job.prompt.len());
+            // Text up to the next image (decoded alone, first thing in a later step).
+            let image = a.job.images.next_start(a.n_past).unwrap_or(usize::MAX);
+            let end = (a.n_past + budget).min(a.job.prompt.len()).min(image);
+            if end == a.n_past {
+                continue;
+            }
             let chunk = a.job.prompt[a.n_past..end].to_vec();
             let last = end == a.job.prompt.len();
             for (k, &t) in chunk.iter().enumerate() {
@@ -408,12 +430,6 @@ impl<'m> Worker<'m> {
             return;
         }
         let t0 = Instant::now();
-        let applied = self.loras.iter().cloned().zip(lora.iter().copied()).collect();
-        if let Err(e) = self.ctx.set_loras(applied) {
-            tracing::error!(error = %e, "applying the LoRA adapters failed");
-            self.fail_all(ApiError::new(500, "server_error", format!("LoRA: {e}")));
-            return;
-        }
         if let Err(e) = self.ctx.decode(&batch) {
             tracing::error!(error = %e, "decode failed");
             self.fail_all(ApiError::new(500, "server_error", format!("decoding failed: {e}")));

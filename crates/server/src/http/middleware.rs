@@ -14,6 +14,10 @@ use std::sync::Arc;
 /// Largest request body (bytes); larger ones get 413.
 pub const MAX_BODY: usize = 1 << 20;
 
+/// Largest request body of a server that takes images (`--mmproj`): room for a few base64
+/// photos.
+pub const MAX_BODY_IMAGES: usize = 32 << 20;
+
 /// `routes` behind the middleware (outermost first: log, CORS, API key, body), with the 404
 /// for unknown paths.
 pub(crate) fn wrap(routes: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
@@ -78,10 +82,10 @@ async fn cors(State(st): St, req: Request, next: Next) -> Response {
 
 /// Reads the request body within `--timeout` (a client that stops half-way gets a 408 and
 /// its connection back, instead of holding a handler forever) and at most [`MAX_BODY`] bytes
-/// (413), before the handler runs.
+/// ([`MAX_BODY_IMAGES`] with images; 413), before the handler runs.
 async fn read_body(State(st): St, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
-    match tokio::time::timeout(st.body_timeout, axum::body::to_bytes(body, MAX_BODY)).await {
+    match tokio::time::timeout(st.body_timeout, axum::body::to_bytes(body, st.max_body)).await {
         Err(_) => ApiError::new(
             408,
             "invalid_request_error",
@@ -95,7 +99,7 @@ async fn read_body(State(st): St, req: Request, next: Next) -> Response {
             let too_large = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
             let (status, what) = if too_large {
-                (413, format!("request body: larger than {MAX_BODY} bytes"))
+                (413, format!("request body: larger than {} bytes", st.max_body))
             } else {
                 (400, format!("request body: {e}"))
             };

@@ -49,6 +49,10 @@ pub struct AppState {
     pub loras: crate::engine::LoraTable,
     /// The speculation source's llama.cpp name, if the server speculates.
     pub speculative: Option<&'static str>,
+    /// The vision encoder (`--mmproj`), if the server takes images.
+    pub vision: Option<std::sync::Arc<dyn crate::vision::Vision>>,
+    /// Largest request body in bytes.
+    pub max_body: usize,
 }
 
 /// The state extractor every handler takes.

@@ -88,6 +88,7 @@ pub fn config(np: usize, queue: usize, api_key: Option<&str>) -> ServerConfig {
         lora_init_without_apply: false,
         context_shift: false,
         spec: None,
+        vision: None,
     }
 }
 

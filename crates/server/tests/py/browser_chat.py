@@ -139,11 +139,13 @@ try:
     driver.find_element(By.ID, "send").click()
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".msg.assistant")) == 2
                and bodies(d)[1] != "")
-    driver.find_element(By.ID, "stop").click()
+    stop = driver.find_element(By.ID, "stop")
+    streaming = stop.is_enabled()  # the model may end its story first (end of text)
+    stop.click()
     wait.until(EC.element_to_be_clickable((By.ID, "send")))
     assert len(driver.find_elements(By.CSS_SELECTOR, ".msg.user")) == 2
     stopped = driver.find_element(By.ID, "stats").text
-    assert "(stopped)" in stopped, stopped
+    assert "(stopped)" in stopped or not streaming, stopped
 
     # New chat empties the page; the past chat comes back from the list.
     driver.find_element(By.ID, "clear").click()

@@ -1,0 +1,109 @@
+//! `tessera serve --mmproj FILE`: tessera-mtmd's encoder behind the server's
+//! [`Vision`] trait (the server library knows no projector). Images are decoded and
+//! preprocessed on the request's thread, within [`ImageLimits`]; the encoder runs on the
+//! engine thread, one image at a time.
+
+use anyhow::Result;
+use std::sync::{Arc, Mutex};
+use tessera_llama::Model;
+use tessera_mtmd::{Bitmap, Chunk, Encoder, ImageF32, ImageLimits, Mmproj, Projector};
+use tessera_server::vision::{Piece, PromptImage, Vision, VisionError};
+
+/// A projector serving a model's requests.
+pub struct MtmdVision {
+    model: Arc<Model>,
+    mmproj: Arc<Mmproj>,
+    encoder: Mutex<Encoder>,
+    name: String,
+}
+
+impl MtmdVision {
+    /// Loads the projector at `path` for `model` (see [`crate::mtmd_args::load_encoder`]).
+    pub fn load(
+        path: &std::path::Path,
+        model: Arc<Model>,
+        threads: usize,
+        offload: bool,
+    ) -> Result<MtmdVision> {
+        let encoder = crate::mtmd_args::load_encoder(path, &model, threads, offload)?;
+        let mmproj = encoder.mmproj_shared();
+        let name = mmproj.projector.name().to_string();
+        Ok(MtmdVision { model, mmproj, encoder: Mutex::new(encoder), name })
+    }
+}
+
+impl Vision for MtmdVision {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn n_embd(&self) -> usize {
+        self.mmproj.n_mmproj_embd
+    }
+
+    fn non_causal(&self) -> bool {
+        self.mmproj.projector == Projector::Gemma3
+    }
+
+    fn max_tokens(&self) -> usize {
+        self.mmproj.hparams.n_output_tokens()
+    }
+
+    fn tokenize(
+        &self,
+        text: &str,
+        images: &[&[u8]],
+        add_special: bool,
+    ) -> Result<Vec<Piece>, VisionError> {
+        let mut bitmaps = Vec::with_capacity(images.len());
+        for (i, bytes) in images.iter().enumerate() {
+            let b = Bitmap::decode(bytes, "", ImageLimits::default())
+                .map_err(|e| VisionError { image: Some(i), message: reason(e) })?;
+            bitmaps.push(b);
+        }
+        let chunks = tessera_mtmd::tokenize(
+            &self.mmproj,
+            &self.model.vocab,
+            text,
+            &bitmaps,
+            add_special,
+            true,
+        )
+        .map_err(|e| VisionError { image: None, message: reason(e) })?;
+        // Image chunks come in the order of the markers, so of the bitmaps.
+        let mut hashes = bitmaps.iter().map(Bitmap::content_hash);
+        Ok(chunks
+            .into_iter()
+            .map(|c| match c {
+                Chunk::Text(t) => Piece::Text(t),
+                Chunk::Image { entries, n_tokens } => Piece::Image(PromptImage {
+                    n_tokens,
+                    hash: hashes.next().unwrap_or_default(),
+                    data: Arc::new(entries),
+                }),
+            })
+            .collect())
+    }
+
+    fn encode(&self, image: &PromptImage) -> Result<Vec<f32>, String> {
+        let Some(entries) = image.data.downcast_ref::<Vec<ImageF32>>() else {
+            return Err("an image not prepared by this encoder".into());
+        };
+        let mut enc = self.encoder.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for e in entries {
+            out.extend(enc.encode(e).map_err(|e| e.to_string())?);
+        }
+        Ok(out)
+    }
+}
+
+/// An error's reason without the "image :" prefix the empty name would leave (the server
+/// names the request field instead).
+fn reason(e: tessera_mtmd::MtmdError) -> String {
+    match e {
+        tessera_mtmd::MtmdError::Image { reason, .. } => reason,
+        tessera_mtmd::MtmdError::Prompt { reason } => reason,
+        other => other.to_string(),
+    }
+}
