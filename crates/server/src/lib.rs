@@ -26,6 +26,10 @@
 //!   and OpenAI's `POST /v1/responses` ([`api::responses`]), all over the same engine.
 //! - Embeddings with `--embedding` ([`api::embeddings`]): `POST /v1/embeddings` and llama-server's
 //!   `POST /embedding`, pooled by `--pooling` (mean, cls, last, none).
+//! - Images with a projector ([`vision`]): the binary hands the server a [`vision::Vision`]
+//!   (the server knows no projector); `image_url` parts, Anthropic `image` blocks, Responses
+//!   `input_image` and `/completion`'s `multimodal_data` become images in the prompt, cached by
+//!   their content hash as tokens are.
 //! - llama-server's own endpoints too: `/completion`, `/infill` (the model's FIM tokens),
 //!   `/apply-template`, `/props`, `/slots`; CORS for browser front ends on other origins; one
 //!   log line per request and per finished generation (`RUST_LOG`), and llama-server's

@@ -3,6 +3,7 @@ prompt, `tessera run`'s greedy continuation of the image and prompt), or, with `
 after the URL, a server without a projector. Exits non-zero on any mismatch."""
 
 import base64
+import concurrent.futures
 import json
 import os
 import struct
@@ -89,8 +90,23 @@ assert again["content"] == want and again["timings"]["cache_n"] == n_prompt - 1,
 status, third = completion(other)
 # <bos><start_of_image> only: the other image's positions are computed again.
 assert status == 200 and third["timings"]["cache_n"] == 2, third["timings"]
+# The first image again, after the slot took the other: its cells come back whole (from the
+# host prompt cache or the other slot), past the image's last position.
 status, back = completion(image, prompt + " Be brief.")
-assert status == 200, back
+assert status == 200 and back["timings"]["cache_n"] >= 2 + 16 + 1, back["timings"]
+
+
+# Both images at once, each computed afresh in its own slot: the answers of one at a time.
+def fresh(raw):
+    return post("/completion", {
+        "prompt": {"prompt_string": "<__media__>" + prompt,
+                   "multimodal_data": [base64.b64encode(raw).decode()]},
+        "n_predict": 8, "temperature": 0, "cache_prompt": False})[1]["content"]
+
+
+with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    both = list(pool.map(fresh, [image, other]))
+assert both == [want, third["content"]], (both, want, third["content"])
 
 # The official clients: OpenAI chat (plain and streamed), Anthropic messages and the Responses
 # API render the same conversation, so their greedy replies agree.
