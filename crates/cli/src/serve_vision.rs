@@ -70,15 +70,19 @@ impl Vision for MtmdVision {
             true,
         )
         .map_err(|e| VisionError { image: None, message: reason(e) })?;
-        // Image chunks come in the order of the markers, so of the bitmaps.
-        let mut hashes = bitmaps.iter().map(Bitmap::content_hash);
+        // A part of an image (a tile) hashes as the image and its index.
+        let hashes: Vec<u64> = bitmaps.iter().map(Bitmap::content_hash).collect();
+        let part_hash = |(i, k): (usize, usize)| {
+            let h = hashes.get(i).copied().unwrap_or_default();
+            h ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        };
         Ok(chunks
             .into_iter()
             .map(|c| match c {
                 Chunk::Text(t) => Piece::Text(t),
-                Chunk::Image { entries, n_tokens } => Piece::Image(PromptImage {
+                Chunk::Image { entries, n_tokens, source } => Piece::Image(PromptImage {
                     n_tokens,
-                    hash: hashes.next().unwrap_or_default(),
+                    hash: part_hash(source),
                     data: Arc::new(entries),
                 }),
             })

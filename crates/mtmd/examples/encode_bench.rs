@@ -14,7 +14,7 @@ fn main() {
     let threads: usize = args.get(3).map_or(2, |s| s.parse().expect("THREADS"));
     let mmproj = Arc::new(tessera_mtmd::Mmproj::load(&args[0]).expect("mmproj"));
     let img = tessera_mtmd::Bitmap::open(args[1].as_ref(), Default::default()).expect("image");
-    let entries = tessera_mtmd::preprocess(&mmproj, &img);
+    let entries = tessera_mtmd::preprocess(&mmproj, &img).entries;
     let cpu = tessera_backend_cpu::CpuBackend::new(threads);
     let mut enc = tessera_mtmd::Encoder::new(mmproj.clone(), vec![Box::new(cpu)]).expect("encoder");
     for rep in 0..=reps {

@@ -1,12 +1,34 @@
-//! Writes a random Gemma 3 mmproj file: the tests' (`RandomMmproj::tiny_gemma3(N)`), or one of
-//! the shape given, for the reference tools and benchmarks that run llama.cpp's libmtmd on the
-//! same file.
+//! Writes a random mmproj file: the tests' Gemma 3 one (`RandomMmproj::tiny_gemma3(N)`), or one
+//! of the shape given, or with `--idefics3` the tests' Idefics3 one (`tiny_idefics3(N)`), for
+//! the reference tools and benchmarks that run llama.cpp's libmtmd on the same file. With
+//! `--idefics3-lm SRC DST`, copies a SmolLM2 GGUF with Idefics3's image tokens
+//! (`synth::with_idefics3_tokens`).
 //!
-//! `cargo run -p tessera-mtmd --example write_mmproj -- OUT.gguf [N_MMPROJ_EMBD
+//! `cargo run -p tessera-mtmd --example write_mmproj -- [--idefics3 | --idefics3-old] OUT.gguf [N_MMPROJ_EMBD
 //!   [IMAGE_SIZE PATCH N_EMBD N_FF N_LAYER N_HEAD N_MERGE]]`
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--idefics3-lm") {
+        let (src, dst) = (std::path::Path::new(&args[1]), std::path::Path::new(&args[2]));
+        match tessera_mtmd::synth::with_idefics3_tokens(src, dst) {
+            Ok(bytes) => println!("{}: {bytes} bytes", dst.display()),
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    // --idefics3-old: without the longest side (llama.cpp's older files).
+    let idefics3 = match args.first().map(String::as_str) {
+        Some("--idefics3") => Some(true),
+        Some("--idefics3-old") => Some(false),
+        _ => None,
+    };
+    if idefics3.is_some() {
+        args.remove(0);
+    }
     let Some(out) = args.first() else {
         eprintln!(
             "usage: write_mmproj OUT.gguf [N_MMPROJ_EMBD (default 96) [IMAGE_SIZE PATCH N_EMBD \
@@ -18,7 +40,13 @@ fn main() {
         args[i].parse().unwrap_or_else(|_| panic!("{what}: a number, not '{}'", args[i]))
     };
     let n = if args.len() > 1 { num(1, "N_MMPROJ_EMBD") } else { 96 };
-    let mut spec = tessera_mtmd::synth::RandomMmproj::tiny_gemma3(n);
+    let mut spec = match idefics3 {
+        Some(edge) => tessera_mtmd::synth::RandomMmproj {
+            longest_edge: if edge { 128 } else { 0 },
+            ..tessera_mtmd::synth::RandomMmproj::tiny_idefics3(n)
+        },
+        None => tessera_mtmd::synth::RandomMmproj::tiny_gemma3(n),
+    };
     if args.len() > 2 {
         assert_eq!(args.len(), 9, "the shape takes 7 numbers");
         spec.image_size = num(2, "IMAGE_SIZE");

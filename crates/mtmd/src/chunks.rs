@@ -4,10 +4,14 @@
 //! The text is split at each [`MARKER`]; every piece is tokenized alone (special tokens
 //! parsed, no BOS), an image's begin and end strings (Gemma 3: `<start_of_image>`,
 //! `<end_of_image>`) are tokenized into the text around it, consecutive text goes into one
-//! chunk, and the vocabulary's BOS (and EOS, where it adds one) frames the whole. Evaluation:
+//! chunk, and the vocabulary's BOS (and EOS, where it adds one) frames the whole. A sliced
+//! image (Idefics3) becomes one chunk per tile, each after its `<fake_token_around_image>
+//! <row_R_col_C>` text, rows ended by a newline, then the overview between
+//! `\n\n<fake_token_around_image><global-img>` and `<fake_token_around_image>`. Evaluation:
 //! text chunks in batches of `n_batch` tokens, images encoded then decoded as embeddings
 //! batches (with bidirectional attention for Gemma 3), logits for the prompt's last token only.
 
+use crate::Preprocessed;
 use crate::{preprocess, Bitmap, Encoder, ImageF32, Mmproj, MtmdError, Projector, Result};
 use tessera_llama::{Batch, LlamaContext, Vocab};
 
@@ -25,6 +29,9 @@ pub enum Chunk {
         entries: Vec<ImageF32>,
         /// Positions it takes in the context.
         n_tokens: usize,
+        /// Which of the prompt's images it is part of, and which part (a sliced image's
+        /// tiles, then its overview).
+        source: (usize, usize),
     },
 }
 
@@ -42,6 +49,61 @@ impl Chunk {
 fn image_frame(p: Projector) -> (&'static str, &'static str) {
     match p {
         Projector::Gemma3 => ("<start_of_image>", "<end_of_image>"),
+        Projector::Idefics3 => ("", ""),
+    }
+}
+
+/// The first token whose text (special tokens as text) is `text` (mtmd's `lookup_token`).
+fn lookup_token(vocab: &Vocab, text: &str) -> Result<u32> {
+    (0..vocab.n_tokens() as u32)
+        .find(|&t| vocab.token_to_piece(t, true) == text.as_bytes())
+        .ok_or_else(|| MtmdError::Prompt {
+            reason: format!(
+                "the language model's vocabulary has no {text:?} token, which this projector's \
+                 images need (the mmproj file of another model?)"
+            ),
+        })
+}
+
+/// A sliced image's chunks in mtmd's Idefics3 layout (see the module's docs).
+fn idefics3_chunks(
+    vocab: &Vocab,
+    pre: Preprocessed,
+    grid: (usize, usize),
+    n_tokens: usize,
+    index: usize,
+    out: &mut Vec<Chunk>,
+) -> Result<()> {
+    let fake = lookup_token(vocab, "<fake_token_around_image>")?;
+    let (newline, blank) = (lookup_token(vocab, "\n")?, lookup_token(vocab, "\n\n")?);
+    let global = lookup_token(vocab, "<global-img>")?;
+    let mut entries = pre.entries.into_iter();
+    let overview = entries.next();
+    let (cols, rows) = grid;
+    for (k, tile) in entries.enumerate() {
+        let (y, x) = (k / cols, k % cols);
+        let label = format!("<fake_token_around_image><row_{}_col_{}>", y + 1, x + 1);
+        push_text(out, vocab.tokenize(&label, false, true));
+        out.push(Chunk::Image { entries: vec![tile], n_tokens, source: (index, k) });
+        if x + 1 == cols && y + 1 != rows {
+            push_text(out, vec![newline]);
+        }
+    }
+    push_text(out, vec![blank, fake, global]);
+    let k = rows * cols;
+    out.extend(overview.map(|o| Chunk::Image { entries: vec![o], n_tokens, source: (index, k) }));
+    push_text(out, vec![fake]);
+    Ok(())
+}
+
+/// Appends `toks` to the last chunk where it is text, else as a new one.
+fn push_text(chunks: &mut Vec<Chunk>, toks: Vec<u32>) {
+    if toks.is_empty() {
+        return;
+    }
+    match chunks.last_mut() {
+        Some(Chunk::Text(t)) => t.extend(toks),
+        _ => chunks.push(Chunk::Text(toks)),
     }
 }
 
@@ -67,22 +129,19 @@ pub fn tokenize(
     }
     let (beg, end) = image_frame(mmproj.projector);
     let mut chunks: Vec<Chunk> = Vec::new();
-    let push_text = |chunks: &mut Vec<Chunk>, toks: Vec<u32>| {
-        if toks.is_empty() {
-            return;
-        }
-        match chunks.last_mut() {
-            Some(Chunk::Text(t)) => t.extend(toks),
-            _ => chunks.push(Chunk::Text(toks)),
-        }
-    };
+    let per_entry = mmproj.hparams.n_output_tokens();
     for (i, part) in parts.iter().enumerate() {
         push_text(&mut chunks, vocab.tokenize(part, false, parse_special));
         if let Some(img) = images.get(i) {
             push_text(&mut chunks, vocab.tokenize(beg, false, true));
-            let entries = preprocess(mmproj, img);
-            let n_tokens = entries.len() * mmproj.hparams.n_output_tokens();
-            chunks.push(Chunk::Image { entries, n_tokens });
+            let pre = preprocess(mmproj, img);
+            match pre.grid {
+                Some(grid) => idefics3_chunks(vocab, pre, grid, per_entry, i, &mut chunks)?,
+                None => {
+                    let n_tokens = pre.entries.len() * per_entry;
+                    chunks.push(Chunk::Image { entries: pre.entries, n_tokens, source: (i, 0) });
+                }
+            }
             push_text(&mut chunks, vocab.tokenize(end, false, true));
         }
     }

@@ -235,9 +235,28 @@ impl<'m> GraphBuilder<'m> {
         let x = self.layer_norm(inpl, "v.post_ln")?;
         let out = match self.m.projector {
             Projector::Gemma3 => self.gemma3_projector(x, side)?,
+            Projector::Idefics3 => self.idefics3_projector(x, side)?,
         };
         self.ctx.set_output(out);
         Ok((inp_raw, out))
+    }
+
+    /// models/siglip.cpp's Idefics3 branch: `build_patch_merge_permute` (the pixel shuffle:
+    /// each `n_merge × n_merge` block of patches side by side in one row; the side divides, as
+    /// the file was checked) and `build_mm`.
+    fn idefics3_projector(&mut self, x: TensorId, side: usize) -> Result<TensorId> {
+        let (d, s) = (self.m.hparams.n_embd, self.m.hparams.n_merge);
+        let fc = self.w("mm.model.fc.weight")?;
+        let c = &mut self.ctx;
+        let x = c.reshape(x, &[d, side, side]).map_err(graph_err)?;
+        // Unshuffle the height, then the width.
+        let x = c.reshape(x, &[d * s, side / s, side]).map_err(graph_err)?;
+        let x = c.permute(x, [0, 2, 1, 3]).map_err(graph_err)?;
+        let x = c.cont(x, Some(&[d * s * s, side / s, side / s])).map_err(graph_err)?;
+        let x = c.permute(x, [0, 2, 1, 3]).map_err(graph_err)?;
+        let x = c.cont(x, Some(&[d * s * s, (side / s) * (side / s)])).map_err(graph_err)?;
+        self.named(x, "pixel_shuffle", None);
+        self.ctx.mul_mat(fc, x).map_err(graph_err)
     }
 
     /// models/siglip.cpp's Gemma 3 branch.

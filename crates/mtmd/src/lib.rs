@@ -30,5 +30,5 @@ pub use chunks::{eval_chunks, tokenize, Chunk, MARKER};
 pub use encoder::Encoder;
 pub use error::{MtmdError, Result};
 pub use mmproj::{FfnAct, Mmproj, VisionHparams};
-pub use preprocess::{preprocess, ImageF32};
+pub use preprocess::{preprocess, ImageF32, Preprocessed};
 pub use projector::{Projector, SUPPORTED};

@@ -38,6 +38,10 @@ pub struct VisionHparams {
     /// The feed-forward activation (`clip.use_gelu`, `clip.use_silu`; llama.cpp's default is
     /// the quick GELU).
     pub ffn_act: FfnAct,
+    /// The longest side an image is resized to before it is cut into tiles
+    /// (`clip.vision.preproc_image_size`; 0 where the file does not say: llama.cpp's older
+    /// slicing, tiles of the rounded size).
+    pub longest_edge: usize,
 }
 
 /// The vision tower's feed-forward activation.
@@ -199,6 +203,10 @@ impl Reader<'_> {
         } else {
             match projector {
                 Projector::Gemma3 => 4,
+                // llama.cpp's default (no merge) would fail its pixel shuffle's assert.
+                Projector::Idefics3 => {
+                    return Err(self.meta_err(merge_key, "missing (idefics3 needs it)"))
+                }
             }
         };
         let (gelu, silu) = (self.flag("clip.use_gelu"), self.flag("clip.use_silu"));
@@ -225,6 +233,10 @@ impl Reader<'_> {
             image_std: self.triple("clip.vision.image_std")?,
             n_merge,
             ffn_act,
+            longest_edge: match md.get("clip.vision.preproc_image_size") {
+                Some(_) => self.uint("clip.vision.preproc_image_size", 1 << 16)?,
+                None => 0,
+            },
         };
         if h.image_std.contains(&0.0) {
             return Err(self.meta_err("clip.vision.image_std", "a standard deviation is 0"));
@@ -307,6 +319,16 @@ impl Reader<'_> {
                 let t = self.file.tensor(name).map_err(|_| self.tensor_err(name, "missing"))?;
                 let n_out = t.ne[0] as usize;
                 self.tensor(name, &[n_out, d])?;
+                Ok(n_out)
+            }
+            Projector::Idefics3 => {
+                let name = "mm.model.fc.weight";
+                let t = self.file.tensor(name).map_err(|_| self.tensor_err(name, "missing"))?;
+                let n_out = t.ne.get(1).copied().unwrap_or(0) as usize;
+                self.tensor(name, &[d * h.n_merge * h.n_merge, n_out])?;
+                if n_out == 0 {
+                    return Err(self.tensor_err(name, "no output width"));
+                }
                 Ok(n_out)
             }
         }

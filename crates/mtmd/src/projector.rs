@@ -10,6 +10,9 @@ pub enum Projector {
     /// Gemma 3 (4B and up): SigLIP, 2-D average pooling, RMS norm and the soft-token
     /// projection; images resized with padding to a fixed square.
     Gemma3,
+    /// Idefics3 (SmolVLM): SigLIP, the pixel shuffle (patches merged `n_merge²` into one) and
+    /// a linear projection; images cut into square tiles plus an overview.
+    Idefics3,
 }
 
 impl Projector {
@@ -17,6 +20,7 @@ impl Projector {
     pub fn name(self) -> &'static str {
         match self {
             Projector::Gemma3 => "gemma3",
+            Projector::Idefics3 => "idefics3",
         }
     }
 
@@ -25,6 +29,7 @@ impl Projector {
     pub fn from_name(name: &str) -> Result<Projector, String> {
         match name {
             "gemma3" => Ok(Projector::Gemma3),
+            "idefics3" => Ok(Projector::Idefics3),
             _ if AUDIO.contains(&name) => Err(format!(
                 "projector type '{name}' is an audio encoder; Tessera reads images only"
             )),
@@ -47,10 +52,10 @@ impl fmt::Display for Projector {
 }
 
 /// The names Tessera runs.
-pub const SUPPORTED: &[&str] = &["gemma3"];
+pub const SUPPORTED: &[&str] = &["gemma3", "idefics3"];
 
-/// Next in line (SmolVLM's idefics3, Qwen2.5-VL's merger).
-const PLANNED: &[&str] = &["idefics3", "qwen2.5vl_merger"];
+/// Next in line (Qwen2.5-VL's merger).
+const PLANNED: &[&str] = &["qwen2.5vl_merger"];
 
 /// The other vision projector types of llama.cpp b11312.
 const LLAMA_CPP_VISION: &[&str] = &[
@@ -130,8 +135,9 @@ mod tests {
         assert_eq!(Projector::Gemma3.to_string(), "gemma3");
         let e = Projector::from_name("pixtral").unwrap_err();
         assert!(e.contains("'pixtral' is not implemented") && e.contains("gemma3"), "{e}");
-        let e = Projector::from_name("idefics3").unwrap_err();
-        assert!(e.contains("'idefics3' is not implemented"), "{e}");
+        assert_eq!(Projector::from_name("idefics3"), Ok(Projector::Idefics3));
+        let e = Projector::from_name("qwen2.5vl_merger").unwrap_err();
+        assert!(e.contains("'qwen2.5vl_merger' is not implemented"), "{e}");
         let e = Projector::from_name("ultravox").unwrap_err();
         assert!(e.contains("audio"), "{e}");
         let e = Projector::from_name("frobnicator").unwrap_err();

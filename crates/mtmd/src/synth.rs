@@ -31,6 +31,8 @@ pub struct RandomMmproj {
     pub n_mmproj_embd: usize,
     /// Seed of the weights.
     pub seed: u64,
+    /// `clip.vision.preproc_image_size` (the longest side before tiling; 0: no key).
+    pub longest_edge: usize,
 }
 
 impl RandomMmproj {
@@ -48,6 +50,19 @@ impl RandomMmproj {
             n_merge: 2,
             n_mmproj_embd,
             seed: 1,
+            longest_edge: 0,
+        }
+    }
+
+    /// A small Idefics3 (SmolVLM) projector: 64-pixel tiles of 8-pixel patches, a 2 × 2 pixel
+    /// shuffle (16 tokens a tile), images resized to 128 pixels on their longest side (up to
+    /// 2 × 2 tiles and the overview), for a language model `n_mmproj_embd` wide.
+    pub fn tiny_idefics3(n_mmproj_embd: usize) -> Self {
+        RandomMmproj {
+            projector: Projector::Idefics3,
+            longest_edge: 128,
+            seed: 2,
+            ..RandomMmproj::tiny_gemma3(n_mmproj_embd)
         }
     }
 }
@@ -87,6 +102,9 @@ pub fn write_random_mmproj(spec: &RandomMmproj, path: &Path) -> Result<u64> {
     w.add("clip.vision.attention.layer_norm_epsilon", Value::F32(1e-6)).map_err(g)?;
     w.add("clip.vision.projection_dim", u(spec.n_mmproj_embd)).map_err(g)?;
     w.add("clip.vision.projector.scale_factor", u(spec.n_merge)).map_err(g)?;
+    if spec.longest_edge > 0 {
+        w.add("clip.vision.preproc_image_size", u(spec.longest_edge)).map_err(g)?;
+    }
     w.add("clip.vision.image_mean", Value::Array(Array::F32(vec![0.5, 0.5, 0.5]))).map_err(g)?;
     w.add("clip.vision.image_std", Value::Array(Array::F32(vec![0.5, 0.5, 0.5]))).map_err(g)?;
     let mut rng = Rng(spec.seed.max(1));
@@ -123,6 +141,11 @@ pub fn write_random_mmproj(spec: &RandomMmproj, path: &Path) -> Result<u64> {
                 0.15,
             ));
         }
+        Projector::Idefics3 => {
+            let m = spec.n_merge;
+            let w = vec![d * m * m, spec.n_mmproj_embd];
+            tensors.push(("mm.model.fc.weight".into(), w, 0.0, 0.08));
+        }
     }
     let mut blobs = Vec::with_capacity(tensors.len());
     for (_, shape, base, scale) in &tensors {
@@ -135,4 +158,40 @@ pub fn write_random_mmproj(spec: &RandomMmproj, path: &Path) -> Result<u64> {
         w.add_tensor(name, DType::F32, &shape, bytes).map_err(g)?;
     }
     w.write_file(path).map_err(g)
+}
+
+/// The Idefics3 (SmolVLM) image tokens a test needs for a grid of up to 2 × 2 tiles.
+pub const IDEFICS3_TEST_TOKENS: [&str; 6] = [
+    "<fake_token_around_image>",
+    "<global-img>",
+    "<row_1_col_1>",
+    "<row_1_col_2>",
+    "<row_2_col_1>",
+    "<row_2_col_2>",
+];
+
+/// Copies the language model at `src` (SmolLM2, whose vocabulary is SmolVLM's without its
+/// image tokens) to `dst` with its control tokens 3 to 8 (`<repo_name>` ... `<issue_start>`,
+/// unused in a chat) renamed [`IDEFICS3_TEST_TOKENS`]: a language model an Idefics3
+/// projector's prompts can be written in, for tests and reference tools. Returns the bytes
+/// written.
+pub fn with_idefics3_tokens(src: &Path, dst: &Path) -> Result<u64> {
+    let g =
+        |e: tessera_gguf::GgufError| MtmdError::Gguf { path: src.display().to_string(), source: e };
+    let mut file = tessera_gguf::GgufFile::read(src).map_err(g)?;
+    let md = file.metadata();
+    let types = md.get_i32_array("tokenizer.ggml.token_type").map_err(g)?;
+    let mut tokens = md.get_str_array("tokenizer.ggml.tokens").map_err(g)?.to_vec();
+    const FIRST: usize = 3;
+    for (k, name) in IDEFICS3_TEST_TOKENS.iter().enumerate() {
+        if types.get(FIRST + k) != Some(&3) {
+            return Err(MtmdError::Prompt {
+                reason: format!("{}: token {} is not a control token", src.display(), FIRST + k),
+            });
+        }
+        tokens[FIRST + k] = name.as_bytes().to_vec();
+    }
+    file.metadata_mut().push("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    let w = GgufWriter::from_gguf(&file).map_err(g)?;
+    w.write_file(dst).map_err(|e| MtmdError::Gguf { path: dst.display().to_string(), source: e })
 }

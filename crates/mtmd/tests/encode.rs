@@ -1,4 +1,4 @@
-//! The Gemma 3 vision encoder against llama.cpp's libmtmd (tests/fixtures/encode_LEVEL.json,
+//! The Gemma 3 and Idefics3 vision encoders against llama.cpp's libmtmd (tests/fixtures/encode_LEVEL.json,
 //! made by tools/mtmd_preprocess_ref.py: b11312's `clip_image_encode` on the CPU, 2 threads,
 //! flash attention on, computing with the level's explicit-flags ggml) of the random
 //! `RandomMmproj::tiny_gemma3(96)` and three stored test images: the embeddings equal
@@ -18,9 +18,19 @@ fn from_hex(s: &str) -> Vec<f32> {
 
 #[test]
 fn gemma3_embeddings_are_libmtmds() {
+    check("encode", &RandomMmproj::tiny_gemma3(96));
+}
+
+/// The Idefics3 tower and its pixel shuffle, on every tile and overview of the images.
+#[test]
+fn idefics3_embeddings_are_libmtmds() {
+    check("encode_idefics3", &RandomMmproj::tiny_idefics3(96));
+}
+
+fn check(fixture: &str, spec: &RandomMmproj) {
     let level = tessera_backend_cpu::SimdLevel::from_env();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let fixture = root.join(format!("encode_{}.json", level.name()));
+    let fixture = root.join(format!("{fixture}_{}.json", level.name()));
     if !fixture.exists() {
         eprintln!("no libmtmd reference for the {} level: nothing to compare", level.name());
         return;
@@ -30,7 +40,7 @@ fn gemma3_embeddings_are_libmtmds() {
     assert_eq!(fx["simd_level"], level.name());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mmproj.gguf");
-    write_random_mmproj(&RandomMmproj::tiny_gemma3(96), &path).unwrap();
+    write_random_mmproj(spec, &path).unwrap();
     let mmproj = Arc::new(Mmproj::load(&path).unwrap());
     let cpu = tessera_backend_cpu::CpuBackend::new(2);
     let mut enc = Encoder::new(mmproj.clone(), vec![Box::new(cpu)]).unwrap();
@@ -39,7 +49,7 @@ fn gemma3_embeddings_are_libmtmds() {
     for case in cases {
         let file = case["file"].as_str().unwrap();
         let img = Bitmap::open(&root.join("images").join(file), ImageLimits::default()).unwrap();
-        let entries = preprocess(&mmproj, &img);
+        let entries = preprocess(&mmproj, &img).entries;
         let want = case["embeddings"].as_array().unwrap();
         assert_eq!(entries.len(), want.len(), "{file}");
         for (e, w) in entries.iter().zip(want) {

@@ -1,8 +1,10 @@
-//! Decoding and preprocessing against llama.cpp's libmtmd (tests/fixtures/preprocess.json,
+//! Decoding and preprocessing against llama.cpp's libmtmd (tests/fixtures/preprocess*.json,
 //! made by tools/mtmd_preprocess_ref.py with llama.cpp b11312): for each stored test image
 //! (PNG RGB, RGBA, 16-bit grey, tiny, wide; GIF; JPEG colour and grey), the decoded RGB bytes
-//! equal stb_image's, and the image Gemma 3's preprocessor makes of it (Pillow-compatible
-//! bilinear resize into the padded square, `(x/255 − mean)/std`) equals libmtmd's bit for bit.
+//! equal stb_image's, and the images each preprocessor makes of it equal libmtmd's bit for
+//! bit: Gemma 3's (Pillow-compatible bilinear resize into the padded square,
+//! `(x/255 − mean)/std`), and Idefics3's tiles and overview, with the file's longest side
+//! (Lanczos, twice, then cut) and without (older files: bicubic, padded, rounded to tiles).
 //!
 //! JPEG is the exception: decoders differ in their IDCT and chroma upsampling, and the `image`
 //! crate's is not stb_image's. Its pixels must be within `JPEG_TOL` levels of stb_image's
@@ -23,13 +25,23 @@ fn hex(bytes: &[u8]) -> String {
 
 #[test]
 fn images_decode_and_preprocess_as_libmtmds() {
+    check("preprocess.json", &RandomMmproj::tiny_gemma3(96));
+}
+
+#[test]
+fn idefics3_tiles_and_overviews_are_libmtmds() {
+    check("preprocess_idefics3.json", &RandomMmproj::tiny_idefics3(96));
+    let old = RandomMmproj { longest_edge: 0, ..RandomMmproj::tiny_idefics3(96) };
+    check("preprocess_idefics3-old.json", &old);
+}
+
+fn check(fixture: &str, spec: &RandomMmproj) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let fx: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("preprocess.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(root.join(fixture)).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mmproj.gguf");
-    write_random_mmproj(&RandomMmproj::tiny_gemma3(96), &path).unwrap();
+    write_random_mmproj(spec, &path).unwrap();
     let mmproj = Mmproj::load(&path).unwrap();
     let mut failures = Vec::new();
     let cases = fx["cases"].as_array().unwrap();
@@ -59,7 +71,12 @@ fn images_decode_and_preprocess_as_libmtmds() {
         } else {
             img
         };
-        let entries = preprocess(&mmproj, &img);
+        let pre = preprocess(&mmproj, &img);
+        let grid = case.get("grid").map(|g| {
+            (g[0].as_u64().unwrap() as usize, g[1].as_u64().unwrap() as usize)
+        });
+        assert_eq!(pre.grid, grid, "{file}: tiles");
+        let entries = pre.entries;
         let want = case["entries"].as_array().unwrap();
         assert_eq!(entries.len(), want.len(), "{file}: entries");
         for (j, (e, w)) in entries.iter().zip(want).enumerate() {

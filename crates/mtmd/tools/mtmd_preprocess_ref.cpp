@@ -4,7 +4,8 @@
 // For image i: OUTDIR/i.rgb (the bitmap, 8-bit RGB), OUTDIR/i.f32.j (entry j of the
 // preprocessed batch, little-endian f32) and OUTDIR/i.emb.j (its embeddings from
 // clip_image_encode, 2 threads, flash attention on), and a line "i nx ny n_entries ex ey ..."
-// on stdout.
+// on stdout. With MTMD_REF_PROJ=idefics3, the Idefics3 preprocessor: entry 0 is the
+// overview, the tiles follow row by row, and the line ends with "grid gx gy".
 #include "clip.h"
 #include "clip-impl.h"
 #include "mtmd.h"
@@ -75,8 +76,17 @@ int main(int argc, char ** argv) {
         clip_image_u8 img;
         img.set_size({nx, ny}, false);
         img.cpy_buf(std::vector<uint8_t>(data, data + n));
-        mtmd_image_preprocessor_fixed_size pre(r.ctx_v);
-        mtmd_image_preproc_out po = pre.preprocess(img);
+        const char * proj = getenv("MTMD_REF_PROJ");
+        const bool idefics3 = proj && std::string(proj) == "idefics3";
+        mtmd_image_preproc_out po;
+        if (idefics3) {
+            mtmd_image_preprocessor_idefics3 pre(r.ctx_v);
+            po = pre.preprocess(img);
+            po.entries.insert(po.entries.begin(), std::move(po.overview));
+        } else {
+            mtmd_image_preprocessor_fixed_size pre(r.ctx_v);
+            po = pre.preprocess(img);
+        }
         printf("%d %d %d %zu", idx, nx, ny, po.entries.size());
         for (size_t j = 0; j < po.entries.size(); j++) {
             const auto & e = po.entries[j];
@@ -93,6 +103,9 @@ int main(int argc, char ** argv) {
             fwrite(emb.data(), sizeof(float), emb.size(), h);
             fclose(h);
             printf(" %d %d", e.nx(), e.ny());
+        }
+        if (idefics3) {
+            printf(" grid %d %d", po.grid_x, po.grid_y);
         }
         printf("\n");
         mtmd_bitmap_free(w.bitmap);

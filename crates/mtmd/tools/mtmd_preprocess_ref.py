@@ -12,13 +12,16 @@ three of them (tests/fixtures/encode_LEVEL.json, read by tests/encode.rs); for J
 (tests/fixtures/NAME.stb.rgb), since JPEG decoders round differently.
 
 Usage: VENV/bin/python crates/mtmd/tools/mtmd_preprocess_ref.py LLAMA_CPP_SRC MTMD_LIB_DIR \
-    GGML_LIB_DIR LEVEL BUILD
+    GGML_LIB_DIR LEVEL BUILD [PROJ]
   LLAMA_CPP_SRC: llama.cpp's source tree (tools/mtmd, ggml/include, include, vendor)
   MTMD_LIB_DIR: the directory of libmtmd.so (llama_cpp/lib of a llama-cpp-python 0.3.36 venv)
   GGML_LIB_DIR: the directory of the libggml*.so to compute with: llama-cpp-python built with
     LEVEL's explicit flags (tools/make_ref_set.sh; its libmtmd may be missing), loaded first
   LEVEL, BUILD: the SIMD level (avx2, avx512) and the build's flags, recorded: the embeddings
     (tests/fixtures/encode_LEVEL.json) follow the level's kernels
+  PROJ: gemma3 (default), idefics3 (RandomMmproj::tiny_idefics3(96): tiles and overview,
+    tests/fixtures/preprocess_idefics3.json and encode_idefics3_LEVEL.json) or idefics3-old
+    (the same without clip.vision.preproc_image_size: preprocess_idefics3-old.json only)
 Needs g++ and Pillow (to write the images, only when they are missing).
 """
 import hashlib
@@ -72,13 +75,16 @@ def sha(path):
 
 def main():
     src, libdir, ggml_dir, level, build = sys.argv[1:6]
+    proj = sys.argv[6] if len(sys.argv) > 6 else "gemma3"
+    suffix = "" if proj == "gemma3" else "_" + proj
+    flag = [] if proj == "gemma3" else ["--" + proj]
     if not os.path.isdir(IMAGES) or not os.listdir(IMAGES):
         make_images()
     images = sorted(i for i in os.listdir(IMAGES))
     with tempfile.TemporaryDirectory() as tmp:
         mmproj = os.path.join(tmp, "mmproj.gguf")
         subprocess.run(["cargo", "run", "-q", "-p", "tessera-mtmd", "--example", "write_mmproj",
-                        "--", mmproj], check=True, cwd=CRATE)
+                        "--", *flag, mmproj], check=True, cwd=CRATE)
         exe = os.path.join(tmp, "ref")
         inc = [f"-I{os.path.join(src, d)}" for d in
                ["tools/mtmd", "ggml/include", "include", "vendor", "common"]]
@@ -89,6 +95,8 @@ def main():
         os.makedirs(outdir)
         # The level's ggml (its CPU kernels) ahead of the one beside libmtmd.
         env = dict(os.environ, LD_LIBRARY_PATH=f"{ggml_dir}:{libdir}")
+        if proj != "gemma3":
+            env["MTMD_REF_PROJ"] = "idefics3"
         run = subprocess.run([exe, mmproj, outdir, *[os.path.join(IMAGES, i) for i in images]],
                              check=True, capture_output=True, text=True, env=env)
         cases, encoded = [], []
@@ -112,30 +120,39 @@ def main():
                                 "f32_sha256": sha(p), "head": head})
             case = {"file": images[idx], "decoded": True, "width": nx, "height": ny,
                     "rgb_sha256": sha(os.path.join(outdir, f"{idx}.rgb")), "entries": entries}
+            if "grid" in f:
+                g = f.index("grid")
+                case["grid"] = [int(f[g + 1]), int(f[g + 2])]
             if images[idx] in ENCODED:
                 encoded.append({"file": images[idx], "embeddings": embeddings})
-            if images[idx].endswith(".jpg"):
+            if images[idx].endswith(".jpg") and proj == "gemma3":
                 # JPEG decoders differ in their IDCT and upsampling: stb_image's pixels are kept,
                 # so the test can measure the difference and preprocess stb's own bitmap.
                 import shutil
                 shutil.copy(os.path.join(outdir, f"{idx}.rgb"),
                             os.path.join(CRATE, "tests", "fixtures", images[idx] + ".stb.rgb"))
+            if images[idx].endswith(".jpg"):
                 case["stb_rgb"] = images[idx] + ".stb.rgb"
             cases.append(case)
             print(images[idx], nx, ny, [(e["width"], e["height"]) for e in entries])
     out = {"made_by": "crates/mtmd/tools/mtmd_preprocess_ref.py: llama.cpp b11312's libmtmd "
                       "(llama-cpp-python 0.3.36), stb_image decoding, "
-                      "mtmd_image_preprocessor_fixed_size on RandomMmproj::tiny_gemma3(96)",
+                      + ("mtmd_image_preprocessor_fixed_size on RandomMmproj::tiny_gemma3(96)"
+                         if proj == "gemma3" else
+                         f"mtmd_image_preprocessor_idefics3 on write_mmproj --{proj} (96 wide); "
+                         "entry 0 is the overview, then the tiles row by row"),
            "cases": cases}
-    with open(os.path.join(CRATE, "tests", "fixtures", "preprocess.json"), "w") as f:
+    with open(os.path.join(CRATE, "tests", "fixtures", f"preprocess{suffix}.json"), "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
     enc = {"made_by": "crates/mtmd/tools/mtmd_preprocess_ref.py: llama.cpp b11312's "
                       "clip_image_encode (llama-cpp-python 0.3.36's libmtmd, CPU, 2 threads, flash "
-                      "attention on) of the preprocessed images, RandomMmproj::tiny_gemma3(96); "
+                      f"attention on) of the preprocessed images, write_mmproj {' '.join(flag)} (96 wide); "
                       "embeddings as little-endian f32 bytes in hex",
            "simd_level": level, "build": build, "cases": encoded}
-    with open(os.path.join(CRATE, "tests", "fixtures", f"encode_{level}.json"), "w") as f:
+    if proj == "idefics3-old":
+        return
+    with open(os.path.join(CRATE, "tests", "fixtures", f"encode{suffix}_{level}.json"), "w") as f:
         json.dump(enc, f)
         f.write("\n")
 

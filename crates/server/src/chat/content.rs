@@ -1,7 +1,7 @@
 //! A message's `content` as text, the one parser of content parts every API shares: a
 //! string, null (no text), or a list of parts whose `type` is one of the API's text kinds
 //! (OpenAI chat: `text`; Anthropic: `text` blocks; Responses: `input_text`, `output_text`).
-//! Where images may come ([`with_images`]), OpenAI's `image_url` parts (Anthropic's `image`
+//! Where images may come (`with_images`), OpenAI's `image_url` parts (Anthropic's `image`
 //! blocks and the Responses API's `input_image` items are turned into them) leave a
 //! `<__media__>` marker in the text and their bytes in a list; `data:` URLs only (a remote URL
 //! is refused: the server fetches nothing). Other parts (audio, files) are refused by name.
