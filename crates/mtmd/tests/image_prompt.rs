@@ -1,6 +1,8 @@
 //! A prompt with an image, against llama.cpp's mtmd (tests/fixtures/image_prompt_LEVEL.json,
 //! made by tools/llama_cpp_image_prompt.py with llama.cpp b11312 built with the level's
-//! explicit flags): Gemma-3-270M with the random Gemma 3 projector of its width. The chunks
+//! explicit flags): Gemma-3-270M with the random Gemma 3 projector of its width, and
+//! SmolLM2-135M given Idefics3's image tokens with the random Idefics3 projector of its width
+//! (the image cut into four tiles and an overview, each its own chunk). The chunks
 //! equal `mtmd_tokenize`'s (text tokens, image size), and after `mtmd_helper_eval_chunks` and
 //! each of ten greedy steps llama.cpp's top-5 log-probabilities are met within `TOL`
 //! (bit-exact logits), its greedy tokens fed back. Also: markers and images must agree, and a
@@ -22,21 +24,34 @@ fn log_softmax(l: &[f32]) -> Vec<f64> {
 
 #[test]
 fn an_image_prompt_gives_llama_cpps_log_probabilities() {
+    let path = tessera_models::ensure(&tessera_models::GEMMA3).expect("fetching the model");
+    check("image_prompt", &path, RandomMmproj::tiny_gemma3);
+}
+
+#[test]
+fn an_idefics3_image_prompt_gives_llama_cpps_log_probabilities() {
+    let lm = tessera_models::ensure(&tessera_models::SMOLLM2).expect("fetching the model");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smolvlm-tokens.gguf");
+    tessera_mtmd::synth::with_idefics3_tokens(&lm, &path).unwrap();
+    check("image_prompt_idefics3", &path, RandomMmproj::tiny_idefics3);
+}
+
+fn check(name: &str, path: &Path, spec: fn(usize) -> RandomMmproj) {
     let level = tessera_backend_cpu::SimdLevel::from_env();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let fixture = root.join(format!("image_prompt_{}.json", level.name()));
+    let fixture = root.join(format!("{name}_{}.json", level.name()));
     if !fixture.exists() {
         eprintln!("no llama.cpp reference for the {} level: nothing to compare", level.name());
         return;
     }
     let fx: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
-    let path = tessera_models::ensure(&tessera_models::GEMMA3).expect("fetching the model");
-    let model = Model::load_with(&path, &LoadParams::new(tessera_backend_cpu::CpuDevice::shared()))
-        .unwrap();
+    let model =
+        Model::load_with(path, &LoadParams::new(tessera_backend_cpu::CpuDevice::shared())).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mm_path = dir.path().join("mmproj.gguf");
-    write_random_mmproj(&RandomMmproj::tiny_gemma3(model.hparams.n_embd), &mm_path).unwrap();
+    write_random_mmproj(&spec(model.hparams.n_embd), &mm_path).unwrap();
     let mmproj = Arc::new(Mmproj::load(&mm_path).unwrap());
     let img = Bitmap::open(
         &root.join("images").join(fx["image"].as_str().unwrap()),
@@ -97,7 +112,7 @@ fn an_image_prompt_gives_llama_cpps_log_probabilities() {
         .unwrap_err();
     assert!(e.to_string().contains("0 media markers"), "{e}");
     let other = dir.path().join("other.gguf");
-    write_random_mmproj(&RandomMmproj::tiny_gemma3(96), &other).unwrap();
+    write_random_mmproj(&spec(96), &other).unwrap();
     let other = Arc::new(Mmproj::load(&other).unwrap());
     let mut enc2 =
         Encoder::new(other.clone(), vec![Box::new(tessera_backend_cpu::CpuBackend::new(2))])

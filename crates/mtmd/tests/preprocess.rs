@@ -72,9 +72,9 @@ fn check(fixture: &str, spec: &RandomMmproj) {
             img
         };
         let pre = preprocess(&mmproj, &img);
-        let grid = case.get("grid").map(|g| {
-            (g[0].as_u64().unwrap() as usize, g[1].as_u64().unwrap() as usize)
-        });
+        let grid = case
+            .get("grid")
+            .map(|g| (g[0].as_u64().unwrap() as usize, g[1].as_u64().unwrap() as usize));
         assert_eq!(pre.grid, grid, "{file}: tiles");
         let entries = pre.entries;
         let want = case["entries"].as_array().unwrap();

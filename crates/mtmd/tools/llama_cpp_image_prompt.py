@@ -18,7 +18,11 @@ another 0.3.36 build through MTMD_CPP_LIB (it then uses the level's libllama and
 already loaded).
 
 Usage: MTMD_CPP_LIB=DIR VENV/bin/python crates/mtmd/tools/llama_cpp_image_prompt.py LEVEL \\
-    BUILD_FLAGS GEMMA3.gguf MMPROJ.gguf IMAGE OUT.json
+    BUILD_FLAGS GEMMA3.gguf MMPROJ.gguf IMAGE OUT.json [idefics3]
+
+With `idefics3`: SmolLM2-135M-Instruct given Idefics3's image tokens (`write_mmproj
+--idefics3-lm SRC DST`) and the tests' random Idefics3 projector of its width (`write_mmproj
+--idefics3 OUT 576`), a ChatML prompt: the image becomes its tiles and overview, causal.
 """
 import ctypes
 import json
@@ -40,8 +44,16 @@ STEPS = 10
 TOP = 5
 
 
+PROMPTS = {
+    "gemma3": PROMPT,
+    "idefics3": ("<|im_start|>user\n<__media__>What is in this picture? Answer in one word."
+                 "<|im_end|>\n<|im_start|>assistant\n"),
+}
+
+
 def main():
     level, flags_used, model, mmproj, image, out_path = sys.argv[1:7]
+    prompt = PROMPTS[sys.argv[7] if len(sys.argv) > 7 else "gemma3"]
     llm = Llama(model_path=model, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2,
                 n_threads_batch=2, flash_attn=True, verbose=False)
     p = m.mtmd_context_params_default()
@@ -55,7 +67,7 @@ def main():
                                                     m.mtmd_helper_init_opt_default())
     assert w.bitmap, "the image did not load"
     chunks = m.mtmd_input_chunks_init()
-    text = m.mtmd_input_text(PROMPT.encode(), len(PROMPT.encode()), True, True)
+    text = m.mtmd_input_text(prompt.encode(), len(prompt.encode()), True, True)
     bitmaps = (m.mtmd_bitmap_p_ctypes * 1)(w.bitmap)
     assert m.mtmd_tokenize(mctx, chunks, ctypes.byref(text), bitmaps, 1) == 0
     desc = []
@@ -90,7 +102,7 @@ def main():
     out = {"made_by": "crates/mtmd/tools/llama_cpp_image_prompt.py with llama-cpp-python "
                       f"{llama_cpp.__version__} (llama.cpp b11312), mtmd_tokenize + "
                       "mtmd_helper_eval_chunks, flash attention, 2 threads, n_ctx 512",
-           "simd_level": level, "build": flags_used, "cpu": cpu_flags(), "prompt": PROMPT,
+           "simd_level": level, "build": flags_used, "cpu": cpu_flags(), "prompt": prompt,
            "image": os.path.basename(image), "n_past": new_n_past.value, "chunks": desc,
            "steps": steps}
     with open(out_path, "w") as f:
