@@ -139,6 +139,21 @@ for q in Q4_0 f16; do
   greedy_pair "$q" "$T/1b-$q.gguf" 24
 done
 
+step "an image prompt, CPU vs CUDA (the vision encoder offloaded: IM2COL, POOL_2D, attention)"
+# The 1b file with a random Gemma 3 projector of its width (2048): the same greedy text when the
+# model and the encoder run on the GPU; the encoder's time beside the CPU's.
+run 60 mmproj "$B/write_mmproj" $T/mmproj-2048.gguf 2048 224 14 384 1536 6 6 4
+IMG=crates/mtmd/tests/fixtures/images/rgb_37x23.png
+IM=(run -m $T/1b-Q4_0.gguf --mmproj $T/mmproj-2048.gguf --image $IMG -p "Describe it:" -n 16 --temp 0 -no-cnv)
+run 120 image-cpu "$B/tessera" "${IM[@]}" --device none
+run 120 image-cuda "$B/tessera" "${IM[@]}" -ngl 99
+if cmp -s <(sed '/load time/,$d' "$L/image-cpu.log") <(sed '/load time/,$d' "$L/image-cuda.log"); then
+  echo "image: same text" >> "$R"
+else
+  echo "image: texts differ (see logs)" >> "$R"
+fi
+grep -h "image eval time" "$L/image-cpu.log" "$L/image-cuda.log" >> "$R"
+
 step "Tessera bench -ngl 99"
 for q in $([ -z "$QUICK" ] && echo Q4_0 Q4_K_M f16); do
   run 150 "bench-tessera-$q" "$B/tessera" bench -m $T/1b-$q.gguf -ngl 99 -p 512 -n 128 -r 3

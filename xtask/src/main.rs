@@ -187,6 +187,9 @@ fn gpu_bundle() -> Result<()> {
     let tm = ["-p", "tessera-testmatrix", "--features", "cuda", "--bin", "test-matrix"];
     cargo(&[&["build", "--release"][..], &tm].concat())?;
     std::fs::copy(root.join("target/release/test-matrix"), dir.join("test-matrix"))?;
+    // A random projector for the image step.
+    cargo(&["build", "--release", "-p", "tessera-mtmd", "--example", "write_mmproj"])?;
+    std::fs::copy(root.join("target/release/examples/write_mmproj"), dir.join("write_mmproj"))?;
     // The session's one script: tests, test matrix, models and llama.cpp beside them.
     std::fs::copy(root.join("tools/gpu/check.sh"), dir.join("check.sh"))?;
     let mut script = String::from(

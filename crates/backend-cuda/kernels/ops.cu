@@ -252,6 +252,54 @@ extern "C" __global__ void concat_op(TT d, TT a, TT b, int dim) {
     }
 }
 
+// IM2COL: the patches a convolution reads, one thread per destination element (as the CPU's
+// im2col): 2-D dst [IC*KH*KW, OW, OH, N] from b [IW, IH, IC, N]; 1-D dst [IC*K, OW, N, 1] from
+// b [IW, IC, N, 1]; cells outside the image are 0.
+extern "C" __global__ void im2col_op(TT d, TT b, int kh, int kw, int s0, int s1, int p0, int p1,
+                                     int d0, int d1, int is_2d) {
+    GRID_STRIDE(i, n_elems(d)) {
+        i64 c[4];
+        unravel(d.ne, i, c);
+        const i64 ic = c[0] / (kh * kw), ky = (c[0] / kw) % kh, kx = c[0] % kw;
+        const i64 oh = is_2d ? c[2] : 0, n = is_2d ? c[3] : c[2];
+        const i64 iw = c[1] * s0 + kx * d0 - p0, ih = oh * s1 + ky * d1 - p1;
+        const i64 IH = is_2d ? b.ne[1] : 1;
+        float v = 0.0f;
+        if (ih >= 0 && ih < IH && iw >= 0 && iw < b.ne[0]) {
+            v = is_2d ? ld(b, iw, ih, ic, n) : ld(b, iw, ic, n, 0);
+        }
+        st(d, c[0], c[1], c[2], c[3], v);
+    }
+}
+
+// POOL_2D of each [ne0, ne1] plane, one thread per output (the CPU's loop order; the average's
+// division correctly rounded whatever --use_fast_math says).
+extern "C" __global__ void pool2d_op(TT d, TT a, int op_max, int k0, int k1, int s0, int s1,
+                                     int p0, int p1) {
+    GRID_STRIDE(i, n_elems(d)) {
+        i64 c[4];
+        unravel(d.ne, i, c);
+        float res = op_max ? -3.40282347e+38f : 0.0f;
+        const i64 ix = c[0] * s0 - p0, iy = c[1] * s1 - p1;
+        for (i64 ky = 0; ky < k1; ++ky) {
+            const i64 y = iy + ky;
+            if (y < 0 || y >= a.ne[1]) continue;
+            for (i64 kx = 0; kx < k0; ++kx) {
+                const i64 j = ix + kx;
+                if (j < 0 || j >= a.ne[0]) continue;
+                const float v = ld(a, j, y, c[2], c[3]);
+                if (op_max) {
+                    res = v > res ? v : res;
+                } else {
+                    res += v;
+                }
+            }
+        }
+        if (!op_max) res = __fdiv_rn(res, (float)(k0 * k1));
+        st(d, c[0], c[1], c[2], c[3], res);
+    }
+}
+
 // SUM_ROWS: one block per row.
 extern "C" __global__ void sum_rows_op(TT d, TT a) {
     const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);

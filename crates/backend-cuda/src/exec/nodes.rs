@@ -232,6 +232,26 @@ impl Resolver<'_> {
                     vec![dst.into(), a.into(), self.src(id, 1)?.into(), (dim as i32).into()],
                 )
             }
+            Kernel::Im2Col => {
+                let Op::Im2Col { s0, s1, p0, p1, d0, d1, is_2d } = d.op else {
+                    return Err(mismatch(d.op.name(), plan));
+                };
+                let k = self.ctx.get(d.src[0].expect("the kernel"));
+                let (kh, kw) =
+                    if is_2d { (k.ne[1] as i32, k.ne[0] as i32) } else { (1, k.ne[0] as i32) };
+                let mut args = vec![dst.into(), self.src(id, 1)?.into(), kh.into(), kw.into()];
+                args.extend([s0, s1, p0, p1, d0, d1, i32::from(is_2d)].map(Arg::from));
+                one("im2col_op", grid_for(n), args)
+            }
+            Kernel::Pool2d => {
+                let Op::Pool2d { op, k0, k1, s0, s1, p0, p1 } = d.op else {
+                    return Err(mismatch(d.op.name(), plan));
+                };
+                let max = i32::from(op == tessera_tensor::graph::PoolOp::Max);
+                let mut args = vec![dst.into(), a.into()];
+                args.extend([max, k0, k1, s0, s1, p0, p1].map(Arg::from));
+                one("pool2d_op", grid_for(n), args)
+            }
             Kernel::SumRows => {
                 one("sum_rows_op", per_row(rows, THREADS), vec![dst.into(), a.into()])
             }

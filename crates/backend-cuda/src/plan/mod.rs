@@ -125,6 +125,10 @@ pub enum Kernel {
     Argmax,
     /// `hadamard_op`: rows of up to [`HADAMARD_MAX`] values.
     Hadamard,
+    /// `im2col_op`.
+    Im2Col,
+    /// `pool2d_op`.
+    Pool2d,
 }
 
 /// The longest row `hadamard_op` transforms (its shared buffer); longer rows stay on the CPU.
@@ -190,6 +194,8 @@ pub fn plan_node(
             NodePlan::of(Kernel::Norm)
         }
         Op::SumRows if float(src0) && float(d) => NodePlan::of(Kernel::SumRows),
+        Op::Im2Col { .. } if s(1).is_some_and(float) && float(d) => NodePlan::of(Kernel::Im2Col),
+        Op::Pool2d { .. } if float(src0) && d.dtype == F32 => NodePlan::of(Kernel::Pool2d),
         Op::Hadamard if float(src0) && float(d) && src0.ne[0] <= HADAMARD_MAX => {
             NodePlan::of(Kernel::Hadamard)
         }

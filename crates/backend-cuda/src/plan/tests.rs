@@ -170,3 +170,15 @@ fn attention_paths() {
     assert_eq!(attn(9, 4096, Paths::all()).kernel, Kernel::FlashAttn(AttnPath::Generic));
     assert_eq!(attn(1, 4096, Paths::generic()).kernel, Kernel::FlashAttn(AttnPath::Generic));
 }
+
+#[test]
+fn the_vision_encoders_convolution_and_pooling_plan() {
+    let mut ctx = Context::new();
+    let kernel = ctx.new_tensor(F16, &[8, 8, 3, 64]).unwrap();
+    let img = ctx.new_tensor(F32, &[64, 64, 3, 1]).unwrap();
+    let cols = ctx.im2col(kernel, img, [8, 8], [0, 0], [1, 1], true, F32).unwrap();
+    assert_eq!(plan_node(&ctx, cols, SM90, Paths::all()).unwrap().kernel, Kernel::Im2Col);
+    let x = ctx.new_tensor(F32, &[8, 8, 64, 1]).unwrap();
+    let p = ctx.pool_2d(x, tessera_tensor::graph::PoolOp::Avg, [2, 2], [2, 2], [0, 0]).unwrap();
+    assert_eq!(plan_node(&ctx, p, SM90, Paths::all()).unwrap().kernel, Kernel::Pool2d);
+}
