@@ -127,25 +127,45 @@ extern "C" __global__ void soft_max_op(TT d, TT a, TT m, int has_mask, float sca
 #undef SM_VAL
 }
 
-// ROPE: one thread per rotated pair (the dims past n_dims are copied). Mode 0: adjacent pairs;
-// 2: NeoX halves. corr0/corr1: YaRN's correction dims (host-computed in f32 as ggml does).
-extern "C" __global__ void rope_op(TT d, TT a, TT pos, TT ff, int has_ff, int n_dims, int neox,
+// ROPE: one thread per rotated pair (the dims past n_dims are copied). Mode (ggml's numbers)
+// 0: adjacent pairs; 2: NeoX halves; 8: M-RoPE and 40: interleaved M-RoPE (NeoX halves, four
+// positions a token, the pair's section choosing one); 24: vision (pairs i, i + n_dims over the
+// whole row, each section's angles starting afresh). corr0/corr1: YaRN's correction dims
+// (host-computed in f32 as ggml does).
+extern "C" __global__ void rope_op(TT d, TT a, TT pos, TT ff, int has_ff, int n_dims, int mode,
                                    float freq_base, float freq_scale, float ext_factor,
-                                   float attn_factor, float corr0, float corr1) {
+                                   float attn_factor, float corr0, float corr1, int s0, int s1,
+                                   int s2, int s3) {
     const i64 half = a.ne[0] / 2;
+    const bool vision = mode == 24, multi = mode == 8 || mode == 40 || vision;
     GRID_STRIDE(k, half * a.ne[1] * a.ne[2] * a.ne[3]) {
         const i64 i = k % half, r = k / half;
         const i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
-        if (2 * i >= n_dims) {
+        if (!vision && 2 * i >= n_dims) {
             st(d, 2 * i, i1, i2, i3, ld(a, 2 * i, i1, i2, i3));
             st(d, 2 * i + 1, i1, i2, i3, ld(a, 2 * i + 1, i1, i2, i3));
             continue;
         }
-        const float p = (float)*(const i32 *)(pos.p + i2 * pos.nb[0]);
+        // Which of the token's positions, and how many frequency steps into its section.
+        int which = 0;
+        i64 steps = i;
+        if (multi) {
+            const int start[4] = {0, s0, s0 + s1, s0 + s1 + s2};
+            const int sector = (int)(i % (s0 + s1 + s2 + s3));
+            if (mode == 40) {
+                const int m = sector % 3;
+                which = (m == 1 && sector < 3 * s1) ? 1 : (m == 2 && sector < 3 * s2) ? 2
+                      : (m == 0 && sector < 3 * s0) ? 0 : 3;
+            } else {
+                which = sector >= start[3] ? 3 : sector >= start[2] ? 2 : sector >= start[1] ? 1 : 0;
+            }
+            if (vision) steps = sector - start[which];
+        }
+        const float p = (float)*(const i32 *)(pos.p + (i2 + which * a.ne[2]) * pos.nb[0]);
         const float f = has_ff ? ld(ff, i, 0, 0, 0) : 1.0f;
         // The frequency and sin/cos in double: --use_fast_math would turn powf and sincosf
         // into intrinsics whose error grows with the argument (positions reach 10^5).
-        const float extrap = p * (float)pow((double)freq_base, -2.0 * (double)i / n_dims) / f;
+        const float extrap = p * (float)pow((double)freq_base, -2.0 * (double)steps / n_dims) / f;
         const float interp = freq_scale * extrap;
         float theta = interp, mscale = attn_factor;
         if (ext_factor != 0.0f) {
@@ -157,7 +177,8 @@ extern "C" __global__ void rope_op(TT d, TT a, TT pos, TT ff, int has_ff, int n_
         double sd, cd;
         sincos((double)theta, &sd, &cd);
         const float sn = (float)sd * mscale, cs = (float)cd * mscale;
-        const i64 j0 = neox ? i : 2 * i, j1 = neox ? i + n_dims / 2 : 2 * i + 1;
+        const i64 j0 = mode == 0 ? 2 * i : i;
+        const i64 j1 = mode == 0 ? 2 * i + 1 : vision ? i + n_dims : i + n_dims / 2;
         const float x0 = ld(a, j0, i1, i2, i3), x1 = ld(a, j1, i1, i2, i3);
         st(d, j0, i1, i2, i3, x0 * cs - x1 * sn);
         st(d, j1, i1, i2, i3, x0 * sn + x1 * cs);

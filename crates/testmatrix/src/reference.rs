@@ -219,19 +219,48 @@ fn yarn_corr_dims(p: &RopeParams) -> [f32; 2] {
     [corr(p.beta_fast).floor().max(0.0), corr(p.beta_slow).ceil().min(n_dims - 1.0)]
 }
 
+/// The position and angle exponent of pair `i` of a token (`pos(k)`: its k-th position):
+/// `ggml_rope_multi`'s section rules for the multi modes.
+fn rope_angle_source(p: &RopeParams, i: usize, pos: &dyn Fn(usize) -> f64) -> (f64, usize) {
+    let Some(s) = p.mode.sections() else { return (pos(0), i) };
+    let s = s.map(|x| x as usize);
+    let sector = i % (s[0] + s[1] + s[2] + s[3]);
+    let starts = [0, s[0], s[0] + s[1], s[0] + s[1] + s[2]];
+    let k = match p.mode {
+        RopeMode::Imrope(_) => match sector % 3 {
+            1 if sector < 3 * s[1] => 1,
+            2 if sector < 3 * s[2] => 2,
+            0 if sector < 3 * s[0] => 0,
+            _ => 3,
+        },
+        // Sections in order: t, h, w, then the extra position for the rest.
+        _ => match sector {
+            x if x >= starts[3] => 3,
+            x if x >= starts[2] => 2,
+            x if x >= starts[1] => 1,
+            _ => 0,
+        },
+    };
+    // The vision mode starts each section's angles afresh.
+    let steps = if matches!(p.mode, RopeMode::Vision(_)) { sector - starts[k] } else { i };
+    (pos(k), steps)
+}
+
 fn rope(a: &Dense, pos: &Dense, ff: Option<&Dense>, p: &RopeParams) -> Vec<f64> {
     let n_dims = p.n_dims;
     let corr = yarn_corr_dims(p);
     let (fs, ext) = (f64::from(p.freq_scale), f64::from(p.ext_factor));
     let mut out = a.v.clone();
     let ne0 = a.ne[0];
+    let n_pairs = if matches!(p.mode, RopeMode::Vision(_)) { ne0 / 2 } else { n_dims / 2 };
     for (r, row) in out.chunks_mut(ne0).enumerate() {
         let i2 = (r / a.ne[1]) % a.ne[2];
-        let position = pos.v[i2];
-        for i in 0..n_dims / 2 {
+        let position = |k: usize| pos.v[i2 + k * a.ne[2]];
+        for i in 0..n_pairs {
             let f = ff.map_or(1.0, |f| f.v[i]);
+            let (position, steps) = rope_angle_source(p, i, &position);
             let extrap =
-                position * f64::from(p.freq_base).powf(-2.0 * i as f64 / n_dims as f64) / f;
+                position * f64::from(p.freq_base).powf(-2.0 * steps as f64 / n_dims as f64) / f;
             let interp = fs * extrap;
             let mut mscale = f64::from(p.attn_factor);
             let theta = if ext != 0.0 {
@@ -245,7 +274,8 @@ fn rope(a: &Dense, pos: &Dense, ff: Option<&Dense>, p: &RopeParams) -> Vec<f64> 
             let (sin, cos) = (theta.sin() * mscale, theta.cos() * mscale);
             let (j0, j1) = match p.mode {
                 RopeMode::Norm => (2 * i, 2 * i + 1),
-                RopeMode::Neox => (i, i + n_dims / 2),
+                RopeMode::Neox | RopeMode::Mrope(_) | RopeMode::Imrope(_) => (i, i + n_dims / 2),
+                RopeMode::Vision(_) => (i, i + n_dims),
             };
             let (x0, x1) = (row[j0], row[j1]);
             row[j0] = x0 * cos - x1 * sin;

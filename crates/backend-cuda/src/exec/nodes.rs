@@ -315,7 +315,14 @@ impl Resolver<'_> {
             self.src(id, 2)?.into(),
             i32::from(d.src[2].is_some()).into(),
             (p.n_dims as i32).into(),
-            i32::from(p.mode == RopeMode::Neox).into(),
+            match p.mode {
+                RopeMode::Norm => 0,
+                RopeMode::Neox => 2,
+                RopeMode::Mrope(_) => 8,
+                RopeMode::Vision(_) => 24,
+                RopeMode::Imrope(_) => 40,
+            }
+            .into(),
             p.freq_base.into(),
             p.freq_scale.into(),
             p.ext_factor.into(),
@@ -323,6 +330,8 @@ impl Resolver<'_> {
             c0.into(),
             c1.into(),
         ];
+        let mut args = args;
+        args.extend(p.mode.sections().unwrap_or_default().map(Arg::from));
         Ok(one("rope_op", grid_for(d.n_elements() / 2), args))
     }
 

@@ -29,6 +29,26 @@ pub enum RopeMode {
     Norm,
     /// Halves `(x[i], x[i + n_dims/2])` (ggml mode 2, GPT-NeoX; Qwen, Gemma).
     Neox,
+    /// `ggml_rope_multi`'s M-RoPE (mode 8; Qwen2-VL's language model): NEOX pairs whose angles
+    /// come from four positions per token (time, height, width, extra), pair `i` taking the
+    /// position of the section `i mod Σsections` falls in.
+    Mrope([i32; 4]),
+    /// Interleaved M-RoPE (mode 40; Qwen3-VL): as `Mrope`, the sections taken in turn
+    /// (t, h, w, t, h, w, ...).
+    Imrope([i32; 4]),
+    /// The vision tower's 2-D RoPE (mode 24; Qwen2-VL's ViT): `n_dims = head_dim / 2`, pairs
+    /// `(x[i], x[i + n_dims])` over the whole row, each section's angles starting afresh.
+    Vision([i32; 4]),
+}
+
+impl RopeMode {
+    /// The sections of a multi-position mode (`None`: one position per token).
+    pub fn sections(self) -> Option<[i32; 4]> {
+        match self {
+            RopeMode::Norm | RopeMode::Neox => None,
+            RopeMode::Mrope(s) | RopeMode::Imrope(s) | RopeMode::Vision(s) => Some(s),
+        }
+    }
 }
 
 /// ROPE parameters (ggml's op_params of `ggml_rope_ext`).

@@ -3,7 +3,7 @@
 
 use super::context::{ne4, shape_err, Context};
 use super::desc::TensorId;
-use super::op::{GluOp, Op, RopeParams, UnaryOp};
+use super::op::{GluOp, Op, RopeMode, RopeParams, UnaryOp};
 use crate::{DType, Result, TensorError};
 
 fn type_err(op: &'static str, dtype: DType, reason: &str) -> TensorError {
@@ -176,8 +176,10 @@ impl Context {
         Ok(self.new_op(Op::GetRows, dtype, ne, &[a, b]))
     }
 
-    /// Rotary position embedding (`ggml_rope_ext`): `a` is `[head_dim, n_head, n_tokens, 1]`,
-    /// `pos` I32 `[n_tokens]`, optional `freq_factors` F32 `[n_dims / 2]`.
+    /// Rotary position embedding (`ggml_rope_ext`, and `ggml_rope_multi` for the multi-position
+    /// modes): `a` is `[head_dim, n_head, n_tokens, 1]`, `pos` I32 `[n_tokens]` (`[4·n_tokens]`
+    /// for [`RopeMode::sections`]: all first components, then all second ...), optional
+    /// `freq_factors` F32 `[n_dims / 2]`.
     pub fn rope(
         &mut self,
         a: TensorId,
@@ -188,7 +190,8 @@ impl Context {
         self.expect_type("ROPE", a, &[DType::F32, DType::F16], "src0")?;
         self.expect_type("ROPE", pos, &[DType::I32], "positions")?;
         let (ta, tp) = (self.get(a), self.get(pos));
-        if tp.ne[0] != ta.ne[2] || tp.n_elements() != tp.ne[0] {
+        let per_token = if p.mode.sections().is_some() { 4 } else { 1 };
+        if tp.ne[0] != per_token * ta.ne[2] || tp.n_elements() != tp.ne[0] {
             return Err(shape_err(
                 "ROPE",
                 format!("positions {} do not match {}", tp.shape_str(), ta.shape_str()),
@@ -199,6 +202,24 @@ impl Context {
                 "ROPE",
                 format!("n_dims {} must be even and at most {}", p.n_dims, ta.ne[0]),
             ));
+        }
+        if let Some(s) = p.mode.sections() {
+            let sum: i64 = s.iter().map(|&x| i64::from(x)).sum();
+            if s.iter().any(|&x| x < 0) || s[..3].iter().all(|&x| x == 0) || sum > ta.ne[0] as i64 {
+                return Err(shape_err(
+                    "ROPE",
+                    format!("sections {s:?}: non-negative, one of the first three positive, at most {} in all", ta.ne[0]),
+                ));
+            }
+            if matches!(p.mode, RopeMode::Vision(_)) && p.n_dims * 2 != ta.ne[0] {
+                return Err(shape_err(
+                    "ROPE",
+                    format!(
+                        "vision RoPE rotates half the row: n_dims {} of {}",
+                        p.n_dims, ta.ne[0]
+                    ),
+                ));
+            }
         }
         if let Some(f) = freq_factors {
             self.expect_type("ROPE", f, &[DType::F32], "freq_factors")?;

@@ -114,7 +114,8 @@ impl CaseSpec for Rope {
         } else {
             b.leaf(self.dtype, &self.ne, UNIT)?
         };
-        let pos = b.leaf(DType::I32, &[n2], Init::Positions { n_ctx: 512 })?;
+        let per_token = if self.mode.sections().is_some() { 4 } else { 1 };
+        let pos = b.leaf(DType::I32, &[per_token * n2], Init::Positions { n_ctx: 512 })?;
         let ff = if self.ff {
             Some(b.leaf(DType::F32, &[self.n_dims / 2], Init::Uniform { min: 0.9, max: 1.1 })?)
         } else {

@@ -169,6 +169,33 @@ fn rope(v: &mut Vec<Case>) {
             v.push(Case::new(Rope { ne: [64, 2, 3, 1], n_dims: 64, view: true, ..base }));
         }
     }
+    // ggml_rope_multi: Qwen2-VL's M-RoPE sections, Qwen3-VL's interleaved ones, the ViT's 2-D.
+    for dtype in [F32, F16] {
+        let base = Rope {
+            dtype,
+            ne: [128, 4, 5, 1],
+            n_dims: 128,
+            mode: RopeMode::Mrope([16, 24, 24, 0]),
+            yarn: PLAIN,
+            ff: false,
+            view: false,
+        };
+        v.push(Case::new(base.clone()));
+        v.push(Case::new(Rope { yarn: [0.25, 1.0, 1.0], ..base.clone() }));
+        v.push(Case::new(Rope { mode: RopeMode::Imrope([24, 20, 20, 0]), ..base.clone() }));
+        v.push(Case::new(Rope {
+            ne: [64, 3, 7, 1],
+            n_dims: 32,
+            mode: RopeMode::Mrope([4, 6, 6, 0]),
+            ..base.clone()
+        }));
+        v.push(Case::new(Rope {
+            ne: [64, 4, 6, 1],
+            n_dims: 32,
+            mode: RopeMode::Vision([16; 4]),
+            ..base
+        }));
+    }
 }
 
 fn soft_max(v: &mut Vec<Case>) {
