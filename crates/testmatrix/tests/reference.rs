@@ -46,7 +46,39 @@ fn rope_rotates_the_pairs_of_each_mode() {
                 let (p, q) = (rot(x[0], x[2], 2.0), rot(x[1], x[3], t1));
                 [p.0, q.0, p.1, q.1]
             }
+            _ => unreachable!(),
         };
+        close(&got, &want, 1e-6);
+    }
+}
+
+#[test]
+fn multi_position_rope_takes_each_pairs_section() {
+    // Head of 8, sections of one pair each: pair i turns by position component i. M-RoPE: NEOX
+    // halves, pair i's frequency 10000^(-2i/8); vision (n_dims 4): pairs (i, i + 4), each
+    // section's frequency starting afresh (1).
+    let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+    let p = [3.0, 5.0, 7.0, 11.0];
+    let rot = |a: f64, b: f64, t: f64| (a * t.cos() - b * t.sin(), a * t.sin() + b * t.cos());
+    for (mode, n_dims) in [(RopeMode::Mrope([1; 4]), 8), (RopeMode::Vision([1; 4]), 4)] {
+        let mut ctx = Context::new();
+        let a = ctx.new_tensor(DType::F32, &[8, 1, 1]).unwrap();
+        let pos = ctx.new_tensor(DType::I32, &[4]).unwrap();
+        let out = ctx.rope(a, pos, None, RopeParams::new(n_dims, mode, 10000.0)).unwrap();
+        let mut img = Image::new();
+        img.write(&ctx, a, &x);
+        img.write(&ctx, pos, &p);
+        let got = eval(&ctx, &mut img, out);
+        let mut want = x;
+        for i in 0..4 {
+            let t = match mode {
+                RopeMode::Mrope(_) => p[i] * 10000f64.powf(-2.0 * i as f64 / 8.0),
+                _ => p[i],
+            };
+            let (r0, r1) = rot(x[i], x[i + 4], t);
+            want[i] = r0;
+            want[i + 4] = r1;
+        }
         close(&got, &want, 1e-6);
     }
 }
