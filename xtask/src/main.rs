@@ -237,6 +237,8 @@ fn avx2_model_tests() -> Result<()> {
         "--test",
         "context_shift",
         "--test",
+        "mrope",
+        "--test",
         "long_decode",
     ];
     let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat()).and_then(|()| {

@@ -18,6 +18,9 @@ pub struct Batch {
     pub seq_id: Vec<u32>,
     /// Whether each token's logits are kept.
     pub logits: Vec<bool>,
+    /// M-RoPE's other positions of each token of an embeddings batch (height, width, extra:
+    /// an image's grid), `pos` being its time; empty: a text token's `(pos, pos, 0)`.
+    pub mrope: Vec<[i32; 3]>,
 }
 
 impl Batch {
@@ -46,6 +49,25 @@ impl Batch {
         }
         b.embd = values[..n * n_embd].to_vec();
         b
+    }
+
+    /// An image's embeddings (`n_embd` a token, row by row over a grid `width` wide) for an
+    /// M-RoPE model at time `t`: token `(y, x)` at positions `(t, t + y, t + x, 0)`, as mtmd
+    /// places them (llama.cpp's `mtmd_image_tokens_get_decoder_pos`).
+    pub fn from_image_grid(values: &[f32], n_embd: usize, width: usize, t: i32, seq: u32) -> Self {
+        let mut b = Batch::from_embeddings(values, n_embd, t, seq);
+        let w = width.max(1);
+        b.pos.iter_mut().for_each(|p| *p = t);
+        b.mrope = (0..b.len()).map(|i| [t + (i / w) as i32, t + (i % w) as i32, 0]).collect();
+        b
+    }
+
+    /// The (height, width) of each token's M-RoPE positions: `mrope`'s, else `(pos, pos)`.
+    pub fn grid_pos(&self, i: usize) -> [i32; 2] {
+        match self.mrope.get(i) {
+            Some(m) => [m[0], m[1]],
+            None => [self.pos[i], self.pos[i]],
+        }
     }
 
     /// Whether the batch carries embeddings instead of token ids.
@@ -101,6 +123,12 @@ impl Batch {
         {
             return Err(LlamaError::Batch(format!(
                 "token {t} at {i} is outside the vocabulary of {n_vocab}"
+            )));
+        }
+        if !self.mrope.is_empty() && (self.mrope.len() != n || !self.is_embd()) {
+            return Err(LlamaError::Batch(format!(
+                "{} M-RoPE positions for {n} tokens (embeddings batches only)",
+                self.mrope.len()
             )));
         }
         if let Some(s) = self.seq_id.iter().find(|&&s| s as usize >= max_seq) {

@@ -412,7 +412,8 @@ impl<'m> LlamaContext<'m> {
         while start < n {
             let end = (start + self.params.n_ubatch).min(n);
             let slots = self.kv.find_slot_for(&batch.seq_id[start..end])?;
-            self.kv.apply(&slots, &batch.pos[start..end], &batch.seq_id[start..end]);
+            let grid: Vec<[i32; 2]> = (start..end).map(|i| batch.grid_pos(i)).collect();
+            self.kv.apply(&slots, &batch.pos[start..end], &batch.seq_id[start..end], &grid);
             if let Err(e) = self.decode_ubatch(batch, start..end, &slots) {
                 self.kv.release(&slots);
                 return Err(e);
@@ -463,7 +464,7 @@ impl<'m> LlamaContext<'m> {
                 true => Some(graph_input(&mut ctx, DType::F32, &[hp.n_embd, n_tok], "inp_embd")?),
                 false => None,
             },
-            pos: graph_input(&mut ctx, DType::I32, &[n_tok], "inp_pos")?,
+            pos: graph_input(&mut ctx, DType::I32, &[n_tok * hp.n_pos_per_token()], "inp_pos")?,
             out_ids: graph_input(&mut ctx, DType::I32, &[n_out], "inp_out_ids")?,
             kv: self.kv.new_inputs(&mut ctx, hp, n_tok, n_kv)?,
         };
@@ -549,10 +550,25 @@ impl<'m> LlamaContext<'m> {
             }
         }
         let pos = &batch.pos[range.clone()];
-        bindings.set_i32(ctx, inp.pos, pos)?;
+        if hp.rope_sections.is_some() {
+            // M-RoPE: all times, then heights, widths and extras (text: (p, p, p, 0)).
+            let grid: Vec<[i32; 2]> = range.clone().map(|i| batch.grid_pos(i)).collect();
+            let extra = range.clone().map(|i| batch.mrope.get(i).map_or(0, |m| m[2]));
+            let all: Vec<i32> = pos
+                .iter()
+                .copied()
+                .chain(grid.iter().map(|g| g[0]))
+                .chain(grid.iter().map(|g| g[1]))
+                .chain(extra)
+                .collect();
+            bindings.set_i32(ctx, inp.pos, &all)?;
+        } else {
+            bindings.set_i32(ctx, inp.pos, pos)?;
+        }
         bindings.set_i32(ctx, inp.out_ids, out_idx)?;
         let seqs = &batch.seq_id[range.clone()];
-        self.kv.set_inputs(&inp.kv, ctx, bindings, hp, n_kv, pos, seqs, slots)?;
+        let grid: Vec<[i32; 2]> = range.clone().map(|i| batch.grid_pos(i)).collect();
+        self.kv.set_inputs(&inp.kv, ctx, bindings, hp, n_kv, (pos, &grid), seqs, slots)?;
         self.sched.compute(ctx, &p.schedule, bindings)?;
         if keep {
             self.logits.extend(bindings.get_f32(ctx, p.logits)?);

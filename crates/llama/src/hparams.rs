@@ -67,6 +67,9 @@ pub struct HParams {
     /// The pooling an embedding model was trained with (`{arch}.pooling_type`; `None` when
     /// absent, as for generative models).
     pub pooling: crate::embed::Pooling,
+    /// M-RoPE's sections (`rope.dimension_sections`, Qwen2-VL's language model): RoPE pairs
+    /// turned by four positions a token (time, height, width, extra); `None`: one position.
+    pub rope_sections: Option<[i32; 4]>,
 }
 
 fn key(arch: &str, k: &str) -> String {
@@ -106,6 +109,30 @@ fn f32_or(md: &Metadata, k: &str, default: f32) -> Result<f32> {
         return Ok(default);
     }
     Ok(md.get_f32(k)?)
+}
+
+/// `rope.dimension_sections`: up to four non-negative integers (llama.cpp reads four, the
+/// missing ones 0), one of the first three positive.
+fn rope_sections(md: &Metadata, k: &str) -> Result<Option<[i32; 4]>> {
+    if md.get(k).is_none() {
+        return Ok(None);
+    }
+    let a = md.get_array(k)?;
+    if a.len() > 4 {
+        return Err(bad(k, format!("{} entries, at most 4", a.len())));
+    }
+    let mut s = [0i32; 4];
+    for (i, v) in s.iter_mut().enumerate().take(a.len()) {
+        let x = a.get(i).and_then(|v| v.as_integer()).ok_or_else(|| bad(k, "not integers"))?;
+        *v = i32::try_from(x)
+            .ok()
+            .filter(|&x| (0..=4096).contains(&x))
+            .ok_or_else(|| bad(k, format!("entry {i} is {x}")))?;
+    }
+    if s[..3].iter().all(|&x| x == 0) {
+        return Err(bad(k, "the first three sections are all 0"));
+    }
+    Ok(Some(s))
 }
 
 /// A per-layer value: one number for every layer, or an array of `n_layer`.
@@ -276,8 +303,18 @@ impl HParams {
             n_expert_used,
             n_ff_exp: uint_or(md, &key(a, "expert_feed_forward_length"), Some(0))?,
             pooling,
+            rope_sections: rope_sections(md, &key(a, "rope.dimension_sections"))?,
             arch,
         })
+    }
+
+    /// Positions a token carries: 4 with M-RoPE ([`HParams::rope_sections`]), else 1.
+    pub fn n_pos_per_token(&self) -> usize {
+        if self.rope_sections.is_some() {
+            4
+        } else {
+            1
+        }
     }
 
     /// K width of one token in layer `il` (all KV heads).

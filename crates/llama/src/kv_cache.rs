@@ -25,10 +25,13 @@ pub struct Cell {
     pub pos: i32,
     /// Sequences the cell belongs to (bit `s` for sequence `s`).
     pub seqs: u64,
+    /// M-RoPE's (height, width) positions of the token (an image's grid; a text token's are
+    /// its position twice): among cells of one time, the causal mask orders by them.
+    pub grid: [i32; 2],
 }
 
 impl Cell {
-    const EMPTY: Cell = Cell { pos: -1, seqs: 0 };
+    const EMPTY: Cell = Cell { pos: -1, seqs: 0, grid: [-1, -1] };
 
     /// Whether nothing is stored.
     pub fn is_empty(&self) -> bool {
@@ -261,10 +264,11 @@ impl KvCache {
         (0..size).map(|k| (head + k) % size).filter(|&i| self.cells[i].is_empty()).take(n).collect()
     }
 
-    /// Stores tokens' positions and sequences in `slots`, and moves the head past them.
-    pub fn apply(&mut self, slots: &[usize], pos: &[i32], seqs: &[u32]) {
-        for ((&s, &p), &q) in slots.iter().zip(pos).zip(seqs) {
-            self.cells[s] = Cell { pos: p, seqs: 1u64 << q };
+    /// Stores tokens' positions, sequences and M-RoPE grid positions in `slots`, and moves the
+    /// head past them.
+    pub fn apply(&mut self, slots: &[usize], pos: &[i32], seqs: &[u32], grid: &[[i32; 2]]) {
+        for (((&s, &p), &q), &g) in slots.iter().zip(pos).zip(seqs).zip(grid) {
+            self.cells[s] = Cell { pos: p, seqs: 1u64 << q, grid: g };
             self.shift[s] = 0;
         }
         if let Some(&last) = slots.last() {
@@ -475,7 +479,11 @@ impl KvCache {
             }
         }
         let seqs = vec![seq; n];
-        self.apply(&cells, &state.pos[..n], &seqs);
+        // A restored prefix ends before any image still being decoded: a cell's grid
+        // positions only order cells of one time, which a restored cell never shares with a
+        // later token.
+        let grid: Vec<[i32; 2]> = state.pos[..n].iter().map(|&p| [p, p]).collect();
+        self.apply(&cells, &state.pos[..n], &seqs, &grid);
         Ok(())
     }
 
@@ -516,14 +524,28 @@ impl KvCache {
     /// The attention mask for tokens at `pos` of sequences `seqs`: `[n_kv, n_tokens]`, 0
     /// where token i may attend cell j, -inf elsewhere (cells of other sequences and, when
     /// causal, after its position); `n_swa > 0` also hides cells `n_swa` or more positions
-    /// back.
-    pub fn mask(&self, n_kv: usize, pos: &[i32], seqs: &[u32], n_swa: usize) -> Vec<f32> {
+    /// back. With `grid` (M-RoPE: each token's (height, width)), a cell of the token's own
+    /// position is after it when its grid position is (llama.cpp's `is_2d_gt`).
+    pub fn mask(
+        &self,
+        n_kv: usize,
+        (pos, grid): (&[i32], Option<&[[i32; 2]]>),
+        seqs: &[u32],
+        n_swa: usize,
+    ) -> Vec<f32> {
         let mut m = vec![f32::NEG_INFINITY; n_kv * pos.len()];
         for (i, (&p1, &s)) in pos.iter().zip(seqs).enumerate() {
             let row = &mut m[i * n_kv..(i + 1) * n_kv];
+            let later = |c: &Cell| match grid {
+                Some(g) if c.pos == p1 => {
+                    let [y1, x1] = g[i];
+                    c.grid[0] > y1 || (c.grid[0] == y1 && c.grid[1] > x1)
+                }
+                _ => c.pos > p1,
+            };
             for (j, c) in self.cells[..n_kv].iter().enumerate() {
                 let visible = c.seqs & (1u64 << s) != 0
-                    && (!self.causal || c.pos <= p1)
+                    && (!self.causal || !later(c))
                     && (n_swa == 0 || i64::from(p1) - i64::from(c.pos) < n_swa as i64);
                 if visible {
                     row[j] = 0.0;
@@ -566,12 +588,13 @@ impl KvCache {
         bindings: &Bindings,
         hp: &HParams,
         n_kv: usize,
-        pos: &[i32],
+        (pos, grid): (&[i32], &[[i32; 2]]),
         seqs: &[u32],
         slots: &[usize],
     ) -> Result<()> {
+        let grid = hp.rope_sections.map(|_| grid);
         let set_mask = |id: TensorId, n_swa: usize| -> Result<()> {
-            let m = self.mask(n_kv, pos, seqs, n_swa);
+            let m = self.mask(n_kv, (pos, grid), seqs, n_swa);
             if self.v_trans {
                 Ok(bindings.set_f32(ctx, id, &m)?)
             } else {

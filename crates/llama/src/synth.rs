@@ -11,7 +11,7 @@ use tessera_tensor::{quant, DType};
 /// What to write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
-    /// `llama`, `qwen2`, `qwen3`, `qwen3moe`, `gpt-oss`, `gemma2`, `phi3` or `gpt2`.
+    /// `llama`, `qwen2`, `qwen2vl`, `qwen3`, `qwen3moe`, `gpt-oss`, `gemma2`, `phi3` or `gpt2`.
     pub arch: String,
     /// Blocks.
     pub n_layer: usize,
@@ -67,7 +67,15 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
     let a = spec.arch.as_str();
     if !matches!(
         a,
-        "llama" | "qwen2" | "qwen3" | "qwen3moe" | "gpt-oss" | "gemma2" | "phi3" | "gpt2"
+        "llama"
+            | "qwen2"
+            | "qwen2vl"
+            | "qwen3"
+            | "qwen3moe"
+            | "gpt-oss"
+            | "gemma2"
+            | "phi3"
+            | "gpt2"
     ) {
         return Err(err(format!("no synthetic layout for architecture '{a}'")));
     }
@@ -118,8 +126,18 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
     if a == "gpt2" {
         w.add(&k("attention.layer_norm_epsilon"), Value::F32(1e-5)).map_err(g)?;
     } else {
-        w.add(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)).map_err(g)?;
+        // llama.cpp b11312's qwen2vl ignores the key (its RMS norms use ε = 0): a qwen2vl
+        // file says 0 so that both read the same.
+        let eps = if a == "qwen2vl" { 0.0 } else { 1e-6 };
+        w.add(&k("attention.layer_norm_rms_epsilon"), Value::F32(eps)).map_err(g)?;
         w.add(&k("rope.freq_base"), Value::F32(1_000_000.0)).map_err(g)?;
+    }
+    if a == "qwen2vl" {
+        // Qwen2-VL's M-RoPE sections (16, 24, 24 of 64 pairs), scaled to the head.
+        let pairs = (hd / 2) as i32;
+        let s = [pairs / 4, pairs * 3 / 8, pairs * 3 / 8, 0];
+        w.add(&k("rope.dimension_sections"), Value::Array(tessera_gguf::Array::I32(s.to_vec())))
+            .map_err(g)?;
     }
     if a == "gemma2" {
         // Gemma 2's soft-caps; a window of 8 so that short prompts reach past it.
@@ -188,7 +206,7 @@ pub fn write_random_model(spec: &SynthSpec, vocab: &Metadata, path: &Path) -> Re
         add(b("attn_q.weight"), &[e, nq], Kind::Matrix, &mut rng)?;
         add(b("attn_k.weight"), &[e, nkv], Kind::Matrix, &mut rng)?;
         add(b("attn_v.weight"), &[e, nkv], Kind::Matrix, &mut rng)?;
-        if a == "qwen2" {
+        if a == "qwen2" || a == "qwen2vl" {
             add(b("attn_q.bias"), &[nq], Kind::Bias, &mut rng)?;
             add(b("attn_k.bias"), &[nkv], Kind::Bias, &mut rng)?;
             add(b("attn_v.bias"), &[nkv], Kind::Bias, &mut rng)?;
@@ -373,6 +391,26 @@ pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
                 seed: 5,
             },
             "ggml-vocab-llama-spm.gguf",
+        ),
+        (
+            // Qwen2-VL's language model: M-RoPE (tests/mrope.rs).
+            "synth-qwen2vl-q8_0",
+            SynthSpec {
+                arch: "qwen2vl".into(),
+                n_layer: 2,
+                n_embd: 256,
+                n_head: 4,
+                n_head_kv: 2,
+                head_dim: 0,
+                long_rope: false,
+                n_ff: 512,
+                n_ctx: 4096,
+                n_expert: 0,
+                n_expert_used: 0,
+                dtype: DType::Q8_0,
+                seed: 13,
+            },
+            "ggml-vocab-qwen2.gguf",
         ),
     ]
 }

@@ -215,6 +215,10 @@ impl ModelGraph for LlamaGraph {
     }
 
     fn k_rope(&self, hp: &HParams, _il: usize, _kv_size: usize) -> super::KRope {
+        if self.mode.sections().is_some() {
+            // M-RoPE's cells would need their four positions shifted: not done.
+            return super::KRope::Unsupported;
+        }
         super::KRope::Rope {
             mode: self.mode,
             freq_base: hp.rope_freq_base,

@@ -68,9 +68,10 @@ type Registry = RwLock<BTreeMap<&'static str, Arc<dyn Architecture>>>;
 fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
-        let builtins: [Arc<dyn Architecture>; 9] = [
+        let builtins: [Arc<dyn Architecture>; 10] = [
             Arc::new(llama::Llama),
             Arc::new(qwen2::Qwen2),
+            Arc::new(qwen2::Qwen2Vl),
             Arc::new(qwen3::Qwen3),
             Arc::new(qwen3::Qwen3Moe),
             Arc::new(gemma::Gemma2),
