@@ -26,6 +26,13 @@ impl MtmdVision {
         offload: bool,
     ) -> Result<MtmdVision> {
         let encoder = crate::mtmd_args::load_encoder(path, &model, threads, offload)?;
+        if encoder.mmproj().projector == Projector::Qwen25Vl {
+            anyhow::bail!(
+                "{}: Qwen2.5-VL images (M-RoPE grid positions) are not served yet; tessera run \
+                 --mmproj FILE --image FILE -no-cnv takes them",
+                path.display()
+            );
+        }
         let mmproj = encoder.mmproj_shared();
         let name = mmproj.projector.name().to_string();
         Ok(MtmdVision { model, mmproj, encoder: Mutex::new(encoder), name })
@@ -80,7 +87,7 @@ impl Vision for MtmdVision {
             .into_iter()
             .map(|c| match c {
                 Chunk::Text(t) => Piece::Text(t),
-                Chunk::Image { entries, n_tokens, source } => Piece::Image(PromptImage {
+                Chunk::Image { entries, n_tokens, source, .. } => Piece::Image(PromptImage {
                     n_tokens,
                     hash: part_hash(source),
                     data: Arc::new(entries),

@@ -4,7 +4,8 @@
 //! `--idefics3-lm SRC DST`, copies a SmolLM2 GGUF with Idefics3's image tokens
 //! (`synth::with_idefics3_tokens`).
 //!
-//! `cargo run -p tessera-mtmd --example write_mmproj -- [--idefics3 | --idefics3-old] OUT.gguf [N_MMPROJ_EMBD
+//! `cargo run -p tessera-mtmd --example write_mmproj -- [--idefics3 | --idefics3-old |
+//!   --qwen25vl] OUT.gguf [N_MMPROJ_EMBD
 //!   [IMAGE_SIZE PATCH N_EMBD N_FF N_LAYER N_HEAD N_MERGE]]`
 
 fn main() {
@@ -26,7 +27,8 @@ fn main() {
         Some("--idefics3-old") => Some(false),
         _ => None,
     };
-    if idefics3.is_some() {
+    let qwen = args.first().map(String::as_str) == Some("--qwen25vl");
+    if idefics3.is_some() || qwen {
         args.remove(0);
     }
     let Some(out) = args.first() else {
@@ -45,6 +47,7 @@ fn main() {
             longest_edge: if edge { 128 } else { 0 },
             ..tessera_mtmd::synth::RandomMmproj::tiny_idefics3(n)
         },
+        None if qwen => tessera_mtmd::synth::RandomMmproj::tiny_qwen25vl(n),
         None => tessera_mtmd::synth::RandomMmproj::tiny_gemma3(n),
     };
     if args.len() > 2 {

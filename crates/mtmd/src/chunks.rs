@@ -32,15 +32,28 @@ pub enum Chunk {
         /// Which of the prompt's images it is part of, and which part (a sliced image's
         /// tiles, then its overview).
         source: (usize, usize),
+        /// An image of its own size (Qwen2.5-VL): its merged token grid (columns, rows),
+        /// which M-RoPE language models place as a grid taking `max(columns, rows)`
+        /// positions.
+        grid: Option<(usize, usize)>,
     },
 }
 
 impl Chunk {
-    /// Positions the chunk takes.
+    /// Cells the chunk takes in the KV cache.
     pub fn n_tokens(&self) -> usize {
         match self {
             Chunk::Text(t) => t.len(),
             Chunk::Image { n_tokens, .. } => *n_tokens,
+        }
+    }
+
+    /// Positions it advances in a language model with (`mrope`) or without M-RoPE
+    /// (mtmd's `n_pos`).
+    pub fn n_pos(&self, mrope: bool) -> usize {
+        match self {
+            Chunk::Image { grid: Some((w, h)), .. } if mrope => (*w).max(*h),
+            c => c.n_tokens(),
         }
     }
 }
@@ -50,6 +63,7 @@ fn image_frame(p: Projector) -> (&'static str, &'static str) {
     match p {
         Projector::Gemma3 => ("<start_of_image>", "<end_of_image>"),
         Projector::Idefics3 => ("", ""),
+        Projector::Qwen25Vl => ("<|vision_start|>", "<|vision_end|>"),
     }
 }
 
@@ -84,14 +98,19 @@ fn idefics3_chunks(
         let (y, x) = (k / cols, k % cols);
         let label = format!("<fake_token_around_image><row_{}_col_{}>", y + 1, x + 1);
         push_text(out, vocab.tokenize(&label, false, true));
-        out.push(Chunk::Image { entries: vec![tile], n_tokens, source: (index, k) });
+        out.push(Chunk::Image { entries: vec![tile], n_tokens, source: (index, k), grid: None });
         if x + 1 == cols && y + 1 != rows {
             push_text(out, vec![newline]);
         }
     }
     push_text(out, vec![blank, fake, global]);
     let k = rows * cols;
-    out.extend(overview.map(|o| Chunk::Image { entries: vec![o], n_tokens, source: (index, k) }));
+    out.extend(overview.map(|o| Chunk::Image {
+        entries: vec![o],
+        n_tokens,
+        source: (index, k),
+        grid: None,
+    }));
     push_text(out, vec![fake]);
     Ok(())
 }
@@ -137,9 +156,22 @@ pub fn tokenize(
             let pre = preprocess(mmproj, img);
             match pre.grid {
                 Some(grid) => idefics3_chunks(vocab, pre, grid, per_entry, i, &mut chunks)?,
+                None if mmproj.projector == Projector::Qwen25Vl => {
+                    let e = &pre.entries[0];
+                    let (w, h) = mmproj.hparams.merged_grid(e.width, e.height);
+                    let image = Chunk::Image {
+                        entries: pre.entries,
+                        n_tokens: w * h,
+                        source: (i, 0),
+                        grid: Some((w, h)),
+                    };
+                    chunks.push(image);
+                }
                 None => {
                     let n_tokens = pre.entries.len() * per_entry;
-                    chunks.push(Chunk::Image { entries: pre.entries, n_tokens, source: (i, 0) });
+                    let image =
+                        Chunk::Image { entries: pre.entries, n_tokens, source: (i, 0), grid: None };
+                    chunks.push(image);
                 }
             }
             push_text(&mut chunks, vocab.tokenize(end, false, true));
@@ -204,7 +236,7 @@ pub fn eval_chunks(
                     n_past += piece.len();
                 }
             }
-            Chunk::Image { entries, .. } => {
+            Chunk::Image { entries, grid, .. } => {
                 let mut embd = Vec::new();
                 for e in entries {
                     embd.extend(enc.encode(e)?);
@@ -212,6 +244,15 @@ pub fn eval_chunks(
                 let non_causal = enc.mmproj().projector == Projector::Gemma3;
                 if non_causal {
                     ctx.set_causal_attn(false);
+                }
+                let mrope = ctx.model().hparams.rope_sections.is_some();
+                if let (Some((w, h)), true) = (grid, mrope) {
+                    // One batch: the grid's rows see each other through the mask's grid order
+                    // whatever the micro-batches.
+                    let b = Batch::from_image_grid(&embd, n_embd, *w, n_past as i32, seq);
+                    ctx.decode(&b).map_err(llama)?;
+                    n_past += (*w).max(*h);
+                    continue;
                 }
                 let mut result = Ok(());
                 for piece in embd.chunks(n_batch * n_embd) {

@@ -27,7 +27,7 @@ pub struct Encoder {
     sched: Scheduler,
 }
 
-fn graph_err(e: impl std::fmt::Display) -> MtmdError {
+pub(crate) fn graph_err(e: impl std::fmt::Display) -> MtmdError {
     MtmdError::Encode { reason: e.to_string() }
 }
 
@@ -60,6 +60,9 @@ impl Encoder {
     /// token (llama.cpp's `clip_image_encode` output).
     pub fn encode(&mut self, img: &ImageF32) -> Result<Vec<f32>> {
         let h = &self.mmproj.hparams;
+        if self.mmproj.projector == Projector::Qwen25Vl {
+            return self.encode_qwen25vl(img);
+        }
         if (img.width, img.height) != (h.image_size, h.image_size) {
             return Err(graph_err(format!(
                 "the image is {}x{}, the encoder takes {}x{} (preprocess it first)",
@@ -72,31 +75,64 @@ impl Encoder {
         let graph = Graph::build(&ctx, &[out]);
         let schedule =
             self.sched.alloc_graph(&mut ctx, &graph, &mut bindings).map_err(graph_err)?;
-        // llama.cpp's input: planar channels (`[W, H, 3]`) from the interleaved image.
-        let plane = img.width * img.height;
-        let mut planar = vec![0f32; plane * 3];
-        for (i, px) in img.data.chunks_exact(3).enumerate() {
-            for c in 0..3 {
-                planar[c * plane + i] = px[c];
-            }
+        bindings.set_f32(&ctx, input, &planar(img)).map_err(graph_err)?;
+        self.sched.compute(&ctx, &schedule, &bindings).map_err(graph_err)?;
+        bindings.get_f32(&ctx, out).map_err(graph_err)
+    }
+
+    /// Qwen2.5-VL's tower on an image of its own size (sides multiples of two patches).
+    fn encode_qwen25vl(&mut self, img: &ImageF32) -> Result<Vec<f32>> {
+        let h = &self.mmproj.hparams;
+        let m = 2 * h.patch_size;
+        if img.width % m != 0 || img.height % m != 0 || img.width == 0 || img.height == 0 {
+            return Err(graph_err(format!(
+                "the image is {}x{}: its sides must be multiples of {m} (preprocess it first)",
+                img.width, img.height
+            )));
         }
-        bindings.set_f32(&ctx, input, &planar).map_err(graph_err)?;
+        let (px, py) = (img.width / h.patch_size, img.height / h.patch_size);
+        let values = crate::qwen::input_values(px, py, h.patch_size, h.n_wa_pattern > 0);
+        let mut g = GraphBuilder::new(&self.mmproj)?;
+        let (input, inputs, out) = g.build_qwen25vl(img.width, img.height)?;
+        let GraphBuilder { mut ctx, mut bindings, .. } = g;
+        let graph = Graph::build(&ctx, &[out]);
+        let schedule =
+            self.sched.alloc_graph(&mut ctx, &graph, &mut bindings).map_err(graph_err)?;
+        bindings.set_f32(&ctx, input, &planar(img)).map_err(graph_err)?;
+        bindings.set_i32(&ctx, inputs.positions, &values.positions).map_err(graph_err)?;
+        if let Some((idx, inv, mask)) = inputs.windows {
+            bindings.set_i32(&ctx, idx, &values.idx).map_err(graph_err)?;
+            bindings.set_i32(&ctx, inv, &values.inv_idx).map_err(graph_err)?;
+            bindings.set_f32(&ctx, mask, &values.mask).map_err(graph_err)?;
+        }
         self.sched.compute(&ctx, &schedule, &bindings).map_err(graph_err)?;
         bindings.get_f32(&ctx, out).map_err(graph_err)
     }
 }
 
+/// llama.cpp's input: planar channels (`[W, H, 3]`) from the interleaved image.
+fn planar(img: &ImageF32) -> Vec<f32> {
+    let plane = img.width * img.height;
+    let mut planar = vec![0f32; plane * 3];
+    for (i, px) in img.data.chunks_exact(3).enumerate() {
+        for c in 0..3 {
+            planar[c * plane + i] = px[c];
+        }
+    }
+    planar
+}
+
 /// One encoding's graph: the weights as leaves bound in the file's mapping.
-struct GraphBuilder<'m> {
-    m: &'m Mmproj,
-    ctx: Context,
-    bindings: Bindings,
+pub(crate) struct GraphBuilder<'m> {
+    pub(crate) m: &'m Mmproj,
+    pub(crate) ctx: Context,
+    pub(crate) bindings: Bindings,
     weights: HashMap<String, TensorId>,
     buffer: Arc<dyn Buffer>,
 }
 
 impl<'m> GraphBuilder<'m> {
-    fn new(m: &'m Mmproj) -> Result<Self> {
+    pub(crate) fn new(m: &'m Mmproj) -> Result<Self> {
         let mapped: Arc<MappedGguf> = m.mapped();
         let buffer: Arc<dyn Buffer> = Arc::new(MappedBuffer::new(mapped));
         Ok(GraphBuilder {
@@ -109,7 +145,7 @@ impl<'m> GraphBuilder<'m> {
     }
 
     /// Weight `name` (checked at load), bound in place on first use.
-    fn w(&mut self, name: &str) -> Result<TensorId> {
+    pub(crate) fn w(&mut self, name: &str) -> Result<TensorId> {
         if let Some(&id) = self.weights.get(name) {
             return Ok(id);
         }
@@ -125,14 +161,14 @@ impl<'m> GraphBuilder<'m> {
     }
 
     /// `x·W` then `+ b` (`build_mm` and the bias add).
-    fn linear(&mut self, x: TensorId, name: &str) -> Result<TensorId> {
+    pub(crate) fn linear(&mut self, x: TensorId, name: &str) -> Result<TensorId> {
         let (w, b) = (self.w(&format!("{name}.weight"))?, self.w(&format!("{name}.bias"))?);
         let y = self.ctx.mul_mat(w, x).map_err(graph_err)?;
         self.ctx.add(y, b).map_err(graph_err)
     }
 
     /// Names `x` as clip.cpp's `cb` does (`name-il`, or `name` outside the blocks).
-    fn named(&mut self, x: TensorId, name: &str, il: Option<usize>) -> TensorId {
+    pub(crate) fn named(&mut self, x: TensorId, name: &str, il: Option<usize>) -> TensorId {
         match il {
             Some(il) => self.ctx.set_name(x, &format!("{name}-{il}")),
             None => self.ctx.set_name(x, name),
@@ -150,7 +186,7 @@ impl<'m> GraphBuilder<'m> {
     }
 
     /// `ggml_cast`: a copy of `x` in `dtype`.
-    fn cast(&mut self, x: TensorId, dtype: DType) -> Result<TensorId> {
+    pub(crate) fn cast(&mut self, x: TensorId, dtype: DType) -> Result<TensorId> {
         let ne = self.ctx.get(x).ne;
         let dst = self.ctx.new_tensor(dtype, &ne).map_err(graph_err)?;
         self.ctx.cpy(x, dst).map_err(graph_err)
@@ -236,6 +272,7 @@ impl<'m> GraphBuilder<'m> {
         let out = match self.m.projector {
             Projector::Gemma3 => self.gemma3_projector(x, side)?,
             Projector::Idefics3 => self.idefics3_projector(x, side)?,
+            Projector::Qwen25Vl => return Err(graph_err("Qwen2.5-VL has its own graph (qwen.rs)")),
         };
         self.ctx.set_output(out);
         Ok((inp_raw, out))

@@ -22,6 +22,7 @@ mod error;
 mod mmproj;
 mod preprocess;
 mod projector;
+mod qwen;
 pub mod resize;
 pub mod synth;
 

@@ -42,6 +42,14 @@ pub struct VisionHparams {
     /// (`clip.vision.preproc_image_size`; 0 where the file does not say: llama.cpp's older
     /// slicing, tiles of the rounded size).
     pub longest_edge: usize,
+    /// Qwen2.5-VL: every `n_wa_pattern`-th block attends over the whole image, the others
+    /// within windows (`clip.vision.n_wa_pattern`; 0 elsewhere).
+    pub n_wa_pattern: usize,
+    /// The pixel budget of images of dynamic size (Qwen2.5-VL: 8 to 4096 merged tokens'
+    /// worth, llama.cpp's defaults); 0 for fixed-size projectors.
+    pub min_pixels: usize,
+    /// See `min_pixels`.
+    pub max_pixels: usize,
 }
 
 /// The vision tower's feed-forward activation.
@@ -56,12 +64,20 @@ pub enum FfnAct {
 }
 
 impl VisionHparams {
+    /// The merged token grid (columns, rows) of a `width × height` image of a dynamic-size
+    /// projector (each `n_merge × n_merge` patches one token).
+    pub fn merged_grid(&self, width: usize, height: usize) -> (usize, usize) {
+        let m = self.patch_size * self.n_merge;
+        (width / m, height / m)
+    }
+
     /// Patches per side of the input image.
     pub fn patches_per_side(&self) -> usize {
         self.image_size / self.patch_size
     }
 
-    /// Embeddings (tokens) one image becomes.
+    /// Embeddings (tokens) one image of the model's fixed size becomes (a dynamic-size
+    /// projector's images make [`VisionHparams::merged_grid`] instead).
     pub fn n_output_tokens(&self) -> usize {
         let side = self.patches_per_side() / self.n_merge;
         side * side
@@ -207,6 +223,10 @@ impl Reader<'_> {
                 Projector::Idefics3 => {
                     return Err(self.meta_err(merge_key, "missing (idefics3 needs it)"))
                 }
+                Projector::Qwen25Vl => match md.get("clip.vision.spatial_merge_size") {
+                    Some(_) => self.uint("clip.vision.spatial_merge_size", 8)?,
+                    None => 2,
+                },
             }
         };
         let (gelu, silu) = (self.flag("clip.use_gelu"), self.flag("clip.use_silu"));
@@ -237,7 +257,24 @@ impl Reader<'_> {
                 Some(_) => self.uint("clip.vision.preproc_image_size", 1 << 16)?,
                 None => 0,
             },
+            n_wa_pattern: match projector {
+                Projector::Qwen25Vl => self.uint("clip.vision.n_wa_pattern", 1024)?,
+                _ => 0,
+            },
+            min_pixels: 0,
+            max_pixels: 0,
         };
+        let mut h = h;
+        if projector == Projector::Qwen25Vl {
+            // llama.cpp's set_limit_image_tokens(8, 4096).
+            let area = (h.patch_size * h.n_merge).pow(2);
+            (h.min_pixels, h.max_pixels) = (8 * area, 4096 * area);
+            if h.n_merge != 2 {
+                return Err(
+                    self.meta_err(merge_key, format!("{}: the merger merges 2 × 2", h.n_merge))
+                );
+            }
+        }
         if h.image_std.contains(&0.0) {
             return Err(self.meta_err("clip.vision.image_std", "a standard deviation is 0"));
         }
@@ -291,6 +328,9 @@ impl Reader<'_> {
     /// Checks every tensor the projector reads; returns the width of the embeddings it makes
     /// (llama.cpp's `clip_n_mmproj_embd`).
     fn check_tensors(&self, projector: Projector, h: &VisionHparams) -> Result<usize> {
+        if projector == Projector::Qwen25Vl {
+            return self.check_qwen25vl(h);
+        }
         let (d, ff, p) = (h.n_embd, h.n_ff, h.patch_size);
         let n_patches = h.patches_per_side() * h.patches_per_side();
         self.tensor("v.patch_embd.weight", &[p, p, 3, d])?;
@@ -313,6 +353,7 @@ impl Reader<'_> {
         self.tensor("v.post_ln.weight", &[d])?;
         self.tensor("v.post_ln.bias", &[d])?;
         match projector {
+            Projector::Qwen25Vl => self.check_qwen25vl(h),
             Projector::Gemma3 => {
                 self.tensor("mm.soft_emb_norm.weight", &[d])?;
                 let name = "mm.input_projection.weight";
@@ -332,5 +373,60 @@ impl Reader<'_> {
                 Ok(n_out)
             }
         }
+    }
+
+    /// Qwen2.5-VL's tower: two patch convolutions without bias, RMS norms (weights only),
+    /// Q/K/V/output with biases, a SwiGLU FFN with biases, the post norm, and the merger
+    /// (`mm.0`, GELU, `mm.2`); returns the merger's output width.
+    fn check_qwen25vl(&self, h: &VisionHparams) -> Result<usize> {
+        let (d, ff, p) = (h.n_embd, h.n_ff, h.patch_size);
+        if (d / h.n_head) % 4 != 0 {
+            return Err(self.meta_err(
+                "clip.vision.attention.head_count",
+                format!("heads of {}: the 2-D RoPE needs a multiple of 4", d / h.n_head),
+            ));
+        }
+        self.tensor("v.patch_embd.weight", &[p, p, 3, d])?;
+        self.tensor("v.patch_embd.weight.1", &[p, p, 3, d])?;
+        for il in 0..h.n_layer {
+            for w in ["attn_q", "attn_k", "attn_v", "attn_out"] {
+                self.tensor(&format!("v.blk.{il}.{w}.weight"), &[d, d])?;
+                self.tensor(&format!("v.blk.{il}.{w}.bias"), &[d])?;
+            }
+            for n in ["ln1", "ln2"] {
+                self.tensor(&format!("v.blk.{il}.{n}.weight"), &[d])?;
+            }
+            for (w, shape) in [("ffn_up", [d, ff]), ("ffn_gate", [d, ff]), ("ffn_down", [ff, d])] {
+                self.tensor(&format!("v.blk.{il}.{w}.weight"), &shape)?;
+                self.tensor(&format!("v.blk.{il}.{w}.bias"), &[shape[1]])?;
+            }
+        }
+        self.tensor("v.post_ln.weight", &[d])?;
+        let name = "mm.0.weight";
+        let hidden = self
+            .file
+            .tensor(name)
+            .map_err(|_| self.tensor_err(name, "missing"))?
+            .ne
+            .get(1)
+            .copied()
+            .unwrap_or(0) as usize;
+        self.tensor(name, &[4 * d, hidden])?;
+        self.tensor("mm.0.bias", &[hidden])?;
+        let name = "mm.2.weight";
+        let n_out = self
+            .file
+            .tensor(name)
+            .map_err(|_| self.tensor_err(name, "missing"))?
+            .ne
+            .get(1)
+            .copied()
+            .unwrap_or(0) as usize;
+        self.tensor(name, &[hidden, n_out])?;
+        self.tensor("mm.2.bias", &[n_out])?;
+        if h.ffn_act != FfnAct::Silu {
+            return Err(self.meta_err("clip.use_silu", "Qwen2.5-VL's feed-forward is SwiGLU"));
+        }
+        Ok(n_out)
     }
 }

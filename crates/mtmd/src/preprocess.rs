@@ -48,7 +48,37 @@ pub fn preprocess(mmproj: &Mmproj, img: &Bitmap) -> Preprocessed {
             grid: None,
         },
         Projector::Idefics3 => idefics3(&mmproj.hparams, img),
+        Projector::Qwen25Vl => {
+            let h = &mmproj.hparams;
+            let (w, ht) = dyn_size(h, img.width, img.height);
+            let sized = resize(img, w, ht, Filter::Bicubic, Fit::PadCeil([0, 0, 0]));
+            Preprocessed {
+                entries: vec![ImageF32::normalized(&sized, h.image_mean, h.image_std)],
+                grid: None,
+            }
+        }
     }
+}
+
+/// llama.cpp's `mtmd_image_preprocessor_dyn_size` target: `calc_size_preserved_ratio` with
+/// the merged patch as the alignment and the pixel budget, in its float arithmetic.
+fn dyn_size(h: &VisionHparams, width: usize, height: usize) -> (usize, usize) {
+    let f = (h.patch_size * h.n_merge) as f32;
+    let by = |x: f32, op: fn(f32) -> f32| (op(x / f) as i64 * f as i64).max(0) as usize;
+    let align = f as usize;
+    let (wf, hf) = (width as f32, height as f32);
+    let mut w_bar = align.max(by(wf, f32::round));
+    let mut h_bar = align.max(by(hf, f32::round));
+    if h.max_pixels > 0 && h_bar * w_bar > h.max_pixels {
+        let beta = (hf * wf / h.max_pixels as f32).sqrt();
+        h_bar = align.max(by(hf / beta, f32::floor));
+        w_bar = align.max(by(wf / beta, f32::floor));
+    } else if h.min_pixels > 0 && h_bar * w_bar < h.min_pixels {
+        let beta = (h.min_pixels as f32 / (hf * wf)).sqrt();
+        h_bar = by(hf * beta, f32::ceil);
+        w_bar = by(wf * beta, f32::ceil);
+    }
+    (w_bar, h_bar)
 }
 
 /// llama.cpp's `mtmd_image_preprocessor_fixed_size`: fitted into the model's square with

@@ -13,6 +13,10 @@ pub enum Projector {
     /// Idefics3 (SmolVLM): SigLIP, the pixel shuffle (patches merged `n_merge²` into one) and
     /// a linear projection; images cut into square tiles plus an overview.
     Idefics3,
+    /// Qwen2.5-VL: a ViT of the image's own size (two patch convolutions, RMS norms, 2-D
+    /// RoPE, window attention, SwiGLU), the 2 × 2 patch merger; M-RoPE positions in the
+    /// language model.
+    Qwen25Vl,
 }
 
 impl Projector {
@@ -21,6 +25,7 @@ impl Projector {
         match self {
             Projector::Gemma3 => "gemma3",
             Projector::Idefics3 => "idefics3",
+            Projector::Qwen25Vl => "qwen2.5vl_merger",
         }
     }
 
@@ -30,6 +35,7 @@ impl Projector {
         match name {
             "gemma3" => Ok(Projector::Gemma3),
             "idefics3" => Ok(Projector::Idefics3),
+            "qwen2.5vl_merger" => Ok(Projector::Qwen25Vl),
             _ if AUDIO.contains(&name) => Err(format!(
                 "projector type '{name}' is an audio encoder; Tessera reads images only"
             )),
@@ -52,10 +58,10 @@ impl fmt::Display for Projector {
 }
 
 /// The names Tessera runs.
-pub const SUPPORTED: &[&str] = &["gemma3", "idefics3"];
+pub const SUPPORTED: &[&str] = &["gemma3", "idefics3", "qwen2.5vl_merger"];
 
-/// Next in line (Qwen2.5-VL's merger).
-const PLANNED: &[&str] = &["qwen2.5vl_merger"];
+/// Next in line (Qwen2-VL's and Qwen3-VL's mergers).
+const PLANNED: &[&str] = &["qwen2vl_merger", "qwen3vl_merger"];
 
 /// The other vision projector types of llama.cpp b11312.
 const LLAMA_CPP_VISION: &[&str] = &[
@@ -64,8 +70,6 @@ const LLAMA_CPP_VISION: &[&str] = &[
     "ldpv2",
     "resampler",
     "adapter",
-    "qwen2vl_merger",
-    "qwen3vl_merger",
     "ling3vl",
     "step3vl",
     "gemma3nv",
@@ -136,8 +140,9 @@ mod tests {
         let e = Projector::from_name("pixtral").unwrap_err();
         assert!(e.contains("'pixtral' is not implemented") && e.contains("gemma3"), "{e}");
         assert_eq!(Projector::from_name("idefics3"), Ok(Projector::Idefics3));
-        let e = Projector::from_name("qwen2.5vl_merger").unwrap_err();
-        assert!(e.contains("'qwen2.5vl_merger' is not implemented"), "{e}");
+        assert_eq!(Projector::from_name("qwen2.5vl_merger"), Ok(Projector::Qwen25Vl));
+        let e = Projector::from_name("qwen3vl_merger").unwrap_err();
+        assert!(e.contains("'qwen3vl_merger' is not implemented"), "{e}");
         let e = Projector::from_name("ultravox").unwrap_err();
         assert!(e.contains("audio"), "{e}");
         let e = Projector::from_name("frobnicator").unwrap_err();

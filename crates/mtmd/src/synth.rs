@@ -33,6 +33,8 @@ pub struct RandomMmproj {
     pub seed: u64,
     /// `clip.vision.preproc_image_size` (the longest side before tiling; 0: no key).
     pub longest_edge: usize,
+    /// Qwen2.5-VL's `clip.vision.n_wa_pattern` (every n-th block attends globally).
+    pub n_wa_pattern: usize,
 }
 
 impl RandomMmproj {
@@ -51,6 +53,19 @@ impl RandomMmproj {
             n_mmproj_embd,
             seed: 1,
             longest_edge: 0,
+            n_wa_pattern: 0,
+        }
+    }
+
+    /// A small Qwen2.5-VL projector: 8-pixel patches, 64 wide, 2 blocks (the first attending
+    /// within windows of 7 × 7 merged tokens, the second globally), SwiGLU, the 2 × 2 merger,
+    /// for a language model `n_mmproj_embd` wide.
+    pub fn tiny_qwen25vl(n_mmproj_embd: usize) -> Self {
+        RandomMmproj {
+            projector: Projector::Qwen25Vl,
+            n_wa_pattern: 2,
+            seed: 3,
+            ..RandomMmproj::tiny_gemma3(n_mmproj_embd)
         }
     }
 
@@ -92,7 +107,12 @@ pub fn write_random_mmproj(spec: &RandomMmproj, path: &Path) -> Result<u64> {
     w.add("general.name", "tessera random mmproj").map_err(g)?;
     w.add("clip.has_vision_encoder", Value::Bool(true)).map_err(g)?;
     w.add("clip.projector_type", spec.projector.name()).map_err(g)?;
-    w.add("clip.use_gelu", Value::Bool(true)).map_err(g)?;
+    let qwen = spec.projector == Projector::Qwen25Vl;
+    w.add(if qwen { "clip.use_silu" } else { "clip.use_gelu" }, Value::Bool(true)).map_err(g)?;
+    if qwen {
+        w.add("clip.vision.spatial_merge_size", u(spec.n_merge)).map_err(g)?;
+        w.add("clip.vision.n_wa_pattern", u(spec.n_wa_pattern)).map_err(g)?;
+    }
     w.add("clip.vision.image_size", u(spec.image_size)).map_err(g)?;
     w.add("clip.vision.patch_size", u(spec.patch_size)).map_err(g)?;
     w.add("clip.vision.embedding_length", u(spec.n_embd)).map_err(g)?;
@@ -108,9 +128,57 @@ pub fn write_random_mmproj(spec: &RandomMmproj, path: &Path) -> Result<u64> {
     w.add("clip.vision.image_mean", Value::Array(Array::F32(vec![0.5, 0.5, 0.5]))).map_err(g)?;
     w.add("clip.vision.image_std", Value::Array(Array::F32(vec![0.5, 0.5, 0.5]))).map_err(g)?;
     let mut rng = Rng(spec.seed.max(1));
-    let (d, ff, p) = (spec.n_embd, spec.n_ff, spec.patch_size);
     let side = spec.image_size / spec.patch_size;
-    let mut tensors: Vec<(String, Vec<usize>, f32, f32)> = vec![
+    let tensors = if qwen { qwen25vl_tensors(spec) } else { siglip_tensors(spec, side) };
+    let mut blobs = Vec::with_capacity(tensors.len());
+    for (_, shape, base, scale) in &tensors {
+        let n: usize = shape.iter().product();
+        let bytes: Vec<u8> = (0..n).flat_map(|_| (base + rng.next(*scale)).to_le_bytes()).collect();
+        blobs.push(bytes);
+    }
+    for ((name, shape, _, _), bytes) in tensors.iter().zip(blobs) {
+        let shape: Vec<u64> = shape.iter().map(|&x| x as u64).collect();
+        w.add_tensor(name, DType::F32, &shape, bytes).map_err(g)?;
+    }
+    w.write_file(path).map_err(g)
+}
+
+/// A tensor to write: name, shape, mean and spread of its values.
+type Spec = (String, Vec<usize>, f32, f32);
+
+/// Qwen2.5-VL's tensors (see `Mmproj`'s checks): no patch bias or positions, RMS norms,
+/// SwiGLU with biases, the merger 4·d → 4·d → the language model's width.
+fn qwen25vl_tensors(spec: &RandomMmproj) -> Vec<Spec> {
+    let (d, ff, p) = (spec.n_embd, spec.n_ff, spec.patch_size);
+    let mut t: Vec<Spec> = vec![
+        ("v.patch_embd.weight".into(), vec![p, p, 3, d], 0.0, 0.1),
+        ("v.patch_embd.weight.1".into(), vec![p, p, 3, d], 0.0, 0.1),
+    ];
+    for il in 0..spec.n_layer {
+        for n in ["attn_q", "attn_k", "attn_v", "attn_out"] {
+            t.push((format!("v.blk.{il}.{n}.weight"), vec![d, d], 0.0, 0.15));
+            t.push((format!("v.blk.{il}.{n}.bias"), vec![d], 0.0, 0.05));
+        }
+        for n in ["ln1", "ln2"] {
+            t.push((format!("v.blk.{il}.{n}.weight"), vec![d], 1.0, 0.1));
+        }
+        for (n, a, b) in [("ffn_up", d, ff), ("ffn_gate", d, ff), ("ffn_down", ff, d)] {
+            t.push((format!("v.blk.{il}.{n}.weight"), vec![a, b], 0.0, 0.12));
+            t.push((format!("v.blk.{il}.{n}.bias"), vec![b], 0.0, 0.05));
+        }
+    }
+    t.push(("v.post_ln.weight".into(), vec![d], 1.0, 0.1));
+    t.push(("mm.0.weight".into(), vec![4 * d, 4 * d], 0.0, 0.08));
+    t.push(("mm.0.bias".into(), vec![4 * d], 0.0, 0.05));
+    t.push(("mm.2.weight".into(), vec![4 * d, spec.n_mmproj_embd], 0.0, 0.08));
+    t.push(("mm.2.bias".into(), vec![spec.n_mmproj_embd], 0.0, 0.05));
+    t
+}
+
+/// The SigLIP tower's tensors and the Gemma 3 or Idefics3 projector's.
+fn siglip_tensors(spec: &RandomMmproj, side: usize) -> Vec<Spec> {
+    let (d, ff, p) = (spec.n_embd, spec.n_ff, spec.patch_size);
+    let mut tensors: Vec<Spec> = vec![
         ("v.patch_embd.weight".into(), vec![p, p, 3, d], 0.0, 0.1),
         ("v.patch_embd.bias".into(), vec![d], 0.0, 0.1),
         ("v.position_embd.weight".into(), vec![d, side * side], 0.0, 0.1),
@@ -146,18 +214,9 @@ pub fn write_random_mmproj(spec: &RandomMmproj, path: &Path) -> Result<u64> {
             let w = vec![d * m * m, spec.n_mmproj_embd];
             tensors.push(("mm.model.fc.weight".into(), w, 0.0, 0.08));
         }
+        Projector::Qwen25Vl => {}
     }
-    let mut blobs = Vec::with_capacity(tensors.len());
-    for (_, shape, base, scale) in &tensors {
-        let n: usize = shape.iter().product();
-        let bytes: Vec<u8> = (0..n).flat_map(|_| (base + rng.next(*scale)).to_le_bytes()).collect();
-        blobs.push(bytes);
-    }
-    for ((name, shape, _, _), bytes) in tensors.iter().zip(blobs) {
-        let shape: Vec<u64> = shape.iter().map(|&x| x as u64).collect();
-        w.add_tensor(name, DType::F32, &shape, bytes).map_err(g)?;
-    }
-    w.write_file(path).map_err(g)
+    tensors
 }
 
 /// The Idefics3 (SmolVLM) image tokens a test needs for a grid of up to 2 × 2 tiles.

@@ -28,6 +28,13 @@ fn images_decode_and_preprocess_as_libmtmds() {
     check("preprocess.json", &RandomMmproj::tiny_gemma3(96));
 }
 
+/// Qwen2.5-VL's images of their own size: the pixel budget and merged-patch rounding
+/// (`calc_size_preserved_ratio`), bicubic, padded.
+#[test]
+fn qwen25vl_dynamic_sizes_are_libmtmds() {
+    check("preprocess_qwen25vl.json", &RandomMmproj::tiny_qwen25vl(96));
+}
+
 #[test]
 fn idefics3_tiles_and_overviews_are_libmtmds() {
     check("preprocess_idefics3.json", &RandomMmproj::tiny_idefics3(96));

@@ -5,7 +5,8 @@
 // preprocessed batch, little-endian f32) and OUTDIR/i.emb.j (its embeddings from
 // clip_image_encode, 2 threads, flash attention on), and a line "i nx ny n_entries ex ey ..."
 // on stdout. With MTMD_REF_PROJ=idefics3, the Idefics3 preprocessor: entry 0 is the
-// overview, the tiles follow row by row, and the line ends with "grid gx gy".
+// overview, the tiles follow row by row, and the line ends with "grid gx gy"; with
+// MTMD_REF_PROJ=qwen25vl, the dynamic-size preprocessor (mtmd_image_preprocessor_dyn_size).
 #include "clip.h"
 #include "clip-impl.h"
 #include "mtmd.h"
@@ -83,6 +84,9 @@ int main(int argc, char ** argv) {
             mtmd_image_preprocessor_idefics3 pre(r.ctx_v);
             po = pre.preprocess(img);
             po.entries.insert(po.entries.begin(), std::move(po.overview));
+        } else if (proj && std::string(proj) == "qwen25vl") {
+            mtmd_image_preprocessor_dyn_size pre(r.ctx_v);
+            po = pre.preprocess(img);
         } else {
             mtmd_image_preprocessor_fixed_size pre(r.ctx_v);
             po = pre.preprocess(img);

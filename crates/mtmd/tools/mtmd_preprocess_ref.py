@@ -19,7 +19,8 @@ Usage: VENV/bin/python crates/mtmd/tools/mtmd_preprocess_ref.py LLAMA_CPP_SRC MT
     LEVEL's explicit flags (tools/make_ref_set.sh; its libmtmd may be missing), loaded first
   LEVEL, BUILD: the SIMD level (avx2, avx512) and the build's flags, recorded: the embeddings
     (tests/fixtures/encode_LEVEL.json) follow the level's kernels
-  PROJ: gemma3 (default), idefics3 (RandomMmproj::tiny_idefics3(96): tiles and overview,
+  PROJ: gemma3 (default), qwen25vl (RandomMmproj::tiny_qwen25vl(96): images of their own
+    size, preprocess_qwen25vl.json and encode_qwen25vl_LEVEL.json), idefics3 (RandomMmproj::tiny_idefics3(96): tiles and overview,
     tests/fixtures/preprocess_idefics3.json and encode_idefics3_LEVEL.json) or idefics3-old
     (the same without clip.vision.preproc_image_size: preprocess_idefics3-old.json only)
 Needs g++ and Pillow (to write the images, only when they are missing).
@@ -96,7 +97,7 @@ def main():
         # The level's ggml (its CPU kernels) ahead of the one beside libmtmd.
         env = dict(os.environ, LD_LIBRARY_PATH=f"{ggml_dir}:{libdir}")
         if proj != "gemma3":
-            env["MTMD_REF_PROJ"] = "idefics3"
+            env["MTMD_REF_PROJ"] = "qwen25vl" if proj == "qwen25vl" else "idefics3"
         run = subprocess.run([exe, mmproj, outdir, *[os.path.join(IMAGES, i) for i in images]],
                              check=True, capture_output=True, text=True, env=env)
         cases, encoded = [], []
@@ -139,6 +140,8 @@ def main():
                       "(llama-cpp-python 0.3.36), stb_image decoding, "
                       + ("mtmd_image_preprocessor_fixed_size on RandomMmproj::tiny_gemma3(96)"
                          if proj == "gemma3" else
+                         "mtmd_image_preprocessor_dyn_size on write_mmproj --qwen25vl (96 wide)"
+                         if proj == "qwen25vl" else
                          f"mtmd_image_preprocessor_idefics3 on write_mmproj --{proj} (96 wide); "
                          "entry 0 is the overview, then the tiles row by row"),
            "cases": cases}
