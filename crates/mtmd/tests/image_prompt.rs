@@ -2,7 +2,8 @@
 //! made by tools/llama_cpp_image_prompt.py with llama.cpp b11312 built with the level's
 //! explicit flags): Gemma-3-270M with the random Gemma 3 projector of its width, and
 //! SmolLM2-135M given Idefics3's image tokens with the random Idefics3 projector of its width
-//! (the image cut into four tiles and an overview, each its own chunk). The chunks
+//! (the image cut into four tiles and an overview, each its own chunk), and the random Qwen2-VL
+//! language model with the random Qwen2.5-VL projector (M-RoPE grid positions). The chunks
 //! equal `mtmd_tokenize`'s (text tokens, image size), and after `mtmd_helper_eval_chunks` and
 //! each of ten greedy steps llama.cpp's top-5 log-probabilities are met within `TOL`
 //! (bit-exact logits), its greedy tokens fed back. Also: markers and images must agree, and a
@@ -35,6 +36,21 @@ fn an_idefics3_image_prompt_gives_llama_cpps_log_probabilities() {
     let path = dir.path().join("smolvlm-tokens.gguf");
     tessera_mtmd::synth::with_idefics3_tokens(&lm, &path).unwrap();
     check("image_prompt_idefics3", &path, RandomMmproj::tiny_idefics3);
+}
+
+/// Qwen2.5-VL: the random Qwen2-VL language model, the image at its own size (two windows
+/// wide) placed with M-RoPE grid positions.
+#[test]
+fn a_qwen25vl_image_prompt_gives_llama_cpps_log_probabilities() {
+    let (stem, spec, vocab) = tessera_llama::synth::family_models()
+        .into_iter()
+        .find(|m| m.0 == "synth-qwen2vl-q8_0")
+        .unwrap();
+    let v = tessera_gguf::GgufFile::open(tessera_models::fixtures::vocab(vocab).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("{stem}.gguf"));
+    tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
+    check("image_prompt_qwen25vl", &path, RandomMmproj::tiny_qwen25vl);
 }
 
 fn check(name: &str, path: &Path, spec: fn(usize) -> RandomMmproj) {

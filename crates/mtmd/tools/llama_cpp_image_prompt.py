@@ -23,6 +23,9 @@ Usage: MTMD_CPP_LIB=DIR VENV/bin/python crates/mtmd/tools/llama_cpp_image_prompt
 With `idefics3`: SmolLM2-135M-Instruct given Idefics3's image tokens (`write_mmproj
 --idefics3-lm SRC DST`) and the tests' random Idefics3 projector of its width (`write_mmproj
 --idefics3 OUT 576`), a ChatML prompt: the image becomes its tiles and overview, causal.
+With `qwen25vl`: the random Qwen2-VL language model `synth-qwen2vl-q8_0` (`cargo xtask
+synth-models DIR`) and the tests' random Qwen2.5-VL projector of its width (`write_mmproj
+--qwen25vl OUT 256`): the image at its own size, M-RoPE grid positions.
 """
 import ctypes
 import json
@@ -47,6 +50,8 @@ TOP = 5
 PROMPTS = {
     "gemma3": PROMPT,
     "idefics3": ("<|im_start|>user\n<__media__>What is in this picture? Answer in one word."
+                 "<|im_end|>\n<|im_start|>assistant\n"),
+    "qwen25vl": ("<|im_start|>user\n<__media__>What is in this picture? Answer in one word."
                  "<|im_end|>\n<|im_start|>assistant\n"),
 }
 
