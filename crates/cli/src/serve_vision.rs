@@ -26,13 +26,6 @@ impl MtmdVision {
         offload: bool,
     ) -> Result<MtmdVision> {
         let encoder = crate::mtmd_args::load_encoder(path, &model, threads, offload)?;
-        if encoder.mmproj().projector == Projector::Qwen25Vl {
-            anyhow::bail!(
-                "{}: Qwen2.5-VL images (M-RoPE grid positions) are not served yet; tessera run \
-                 --mmproj FILE --image FILE -no-cnv takes them",
-                path.display()
-            );
-        }
         let mmproj = encoder.mmproj_shared();
         let name = mmproj.projector.name().to_string();
         Ok(MtmdVision { model, mmproj, encoder: Mutex::new(encoder), name })
@@ -83,15 +76,21 @@ impl Vision for MtmdVision {
             let h = hashes.get(i).copied().unwrap_or_default();
             h ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
         };
+        let mrope = self.model.hparams.rope_sections.is_some();
         Ok(chunks
             .into_iter()
-            .map(|c| match c {
-                Chunk::Text(t) => Piece::Text(t),
-                Chunk::Image { entries, n_tokens, source, .. } => Piece::Image(PromptImage {
-                    n_tokens,
-                    hash: part_hash(source),
-                    data: Arc::new(entries),
-                }),
+            .map(|c| {
+                let n_pos = c.n_pos(mrope);
+                match c {
+                    Chunk::Text(t) => Piece::Text(t),
+                    Chunk::Image { entries, n_tokens, source, grid } => Piece::Image(PromptImage {
+                        n_tokens,
+                        n_pos,
+                        grid,
+                        hash: part_hash(source),
+                        data: Arc::new(entries),
+                    }),
+                }
             })
             .collect())
     }

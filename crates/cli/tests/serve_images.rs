@@ -128,3 +128,76 @@ fn a_server_without_a_projector_names_the_missing_flag() {
         String::from_utf8_lossy(&res.stderr)
     );
 }
+
+/// A JSON POST over a fresh connection (`Connection: close`, the body read to the end).
+fn post(url: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let b = body.to_string();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: \
+         {}\r\nConnection: close\r\n\r\n{b}",
+        b.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{resp}");
+    serde_json::from_str(body).unwrap()
+}
+
+/// Qwen2.5-VL through the server (M-RoPE: an image takes fewer positions than cells): the
+/// random Qwen2-VL language model with the random Qwen2.5-VL projector of its width answers a
+/// `/completion` image prompt as `tessera run` does, and again from the cache (the image's
+/// cells reused at their grid positions), and after the same image with other text.
+#[test]
+fn a_qwen25vl_image_prompt_is_served_as_run_answers_it() {
+    let (stem, spec, vocab) = tessera_llama::synth::family_models()
+        .into_iter()
+        .find(|m| m.0 == "synth-qwen2vl-q8_0")
+        .unwrap();
+    let v = tessera_gguf::GgufFile::open(tessera_models::fixtures::vocab(vocab).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let lm = dir.path().join(format!("{stem}.gguf"));
+    tessera_llama::synth::write_random_model(&spec, v.metadata(), &lm).unwrap();
+    let mm = dir.path().join("qwen-mmproj.gguf");
+    let mspec = tessera_mtmd::synth::RandomMmproj::tiny_qwen25vl(spec.n_embd);
+    tessera_mtmd::synth::write_random_mmproj(&mspec, &mm).unwrap();
+    let (lm, mm) = (lm.to_str().unwrap(), mm.to_str().unwrap());
+    let image = images().join("wide_200x20.png");
+    let image = image.to_str().unwrap();
+    let prompt = "<__media__>Describe the image:";
+    let run = common::piped_output(
+        &[
+            "run", "-m", lm, "--mmproj", mm, "--image", image, "-p", prompt, "-n", "8", "--temp",
+            "0", "-t", "2", "-no-cnv",
+        ],
+        &[],
+        "",
+    );
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    let want = out.split("Describe the image:").nth(1).expect("the prompt echoed");
+    let want = want.strip_suffix('\n').unwrap_or(want).to_string();
+    let (_srv, url) = serve(&["-m", lm, "--mmproj", mm, "-np", "2", "-c", "512", "-t", "2"]);
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(image).unwrap());
+    let ask = |text: &str| {
+        serde_json::json!({
+            "prompt": {"prompt_string": text, "multimodal_data": [b64]},
+            "n_predict": 8, "temperature": 0,
+        })
+    };
+    let first = post(&url, "/completion", &ask(prompt));
+    assert_eq!(first["content"], want.as_str(), "{first}");
+    let n_prompt = first["tokens_evaluated"].as_u64().unwrap();
+    let again = post(&url, "/completion", &ask(prompt));
+    assert_eq!(again["content"], want.as_str());
+    assert_eq!(again["timings"]["cache_n"].as_u64(), Some(n_prompt - 1), "{again}");
+    let other = post(&url, "/completion", &ask("<__media__>Describe the image in words:"));
+    // The image (13 x 1 merged tokens after <|vision_start|>'s pieces) came from the cache.
+    assert!(other["timings"]["cache_n"].as_u64().unwrap() > 13, "{other}");
+}

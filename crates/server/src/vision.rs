@@ -34,8 +34,13 @@ pub fn placeholder_ids(hash: u64, n: usize) -> impl Iterator<Item = u32> {
 /// encoder's input (preprocessed pixels, opaque to the server).
 #[derive(Clone)]
 pub struct PromptImage {
-    /// Positions it takes in the context.
+    /// Cells it takes in the context.
     pub n_tokens: usize,
+    /// Positions it advances (an M-RoPE grid: its larger side; else `n_tokens`).
+    pub n_pos: usize,
+    /// Its merged token grid (columns, rows), placed with M-RoPE grid positions (Qwen2.5-VL
+    /// in a `qwen2vl` model); `None`: positions in a row.
+    pub grid: Option<(usize, usize)>,
     /// A hash of the decoded pixels (and size): equal images share cached cells.
     pub hash: u64,
     /// What [`Vision::encode`] reads (its own type).
@@ -46,6 +51,7 @@ impl std::fmt::Debug for PromptImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PromptImage")
             .field("n_tokens", &self.n_tokens)
+            .field("n_pos", &self.n_pos)
             .field("hash", &format_args!("{:016x}", self.hash))
             .finish()
     }
@@ -139,6 +145,18 @@ impl Images {
             .map_or(n, |(start, _)| *start)
     }
 
+    /// The position of the prompt's `k`-th cell (`k` at an image's start or in text): an
+    /// M-RoPE image before it advanced fewer positions than it took cells.
+    pub fn pos(&self, k: usize) -> i32 {
+        let behind: usize = self
+            .0
+            .iter()
+            .filter(|(start, img)| start + img.n_tokens <= k)
+            .map(|(_, img)| img.n_tokens - img.n_pos.min(img.n_tokens))
+            .sum();
+        (k - behind) as i32
+    }
+
     /// The image starting at position `pos`, if one does.
     pub fn at(&self, pos: usize) -> Option<&PromptImage> {
         self.0.iter().find(|(start, _)| *start == pos).map(|(_, img)| img)
@@ -155,7 +173,7 @@ mod tests {
     use super::*;
 
     fn img(n: usize, hash: u64) -> PromptImage {
-        PromptImage { n_tokens: n, hash, data: Arc::new(()) }
+        PromptImage { n_tokens: n, n_pos: n, grid: None, hash, data: Arc::new(()) }
     }
 
     #[test]
@@ -184,6 +202,15 @@ mod tests {
         assert_eq!(images.next_start(3), Some(6));
         assert_eq!(images.next_start(8), None);
         assert!(images.at(6).is_some_and(|i| i.n_tokens == 2));
+        assert_eq!(images.pos(9), 9, "images in a row take their cells' positions");
+        // An M-RoPE grid of 3 × 2 takes 6 cells and 3 positions.
+        let grid = PromptImage { n_pos: 3, grid: Some((3, 2)), ..img(6, 9) };
+        let (_, images) = Images::flatten(vec![
+            Piece::Text(vec![1]),
+            Piece::Image(grid),
+            Piece::Text(vec![2, 3]),
+        ]);
+        assert_eq!((images.pos(1), images.pos(7), images.pos(9)), (1, 4, 6));
         // Images whose hashes differ in either half differ at their first two positions.
         let a: Vec<u32> = placeholder_ids(1 << 40, 2).collect();
         let b: Vec<u32> = placeholder_ids(0, 2).collect();

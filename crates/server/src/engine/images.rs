@@ -29,13 +29,15 @@ impl Worker<'_> {
                     // refused by the step (nothing else to decode).
                     break;
                 }
+                let a_pos = self.pos_of(i, self.slots[i].cache.len());
                 if let Err(e) = self.decode_image(i, &img, vision.as_ref()) {
                     tracing::warn!(slot = i, error = %e.message, "image failed");
                     let s = &mut self.slots[i];
                     if let Some(a) = s.active.take() {
                         let _ = a.job.events.send(Event::Failed(e));
                     }
-                    self.ctx.kv_cache_mut().seq_rm(Some(s.seq), s.cache.len() as i32, -1);
+                    let p = a_pos;
+                    self.ctx.kv_cache_mut().seq_rm(Some(s.seq), p, -1);
                     let busy = self.slots.iter().filter(|s| s.active.is_some()).count();
                     self.metrics.set_busy(busy);
                     break;
@@ -64,8 +66,14 @@ impl Worker<'_> {
         }
         let t_enc = t0.elapsed();
         let s = &self.slots[i];
-        let (seq, pos) = (s.seq, s.cache.len());
-        let batch = Batch::from_embeddings(&embd, n_embd, pos as i32, seq);
+        let (seq, pos) = (s.seq, self.pos_of(i, s.cache.len()));
+        // An M-RoPE model places the image as its grid (mtmd's decoder positions).
+        let batch = match img.grid {
+            Some((w, _)) if self.model.hparams.rope_sections.is_some() => {
+                Batch::from_image_grid(&embd, n_embd, w, pos, seq)
+            }
+            _ => Batch::from_embeddings(&embd, n_embd, pos, seq),
+        };
         let non_causal = vision.non_causal();
         if non_causal {
             self.ctx.set_causal_attn(false);

@@ -24,7 +24,8 @@ impl Worker<'_> {
             return;
         }
         let t0 = std::time::Instant::now();
-        match self.ctx.seq_save(s.seq, s.cache.len() as i32) {
+        // All the sequence's cells (its cache), whatever their positions.
+        match self.ctx.seq_save(s.seq, i32::MAX) {
             Ok(state) => {
                 let bytes = state.n_bytes();
                 if host.insert(&s.cache_lora, s.cache.clone(), state) {
@@ -90,7 +91,7 @@ impl Worker<'_> {
                 return 0;
             };
             let n = usable(n.min(again));
-            match self.ctx.seq_restore(seq, state, n as i32) {
+            match self.ctx.seq_restore(seq, state, images.pos(n)) {
                 Ok(()) => {
                     self.slots[i].cache = prompt[..n].to_vec();
                     tracing::debug!(
@@ -110,7 +111,7 @@ impl Worker<'_> {
         let kv = self.ctx.kv_cache_mut();
         if let Some((n, j)) = donor {
             kv.seq_rm(Some(seq), -1, -1);
-            kv.seq_cp(self.slots[j].seq, seq, 0, n as i32);
+            kv.seq_cp(self.slots[j].seq, seq, 0, images.pos(n));
             self.slots[i].cache = prompt[..n].to_vec();
             tracing::debug!(
                 slot = i,
@@ -120,7 +121,7 @@ impl Worker<'_> {
             );
             return n;
         }
-        kv.seq_rm(Some(seq), own as i32, -1);
+        kv.seq_rm(Some(seq), images.pos(own), -1);
         self.slots[i].cache.truncate(own);
         own
     }

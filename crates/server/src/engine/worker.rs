@@ -300,6 +300,15 @@ impl<'m> Worker<'m> {
         self.metrics.set_busy(0);
     }
 
+    /// The position of slot `i`'s `n`-th cached cell under its request's images (an M-RoPE
+    /// image advances fewer positions than it takes cells); `n` itself without a request.
+    pub(super) fn pos_of(&self, i: usize, n: usize) -> i32 {
+        match &self.slots[i].active {
+            Some(a) => a.job.images.pos(n),
+            None => n as i32,
+        }
+    }
+
     pub(super) fn step(&mut self) {
         self.shift_full_slots();
         // Clients that went away free their slots now.
@@ -360,10 +369,11 @@ impl<'m> Worker<'m> {
                 // Proposals after `t` (speculation): within the free cells and the step's room.
                 let draft = self.propose(i, t, budget.min(free));
                 let s = &self.slots[i];
-                batch.add(t, s.cache.len() as i32, s.seq, true);
+                let p0 = self.pos_of(i, s.cache.len());
+                batch.add(t, p0, s.seq, true);
                 let row = batch.len() - 1;
                 for (k, &d) in draft.iter().enumerate() {
-                    batch.add(d, (s.cache.len() + 1 + k) as i32, s.seq, true);
+                    batch.add(d, p0 + 1 + k as i32, s.seq, true);
                 }
                 free -= draft.len();
                 budget -= draft.len();
@@ -398,9 +408,10 @@ impl<'m> Worker<'m> {
             }
             let chunk = a.job.prompt[a.n_past..end].to_vec();
             let last = end == a.job.prompt.len();
+            let p0 = a.job.images.pos(s.cache.len());
             for (k, &t) in chunk.iter().enumerate() {
                 let is_last = last && k + 1 == chunk.len();
-                batch.add(t, (s.cache.len() + k) as i32, s.seq, is_last);
+                batch.add(t, p0 + k as i32, s.seq, is_last);
             }
             budget -= chunk.len();
             plan.push((i, chunk, last.then(|| batch.len() - 1)));
