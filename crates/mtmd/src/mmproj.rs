@@ -240,6 +240,13 @@ impl Reader<'_> {
             (false, true) => FfnAct::Silu,
             (false, false) => FfnAct::GeluQuick,
         };
+        if ffn_act == FfnAct::GeluQuick {
+            // Refused here, not in a graph: no quick-GELU op yet.
+            return Err(self.unsupported(
+                "neither clip.use_gelu nor clip.use_silu: the quick-GELU feed-forward \
+                 (llama.cpp's default) is not implemented",
+            ));
+        }
         let h = VisionHparams {
             image_size: self.uint("clip.vision.image_size", 8192)?,
             patch_size: self.uint("clip.vision.patch_size", 1024)?,

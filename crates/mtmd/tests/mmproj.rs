@@ -111,4 +111,57 @@ fn bad_files_are_refused_by_name() {
     ));
     assert!(e.contains("v.patch_embd.weight") && e.contains("shape"), "{e}");
     assert!(matches!(Mmproj::load(d.join("absent.gguf")), Err(MtmdError::Gguf { .. })));
+    // llama.cpp's default feed-forward (neither GELU nor SiLU said): the quick GELU, refused.
+    let e = refused(&variant(
+        d,
+        "q.gguf",
+        |m| {
+            m.remove("clip.use_gelu");
+        },
+        None,
+    ));
+    assert!(e.contains("quick-GELU"), "{e}");
+}
+
+/// The other families load with their own keys and tensors; what they lack is named.
+#[test]
+fn idefics3_and_qwen25vl_projectors_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("i.gguf");
+    write_random_mmproj(&RandomMmproj::tiny_idefics3(576), &path).unwrap();
+    let m = Mmproj::load(&path).unwrap();
+    assert_eq!(
+        (m.projector, m.n_mmproj_embd, m.hparams.longest_edge),
+        (Projector::Idefics3, 576, 128)
+    );
+    let path = dir.path().join("q.gguf");
+    write_random_mmproj(&RandomMmproj::tiny_qwen25vl(256), &path).unwrap();
+    let m = Mmproj::load(&path).unwrap();
+    let h = &m.hparams;
+    assert_eq!((m.projector, m.n_mmproj_embd, h.n_wa_pattern), (Projector::Qwen25Vl, 256, 2));
+    assert_eq!((h.min_pixels, h.max_pixels), (8 * 256, 4096 * 256), "8 to 4096 tokens of 16 x 16");
+    assert_eq!(h.merged_grid(208, 16), (13, 1));
+    // Without its second patch kernel, or its window pattern: named.
+    let mut f = GgufFile::read(&path).unwrap();
+    f.metadata_mut().remove("clip.vision.n_wa_pattern");
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata().iter() {
+        w.add(k, v.clone()).unwrap();
+    }
+    for t in f.tensors().iter().filter(|t| t.name != "v.patch_embd.weight.1") {
+        w.add_tensor(&t.name, t.dtype, t.shape(), f.tensor_data(t)).unwrap();
+    }
+    let bad = dir.path().join("bad.gguf");
+    w.write_file(&bad).unwrap();
+    assert!(refused(&bad).contains("clip.vision.n_wa_pattern"));
+    let mut w = GgufWriter::new();
+    for (k, v) in GgufFile::read(&path).unwrap().metadata().iter() {
+        w.add(k, v.clone()).unwrap();
+    }
+    let g = GgufFile::read(&path).unwrap();
+    for t in g.tensors().iter().filter(|t| t.name != "v.patch_embd.weight.1") {
+        w.add_tensor(&t.name, t.dtype, t.shape(), g.tensor_data(t)).unwrap();
+    }
+    w.write_file(&bad).unwrap();
+    assert!(refused(&bad).contains("'v.patch_embd.weight.1': missing"));
 }
