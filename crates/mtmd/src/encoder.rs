@@ -185,6 +185,28 @@ impl<'m> GraphBuilder<'m> {
         c.add(y, b).map_err(graph_err)
     }
 
+    /// `build_attn` with flash attention: Q, K, V `[d_head, n_head, n]` permuted, K and V cast
+    /// to F16, the optional F16 mask; `[d_head · n_head, n]` out.
+    pub(crate) fn attention(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        mask: Option<TensorId>,
+        scale: f32,
+    ) -> Result<TensorId> {
+        let c = &mut self.ctx;
+        let q = c.permute(q, [0, 2, 1, 3]).map_err(graph_err)?;
+        let k = c.permute(k, [0, 2, 1, 3]).map_err(graph_err)?;
+        let v = c.permute(v, [0, 2, 1, 3]).map_err(graph_err)?;
+        let k = self.cast(k, DType::F16)?;
+        let v = self.cast(v, DType::F16)?;
+        let c = &mut self.ctx;
+        let a = c.flash_attn_ext(q, k, v, mask, scale, 0.0, 0.0).map_err(graph_err)?;
+        let ne = c.get(a).ne;
+        c.reshape(a, &[ne[0] * ne[1], ne[2] * ne[3]]).map_err(graph_err)
+    }
+
     /// `ggml_cast`: a copy of `x` in `dtype`.
     pub(crate) fn cast(&mut self, x: TensorId, dtype: DType) -> Result<TensorId> {
         let ne = self.ctx.get(x).ne;
@@ -232,16 +254,7 @@ impl<'m> GraphBuilder<'m> {
             self.named(q, "Qcur", Some(il));
             self.named(k, "Kcur", Some(il));
             self.named(v, "Vcur", Some(il));
-            let c = &mut self.ctx;
-            // build_attn, flash attention: K and V cast to F16, no mask.
-            let q = c.permute(q, [0, 2, 1, 3]).map_err(graph_err)?;
-            let k = c.permute(k, [0, 2, 1, 3]).map_err(graph_err)?;
-            let v = c.permute(v, [0, 2, 1, 3]).map_err(graph_err)?;
-            let k = self.cast(k, DType::F16)?;
-            let v = self.cast(v, DType::F16)?;
-            let c = &mut self.ctx;
-            let a = c.flash_attn_ext(q, k, v, None, kq_scale, 0.0, 0.0).map_err(graph_err)?;
-            let a = c.reshape(a, &[d_head * n_head, n_pos]).map_err(graph_err)?;
+            let a = self.attention(q, k, v, None, kq_scale)?;
             self.named(a, "kqv_out", Some(il));
             let a = self.linear(a, &format!("{blk}.attn_out"))?;
             self.named(a, "attn_out", Some(il));

@@ -328,6 +328,15 @@ impl Reader<'_> {
         Ok(t)
     }
 
+    /// Dimension `i` of tensor `name` (present, at least 1), for the shapes that follow it.
+    fn dim(&self, name: &str, i: usize) -> Result<usize> {
+        let t = self.file.tensor(name).map_err(|_| self.tensor_err(name, "missing"))?;
+        match t.ne.get(i).copied().unwrap_or(0) {
+            0 => Err(self.tensor_err(name, &format!("no dimension {i}"))),
+            n => Ok(n as usize),
+        }
+    }
+
     fn tensor_err(&self, name: &str, reason: &str) -> MtmdError {
         MtmdError::Tensor { path: self.path.into(), name: name.into(), reason: reason.into() }
     }
@@ -363,20 +372,13 @@ impl Reader<'_> {
             Projector::Qwen25Vl => self.check_qwen25vl(h),
             Projector::Gemma3 => {
                 self.tensor("mm.soft_emb_norm.weight", &[d])?;
-                let name = "mm.input_projection.weight";
-                let t = self.file.tensor(name).map_err(|_| self.tensor_err(name, "missing"))?;
-                let n_out = t.ne[0] as usize;
-                self.tensor(name, &[n_out, d])?;
+                let n_out = self.dim("mm.input_projection.weight", 0)?;
+                self.tensor("mm.input_projection.weight", &[n_out, d])?;
                 Ok(n_out)
             }
             Projector::Idefics3 => {
-                let name = "mm.model.fc.weight";
-                let t = self.file.tensor(name).map_err(|_| self.tensor_err(name, "missing"))?;
-                let n_out = t.ne.get(1).copied().unwrap_or(0) as usize;
-                self.tensor(name, &[d * h.n_merge * h.n_merge, n_out])?;
-                if n_out == 0 {
-                    return Err(self.tensor_err(name, "no output width"));
-                }
+                let n_out = self.dim("mm.model.fc.weight", 1)?;
+                self.tensor("mm.model.fc.weight", &[d * h.n_merge * h.n_merge, n_out])?;
                 Ok(n_out)
             }
         }
@@ -409,27 +411,11 @@ impl Reader<'_> {
             }
         }
         self.tensor("v.post_ln.weight", &[d])?;
-        let name = "mm.0.weight";
-        let hidden = self
-            .file
-            .tensor(name)
-            .map_err(|_| self.tensor_err(name, "missing"))?
-            .ne
-            .get(1)
-            .copied()
-            .unwrap_or(0) as usize;
-        self.tensor(name, &[4 * d, hidden])?;
+        let hidden = self.dim("mm.0.weight", 1)?;
+        self.tensor("mm.0.weight", &[4 * d, hidden])?;
         self.tensor("mm.0.bias", &[hidden])?;
-        let name = "mm.2.weight";
-        let n_out = self
-            .file
-            .tensor(name)
-            .map_err(|_| self.tensor_err(name, "missing"))?
-            .ne
-            .get(1)
-            .copied()
-            .unwrap_or(0) as usize;
-        self.tensor(name, &[hidden, n_out])?;
+        let n_out = self.dim("mm.2.weight", 1)?;
+        self.tensor("mm.2.weight", &[hidden, n_out])?;
         self.tensor("mm.2.bias", &[n_out])?;
         if h.ffn_act != FfnAct::Silu {
             return Err(self.meta_err("clip.use_silu", "Qwen2.5-VL's feed-forward is SwiGLU"));

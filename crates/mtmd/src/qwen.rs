@@ -206,28 +206,6 @@ impl GraphBuilder<'_> {
         self.ctx.set_output(out);
         Ok((inp_raw, Inputs { positions, windows }, out))
     }
-
-    /// `build_attn` with flash attention: Q, K, V `[d_head, n_head, n]` permuted, K and V cast
-    /// to F16, the optional F16 mask; `[d_head · n_head, n]` out.
-    fn attention(
-        &mut self,
-        q: TensorId,
-        k: TensorId,
-        v: TensorId,
-        mask: Option<TensorId>,
-        scale: f32,
-    ) -> Result<TensorId> {
-        let c = &mut self.ctx;
-        let q = c.permute(q, [0, 2, 1, 3]).map_err(graph_err)?;
-        let k = c.permute(k, [0, 2, 1, 3]).map_err(graph_err)?;
-        let v = c.permute(v, [0, 2, 1, 3]).map_err(graph_err)?;
-        let k = self.cast(k, DType::F16)?;
-        let v = self.cast(v, DType::F16)?;
-        let c = &mut self.ctx;
-        let a = c.flash_attn_ext(q, k, v, mask, scale, 0.0, 0.0).map_err(graph_err)?;
-        let ne = c.get(a).ne;
-        c.reshape(a, &[ne[0] * ne[1], ne[2] * ne[3]]).map_err(graph_err)
-    }
 }
 
 #[cfg(test)]
