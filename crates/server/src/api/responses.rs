@@ -26,39 +26,6 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
-/// A message item's content for the chat body: its text, or, where a user message holds
-/// `input_image` parts, OpenAI chat parts (text and `image_url`) the chat reader takes apart.
-fn message_content(v: &Value, field: &str, role: &str) -> Result<Value, ApiError> {
-    let has_image = |parts: &Vec<Value>| {
-        parts.iter().any(|p| p.get("type").and_then(Value::as_str) == Some("input_image"))
-    };
-    let parts = match v {
-        Value::Array(parts) if role == "user" && has_image(parts) => parts,
-        _ => return Ok(Value::String(content::text(v, field, RESPONSES_TEXT)?)),
-    };
-    let mut out = Vec::new();
-    for (j, part) in parts.iter().enumerate() {
-        let pf = format!("{field}[{j}]");
-        if part.get("type").and_then(Value::as_str) == Some("input_image") {
-            let url = match (part.get("image_url"), part.get("file_id")) {
-                (Some(Value::String(u)), _) => u.clone(),
-                (_, Some(v)) if !v.is_null() => {
-                    return Err(ApiError::field(
-                        &format!("{pf}.file_id"),
-                        "files are not stored here: send the image as image_url (a data: URL)",
-                    ))
-                }
-                _ => return Err(ApiError::field(&format!("{pf}.image_url"), "is required")),
-            };
-            out.push(content::image_url_part(url, &format!("{pf}.image_url")));
-        } else {
-            let text = content::part_text(part, &pf, RESPONSES_TEXT)?;
-            out.push(json!({"type": "text", "text": text}));
-        }
-    }
-    Ok(Value::Array(out))
-}
-
 /// The request as the OpenAI chat body the rest of the server reads.
 /// `previous`: the stored conversation `previous_response_id` continues. Returns the chat body
 /// and the conversation without `instructions` (what a stored response keeps).
@@ -82,7 +49,7 @@ fn to_chat(
                 match it.get("type").and_then(Value::as_str).unwrap_or("message") {
                     "message" => {
                         let role = it.get("role").and_then(Value::as_str).unwrap_or_default();
-                        let content = message_content(it.get("content").unwrap_or(&Value::Null), &f("content"), role)?;
+                        let content = content::responses_message(it.get("content").unwrap_or(&Value::Null), &f("content"), role)?;
                         msgs.push(json!({"role": role, "content": content}));
                     }
                     "function_call" => {

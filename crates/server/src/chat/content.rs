@@ -144,6 +144,39 @@ pub(crate) fn text(v: &Value, field: &str, kinds: &[&str]) -> Result<String, Api
     }
 }
 
+/// A message item's content for the chat body: its text, or, where a user message holds
+/// `input_image` parts, OpenAI chat parts (text and `image_url`) the chat reader takes apart.
+pub(crate) fn responses_message(v: &Value, field: &str, role: &str) -> Result<Value, ApiError> {
+    let has_image = |parts: &Vec<Value>| {
+        parts.iter().any(|p| p.get("type").and_then(Value::as_str) == Some("input_image"))
+    };
+    let parts = match v {
+        Value::Array(parts) if role == "user" && has_image(parts) => parts,
+        _ => return Ok(Value::String(text(v, field, RESPONSES_TEXT)?)),
+    };
+    let mut out = Vec::new();
+    for (j, part) in parts.iter().enumerate() {
+        let pf = format!("{field}[{j}]");
+        if part.get("type").and_then(Value::as_str) == Some("input_image") {
+            let url = match (part.get("image_url"), part.get("file_id")) {
+                (Some(Value::String(u)), _) => u.clone(),
+                (_, Some(v)) if !v.is_null() => {
+                    return Err(ApiError::field(
+                        &format!("{pf}.file_id"),
+                        "files are not stored here: send the image as image_url (a data: URL)",
+                    ))
+                }
+                _ => return Err(ApiError::field(&format!("{pf}.image_url"), "is required")),
+            };
+            out.push(image_url_part(url, &format!("{pf}.image_url")));
+        } else {
+            let text = part_text(part, &pf, RESPONSES_TEXT)?;
+            out.push(serde_json::json!({"type": "text", "text": text}));
+        }
+    }
+    Ok(Value::Array(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
