@@ -240,10 +240,13 @@ fn avx2_model_tests() -> Result<()> {
         "mrope",
         "--test",
         "long_decode",
+        // tessera-mtmd's, in the same build.
+        "--test",
+        "encode",
+        "--test",
+        "image_prompt",
     ];
-    let r = cargo(&[&["test", "-p", "tessera-llama"][..], &tests].concat()).and_then(|()| {
-        cargo(&["test", "-p", "tessera-mtmd", "--test", "encode", "--test", "image_prompt"])
-    });
+    let r = cargo(&[&["test", "-p", "tessera-llama", "-p", "tessera-mtmd"][..], &tests].concat());
     std::env::remove_var("TESSERA_SIMD");
     r
 }
