@@ -103,13 +103,6 @@ pub fn load_encoder(
 }
 
 impl Vision {
-    /// Whether images take M-RoPE grid positions in `model` (Qwen2.5-VL): an image then
-    /// advances fewer positions than it takes cells.
-    pub fn mrope_positions(&self, model: &Model) -> bool {
-        model.hparams.rope_sections.is_some()
-            && self.encoder.mmproj().projector == tessera_mtmd::Projector::Qwen25Vl
-    }
-
     /// Whether images wait for the next prompt.
     pub fn has_images(&self) -> bool {
         !self.images.is_empty()

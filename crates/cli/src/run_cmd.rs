@@ -295,12 +295,6 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             Some(n) if n >= 0 => n as usize,
             _ => usize::MAX,
         };
-        if vision.as_ref().is_some_and(|v| v.mrope_positions(&model)) {
-            anyhow::bail!(
-                "a conversation with this projector's images (M-RoPE positions, Qwen2.5-VL) is \
-                 not supported yet; give the prompt with -p and -no-cnv"
-            );
-        }
         let system = a.system_prompt.as_deref().or(a.prompt.as_deref());
         let spec = a.spec.speculator(draft.as_ref(), ctx.params())?;
         let conv = conversation::Conversation::new(&model, ctx, system, limit)

@@ -152,7 +152,8 @@ fn post(url: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
 /// Qwen2.5-VL through the server (M-RoPE: an image takes fewer positions than cells): the
 /// random Qwen2-VL language model with the random Qwen2.5-VL projector of its width answers a
 /// `/completion` image prompt as `tessera run` does, and again from the cache (the image's
-/// cells reused at their grid positions), and after the same image with other text.
+/// cells reused at their grid positions), and after the same image with other text; `run -cnv`
+/// takes it with `/image` and goes on for a second turn.
 #[test]
 fn a_qwen25vl_image_prompt_is_served_as_run_answers_it() {
     let (stem, spec, vocab) = tessera_llama::synth::family_models()
@@ -200,4 +201,16 @@ fn a_qwen25vl_image_prompt_is_served_as_run_answers_it() {
     let other = post(&url, "/completion", &ask("<__media__>Describe the image in words:"));
     // The image (13 x 1 merged tokens after <|vision_start|>'s pieces) came from the cache.
     assert!(other["timings"]["cache_n"].as_u64().unwrap() > 13, "{other}");
+    // A conversation with the image (`/image`), and a second turn after it: positions go on
+    // from the image's grid.
+    let input = format!("/image {image}\nWhat is in this picture?\nAnd now?\n");
+    let conv = common::piped_output(
+        &["run", "-m", lm, "--mmproj", mm, "-cnv", "-n", "6", "--temp", "0", "-t", "2"],
+        &[],
+        &input,
+    );
+    let text = String::from_utf8_lossy(&conv.stdout);
+    let err = String::from_utf8_lossy(&conv.stderr);
+    assert!(conv.status.success(), "{text}{err}");
+    assert!(err.contains("[turn 2:") && !err.contains("error"), "{text}{err}");
 }
