@@ -46,7 +46,13 @@ impl Vision for MtmdVision {
     }
 
     fn max_tokens(&self) -> usize {
-        self.mmproj.hparams.n_output_tokens()
+        let h = &self.mmproj.hparams;
+        match self.mmproj.projector {
+            // Images of their own size: the pixel budget's worth of merged patches.
+            Projector::Qwen25Vl => h.max_pixels / (h.patch_size * h.n_merge).pow(2),
+            // One fixed-size image, tile or overview a chunk.
+            _ => h.n_output_tokens(),
+        }
     }
 
     fn tokenize(

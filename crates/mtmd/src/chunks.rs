@@ -67,16 +67,31 @@ fn image_frame(p: Projector) -> (&'static str, &'static str) {
     }
 }
 
-/// The first token whose text (special tokens as text) is `text` (mtmd's `lookup_token`).
-fn lookup_token(vocab: &Vocab, text: &str) -> Result<u32> {
-    (0..vocab.n_tokens() as u32)
-        .find(|&t| vocab.token_to_piece(t, true) == text.as_bytes())
-        .ok_or_else(|| MtmdError::Prompt {
+/// For each of `texts`, the first token whose text (special tokens as text) it is (mtmd's
+/// `lookup_token`), in one pass over the vocabulary (image tokens sit at its end).
+fn lookup_tokens<const N: usize>(vocab: &Vocab, texts: [&str; N]) -> Result<[u32; N]> {
+    let mut found = [None; N];
+    for t in 0..vocab.n_tokens() as u32 {
+        if found.iter().all(Option::is_some) {
+            break;
+        }
+        let piece = vocab.token_to_piece(t, true);
+        for (f, text) in found.iter_mut().zip(texts) {
+            if f.is_none() && piece == text.as_bytes() {
+                *f = Some(t);
+            }
+        }
+    }
+    let mut out = [0; N];
+    for ((o, f), text) in out.iter_mut().zip(found).zip(texts) {
+        *o = f.ok_or_else(|| MtmdError::Prompt {
             reason: format!(
                 "the language model's vocabulary has no {text:?} token, which this projector's \
                  images need (the mmproj file of another model?)"
             ),
-        })
+        })?;
+    }
+    Ok(out)
 }
 
 /// A sliced image's chunks in mtmd's Idefics3 layout (see the module's docs).
@@ -88,9 +103,8 @@ fn idefics3_chunks(
     index: usize,
     out: &mut Vec<Chunk>,
 ) -> Result<()> {
-    let fake = lookup_token(vocab, "<fake_token_around_image>")?;
-    let (newline, blank) = (lookup_token(vocab, "\n")?, lookup_token(vocab, "\n\n")?);
-    let global = lookup_token(vocab, "<global-img>")?;
+    let [fake, newline, blank, global] =
+        lookup_tokens(vocab, ["<fake_token_around_image>", "\n", "\n\n", "<global-img>"])?;
     let mut entries = pre.entries.into_iter();
     let overview = entries.next();
     let (cols, rows) = grid;

@@ -62,16 +62,34 @@ pub(crate) fn data_url_bytes(url: &str, field: &str) -> Result<Vec<u8>, ApiError
         .map_err(|e| ApiError::field(field, format!("the image's base64 does not decode: {e}")))
 }
 
+/// An image part's `detail` (OpenAI's resolution hint): absent or `auto` only, since the
+/// projector decides the resolution; `low` and `high` are refused, not ignored.
+fn check_detail(v: Option<&Value>, field: &str) -> Result<(), ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(s)) if s == "auto" => Ok(()),
+        Some(other) => Err(ApiError::field(
+            field,
+            format!(
+                "{other}: only \"auto\" (the model's projector decides the image's resolution)"
+            ),
+        )),
+    }
+}
+
 /// The image of an OpenAI `image_url` part (`{"image_url": {"url": ...}}` or
 /// `{"image_url": "..."}`), at `field`.
 fn image_url(part: &Value, field: &str) -> Result<ImagePart, ApiError> {
     let field = part.get(FIELD_KEY).and_then(Value::as_str).unwrap_or(field).to_string();
     let url = match part.get("image_url") {
         Some(Value::String(u)) => u.as_str(),
-        Some(Value::Object(o)) => match o.get("url") {
-            Some(Value::String(u)) => u.as_str(),
-            _ => return Err(ApiError::field(&format!("{field}.image_url.url"), "is required")),
-        },
+        Some(Value::Object(o)) => {
+            check_detail(o.get("detail"), &format!("{field}.image_url.detail"))?;
+            match o.get("url") {
+                Some(Value::String(u)) => u.as_str(),
+                _ => return Err(ApiError::field(&format!("{field}.image_url.url"), "is required")),
+            }
+        }
         _ => return Err(ApiError::field(&format!("{field}.image_url"), "is required")),
     };
     Ok(ImagePart { bytes: data_url_bytes(url, &field)?, field })
@@ -158,6 +176,7 @@ pub(crate) fn responses_message(v: &Value, field: &str, role: &str) -> Result<Va
     for (j, part) in parts.iter().enumerate() {
         let pf = format!("{field}[{j}]");
         if part.get("type").and_then(Value::as_str) == Some("input_image") {
+            check_detail(part.get("detail"), &format!("{pf}.detail"))?;
             let url = match (part.get("image_url"), part.get("file_id")) {
                 (Some(Value::String(u)), _) => u.clone(),
                 (_, Some(v)) if !v.is_null() => {
@@ -223,6 +242,14 @@ mod tests {
         let part = image_url_part("http://x".into(), "messages[0].content[2].source");
         let e = with_images(&json!([part]), "content", TEXT, &mut Vec::new()).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].content[2].source"));
+        // A resolution hint the projector cannot follow is refused, `auto` taken.
+        let hinted = |d: &str| json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA==", "detail": d}}]);
+        assert!(with_images(&hinted("auto"), "c", TEXT, &mut Vec::new()).is_ok());
+        let e = with_images(&hinted("high"), "c", TEXT, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("c[0].image_url.detail"));
+        let r = json!([{"type": "input_image", "image_url": "data:image/png;base64,AA==", "detail": "low"}]);
+        let e = responses_message(&r, "input[0].content", "user").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("input[0].content[0].detail"));
         // Other parts are still named.
         let e = with_images(&json!([{"type": "input_audio"}]), "c", TEXT, &mut images);
         assert_eq!(e.unwrap_err().param.as_deref(), Some("c[0]"));
