@@ -72,11 +72,8 @@ impl Worker<'_> {
             }
         };
         if !draft.is_empty() {
+            let p = self.pos_of(i, self.slots[i].cache.len());
             let slot = &mut self.slots[i];
-            let p = slot
-                .active
-                .as_ref()
-                .map_or(slot.cache.len() as i32, |a| a.job.images.pos(slot.cache.len()));
             self.ctx.kv_cache_mut().seq_rm(Some(slot.seq), p, -1);
             if let Some(a) = slot.active.as_mut() {
                 a.n_drafted += draft.len();

@@ -29,15 +29,14 @@ impl Worker<'_> {
                     // refused by the step (nothing else to decode).
                     break;
                 }
-                let a_pos = self.pos_of(i, self.slots[i].cache.len());
-                if let Err(e) = self.decode_image(i, &img, vision.as_ref()) {
+                let pos = self.pos_of(i, self.slots[i].cache.len());
+                if let Err(e) = self.decode_image(i, &img, pos, vision.as_ref()) {
                     tracing::warn!(slot = i, error = %e.message, "image failed");
                     let s = &mut self.slots[i];
                     if let Some(a) = s.active.take() {
                         let _ = a.job.events.send(Event::Failed(e));
                     }
-                    let p = a_pos;
-                    self.ctx.kv_cache_mut().seq_rm(Some(s.seq), p, -1);
+                    self.ctx.kv_cache_mut().seq_rm(Some(s.seq), pos, -1);
                     let busy = self.slots.iter().filter(|s| s.active.is_some()).count();
                     self.metrics.set_busy(busy);
                     break;
@@ -46,11 +45,12 @@ impl Worker<'_> {
         }
     }
 
-    /// Encodes `img` and decodes its embeddings at slot `i`'s next position.
+    /// Encodes `img` and decodes its embeddings at slot `i`'s next position, `pos`.
     fn decode_image(
         &mut self,
         i: usize,
         img: &PromptImage,
+        pos: i32,
         vision: &dyn crate::vision::Vision,
     ) -> Result<(), ApiError> {
         let fail = |m: String| ApiError::new(500, "server_error", m);
@@ -59,14 +59,13 @@ impl Worker<'_> {
         let n_embd = vision.n_embd();
         if embd.len() != img.n_tokens * n_embd {
             return Err(fail(format!(
-                "the encoder gave {} values for an image of {} positions {n_embd} wide",
+                "the encoder gave {} values for an image of {} cells {n_embd} wide",
                 embd.len(),
                 img.n_tokens
             )));
         }
         let t_enc = t0.elapsed();
-        let s = &self.slots[i];
-        let (seq, pos) = (s.seq, self.pos_of(i, s.cache.len()));
+        let seq = self.slots[i].seq;
         // An M-RoPE model places the image as its grid (mtmd's decoder positions).
         let batch = match img.grid {
             Some((w, _)) if self.model.hparams.rope_sections.is_some() => {
@@ -92,7 +91,7 @@ impl Worker<'_> {
         }
         tracing::debug!(
             slot = i,
-            positions = img.n_tokens,
+            cells = img.n_tokens,
             encode_ms = format!("{:.1}", t_enc.as_secs_f64() * 1e3),
             total_ms = format!("{:.1}", dt * 1e3),
             "image decoded"
