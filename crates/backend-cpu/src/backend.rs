@@ -28,6 +28,8 @@ pub struct CpuBackend {
     work: Vec<Line>,
     abort: Arc<AtomicBool>,
     batch_invariant: bool,
+    /// [`Backend::set_prefer_batched`]'s hint.
+    prefer_batched: bool,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -65,6 +67,7 @@ impl CpuBackend {
             work: Vec::new(),
             abort,
             batch_invariant: false,
+            prefer_batched: false,
         })
     }
 
@@ -184,6 +187,11 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn set_prefer_batched(&mut self, on: bool) -> Result<()> {
+        self.prefer_batched = on;
+        Ok(())
+    }
+
     fn graph_compute(&mut self, ctx: &Context, graph: &Graph, bindings: &Bindings) -> Result<()> {
         let mut nodes = Vec::with_capacity(graph.nodes().len());
         let mut wsize = 0usize;
@@ -229,7 +237,7 @@ impl Backend for CpuBackend {
         let wdata = self.work.as_mut_ptr().cast::<u8>();
         let wbytes = self.work.len() * 64;
         let (nth, simd, abort) = (self.pool.n_threads(), self.simd, &*self.abort);
-        let batch_invariant = self.batch_invariant;
+        let (batch_invariant, prefer_batched) = (self.batch_invariant, self.prefer_batched);
         let pool = &self.pool;
         let wptr = SendPtr(wdata);
         let result = pool.run(&|ith| {
@@ -241,6 +249,7 @@ impl Backend for CpuBackend {
                 sync: pool.sync(),
                 simd,
                 batch_invariant,
+                prefer_batched,
             };
             for (i, node) in nodes.iter().enumerate() {
                 ops::compute(&p, node);

@@ -31,6 +31,9 @@ pub struct ComputeParams<'a> {
     /// Kernels chosen per row, never by the batch's size: a row gets the bits it gets alone
     /// (no tiled attention, no tiled K-quant order, F16/BF16 through the one-column dots).
     pub batch_invariant: bool,
+    /// Batched algorithms from 2 rows ([`tessera_backend::Backend::set_prefer_batched`]): the
+    /// tiled attention below its 64 rows. Ignored in batch-invariant mode.
+    pub prefer_batched: bool,
 }
 
 impl ComputeParams<'_> {

@@ -252,6 +252,10 @@ impl Backend for SimBackend {
         self.cpu.set_batch_invariant(on)
     }
 
+    fn set_prefer_batched(&mut self, on: bool) -> Result<()> {
+        self.cpu.set_prefer_batched(on)
+    }
+
     fn offload_op(&self, ctx: &Context, node: TensorId) -> bool {
         self.offload_min_batch.is_some_and(|min| op_batch_size(ctx.get(node)) >= min)
     }

@@ -59,6 +59,17 @@ pub trait Backend: Send {
         Ok(())
     }
 
+    /// Batched kernels for batches of every size: where the reference implementation changes
+    /// algorithm at a batch size (ggml's CPU flash attention tiles from 64 query rows), take the
+    /// batched algorithm from 2 rows. For batches whose rows share their work (speculative
+    /// decoding's verification), it is faster; the results may differ from the reference's in
+    /// the last bits, as results already do between batch sizes. A hint: backends without such
+    /// a choice ignore it, and batch-invariant arithmetic
+    /// ([`set_batch_invariant`](Self::set_batch_invariant)) takes precedence.
+    fn set_prefer_batched(&mut self, _on: bool) -> Result<()> {
+        Ok(())
+    }
+
     /// Waits for queued work (a no-op for synchronous backends).
     fn synchronize(&mut self) -> Result<()> {
         Ok(())

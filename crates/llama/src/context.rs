@@ -243,6 +243,27 @@ impl<'m> LlamaContext<'m> {
         Ok(())
     }
 
+    /// [`decode`](Self::decode) for a batch that checks proposed tokens (speculative decoding's
+    /// verification, every row wanting logits): the backends take their batched kernels at any
+    /// size ([`Backend::set_prefer_batched`]; on the CPU the tiled attention below its 64 rows,
+    /// several times less attention work a row deep in the cache). The rows' logits may differ
+    /// from plain decoding's in the last bits, as a batch's already may; with batch-invariant
+    /// arithmetic this is `decode`.
+    ///
+    /// [`Backend::set_prefer_batched`]: tessera_backend::Backend::set_prefer_batched
+    pub fn decode_verification(&mut self, batch: &Batch) -> Result<()> {
+        let n = self.sched.n_backends();
+        let prefer = !self.params.batch_invariant;
+        for i in 0..n {
+            self.sched.backend_mut(i).set_prefer_batched(prefer)?;
+        }
+        let r = self.decode(batch);
+        for i in 0..n {
+            self.sched.backend_mut(i).set_prefer_batched(false)?;
+        }
+        r
+    }
+
     /// The scheduler running the graphs (its backends: the model's devices, then the CPU).
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched

@@ -112,7 +112,7 @@ impl<'a, 'm> Generator<'a, 'm> {
         for (i, &t) in std::iter::once(&tok).chain(draft).enumerate() {
             batch.add(t, (start + i) as i32, self.seq, true);
         }
-        self.ctx.decode(&batch)?;
+        self.ctx.decode_verification(&batch)?;
         let mut out = Vec::with_capacity(draft.len() + 1);
         for i in 0..=draft.len() {
             let logits = self.ctx.logits_ith(i).expect("every token of the batch has logits");

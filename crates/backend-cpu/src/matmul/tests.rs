@@ -165,6 +165,7 @@ fn run_with(
                     sync,
                     simd,
                     batch_invariant,
+                    prefer_batched: false,
                 };
                 mul_mat(&p, &d, &a, &b);
             });

@@ -31,15 +31,21 @@ pub(crate) const Q_TILE: usize = 64;
 /// KV cells per tile (ggml's `ggml_fa_tile_config::KV`).
 const KV_TILE: usize = 64;
 
-/// Whether llama.cpp would compute this attention with the tiled kernel: 64+ query rows, K and
-/// V both F16 or both F32, and a V row length that is a multiple of 16.
-pub(crate) fn applies(q: &TensorRef, k: &TensorRef, v: &TensorRef) -> bool {
+/// The smallest batch that takes this path when batched kernels are preferred
+/// ([`crate::ComputeParams::prefer_batched`]): from two rows, the tile's shared K and V
+/// conversions and vector `exp` already beat the row-at-a-time kernel's per-cell work.
+pub(crate) const PREFERRED_MIN_ROWS: usize = 2;
+
+/// Whether this attention takes the tiled kernel: K and V both F16 or both F32, a V row length
+/// that is a multiple of 16, and at least `min_rows` query rows (llama.cpp's rule: [`Q_TILE`];
+/// [`PREFERRED_MIN_ROWS`] where batched kernels are preferred).
+pub(crate) fn applies(q: &TensorRef, k: &TensorRef, v: &TensorRef, min_rows: usize) -> bool {
     q.dtype == DType::F32
         && matches!(k.dtype, DType::F16 | DType::F32)
         && k.dtype == v.dtype
         && k.nb[0] == k.dtype.type_size()
         && v.nb[0] == v.dtype.type_size()
-        && q.ne[1] >= Q_TILE
+        && q.ne[1] >= min_rows
         && v.ne[0] % 16 == 0
 }
 
@@ -57,12 +63,15 @@ struct Tile<'a> {
     v: &'a mut [f32],
     /// A K tile as f32, transposed: `[d][KV_TILE]`.
     kt: &'a mut [f32],
-    /// One K row as f32, `[d]`.
-    q_scratch: &'a mut [f32],
 }
 
 /// See the module documentation; same shapes and parameters as
 /// [`flash_attn_ext`](super::attention::flash_attn_ext), for which [`applies`] holds.
+///
+/// The work goes in items of one query tile of the heads that share a KV head (all of them, or
+/// a share where there are fewer items than threads): each K and V tile is converted once for
+/// the item's heads, and where the mask is the same for every head (no ALiBi, one mask plane)
+/// it is read once too. Each query row's chain of operations is the one it gets alone.
 pub(crate) fn flash_attn_ext_tiled(
     p: &ComputeParams,
     dst: &TensorRef,
@@ -71,108 +80,161 @@ pub(crate) fn flash_attn_ext_tiled(
     [scale, max_bias, softcap]: [f32; 3],
 ) {
     let (d, dv, n_q, n_head, n_kv) = (q.ne[0], v.ne[0], q.ne[1], q.ne[2], k.ne[1]);
-    let group = n_head / k.ne[2];
+    let n_kvh = k.ne[2];
+    let group = n_head / n_kvh;
     let kq_scale = if softcap != 0.0 { scale / softcap } else { scale };
     let fused = p.simd >= SimdLevel::Avx2 && crate::simd::has_fma();
-    let sizes = [Q_TILE * d, Q_TILE * KV_TILE, Q_TILE * KV_TILE, Q_TILE * dv, KV_TILE * dv];
-    with_rows([sizes.iter().sum::<usize>() + d * KV_TILE + d, 0, 0, 0], |[buf, _, _, _]| {
-        {
-            let (qt, rest) = buf.split_at_mut(sizes[0]);
-            let (kq, rest) = rest.split_at_mut(sizes[1]);
-            let (mk, rest) = rest.split_at_mut(sizes[2]);
-            let (vkq, rest) = rest.split_at_mut(sizes[3]);
-            let (vt, rest) = rest.split_at_mut(sizes[4]);
-            let (kt, q_scratch) = rest.split_at_mut(d * KV_TILE);
-            let mut t = Tile { q: qt, kq, mask: mk, vkq, v: vt, kt, q_scratch };
-            let rows = p.split(n_q * n_head * q.ne[3]);
-            let mut r = rows.start;
-            while r < rows.end {
-                let (iq, h, i3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
-                let n = Q_TILE.min(rows.end - r).min(n_q - iq);
-                let slope = super::attention::alibi_slope(max_bias, h, n_head);
-                for (i, row) in t.q.chunks_exact_mut(d).take(n).enumerate() {
+    // Items: (query tile, KV head, share of its heads); the heads split only as far as the
+    // threads need.
+    let n_tiles = n_q.div_ceil(Q_TILE);
+    let whole = n_tiles * n_kvh * q.ne[3];
+    let per = group.div_ceil(p.nth.div_ceil(whole).clamp(1, group));
+    let shares = group.div_ceil(per);
+    let shared_mask = max_bias == 0.0 && mask.as_ref().is_none_or(|m| m.ne[2] == 1);
+    let sizes = [per * Q_TILE * d, Q_TILE * KV_TILE, Q_TILE * KV_TILE, per * Q_TILE * dv];
+    let tail = KV_TILE * dv + d * KV_TILE + d;
+    let (ms_len, len) = (2 * per * Q_TILE, sizes.iter().sum::<usize>() + tail);
+    with_rows([len, ms_len, 0, 0], |[buf, ms, _, _]| {
+        let (qs, rest) = buf.split_at_mut(sizes[0]);
+        let (kq, rest) = rest.split_at_mut(sizes[1]);
+        let (mk, rest) = rest.split_at_mut(sizes[2]);
+        let (vkqs, rest) = rest.split_at_mut(sizes[3]);
+        let (vt, rest) = rest.split_at_mut(KV_TILE * dv);
+        let (kt, q_scratch) = rest.split_at_mut(d * KV_TILE);
+        let (m, s) = ms.split_at_mut(per * Q_TILE);
+        for item in p.split(whole * shares) {
+            let (share, rest) = (item % shares, item / shares);
+            let (hk, rest) = (rest % n_kvh, rest / n_kvh);
+            let (iq, i3) = ((rest % n_tiles) * Q_TILE, rest / n_tiles);
+            let n = Q_TILE.min(n_q - iq);
+            let h0 = hk * group + share * per;
+            let heads = h0..(h0 + per).min((hk + 1) * group);
+            for (hi, h) in heads.clone().enumerate() {
+                let rows = qs[hi * Q_TILE * d..].chunks_exact_mut(d).take(n);
+                for (i, row) in rows.enumerate() {
                     // SAFETY: (iq + i, h, i3) is a row of q (n stops at the head's last row).
                     unsafe { load(q.row_ptr(iq + i, h, i3), q.dtype, q.nb[0], row) };
                 }
-                let mut m = [f32::NEG_INFINITY; Q_TILE];
-                let mut s = [0f32; Q_TILE];
-                t.vkq[..n * dv].iter_mut().for_each(|x| *x = 0.0);
-                t.v.iter_mut().for_each(|x| *x = 0.0);
-                let hk = h / group;
-                for ic in (0..n_kv).step_by(KV_TILE) {
-                    let kv = KV_TILE.min(n_kv - ic);
-                    if let Some(mt) = &mask {
-                        if !fill_mask(&mut t, mt, (iq, h, i3), n, ic, kv, slope) {
-                            continue;
-                        }
+                vkqs[hi * Q_TILE * dv..][..n * dv].iter_mut().for_each(|x| *x = 0.0);
+                m[hi * Q_TILE..][..Q_TILE].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+                s[hi * Q_TILE..][..Q_TILE].iter_mut().for_each(|x| *x = 0.0);
+            }
+            vt.iter_mut().for_each(|x| *x = 0.0);
+            for ic in (0..n_kv).step_by(KV_TILE) {
+                let kv = KV_TILE.min(n_kv - ic);
+                let tile_rows = (iq, i3, n, ic, kv);
+                let slope_of = |h| super::attention::alibi_slope(max_bias, h, n_head);
+                if let (true, Some(mt)) = (shared_mask, &mask) {
+                    if !fill_mask(mk, mt, tile_rows, heads.start, slope_of(heads.start)) {
+                        continue;
                     }
-                    // K tile, transposed, as f32 (each row converted, then scattered).
-                    for j in 0..kv {
-                        // SAFETY: (ic + j, hk, i3) is a row of k: d packed values.
-                        unsafe {
-                            row_f32(k.row_ptr(ic + j, hk, i3), k.dtype, &mut t.q_scratch[..d])
-                        };
-                        for (c, &x) in t.q_scratch[..d].iter().enumerate() {
-                            t.kt[c * KV_TILE + j] = x;
-                        }
-                    }
-                    scores(&mut t, n, d, p.simd, fused);
-                    for (i, row) in t.kq.chunks_exact_mut(KV_TILE).take(n).enumerate() {
-                        row.iter_mut().for_each(|x| *x *= kq_scale);
-                        row[kv..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
-                        if softcap != 0.0 {
-                            row.iter_mut().for_each(|x| *x = x.tanh() * softcap);
-                        }
-                        if mask.is_some() {
-                            let mrow = &t.mask[i * KV_TILE..(i + 1) * KV_TILE];
-                            row.iter_mut().zip(mrow).for_each(|(x, &mv)| *x += mv);
-                        }
-                        let tile_max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        if tile_max == f32::NEG_INFINITY {
-                            row.iter_mut().for_each(|x| *x = 0.0);
-                            continue;
-                        }
-                        let m_new = m[i].max(tile_max);
-                        if m_new > m[i] {
-                            let ms = (m[i] - m_new).exp();
-                            t.vkq[i * dv..(i + 1) * dv].iter_mut().for_each(|x| *x *= ms);
-                            s[i] *= ms;
-                        }
-                        m[i] = m_new;
-                        s[i] = (f64::from(s[i]) + vexp::soft_max(row, m_new, p.simd)) as f32;
-                    }
-                    for j in 0..kv {
-                        // SAFETY: (ic + j, hk, i3) is a row of v: dv packed values.
-                        unsafe {
-                            row_f32(
-                                v.row_ptr(ic + j, hk, i3),
-                                v.dtype,
-                                &mut t.v[j * dv..(j + 1) * dv],
-                            )
-                        };
-                    }
-                    accumulate(&mut t, n, kv, dv, p.simd, fused);
                 }
-                for (i, (&si, row)) in s.iter().zip(t.vkq.chunks_exact_mut(dv)).take(n).enumerate()
-                {
+                let mut converted = false;
+                for (hi, h) in heads.clone().enumerate() {
+                    if let (false, Some(mt)) = (shared_mask, &mask) {
+                        if !fill_mask(mk, mt, tile_rows, h, slope_of(h)) {
+                            continue;
+                        }
+                    }
+                    if !converted {
+                        convert_kv(k, v, (ic, kv, hk, i3), kt, vt, q_scratch);
+                        converted = true;
+                    }
+                    let mut t = Tile {
+                        q: &mut qs[hi * Q_TILE * d..(hi + 1) * Q_TILE * d],
+                        kq: &mut *kq,
+                        mask: &mut *mk,
+                        vkq: &mut vkqs[hi * Q_TILE * dv..(hi + 1) * Q_TILE * dv],
+                        v: &mut *vt,
+                        kt: &mut *kt,
+                    };
+                    let ms = (&mut m[hi * Q_TILE..][..Q_TILE], &mut s[hi * Q_TILE..][..Q_TILE]);
+                    let has_mask = mask.is_some();
+                    tile_step(&mut t, ms, (n, kv, d, dv), [kq_scale, softcap], has_mask, p, fused);
+                }
+            }
+            for (hi, h) in heads.enumerate() {
+                let (m, s) = (&m[hi * Q_TILE..][..n], &s[hi * Q_TILE..][..n]);
+                let out = vkqs[hi * Q_TILE * dv..].chunks_exact_mut(dv);
+                for (i, ((&si, &mi), row)) in s.iter().zip(m).zip(out).enumerate() {
                     let si = match &sinks {
                         Some(sk) => {
                             let sink = super::attention::sink_at(sk, h);
-                            super::attention::apply_sink(sink, m[i], si, row, fused)
+                            super::attention::apply_sink(sink, mi, si, row, fused)
                         }
                         None => si,
                     };
                     let inv = if si == 0.0 { 0.0 } else { 1.0 / si };
                     row.iter_mut().for_each(|x| *x *= inv);
-                    // SAFETY: dst row (h, iq + i, i3) belongs to this thread (one per query row).
+                    // SAFETY: dst row (h, iq + i, i3) belongs to this item (one per query row).
                     unsafe {
                         super::rowio::store(dst.row_ptr(h, iq + i, i3), dst.dtype, dst.nb[0], row)
                     };
                 }
-                r += n;
             }
         }
     });
+}
+
+/// KV cells `ic..ic + kv` of KV head `hk` (batch `i3`) as f32: K transposed into `kt`
+/// (`[d][KV_TILE]`), V into `vt` (`[KV_TILE][dv]`), `row` a K row's scratch.
+fn convert_kv(
+    k: &TensorRef,
+    v: &TensorRef,
+    (ic, kv, hk, i3): (usize, usize, usize, usize),
+    kt: &mut [f32],
+    vt: &mut [f32],
+    row: &mut [f32],
+) {
+    let dv = v.ne[0];
+    for j in 0..kv {
+        // SAFETY: (ic + j, hk, i3) is a row of k: d packed values.
+        unsafe { row_f32(k.row_ptr(ic + j, hk, i3), k.dtype, row) };
+        for (c, &x) in row.iter().enumerate() {
+            kt[c * KV_TILE + j] = x;
+        }
+        // SAFETY: (ic + j, hk, i3) is a row of v: dv packed values.
+        unsafe { row_f32(v.row_ptr(ic + j, hk, i3), v.dtype, &mut vt[j * dv..(j + 1) * dv]) };
+    }
+}
+
+/// One KV tile for one head's query tile: scores, scale, soft-cap and mask, the online softmax
+/// (`m`, `s`: the rows' running maximum and sum), and the V accumulation.
+fn tile_step(
+    t: &mut Tile<'_>,
+    (m, s): (&mut [f32], &mut [f32]),
+    (n, kv, d, dv): (usize, usize, usize, usize),
+    [kq_scale, softcap]: [f32; 2],
+    has_mask: bool,
+    p: &ComputeParams,
+    fused: bool,
+) {
+    scores(t, n, d, p.simd, fused);
+    for (i, row) in t.kq.chunks_exact_mut(KV_TILE).take(n).enumerate() {
+        row.iter_mut().for_each(|x| *x *= kq_scale);
+        row[kv..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+        if softcap != 0.0 {
+            row.iter_mut().for_each(|x| *x = x.tanh() * softcap);
+        }
+        if has_mask {
+            let mrow = &t.mask[i * KV_TILE..(i + 1) * KV_TILE];
+            row.iter_mut().zip(mrow).for_each(|(x, &mv)| *x += mv);
+        }
+        let tile_max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if tile_max == f32::NEG_INFINITY {
+            row.iter_mut().for_each(|x| *x = 0.0);
+            continue;
+        }
+        let m_new = m[i].max(tile_max);
+        if m_new > m[i] {
+            let ms = (m[i] - m_new).exp();
+            t.vkq[i * dv..(i + 1) * dv].iter_mut().for_each(|x| *x *= ms);
+            s[i] *= ms;
+        }
+        m[i] = m_new;
+        s[i] = (f64::from(s[i]) + vexp::soft_max(row, m_new, p.simd)) as f32;
+    }
+    accumulate(t, n, kv, dv, p.simd, fused);
 }
 
 /// A packed F16 or F32 row of `out.len()` values as f32 (F16C where the CPU has it).
@@ -190,19 +252,18 @@ unsafe fn row_f32(row: *const u8, dtype: DType, out: &mut [f32]) {
     }
 }
 
-/// Fills `t.mask` for query rows `iq..iq + n` and cells `ic..ic + kv` (padding with -inf);
-/// false when every one of them is -inf (the tile can be skipped).
+/// Fills `out` with head `h`'s mask (times `slope`) for query rows `iq..iq + n` and cells
+/// `ic..ic + kv` (padding with -inf); false when every one of them is -inf (the tile can be
+/// skipped).
 fn fill_mask(
-    t: &mut Tile<'_>,
+    out: &mut [f32],
     m: &TensorRef,
-    (iq, h, i3): (usize, usize, usize),
-    n: usize,
-    ic: usize,
-    kv: usize,
+    (iq, i3, n, ic, kv): (usize, usize, usize, usize, usize),
+    h: usize,
     slope: f32,
 ) -> bool {
     let mut any = false;
-    for (i, row) in t.mask.chunks_exact_mut(KV_TILE).take(n).enumerate() {
+    for (i, row) in out.chunks_exact_mut(KV_TILE).take(n).enumerate() {
         // SAFETY: the mask has >= n_q rows and broadcasts over dims 2 and 3; its rows hold
         // n_kv >= ic + kv elements.
         let mrow = unsafe { m.row_ptr(iq + i, h % m.ne[2], i3 % m.ne[3]).add(ic * m.nb[0]) };

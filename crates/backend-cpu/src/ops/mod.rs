@@ -106,7 +106,11 @@ pub(crate) fn compute(p: &ComputeParams, node: &Node) {
             let extra = [node.src[3], node.src[4]];
             // One query row deep in the cache: split over the cells as llama.cpp (its bits
             // depend on the thread count, so not in batch-invariant mode either).
-            if !p.batch_invariant && attention_tiled::applies(qkv[0], qkv[1], qkv[2]) {
+            let min_rows = match p.prefer_batched {
+                true => attention_tiled::PREFERRED_MIN_ROWS,
+                false => attention_tiled::Q_TILE,
+            };
+            if !p.batch_invariant && attention_tiled::applies(qkv[0], qkv[1], qkv[2], min_rows) {
                 attention_tiled::flash_attn_ext_tiled(p, dst, qkv, extra, params)
             } else if !p.batch_invariant && attention_split::applies(qkv[0], qkv[1], qkv[2]) {
                 attention_split::flash_attn_ext_split(p, dst, qkv, extra, params)

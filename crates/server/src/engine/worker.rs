@@ -356,6 +356,7 @@ impl<'m> Worker<'m> {
         let mut plan: Vec<(usize, Vec<u32>, Option<usize>)> = Vec::new();
         let mut no_room = Vec::new();
         let mut budget = self.n_batch;
+        let mut verifying = false;
         for i in 0..self.slots.len() {
             let s = &self.slots[i];
             let Some(a) = s.active.as_ref().filter(|a| this_step(a)) else { continue };
@@ -377,6 +378,7 @@ impl<'m> Worker<'m> {
                 }
                 free -= draft.len();
                 budget -= draft.len();
+                verifying |= !draft.is_empty();
                 if let Some(a) = self.slots[i].active.as_mut() {
                     a.draft = draft;
                 }
@@ -441,7 +443,12 @@ impl<'m> Worker<'m> {
             return;
         }
         let t0 = Instant::now();
-        if let Err(e) = self.ctx.decode(&batch) {
+        // A step that checks proposals takes the batched kernels (LlamaContext::decode_verification).
+        let decoded = match verifying {
+            true => self.ctx.decode_verification(&batch),
+            false => self.ctx.decode(&batch),
+        };
+        if let Err(e) = decoded {
             tracing::error!(error = %e, "decode failed");
             self.fail_all(ApiError::new(500, "server_error", format!("decoding failed: {e}")));
             return;
