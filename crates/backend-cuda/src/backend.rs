@@ -84,7 +84,7 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     fn capability(&self) -> Capability {
-        Capability { arch: self.gpu.info.arch() }
+        Capability { arch: self.gpu.info.arch(), cublas: self.gpu.blas.is_some() }
     }
 }
 

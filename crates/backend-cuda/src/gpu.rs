@@ -1,11 +1,13 @@
 //! One opened GPU, shared by its device, buffers and backends: the driver context, the stream
-//! everything is queued on (kernels and copies alike, so they are ordered), and the kernels
-//! compiled for it (loaded once per module).
+//! everything is queued on (kernels and copies alike, so they are ordered), the kernels
+//! compiled for it (loaded once per module), and a cuBLAS handle on the same stream where
+//! cuBLAS is installed.
 
 use crate::device::{self, DeviceInfo};
 use crate::error::{guarded, CudaError};
 use crate::kernels;
 use crate::nvrtc::Compiler;
+use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +19,9 @@ pub struct Gpu {
     pub(crate) info: DeviceInfo,
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
+    /// cuBLAS on `stream` (`None` where the library is missing: the plan then keeps batched
+    /// products on the generic kernel).
+    pub(crate) blas: Option<CudaBlas>,
     compiler: Compiler,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
@@ -38,11 +43,28 @@ impl Gpu {
         let stream = guarded(|| {
             ctx.new_stream().map_err(|e| CudaError::Driver(format!("creating a stream: {e:?}")))
         })?;
+        // SAFETY: a dlopen probe, no other effect.
+        let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
+            match guarded(|| {
+                CudaBlas::new(stream.clone())
+                    .map_err(|e| CudaError::Driver(format!("creating a cuBLAS handle: {e:?}")))
+            }) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cuBLAS unusable: batched products on the generic kernel");
+                    None
+                }
+            }
+        } else {
+            tracing::warn!("cuBLAS not found: batched products on the generic kernel");
+            None
+        };
         Ok(Gpu {
             name: format!("CUDA{ordinal}"),
             info,
             ctx,
             stream,
+            blas,
             compiler: Compiler::new(Compiler::default_dir()),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),

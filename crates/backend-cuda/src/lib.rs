@@ -52,9 +52,11 @@
 //!   (pointer, `ne`, `nb`, type) and so handle views, permutations and broadcasts without
 //!   copies; weights of every supported type are dequantized per element. These are the
 //!   correctness baseline the test matrix checks (`cargo xtask test-matrix --backend cuda`).
-//!   Fast paths (int8 MMVQ and F16 matrix-vector products, flash decoding, the fused norm,
-//!   CUDA graphs) replace them where [`plan`] says, and `TESSERA_CUDA_PATHS` turns each off,
-//!   so a GPU run can compare every path with the baseline.
+//!   Fast paths (int8 MMVQ and F16 matrix-vector products, cuBLAS for batched products, flash
+//!   decoding, the fused norm, CUDA graphs) replace them where [`plan`] says, and
+//!   `TESSERA_CUDA_PATHS` turns each off, so a GPU run can compare every path with the
+//!   baseline. cuBLAS is opened at run time like the driver; without it batched products
+//!   stay on the generic kernel.
 //! - **The CPU backend's shape.** A type table ([`types`]) and a pure plan ([`plan`]) decide;
 //!   kernels only implement. Both are plain functions of tensor descriptions, so they build
 //!   and are tested without the feature and without a GPU; `supports_op` and the executor
@@ -71,7 +73,7 @@
 //! whole models match Tessera's CPU closely (docs/FIDELITY.md). They are correctness kernels,
 //! far slower than llama.cpp's (docs/BENCHMARKS.md). The fast paths compile to CUBIN for
 //! sm_75/80/89/90 (their plan and the MMVQ dot products are tested without a GPU) but have
-//! not yet run on one.
+//! not yet run on one; nor has the cuBLAS call (`exec/gemm.rs`).
 
 pub mod error;
 pub mod kernels;

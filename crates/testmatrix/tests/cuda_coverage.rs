@@ -29,7 +29,7 @@ fn built(op: Option<&str>) -> Vec<(String, Context, TensorId)> {
 
 #[test]
 fn every_cuda_matmul_path_is_reached_by_a_case() {
-    let cap = Capability { arch: 90 };
+    let cap = Capability { arch: 90, cublas: true };
     let mut hit = BTreeSet::new();
     for (name, ctx, out) in built(Some("MUL_MAT")) {
         let ctx = &ctx;
@@ -75,7 +75,7 @@ fn the_fused_window_is_reached_by_a_case() {
 /// Cases reach the decode attention path with one chunk and with several, and the generic one.
 #[test]
 fn every_attention_path_is_reached_by_a_case() {
-    let cap = Capability { arch: 90 };
+    let cap = Capability { arch: 90, cublas: true };
     let mut seen = BTreeSet::new();
     for (name, ctx, out) in built(Some("FLASH_ATTN_EXT")) {
         if let Ok(p) = plan_node(&ctx, out, cap, Paths::all()) {

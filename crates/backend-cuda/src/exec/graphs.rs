@@ -8,7 +8,8 @@
 //! A list is captured the second time it comes among the last few (a step may be split
 //! into several graphs by the scheduler, each repeating); prompt graphs, which change, are
 //! never captured. A few captured graphs are kept, the least recently replayed dropped first.
-//! A failed capture turns graphs off for the backend with a warning;
+//! Lists with a cuBLAS call (batched products) are launched directly. A failed capture turns
+//! graphs off for the backend with a warning;
 //! `TESSERA_CUDA_PATHS=-graphs` turns them off.
 
 use super::args::Arg;
@@ -163,7 +164,8 @@ impl Graphs<CudaGraph> {
         launches: &[Launch],
         direct: impl Fn(&[Launch]) -> Result<(), CudaError>,
     ) -> Result<(), CudaError> {
-        if self.off || launches.is_empty() {
+        // cuBLAS calls are not captured (a batch's products; batches rarely repeat).
+        if self.off || launches.is_empty() || launches.iter().any(|l| l.func.is_none()) {
             return direct(launches);
         }
         let key: Vec<LaunchKey> = launches.iter().map(LaunchKey::of).collect();

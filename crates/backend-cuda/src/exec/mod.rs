@@ -9,6 +9,8 @@
 //!   skipped.
 //! - A list of launches equal to the previous one is replayed from a captured CUDA graph
 //!   ([`graphs`]).
+//! - A batched product's cuBLAS call (`gemm.rs`) is queued on the same stream, between the
+//!   kernels that convert its inputs and those that read its output.
 //! - `nodes.rs` gives each node's launches (kernels, arguments, launch shape) for the kernel
 //!   its plan chose; `args.rs` holds the arguments between resolving and launching.
 //!
@@ -19,6 +21,7 @@
 //! addresses hold while a resolved graph lives.
 
 mod args;
+mod gemm;
 mod graphs;
 mod nodes;
 
@@ -38,7 +41,11 @@ use tessera_tensor::graph::{Context, Graph, TensorId};
 /// Launches `launches` one by one on the GPU's stream.
 fn launch_all(gpu: &Gpu, launches: &[Launch]) -> Result<(), CudaError> {
     for l in launches {
-        let mut b = gpu.stream.launch_builder(&l.func);
+        let Some(func) = &l.func else {
+            gemm::call(gpu, &l.args)?;
+            continue;
+        };
+        let mut b = gpu.stream.launch_builder(func);
         for a in &l.args {
             match a {
                 Arg::T(t) => b.arg(t),
@@ -59,7 +66,8 @@ fn launch_all(gpu: &Gpu, launches: &[Launch]) -> Result<(), CudaError> {
 /// One launch, resolved.
 struct Launch {
     entry: &'static str,
-    func: CudaFunction,
+    /// The kernel; `None` for a cuBLAS product ([`gemm::ENTRY`]).
+    func: Option<CudaFunction>,
     cfg: LaunchConfig,
     args: Vec<Arg>,
 }
@@ -97,7 +105,7 @@ impl Executor {
         ctx: &Context,
         graph: &Graph,
     ) -> Result<Vec<(TensorId, NodePlan)>, BackendError> {
-        let cap = Capability { arch: gpu.info.arch() };
+        let cap = Capability { arch: gpu.info.arch(), cublas: gpu.blas.is_some() };
         graph
             .nodes()
             .iter()
@@ -170,11 +178,12 @@ impl Executor {
         let mut launches = Vec::with_capacity(pending.len());
         for p in pending {
             let func = match functions.get(p.entry) {
-                Some(f) => f.clone(),
+                _ if p.entry == gemm::ENTRY => None,
+                Some(f) => Some(f.clone()),
                 None => {
                     let f = gpu.function(p.entry)?;
                     functions.insert(p.entry, f.clone());
-                    f
+                    Some(f)
                 }
             };
             launches.push(Launch { entry: p.entry, func, cfg: p.cfg, args: p.args });

@@ -3,7 +3,9 @@
 
 use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
 use crate::gpu::Gpu;
-use crate::plan::{AttnPath, FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window};
+use crate::plan::{
+    gemm_scratch, AttnPath, FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window,
+};
 use crate::types::row_of;
 use crate::CudaError;
 use cudarc::driver::LaunchConfig;
@@ -393,6 +395,42 @@ impl Resolver<'_> {
                     });
                 }
                 v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });
+                v
+            }
+            MatmulPath::Gemm => {
+                // F16 copies in the node's own scratch (cpy_op converts element by element),
+                // then cuBLAS; contiguous F16 weights are read in place.
+                let (k, m, n) = (ncols, nrows, x.ne[1] as usize);
+                let s = gemm_scratch(wd, n);
+                let half = |p: u64, rows: usize| TensorArg {
+                    p,
+                    ne: [k as i64, rows as i64, 1, 1],
+                    nb: [2, 2 * k as i64, (2 * k * rows) as i64, (2 * k * rows) as i64],
+                    dtype: DType::F16.id() as i32,
+                    pad: 0,
+                };
+                let mut v = Vec::with_capacity(3);
+                let w16 = if s.w_bytes == 0 {
+                    w.p
+                } else {
+                    let to = half(self.own, m);
+                    v.push(Pending {
+                        entry: "cpy_op",
+                        cfg: grid_for(k * m),
+                        args: vec![to.into(), w.into()],
+                    });
+                    self.own
+                };
+                let x16 = self.own + s.x_offset as u64;
+                let to = half(x16, n);
+                v.push(Pending {
+                    entry: "cpy_op",
+                    cfg: grid_for(k * n),
+                    args: vec![to.into(), x.into()],
+                });
+                let ldc = (dst.nb[1] / 4) as usize;
+                let args = super::gemm::args(w16, x16, dst.p, [m, n, k, ldc]);
+                v.push(Pending { entry: super::gemm::ENTRY, cfg: grid_for(1), args });
                 v
             }
             MatmulPath::MmvF16 => {

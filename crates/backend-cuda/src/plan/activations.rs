@@ -72,7 +72,7 @@ mod tests {
     use tessera_tensor::DType::{F32, I64, Q8_0};
 
     fn plans(ctx: &Context, graph: &Graph) -> Vec<(TensorId, NodePlan)> {
-        let cap = Capability { arch: 90 };
+        let cap = Capability { arch: 90, cublas: true };
         graph.nodes().iter().map(|&n| (n, plan_node(ctx, n, cap, Paths::all()).unwrap())).collect()
     }
 

@@ -3,9 +3,9 @@
 //! contiguous columns and the path is allowed ([`Paths`]).
 //!
 //! The order is llama.cpp's: int8 MMVQ for 1 to 8 columns where the type has it (and the
-//! device has dp4a, sm_61+), the F16 matrix-vector kernel for one column of F16 weights, else
-//! the generic kernel. Larger batches take the generic kernel until the batched paths (the
-//! next issue's GEMM and MMQ) exist.
+//! device has dp4a, sm_61+), the F16 matrix-vector kernel for one column of F16 weights,
+//! cuBLAS for more than 8 columns (every type the backend reads, converted to F16 first
+//! unless F16 already), else the generic kernel (views, broadcasts, batches of matrices).
 
 use super::{Capability, FastPath, Paths};
 use crate::types::row_of;
@@ -23,6 +23,9 @@ pub enum MatmulPath {
     Mmvq,
     /// `mmv_f16`: F16 weights times the f32 column.
     MmvF16,
+    /// Weights (unless contiguous F16) and activations converted to F16 in scratch
+    /// (`cpy_op`), then `cublasGemmEx` with F32 accumulation into the F32 destination.
+    Gemm,
 }
 
 impl MatmulPath {
@@ -32,6 +35,7 @@ impl MatmulPath {
             MatmulPath::Generic => "generic",
             MatmulPath::Mmvq => FastPath::Mmvq.name(),
             MatmulPath::MmvF16 => FastPath::MmvF16.name(),
+            MatmulPath::Gemm => FastPath::Gemm.name(),
         }
     }
 }
@@ -44,6 +48,27 @@ impl std::fmt::Display for MatmulPath {
 
 /// Most activation columns the int8 matrix-vector kernels take (`acc[8]` in `mmvq_*`).
 pub const MMVQ_MAX_COLUMNS: usize = 8;
+
+/// Where the `gemm` path's F16 copies lie in the node's own scratch: the weights' (empty for
+/// contiguous F16 weights, which cuBLAS reads in place) at 0, the activations' at `x_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmScratch {
+    /// Bytes of the weights' F16 copy (0: none).
+    pub w_bytes: usize,
+    /// Offset of the activations' F16 copy (256-byte aligned).
+    pub x_offset: usize,
+    /// Bytes of the whole region.
+    pub total: usize,
+}
+
+/// The `gemm` path's scratch for `w` (`k` x `m`) times `cols` columns.
+pub fn gemm_scratch(w: &TensorDesc, cols: usize) -> GemmScratch {
+    let (k, m) = (w.ne[0], w.ne[1]);
+    let in_place = w.dtype == F16 && w.nb[1] == w.row_size();
+    let w_bytes = if in_place { 0 } else { k * m * 2 };
+    let x_offset = w_bytes.next_multiple_of(256);
+    GemmScratch { w_bytes, x_offset, total: x_offset + k * cols * 2 }
+}
 
 /// Whether the product is `cols` contiguous f32 columns (one after the other) into contiguous
 /// f32 columns, against one weight matrix whose elements (blocks) are packed within each row:
@@ -86,6 +111,14 @@ pub fn matmul_path(
     {
         return (MatmulPath::Mmvq, 0);
     }
+    if cols > MMVQ_MAX_COLUMNS
+        && paths.allows(FastPath::Gemm)
+        && cap.cublas
+        && columns(w, x, dst, cols)
+        && dst.nb[1] == 4 * dst.ne[0]
+    {
+        return (MatmulPath::Gemm, gemm_scratch(w, cols).total);
+    }
     // `mmv_f16` reads one column, rows `ncols` apart.
     if w.dtype == F16
         && paths.allows(FastPath::MmvF16)
@@ -108,5 +141,6 @@ pub fn possible_paths(dtype: DType) -> Vec<MatmulPath> {
     if dtype == F16 {
         v.push(MatmulPath::MmvF16);
     }
+    v.push(MatmulPath::Gemm);
     v
 }

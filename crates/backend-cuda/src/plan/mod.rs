@@ -18,6 +18,10 @@
 //!   Q5_K, Q6_K, IQ4_XS), on devices with dp4a; each input is quantized to Q8_1 once for all
 //!   its products (`activations.rs`).
 //! - `mmv-f16`: one-column products of F16 weights, a matrix-vector kernel.
+//! - `gemm`: products of more than 8 contiguous columns through cuBLAS (`cublasGemmEx`, F16
+//!   inputs, F32 accumulation and output): the weights converted to F16 in scratch unless
+//!   they are F16 already, the activations too (llama.cpp's cuBLAS path; its int8 MMQ is the
+//!   next step).
 //! - `fattn-vec`: decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per sequence) split
 //!   over the KV cells in chunks, the chunks' partials merged after (flash decoding).
 //! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (RMS_NORM
@@ -25,7 +29,7 @@
 //! - `graphs`: a step whose resolved launches equal the previous one's is replayed from a
 //!   captured CUDA graph (the executor's, `exec/graphs.rs`).
 //!
-//! Larger batches take the generic kernels until batched paths exist. `TESSERA_CUDA_PATHS`
+//! `TESSERA_CUDA_PATHS`
 //! (`paths.rs`) turns paths off (`generic`: none; `-mmvq`: all but that one), so one GPU run
 //! can compare each with the baseline. The plan's tests are tables (`tests.rs`), and the test
 //! matrix's `cuda_coverage` test checks that some case reaches every path the plan can return.
@@ -37,7 +41,7 @@ mod paths;
 
 pub use activations::{share_q8_1, Q8Input};
 pub use fusion::{fusion_windows, FusionKind, Window};
-pub use matmul::{matmul_path, possible_paths, MatmulPath};
+pub use matmul::{gemm_scratch, matmul_path, possible_paths, GemmScratch, MatmulPath};
 pub use paths::{FastPath, Paths};
 
 use crate::types::{is_block, is_float, quantizable, readable};
@@ -49,6 +53,8 @@ use tessera_tensor::DType::{F16, F32, I32, I64};
 pub struct Capability {
     /// The architecture number (`90` for sm_90).
     pub arch: u32,
+    /// Whether cuBLAS was found (the batched products' `gemm` path needs it).
+    pub cublas: bool,
 }
 
 /// The attention path of a FLASH_ATTN_EXT node.

@@ -21,12 +21,21 @@ pub enum FastPath {
     Fused,
     /// Decode attention split over the KV cells (flash decoding, `fattn_vec.cu`).
     AttnVec,
+    /// Batched products (more than 8 columns) through cuBLAS: weights and activations in F16,
+    /// tensor cores, F32 accumulation.
+    Gemm,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 5] =
-        [FastPath::Mmvq, FastPath::MmvF16, FastPath::Graphs, FastPath::Fused, FastPath::AttnVec];
+    pub const ALL: [FastPath; 6] = [
+        FastPath::Mmvq,
+        FastPath::MmvF16,
+        FastPath::Graphs,
+        FastPath::Fused,
+        FastPath::AttnVec,
+        FastPath::Gemm,
+    ];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
     pub fn name(self) -> &'static str {
@@ -36,6 +45,7 @@ impl FastPath {
             FastPath::Graphs => "graphs",
             FastPath::Fused => "fused",
             FastPath::AttnVec => "fattn-vec",
+            FastPath::Gemm => "gemm",
         }
     }
 

@@ -4,7 +4,7 @@
 use super::*;
 use tessera_tensor::DType::{self, *};
 
-const SM90: Capability = Capability { arch: 90 };
+const SM90: Capability = Capability { arch: 90, cublas: true };
 
 fn product(w: DType, cols: usize) -> (Context, TensorId) {
     let mut ctx = Context::new();
@@ -23,8 +23,8 @@ fn path(w: DType, cols: usize, cap: Capability, paths: Paths) -> Option<MatmulPa
 }
 
 /// 1-8 columns take the int8 kernel where the type has it, one F16 column the F16 kernel;
-/// larger batches, an old device or the generic setting take the generic kernel; types
-/// without a dequantizer are refused.
+/// larger batches cuBLAS (the generic kernel without cuBLAS or with `-gemm`); an old device or
+/// the generic setting take the generic kernel; types without a dequantizer are refused.
 #[test]
 fn matmul_paths_by_type_columns_and_device() {
     use MatmulPath::*;
@@ -56,11 +56,19 @@ fn matmul_paths_by_type_columns_and_device() {
             assert_eq!(path(w, cols, SM90, Paths::all()), few, "{w} x {cols} columns");
         }
         let generic = one.map(|_| Generic);
+        let no_blas = Capability { cublas: false, ..SM90 };
+        let no_gemm = Paths::parse("-gemm").unwrap();
         for cols in [9, 64] {
-            assert_eq!(path(w, cols, SM90, Paths::all()), generic, "{w} x {cols} columns");
+            assert_eq!(path(w, cols, SM90, Paths::all()), one.map(|_| Gemm), "{w} x {cols}");
+            assert_eq!(path(w, cols, no_blas, Paths::all()), generic, "{w} x {cols}, no cuBLAS");
+            assert_eq!(path(w, cols, SM90, no_gemm), generic, "{w} x {cols}, -gemm");
         }
         assert_eq!(path(w, 1, SM90, Paths::generic()), generic, "{w}, generic only");
-        assert_eq!(path(w, 1, Capability { arch: 52 }, Paths::all()), old, "{w} on sm_52");
+        assert_eq!(
+            path(w, 1, Capability { arch: 52, cublas: true }, Paths::all()),
+            old,
+            "{w} on sm_52"
+        );
         for p in [one, few, old].into_iter().flatten() {
             assert!(possible_paths(w).contains(&p), "{w}: {p} not among the possible paths");
         }
@@ -141,7 +149,7 @@ fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("").unwrap(), Paths::all());
     assert_eq!(Paths::parse("generic").unwrap().describe(), "generic");
     assert_eq!(Paths::parse("mmvq,mmv-f16").unwrap().describe(), "mmvq,mmv-f16");
-    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv-f16,graphs,fused,fattn-vec");
+    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv-f16,graphs,fused,fattn-vec,gemm");
     assert!(Paths::parse("mmvq,-mmv-f16").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();
     assert!(e.contains("'mmvx'"), "{e}");
@@ -181,4 +189,26 @@ fn the_vision_encoders_convolution_and_pooling_plan() {
     let x = ctx.new_tensor(F32, &[8, 8, 64, 1]).unwrap();
     let p = ctx.pool_2d(x, tessera_tensor::graph::PoolOp::Avg, [2, 2], [2, 2], [0, 0]).unwrap();
     assert_eq!(plan_node(&ctx, p, SM90, Paths::all()).unwrap().kernel, Kernel::Pool2d);
+}
+
+/// The `gemm` path's scratch: F16 copies of the weights (none for contiguous F16 weights) and
+/// of the activations, the latter 256-byte aligned; only contiguous 2-D products take it.
+#[test]
+fn gemm_scratch_and_shapes() {
+    let (ctx, y) = product(Q4_0, 16);
+    let plan = plan_node(&ctx, y, SM90, Paths::all()).unwrap();
+    let w = ctx.get(ctx.get(y).src[0].unwrap());
+    let s = gemm_scratch(w, 16);
+    assert_eq!((s.w_bytes, s.x_offset, s.total), (256 * 8 * 2, 4096, 4096 + 256 * 16 * 2));
+    assert_eq!(plan, NodePlan { kernel: Kernel::MulMat(MatmulPath::Gemm), scratch: s.total });
+    let (ctx, y) = product(F16, 16);
+    let s = gemm_scratch(ctx.get(ctx.get(y).src[0].unwrap()), 16);
+    assert_eq!((s.w_bytes, s.x_offset, s.total), (0, 0, 256 * 16 * 2));
+    // A batch of matrices (broadcast over dim 2) stays on the generic kernel.
+    let mut ctx = Context::new();
+    let a = ctx.new_tensor(F16, &[64, 32, 4]).unwrap();
+    let x = ctx.new_tensor(F32, &[64, 16, 4]).unwrap();
+    let y = ctx.mul_mat(a, x).unwrap();
+    let p = plan_node(&ctx, y, SM90, Paths::all()).unwrap();
+    assert_eq!(p.kernel, Kernel::MulMat(MatmulPath::Generic));
 }
