@@ -30,7 +30,8 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 }
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
-// Unary ops: 0 scale (x * p0 + p1), 1 tanh-GELU, 2 erf-GELU, 3 SiLU, 4 tanh.
+// Unary ops: 0 scale (x * p0 + p1), 1 tanh-GELU, 2 erf-GELU, 3 SiLU, 4 tanh, 5 clamp to
+// [p0, p1] (NaN to p1, as ggml's comparisons).
 extern "C" __global__ void unary_op(TT d, TT a, int op, float p0, float p1) {
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
@@ -42,6 +43,7 @@ extern "C" __global__ void unary_op(TT d, TT a, int op, float p0, float p1) {
         case 1: r = gelu_tanh(x); break;
         case 2: r = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); break;
         case 3: r = silu(x); break;
+        case 5: r = x < p1 ? x : p1; r = r > p0 ? r : p0; break;
         default: r = tanhf(x); break;
         }
         st(d, c[0], c[1], c[2], c[3], r);
@@ -111,8 +113,10 @@ extern "C" __global__ void hadamard_op(TT d, TT a) {
     for (i64 i = threadIdx.x; i < n; i += blockDim.x) st(d, i, i1, i2, i3, buf[i]);
 }
 
-// SOFT_MAX(a * scale + mask * slope) per row: one block per row, three passes.
-extern "C" __global__ void soft_max_op(TT d, TT a, TT m, int has_mask, float scale, float max_bias) {
+// SOFT_MAX(a * scale + mask * slope) per row: one block per row, three passes. With sinks (F32
+// [n_head]) the head's sink joins the max and the sum as a logit without a value.
+extern "C" __global__ void soft_max_op(TT d, TT a, TT m, int has_mask, float scale, float max_bias,
+                                       TT sk, int has_sinks) {
     const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     const i64 n = a.ne[0];
     const float slope = alibi_slope(max_bias, i2, a.ne[2]);
@@ -120,9 +124,12 @@ extern "C" __global__ void soft_max_op(TT d, TT a, TT m, int has_mask, float sca
     float mx = -INFINITY;
     for (i64 i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, SM_VAL(i));
     mx = block_max(mx);
+    const float sink = has_sinks ? ld(sk, i2, 0, 0, 0) : -INFINITY;
+    mx = fmaxf(mx, sink);
     float s = 0.0f;
     for (i64 i = threadIdx.x; i < n; i += blockDim.x) s += expf(SM_VAL(i) - mx);
     s = block_sum(s);
+    if (has_sinks) s += expf(sink - mx);
     for (i64 i = threadIdx.x; i < n; i += blockDim.x) st(d, i, i1, i2, i3, expf(SM_VAL(i) - mx) / s);
 #undef SM_VAL
 }
@@ -369,14 +376,24 @@ extern "C" __global__ void mul_mat_op(TT d, TT a, TT b) {
 // (attn.cuh), each lane owning every 32nd output column (head sizes up to 512). Output
 // [dv, n_head, n_q, ne3].
 extern "C" __global__ void flash_attn_op(TT d, TT q, TT k, TT v, TT m, int has_mask, float scale,
-                                         float max_bias, float softcap) {
+                                         float max_bias, float softcap, TT sk, int has_sinks) {
     const i64 w = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     const i64 n_q = q.ne[1], n_head = q.ne[2];
     if (w >= n_q * n_head * q.ne[3]) return;
     const int lane = threadIdx.x % WARP;
     const i64 h = w % n_head, iq = (w / n_head) % n_q, i3 = w / (n_head * n_q);
-    const FaState fa =
-        fa_cells(q, k, v, m, has_mask, scale, max_bias, softcap, w, 0, k.ne[1], 1, lane);
+    FaState fa = fa_cells(q, k, v, m, has_mask, scale, max_bias, softcap, w, 0, k.ne[1], 1, lane);
+    if (has_sinks) {
+        // The head's sink joins the max and the sum without a value (ggml's order).
+        const float sink = ld(sk, h, 0, 0, 0);
+        if (sink > fa.mx) {
+            const float ms = expf(fa.mx - sink);
+            for (int j = 0; j < 16; ++j) fa.acc[j] *= ms;
+            fa.sum = fa.sum * ms + 1.0f;
+        } else {
+            fa.sum += expf(sink - fa.mx);
+        }
+    }
     const float inv = fa.sum > 0.0f ? 1.0f / fa.sum : 0.0f;
     for (int j = 0; j < 16; ++j) {
         const i64 col = lane + WARP * j;

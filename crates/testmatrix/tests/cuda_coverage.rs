@@ -89,3 +89,27 @@ fn every_attention_path_is_reached_by_a_case() {
     }
     assert_eq!(seen.len(), 3, "{seen:?}");
 }
+
+/// The mixture-of-experts ops and attention sinks have cases the CUDA plan takes, so a GPU
+/// run of the matrix checks their kernels against the f64 reference.
+#[test]
+fn moe_ops_and_sinks_are_reached_by_cases() {
+    let cap = Capability { arch: 90, cublas: true };
+    let planned = |op: &str, want: &dyn Fn(&Context, TensorId, Kernel) -> bool| {
+        built(Some(op))
+            .iter()
+            .filter(|(_, ctx, out)| {
+                plan_node(ctx, *out, cap, Paths::all()).is_ok_and(|p| want(ctx, *out, p.kernel))
+            })
+            .count()
+    };
+    let any = |_: &Context, _: TensorId, _: Kernel| true;
+    for op in ["MUL_MAT_ID", "ARGSORT", "ADD_ID", "SWIGLU_OAI", "CLAMP"] {
+        assert!(planned(op, &any) > 0, "no {op} case runs on CUDA");
+    }
+    let sinks = |slot: usize| {
+        move |ctx: &Context, out: TensorId, _: Kernel| ctx.get(out).src[slot].is_some()
+    };
+    assert!(planned("SOFT_MAX", &sinks(2)) > 0, "no SOFT_MAX case with sinks runs on CUDA");
+    assert!(planned("FLASH_ATTN_EXT", &sinks(4)) >= 2, "FLASH_ATTN_EXT with sinks");
+}

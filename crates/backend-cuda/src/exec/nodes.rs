@@ -106,6 +106,7 @@ impl Resolver<'_> {
             Kernel::Unary => {
                 let (op, p0, p1) = match d.op {
                     Op::Scale { scale, bias } => (0, scale, bias),
+                    Op::Clamp { min, max } => (5, min, max),
                     Op::Unary(u) => {
                         let op = match u {
                             UnaryOp::Gelu => 1,
@@ -161,6 +162,8 @@ impl Resolver<'_> {
                     has.into(),
                     scale.into(),
                     max_bias.into(),
+                    self.src(id, 2)?.into(),
+                    i32::from(d.src[2].is_some()).into(),
                 ];
                 one("soft_max_op", per_row(rows, THREADS), args)
             }
@@ -200,7 +203,11 @@ impl Resolver<'_> {
                     softcap.into(),
                 ];
                 match path {
-                    AttnPath::Generic => one("flash_attn_op", warps(rows, 4), args),
+                    AttnPath::Generic => {
+                        args.push(self.src(id, 4)?.into());
+                        args.push(Arg::I32(i32::from(d.src[4].is_some())));
+                        one("flash_attn_op", warps(rows, 4), args)
+                    }
                     AttnPath::Vec { splits } => {
                         let n_kv = self.ctx.get(d.src[1].expect("k")).ne[1];
                         let chunk = n_kv.div_ceil(splits as usize) as i64;
@@ -225,6 +232,34 @@ impl Resolver<'_> {
                         v
                     }
                 }
+            }
+            Kernel::MulMatId => {
+                let args =
+                    vec![dst.into(), a.into(), self.src(id, 1)?.into(), self.src(id, 2)?.into()];
+                one("mul_mat_id_op", warps(n, 8), args)
+            }
+            Kernel::Argsort => {
+                let Op::Argsort { descending } = d.op else {
+                    return Err(mismatch(d.op.name(), plan));
+                };
+                one(
+                    "argsort_op",
+                    grid_for(n),
+                    vec![dst.into(), a.into(), i32::from(descending).into()],
+                )
+            }
+            Kernel::AddId => {
+                let args =
+                    vec![dst.into(), a.into(), self.src(id, 1)?.into(), self.src(id, 2)?.into()];
+                one("add_id_op", grid_for(n), args)
+            }
+            Kernel::SwiGluOai => {
+                let Op::SwiGluOai { alpha, limit } = d.op else {
+                    return Err(mismatch(d.op.name(), plan));
+                };
+                let args =
+                    vec![dst.into(), a.into(), self.src(id, 1)?.into(), alpha.into(), limit.into()];
+                one("swiglu_oai_op", grid_for(n), args)
             }
             Kernel::Concat => {
                 let Op::Concat { dim } = d.op else { return Err(mismatch(d.op.name(), plan)) };

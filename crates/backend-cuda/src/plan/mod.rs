@@ -10,8 +10,9 @@
 //!
 //! # The paths
 //!
-//! Every node has a generic kernel (`kernels/ops.cu`: strided, weights dequantized per
-//! element), the correctness baseline. The fast paths, in llama.cpp's order where it has one:
+//! Every node has a generic kernel (`kernels/ops.cu`, the expert ops in `kernels/moe.cu`:
+//! strided, weights dequantized per element), the correctness baseline; attention sinks take
+//! the generic attention kernel. The fast paths, in llama.cpp's order where it has one:
 //!
 //! - `mmvq`: products of 1-8 contiguous columns with int8 MMVQ kernels for the types whose row
 //!   in [`crate::types`] names one (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q4_K,
@@ -135,6 +136,14 @@ pub enum Kernel {
     Im2Col,
     /// `pool2d_op`.
     Pool2d,
+    /// `mul_mat_id_op` (moe.cu): one warp per output element.
+    MulMatId,
+    /// `argsort_op`.
+    Argsort,
+    /// `add_id_op`.
+    AddId,
+    /// `swiglu_oai_op`.
+    SwiGluOai,
 }
 
 /// The longest row `hadamard_op` transforms (its shared buffer); longer rows stay on the CPU.
@@ -195,7 +204,9 @@ pub fn plan_node(
         Op::Concat { .. } if float(src0) && s(1).is_some_and(float) && float(d) => {
             NodePlan::of(Kernel::Concat)
         }
-        Op::Scale { .. } | Op::Unary(_) if float(src0) && float(d) => NodePlan::of(Kernel::Unary),
+        Op::Scale { .. } | Op::Unary(_) | Op::Clamp { .. } if float(src0) && float(d) => {
+            NodePlan::of(Kernel::Unary)
+        }
         Op::RmsNorm { .. } | Op::Norm { .. } if float(src0) && float(d) => {
             NodePlan::of(Kernel::Norm)
         }
@@ -208,8 +219,12 @@ pub fn plan_node(
         Op::Glu { .. } if float(src0) && s(1).is_none_or(float) && float(d) => {
             NodePlan::of(Kernel::Glu)
         }
-        Op::SoftMax { .. } if s(2).is_some() => refuse("attention sinks have no CUDA kernel yet"),
-        Op::SoftMax { .. } if float(src0) && s(1).is_none_or(float) && float(d) => {
+        Op::SoftMax { .. }
+            if float(src0)
+                && s(1).is_none_or(float)
+                && s(2).is_none_or(|sk| sk.dtype == F32)
+                && float(d) =>
+        {
             NodePlan::of(Kernel::SoftMax)
         }
         Op::Rope(_)
@@ -247,25 +262,44 @@ pub fn plan_node(
                 refuse("SET_ROWS writes floats or the quantizable block types")
             }
         }
-        Op::FlashAttnExt { .. } if s(4).is_some() => {
-            refuse("attention sinks have no CUDA kernel yet")
-        }
         Op::FlashAttnExt { .. }
             if src0.dtype == F32
+                && s(4).is_none_or(|sk| sk.dtype == F32)
                 && s(1).is_some_and(|k| readable(k.dtype))
                 && s(2).is_some_and(|v| readable(v.dtype) && v.ne[0] <= 512)
                 && s(3).is_none_or(float)
                 && d.dtype == F32 =>
         {
             let v = s(2).expect("checked above");
-            let (path, scratch) = attn_path(src0, v, s(1).map_or(0, |k| k.ne[1]), paths);
+            // Sinks: the generic kernel (the decode kernel's merge has no sink term yet).
+            let (path, scratch) = match s(4) {
+                Some(_) => (AttnPath::Generic, 0),
+                None => attn_path(src0, v, s(1).map_or(0, |k| k.ne[1]), paths),
+            };
             Ok(NodePlan { kernel: Kernel::FlashAttn(path), scratch })
         }
         Op::Argmax if src0.dtype == F32 && src0.ne[2] == 1 && src0.ne[3] == 1 => {
             NodePlan::of(Kernel::Argmax)
         }
-        Op::MulMatId | Op::Argsort { .. } | Op::Clamp { .. } | Op::AddId | Op::SwiGluOai { .. } => {
-            refuse(&format!("{} has no CUDA kernel yet", d.op.name()))
+        Op::MulMatId
+            if readable(src0.dtype)
+                && s(1).is_some_and(|b| b.dtype == F32)
+                && s(2).is_some_and(|i| i.dtype == I32)
+                && d.dtype == F32 =>
+        {
+            NodePlan::of(Kernel::MulMatId)
+        }
+        Op::Argsort { .. } if src0.dtype == F32 && d.dtype == I32 => NodePlan::of(Kernel::Argsort),
+        Op::AddId
+            if src0.dtype == F32
+                && s(1).is_some_and(|b| b.dtype == F32)
+                && s(2).is_some_and(|i| i.dtype == I32)
+                && d.dtype == F32 =>
+        {
+            NodePlan::of(Kernel::AddId)
+        }
+        Op::SwiGluOai { .. } if src0.dtype == F32 && s(1).is_some_and(float) && d.dtype == F32 => {
+            NodePlan::of(Kernel::SwiGluOai)
         }
         _ => refuse(&format!("{} has no CUDA kernel for these types", d.op.name())),
     }

@@ -212,3 +212,45 @@ fn gemm_scratch_and_shapes() {
     let p = plan_node(&ctx, y, SM90, Paths::all()).unwrap();
     assert_eq!(p.kernel, Kernel::MulMat(MatmulPath::Generic));
 }
+
+/// The mixture-of-experts ops and attention sinks have CUDA kernels: MUL_MAT_ID of every type
+/// the backend reads, ARGSORT (and top-k over it), ADD_ID, SWIGLU_OAI and CLAMP; sinks take
+/// the generic attention kernel (the decode path's merge has no sink term).
+#[test]
+fn moe_ops_and_sinks_are_planned() {
+    let mut ctx = Context::new();
+    let experts = ctx.new_tensor(Q4_0, &[64, 16, 4]).unwrap();
+    let b = ctx.new_tensor(F32, &[64, 1, 3]).unwrap();
+    let ids = ctx.new_tensor(I32, &[2, 3]).unwrap();
+    let mm = ctx.mul_mat_id(experts, b, ids).unwrap();
+    let bias = ctx.new_tensor(F32, &[16, 4]).unwrap();
+    let biased = ctx.add_id(mm, bias, ids).unwrap();
+    let logits = ctx.new_tensor(F32, &[4, 3]).unwrap();
+    let sorted = ctx.argsort(logits, true).unwrap();
+    let up = ctx.new_tensor(F32, &[16, 2, 3]).unwrap();
+    let act = ctx.swiglu_oai(biased, up, 1.702, 7.0).unwrap();
+    let clamped = ctx.clamp(act, -1.0, 1.0).unwrap();
+    let plan = |ctx: &Context, id| plan_node(ctx, id, SM90, Paths::all()).unwrap().kernel;
+    assert_eq!(plan(&ctx, mm), Kernel::MulMatId);
+    assert_eq!(plan(&ctx, biased), Kernel::AddId);
+    assert_eq!(plan(&ctx, sorted), Kernel::Argsort);
+    assert_eq!(plan(&ctx, act), Kernel::SwiGluOai);
+    assert_eq!(plan(&ctx, clamped), Kernel::Unary);
+    let odd = ctx.new_tensor(IQ2_XXS, &[256, 16, 4]).unwrap();
+    let b2 = ctx.new_tensor(F32, &[256, 1, 3]).unwrap();
+    let mm2 = ctx.mul_mat_id(odd, b2, ids).unwrap();
+    assert!(plan_node(&ctx, mm2, SM90, Paths::all()).is_err(), "IQ2_XXS experts");
+    // Sinks: decode attention with sinks takes the generic kernel; SOFT_MAX takes them.
+    let q = ctx.new_tensor(F32, &[64, 1, 4]).unwrap();
+    let k = ctx.new_tensor(F16, &[64, 2048, 2]).unwrap();
+    let v = ctx.new_tensor(F16, &[64, 2048, 2]).unwrap();
+    let fa = ctx.flash_attn_ext(q, k, v, None, 0.125, 0.0, 0.0).unwrap();
+    assert!(matches!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Vec { .. })));
+    let sinks = ctx.new_tensor(F32, &[4]).unwrap();
+    ctx.add_sinks(fa, sinks).unwrap();
+    assert_eq!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Generic));
+    let kq = ctx.new_tensor(F32, &[32, 1, 4]).unwrap();
+    let sm = ctx.soft_max(kq, None, 1.0, 0.0).unwrap();
+    ctx.add_sinks(sm, sinks).unwrap();
+    assert_eq!(plan(&ctx, sm), Kernel::SoftMax);
+}
