@@ -134,6 +134,25 @@ for f in $T/real/*.gguf; do
   greedy_pair "$n" "$f" 32
 done
 
+step "mixture of experts on the GPU: random qwen3moe (Q4_K_M) and gpt-oss (MXFP4_MOE), whole and split"
+# Tessera's own random MoE models (crates/llama/src/synth.rs, 4 blocks, 16 experts of 256, 4 a
+# token): KLD of CUDA (-ngl 99: experts, router sort, biases, sinks on the GPU; then with the
+# first two blocks' experts on the CPU) against the CPU, and the greedy texts.
+mkdir -p $T/vocab && gunzip -c testdata/vocab/ggml-vocab-qwen2.gguf.gz > $T/vocab/ggml-vocab-qwen2.gguf
+run 120 write-synth "$B/write_synth" $T/synth $T/vocab synth-qwen3moe-f16 synth-gpt-oss-f16
+for pair in "synth-qwen3moe-f16 Q4_K_M" "synth-gpt-oss-f16 MXFP4_MOE"; do
+  set -- $pair
+  m=$T/synth/$1-$2.gguf
+  [ -f $m ] || run 120 "quantize-$1" "$B/tessera" quantize $T/synth/$1.gguf $m $2
+  run 120 "ppl-cpu-$1" "$B/tessera" perplexity -m $m -f $TEXT -c 256 --chunks 4 --device none --kl-divergence-base $T/base-$1.kld
+  for split in "" "--n-cpu-moe 2"; do
+    tag=$1${split:+-ncmoe}
+    run 120 "kld-cuda-$tag" "$B/tessera" perplexity -m $m -c 256 --chunks 4 -ngl 99 $split --kl-divergence-base $T/base-$1.kld --kl-divergence
+    echo "$1 $2 -ngl 99 $split:" >> "$R"; grep -iE "mean +kld|same top|error|unsupported" "$L/kld-cuda-$tag.log" | head -4 >> "$R"
+  done
+  greedy_pair "$1" "$m" 16
+done
+
 step "greedy text, CPU vs CUDA"
 for q in Q4_0 f16; do
   greedy_pair "$q" "$T/1b-$q.gguf" 24

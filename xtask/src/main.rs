@@ -190,6 +190,9 @@ fn gpu_bundle() -> Result<()> {
     // A random projector for the image step.
     cargo(&["build", "--release", "-p", "tessera-mtmd", "--example", "write_mmproj"])?;
     std::fs::copy(root.join("target/release/examples/write_mmproj"), dir.join("write_mmproj"))?;
+    // Random mixture-of-experts models for the MoE step.
+    cargo(&["build", "--release", "-p", "tessera-llama", "--example", "write_synth"])?;
+    std::fs::copy(root.join("target/release/examples/write_synth"), dir.join("write_synth"))?;
     // The session's one script: tests, test matrix, models and llama.cpp beside them.
     std::fs::copy(root.join("tools/gpu/check.sh"), dir.join("check.sh"))?;
     let mut script = String::from(
