@@ -1,0 +1,140 @@
+//! What the host-compiled kernel tests share: the shim that lets `kernels/*.cuh` and simple
+//! kernels compile as C++ for the CPU, the compiler lookup, and file helpers.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tessera_backend_cuda::kernels::FILES;
+
+/// The C++ headers, and CUDA's qualifiers as nothing.
+pub const SHIM: &str = r#"
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#define __device__
+#define __forceinline__ inline
+#define __constant__
+"#;
+
+/// After prelude.cuh's typedefs and constants: host versions of its device functions.
+pub const SHIM_FUNCTIONS: &str = r#"
+static inline float __uint_as_float(u32 u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(i32 i) { float f; memcpy(&f, &i, 4); return f; }
+static inline u32 __float_as_uint(float f) { u32 u; memcpy(&u, &f, 4); return u; }
+static inline float h2f(u16 h) {
+    const u32 sign = (u32)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+    if (e == 0) {
+        if (m == 0) return __uint_as_float(sign);
+        float f = (float)m * (1.0f / 16777216.0f);  // subnormal: m * 2^-24
+        return sign ? -f : f;
+    }
+    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    return __uint_as_float(sign | ((e + 112) << 23) | (m << 13));
+}
+static inline u16 f2h(float f) {
+    // Round to nearest even, as cvt.rn.f16.f32.
+    const u32 x = __float_as_uint(f), sign = (x >> 16) & 0x8000;
+    const u32 ax = x & 0x7fffffff;
+    if (ax >= 0x7f800000) return (u16)(sign | 0x7c00 | (ax > 0x7f800000 ? 0x200 : 0));
+    if (ax >= 0x477ff000) return (u16)(sign | 0x7c00);
+    if (ax < 0x38800000) {  // subnormal or zero in half
+        const float a = __uint_as_float(ax) * 16777216.0f;
+        return (u16)(sign | (u32)lrintf(a));
+    }
+    const u32 r = ax + 0x0fff + ((ax >> 13) & 1);
+    return (u16)(sign | ((r - 0x38000000) >> 13));
+}
+static inline float bf2f(u16 h) { return __uint_as_float(((u32)h) << 16); }
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline i32 dp4a(i32 a, i32 b, i32 c) {
+    for (int k = 0; k < 4; ++k) c += (i32)(i8)(a >> (8 * k)) * (i32)(i8)(b >> (8 * k));
+    return c;
+}
+static inline u16 rd16(const u8 *p) { return (u16)p[0] | ((u16)p[1] << 8); }
+static inline u32 rd32(const u8 *p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+}
+"#;
+
+pub fn file(name: &str) -> &'static str {
+    FILES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s).expect("a kernel file")
+}
+
+/// The C++ compiler, if any.
+pub fn compiler() -> Option<String> {
+    let candidates = std::env::var("CXX").into_iter().chain(["c++".into(), "g++".into()]);
+    candidates
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+}
+
+/// prelude.cuh's typedefs and constants (its device functions are the shim's).
+pub fn prelude() -> String {
+    file("prelude.cuh")
+        .lines()
+        .filter(|l| {
+            l.starts_with("typedef")
+                || (l.starts_with("#define") && !l.contains("INFINITY") && !l.contains(" WARP "))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// Compiles `src` (C++) into `dir/name`; `None` (after a note) without a compiler.
+pub fn build(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
+    let Some(cxx) = compiler() else {
+        assert!(
+            std::env::var("REQUIRE_CXX").as_deref() != Ok("1"),
+            "REQUIRE_CXX=1 and no C++ compiler (CXX, c++, g++)"
+        );
+        eprintln!("{name}: no C++ compiler found; skipped");
+        return None;
+    };
+    let cpp = dir.join(format!("{name}.cpp"));
+    std::fs::write(&cpp, src).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new(&cxx)
+        .args(["-std=c++17", "-O1", "-ffp-contract=off", "-w", "-o"])
+        .arg(&exe)
+        .arg(&cpp)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{cxx} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    Some(exe)
+}
+
+/// Deterministic values in [-1, 1) with a few large ones (the blocks' scales matter).
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+            if i % 37 == 0 {
+                v * 4.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+pub fn run(exe: &Path, args: &[&str]) -> String {
+    let out = Command::new(exe).args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
+    p.to_str().unwrap().to_string()
+}
