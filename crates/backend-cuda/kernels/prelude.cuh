@@ -81,6 +81,7 @@ __device__ __forceinline__ u32 rd32(const u8 *p) {
 #define MXFP4_BYTES 17  // e (e8m0), qs[16] (indexes into kvalues_mxfp4)
 #define Q8_1_BYTES 36   // d, s, qs[32]
 #define Q2_K_BYTES 84   // 256 values: scales[16], qs[64], d, dmin
+#define Q3_K_BYTES 110  // 256 values: hmask[32], qs[64], scales[12], d
 #define Q4_K_BYTES 144  // 256 values: d, dmin, scales[12], qs[128]
 #define Q5_K_BYTES 176  // 256 values: d, dmin, scales[12], qh[32], qs[128]
 #define IQ4_XS_BYTES 136 // 256 values: d, scales_h, scales_l[4], qs[128]

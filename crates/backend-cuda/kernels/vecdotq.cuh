@@ -95,6 +95,21 @@ __device__ __forceinline__ float vdot_q2_k(const u8 *b, int j, const u8 *y, int 
     const float dy = h2f(rd16(y));
     return dy * (h2f(rd16(b + 80)) * (sc & 15) * s - h2f(rd16(b + 82)) * (sc >> 4) * q8_sum(y, part));
 }
+// Q3_K: the lane's eight values (one 16-value scale group) as q + 4 * high bit in 0..7, so
+// the signed quants' sum is s - 4 * (the part's activation sum); the 6-bit scale less 32.
+__device__ __forceinline__ float vdot_q3_k(const u8 *b, int j, const u8 *y, int part) {
+    const u8 *q = b + 32 + 32 * (j / 4) + 8 * part, *hm = b + 8 * part;
+    const int sh = 2 * (j % 4);
+    const i32 a0 = ((ld_i32(q) >> sh) & 0x03030303) | (((ld_i32(hm) >> j) & 0x01010101) << 2);
+    const i32 a1 = ((ld_i32(q + 4) >> sh) & 0x03030303) | (((ld_i32(hm + 4) >> j) & 0x01010101) << 2);
+    const int s = dot_run(a0, a1, y, part);
+    const u8 *sc6 = b + 96;
+    const int g = 2 * j + part / 2;
+    const int low = g < 8 ? sc6[g] & 15 : sc6[g - 8] >> 4;
+    const int high = (sc6[8 + g % 4] >> (2 * (g / 4))) & 3;
+    const int sc = (low | (high << 4)) - 32;
+    return h2f(rd16(b + 108)) * sc * h2f(rd16(y)) * (float)(s - 4 * q8_sum(y, part));
+}
 // Q4_K's and Q5_K's sub-block j of the block at b applied to its integer sum s against the
 // Q8_1 part at y: d * scale * s - dmin * min * (the part's sum), times the part's scale.
 __device__ __forceinline__ float k4_apply(const u8 *b, int j, int s, const u8 *y, int part) {

@@ -58,7 +58,7 @@ pub const TYPES: &[TypeRow] = &[
     TypeRow { quantize: true, mmvq: Some("mmvq_q5_1"), ..block(Q5_1, "T_Q5_1") },
     TypeRow { quantize: true, mmvq: Some("mmvq_q8_0"), ..block(Q8_0, "T_Q8_0") },
     TypeRow { mmvq: Some("mmvq_q2_k"), ..block(Q2_K, "T_Q2_K") },
-    block(Q3_K, "T_Q3_K"),
+    TypeRow { mmvq: Some("mmvq_q3_k"), ..block(Q3_K, "T_Q3_K") },
     TypeRow { mmvq: Some("mmvq_q4_k"), ..block(Q4_K, "T_Q4_K") },
     TypeRow { mmvq: Some("mmvq_q5_k"), ..block(Q5_K, "T_Q5_K") },
     TypeRow { mmvq: Some("mmvq_q6_k"), ..block(Q6_K, "T_Q6_K") },

@@ -52,6 +52,7 @@ int main(int argc, char **argv) {
             DOT(T_IQ4_NL, IQ4_NL_BYTES, 1, vdot_iq4_nl)
             DOT(T_MXFP4, MXFP4_BYTES, 1, vdot_mxfp4)
             DOT(T_Q2_K, Q2_K_BYTES, 8, vdot_q2_k)
+            DOT(T_Q3_K, Q3_K_BYTES, 8, vdot_q3_k)
             DOT(T_Q4_K, Q4_K_BYTES, 8, vdot_q4_k)
             DOT(T_Q5_K, Q5_K_BYTES, 8, vdot_q5_k)
             DOT(T_Q6_K, Q6_K_BYTES, 8, vdot_q6_k)

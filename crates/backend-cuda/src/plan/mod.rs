@@ -15,7 +15,7 @@
 //! the generic attention kernel. The fast paths, in llama.cpp's order where it has one:
 //!
 //! - `mmvq`: products of 1-8 contiguous columns with int8 MMVQ kernels for the types whose row
-//!   in [`crate::types`] names one (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q4_K,
+//!   in [`crate::types`] names one (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K,
 //!   Q5_K, Q6_K, IQ4_XS), on devices with dp4a; each input is quantized to Q8_1 once for all
 //!   its products (`activations.rs`).
 //! - `mmv-f16`: one-column products of F16 weights, a matrix-vector kernel.

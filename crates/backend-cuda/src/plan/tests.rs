@@ -40,7 +40,7 @@ fn matmul_paths_by_type_columns_and_device() {
         (Q5_1, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q8_0, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q2_K, Some(Mmvq), Some(Mmvq), Some(Generic)),
-        (Q3_K, Some(Generic), Some(Generic), Some(Generic)),
+        (Q3_K, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q4_K, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q5_K, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q6_K, Some(Mmvq), Some(Mmvq), Some(Generic)),
