@@ -105,16 +105,3 @@ MMVQ(q4_k, Q4_K_BYTES, 8, vdot_q4_k)
 MMVQ(q5_k, Q5_K_BYTES, 8, vdot_q5_k)
 MMVQ(q6_k, Q6_K_BYTES, 8, vdot_q6_k)
 MMVQ(iq4_xs, IQ4_XS_BYTES, 8, vdot_iq4_xs)
-
-// y = W x for f16 weights and f32 activations: one warp per row, two halves per load.
-extern "C" __global__ void mmv_f16(const u16 *w, const float *x, float *dst, int nrows,
-                                   int ncols) {
-    const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (row >= nrows) return;
-    const int lane = threadIdx.x % WARP;
-    const u16 *wr = w + (i64)row * ncols;
-    float acc = 0.0f;
-    for (int i = lane; i < ncols; i += WARP) acc += h2f(wr[i]) * x[i];
-    acc = warp_sum(acc);
-    if (lane == 0) dst[row] = acc;
-}

@@ -49,9 +49,9 @@ const fn block(dtype: DType, cuh: &'static str) -> TypeRow {
 
 /// Every type the CUDA backend knows (see the module docs).
 pub const TYPES: &[TypeRow] = &[
-    row(F32, "T_F32", Class::Float),
+    TypeRow { mmv: Some("mmv_f32"), ..row(F32, "T_F32", Class::Float) },
     TypeRow { mmv: Some("mmv_f16"), ..row(F16, "T_F16", Class::Float) },
-    row(BF16, "T_BF16", Class::Float),
+    TypeRow { mmv: Some("mmv_bf16"), ..row(BF16, "T_BF16", Class::Float) },
     TypeRow { quantize: true, mmvq: Some("mmvq_q4_0"), ..block(Q4_0, "T_Q4_0") },
     TypeRow { quantize: true, mmvq: Some("mmvq_q4_1"), ..block(Q4_1, "T_Q4_1") },
     TypeRow { quantize: true, mmvq: Some("mmvq_q5_0"), ..block(Q5_0, "T_Q5_0") },

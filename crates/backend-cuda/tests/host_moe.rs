@@ -9,19 +9,10 @@
 
 mod common;
 
-use common::{file, run, values, write, SHIM, SHIM_FUNCTIONS};
+use common::{file, run, values, write, LAUNCH_SHIM, SHIM, SHIM_FUNCTIONS};
 use std::path::{Path, PathBuf};
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
-
-/// CUDA's launch coordinates as host globals, a warp of one thread.
-const LAUNCH_SHIM: &str = r#"
-#define __global__
-#define WARP 1
-struct Dim3 { unsigned x, y, z; };
-static Dim3 blockIdx, threadIdx, blockDim, gridDim;
-static inline float warp_sum(float x) { return x; }
-"#;
 
 /// `argsort N ROWS DESC X`, `addid N E T NEXP A B IDS`, `swiglu N ALPHA LIMIT G U`,
 /// `mmid TYPE ROW_BYTES K M NEXP NB T NUSED AS B IDS`: the kernel's output, one value a line

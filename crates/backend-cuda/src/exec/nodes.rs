@@ -468,13 +468,19 @@ impl Resolver<'_> {
                 v.push(Pending { entry: super::gemm::ENTRY, cfg: grid_for(1), args });
                 v
             }
-            MatmulPath::MmvF16 => {
+            MatmulPath::Mmv => {
+                // Columns of the activations and of the output, contiguous (checked by the
+                // plan), their strides in floats.
                 let args = vec![
                     Arg::Ptr(w.p),
                     Arg::Ptr(x.p),
                     Arg::Ptr(dst.p),
                     (nrows as i32).into(),
                     (ncols as i32).into(),
+                    row_bytes.into(),
+                    (x.ne[1] as i32).into(),
+                    (x.nb[1] / 4).into(),
+                    (dst.nb[1] / 4).into(),
                 ];
                 one(kernel(|r| r.mmv)?, cfg, args)
             }

@@ -3,7 +3,8 @@
 //! contiguous columns and the path is allowed ([`Paths`]).
 //!
 //! The order is llama.cpp's: int8 MMVQ for 1 to 8 columns where the type has it (and the
-//! device has dp4a, sm_61+), the F16 matrix-vector kernel for one column of F16 weights,
+//! device has dp4a, sm_61+), the float matrix-vector kernels for 1 to 8 columns of F16, BF16
+//! or F32 weights,
 //! cuBLAS for more than 8 columns (every type the backend reads, converted to F16 first
 //! unless F16 already), else the generic kernel (views, broadcasts, batches of matrices).
 
@@ -21,8 +22,9 @@ pub enum MatmulPath {
     /// The activation column quantized to Q8_1 (`quantize_q8_1`, into scratch), then the
     /// type's int8 kernel (`mmvq_*`), one warp per weight row.
     Mmvq,
-    /// `mmv_f16`: F16 weights times the f32 column.
-    MmvF16,
+    /// `mmv_f16`/`mmv_bf16`/`mmv_f32`: float weights times 1-8 f32 columns, each weight read
+    /// once for all columns.
+    Mmv,
     /// Weights (unless contiguous F16) and activations converted to F16 in scratch
     /// (`cpy_op`), then `cublasGemmEx` with F32 accumulation into the F32 destination.
     Gemm,
@@ -34,7 +36,7 @@ impl MatmulPath {
         match self {
             MatmulPath::Generic => "generic",
             MatmulPath::Mmvq => FastPath::Mmvq.name(),
-            MatmulPath::MmvF16 => FastPath::MmvF16.name(),
+            MatmulPath::Mmv => FastPath::Mmv.name(),
             MatmulPath::Gemm => FastPath::Gemm.name(),
         }
     }
@@ -119,13 +121,12 @@ pub fn matmul_path(
     {
         return (MatmulPath::Gemm, gemm_scratch(w, cols).total);
     }
-    // `mmv_f16` reads one column, rows `ncols` apart.
-    if w.dtype == F16
-        && paths.allows(FastPath::MmvF16)
-        && columns(w, x, dst, 1)
-        && w.nb[1] == w.row_size()
+    if row.mmv.is_some()
+        && paths.allows(FastPath::Mmv)
+        && (1..=MMVQ_MAX_COLUMNS).contains(&cols)
+        && columns(w, x, dst, cols)
     {
-        return (MatmulPath::MmvF16, 0);
+        return (MatmulPath::Mmv, 0);
     }
     (MatmulPath::Generic, 0)
 }
@@ -138,8 +139,8 @@ pub fn possible_paths(dtype: DType) -> Vec<MatmulPath> {
     if row.mmvq.is_some() {
         v.push(MatmulPath::Mmvq);
     }
-    if dtype == F16 {
-        v.push(MatmulPath::MmvF16);
+    if row.mmv.is_some() {
+        v.push(MatmulPath::Mmv);
     }
     v.push(MatmulPath::Gemm);
     v

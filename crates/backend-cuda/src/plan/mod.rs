@@ -18,7 +18,8 @@
 //!   in [`crate::types`] names one (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K,
 //!   Q5_K, Q6_K, IQ4_XS), on devices with dp4a; each input is quantized to Q8_1 once for all
 //!   its products (`activations.rs`).
-//! - `mmv-f16`: one-column products of F16 weights, a matrix-vector kernel.
+//! - `mmv`: products of 1-8 contiguous columns with F16, BF16 or F32 weights, matrix-vector
+//!   kernels reading each weight once for all columns (`mmv.cu`, 16-byte loads).
 //! - `gemm`: products of more than 8 contiguous columns through cuBLAS (`cublasGemmEx`, F16
 //!   inputs, F32 accumulation and output): the weights converted to F16 in scratch unless
 //!   they are F16 already, the activations too (llama.cpp's cuBLAS path; its int8 MMQ is the

@@ -13,8 +13,8 @@ use crate::error::CudaError;
 pub enum FastPath {
     /// Int8 matrix-vector products: the activation row quantized to Q8_1 once, dp4a dots.
     Mmvq,
-    /// The F16 matrix-vector kernel.
-    MmvF16,
+    /// The float (F16, BF16, F32) matrix-vector kernels, 1-8 columns.
+    Mmv,
     /// A repeated list of launches replayed from a captured CUDA graph.
     Graphs,
     /// Windows of nodes run by one fused kernel (RMS_NORM then MUL).
@@ -30,7 +30,7 @@ impl FastPath {
     /// Every fast path.
     pub const ALL: [FastPath; 6] = [
         FastPath::Mmvq,
-        FastPath::MmvF16,
+        FastPath::Mmv,
         FastPath::Graphs,
         FastPath::Fused,
         FastPath::AttnVec,
@@ -41,7 +41,7 @@ impl FastPath {
     pub fn name(self) -> &'static str {
         match self {
             FastPath::Mmvq => "mmvq",
-            FastPath::MmvF16 => "mmv-f16",
+            FastPath::Mmv => "mmv",
             FastPath::Graphs => "graphs",
             FastPath::Fused => "fused",
             FastPath::AttnVec => "fattn-vec",

@@ -31,9 +31,9 @@ fn matmul_paths_by_type_columns_and_device() {
     // (type, 1 column, 2-8 columns, 1 column on sm_52 without dp4a)
     type Row = (DType, Option<MatmulPath>, Option<MatmulPath>, Option<MatmulPath>);
     let table: &[Row] = &[
-        (F32, Some(Generic), Some(Generic), Some(Generic)),
-        (F16, Some(MmvF16), Some(Generic), Some(MmvF16)),
-        (BF16, Some(Generic), Some(Generic), Some(Generic)),
+        (F32, Some(Mmv), Some(Mmv), Some(Mmv)),
+        (F16, Some(Mmv), Some(Mmv), Some(Mmv)),
+        (BF16, Some(Mmv), Some(Mmv), Some(Mmv)),
         (Q4_0, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q4_1, Some(Mmvq), Some(Mmvq), Some(Generic)),
         (Q5_0, Some(Mmvq), Some(Mmvq), Some(Generic)),
@@ -82,9 +82,9 @@ fn single_paths_off() {
     assert_eq!(path(Q8_0, 1, SM90, no_mmvq), Some(MatmulPath::Generic));
     assert_eq!(path(Q4_K, 1, SM90, no_mmvq), Some(MatmulPath::Generic));
     assert_eq!(path(Q4_1, 1, SM90, no_mmvq), Some(MatmulPath::Generic));
-    assert_eq!(path(F16, 1, SM90, Paths::parse("mmv-f16").unwrap()), Some(MatmulPath::MmvF16));
-    assert_eq!(path(Q4_K, 1, SM90, Paths::parse("mmv-f16").unwrap()), Some(MatmulPath::Generic));
-    assert_eq!(path(F16, 1, SM90, no_mmvq), Some(MatmulPath::MmvF16));
+    assert_eq!(path(F16, 1, SM90, Paths::parse("mmv").unwrap()), Some(MatmulPath::Mmv));
+    assert_eq!(path(Q4_K, 1, SM90, Paths::parse("mmv").unwrap()), Some(MatmulPath::Generic));
+    assert_eq!(path(F16, 1, SM90, no_mmvq), Some(MatmulPath::Mmv));
 }
 
 /// A column view is still one contiguous column; a weight stack and F16 rows with gaps take
@@ -105,14 +105,14 @@ fn strided_products_stay_generic() {
         plan_node(&ctx, y, SM90, Paths::all()).unwrap().kernel,
         Kernel::MulMat(MatmulPath::Generic)
     );
-    // F16 rows 1024 bytes apart holding 256 values: `mmv_f16` reads rows `ncols` apart.
+    // F16 rows 1024 bytes apart holding 256 values: the float kernels take the row stride.
     let f = ctx.new_tensor(F16, &[512, 8]).unwrap();
     let fv = ctx.view(f, &[256, 8], &[1024], 0).unwrap();
     let x1 = ctx.new_tensor(F32, &[256, 1]).unwrap();
     let y = ctx.mul_mat(fv, x1).unwrap();
     assert_eq!(
         plan_node(&ctx, y, SM90, Paths::all()).unwrap().kernel,
-        Kernel::MulMat(MatmulPath::Generic)
+        Kernel::MulMat(MatmulPath::Mmv)
     );
 }
 
@@ -148,9 +148,9 @@ fn refusals_follow_the_kernels() {
 fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("").unwrap(), Paths::all());
     assert_eq!(Paths::parse("generic").unwrap().describe(), "generic");
-    assert_eq!(Paths::parse("mmvq,mmv-f16").unwrap().describe(), "mmvq,mmv-f16");
-    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv-f16,graphs,fused,fattn-vec,gemm");
-    assert!(Paths::parse("mmvq,-mmv-f16").is_err());
+    assert_eq!(Paths::parse("mmvq,mmv").unwrap().describe(), "mmvq,mmv");
+    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv,graphs,fused,fattn-vec,gemm");
+    assert!(Paths::parse("mmvq,-mmv").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();
     assert!(e.contains("'mmvx'"), "{e}");
 }

@@ -62,6 +62,18 @@ static inline u32 rd32(const u8 *p) {
 }
 "#;
 
+/// CUDA's launch coordinates as host globals and a warp of one thread (`WARP` 1: a warp's
+/// loop over a row is one thread's, its sum the identity), to run whole grids of simple
+/// kernels on the CPU.
+pub const LAUNCH_SHIM: &str = r#"
+#define __global__
+#define __align__(n) alignas(n)
+#define WARP 1
+struct Dim3 { unsigned x, y, z; };
+static Dim3 blockIdx, threadIdx, blockDim, gridDim;
+static inline float warp_sum(float x) { return x; }
+"#;
+
 pub fn file(name: &str) -> &'static str {
     FILES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s).expect("a kernel file")
 }
