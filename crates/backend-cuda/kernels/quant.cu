@@ -92,6 +92,36 @@ extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
         }                                                                                     \
     }
 
+// MUL_MAT_ID's expert products with int8 dots: dst [nrows, n_used, n_tokens] row (e, t) is
+// expert ids[t * ids_stride + e]'s matrix (experts expert_bytes apart, rows row_bytes apart)
+// times column (e % nb, t) of the activations, already Q8_1 (`quantize_q8_1`, columns of
+// nblocks blocks in (slot, token) order). One warp per weight row and blockIdx.y per (slot,
+// token); an expert id out of range gives NaN (a router's ids never are).
+#define MMVQ_ID(T, BYTES, SUB, VDOT)                                                          \
+    extern "C" __global__ void mmvq_id_##T(const u8 *w, const u8 *yq, float *dst,            \
+                                           const i32 *ids, int nrows, int nblocks,           \
+                                           i64 row_bytes, i64 expert_bytes, int n_expert,    \
+                                           int n_used, int nb, i64 ids_stride) {             \
+        const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
+        if (row >= nrows) return;                                                             \
+        const int lane = threadIdx.x % WARP;                                                  \
+        const int e = blockIdx.y % n_used, t = blockIdx.y / n_used;                           \
+        const i64 ex = ids[(i64)t * ids_stride + e];                                          \
+        float *out = dst + ((i64)t * n_used + e) * nrows + row;                               \
+        if (ex < 0 || ex >= n_expert) {                                                       \
+            if (lane == 0) *out = __int_as_float(0x7fc00000);                                 \
+            return;                                                                           \
+        }                                                                                     \
+        const u8 *wr = w + ex * expert_bytes + (i64)row * row_bytes;                          \
+        const u8 *y = yq + ((i64)t * nb + e % nb) * nblocks * Q8_1_BYTES;                     \
+        float acc = 0.0f;                                                                     \
+        for (int i = lane / 4; i < nblocks; i += WARP / 4)                                    \
+            acc += VDOT(wr + (i64)(i / SUB) * BYTES, i % SUB, y + (i64)i * Q8_1_BYTES,        \
+                        lane % 4);                                                            \
+        acc = warp_sum(acc);                                                                  \
+        if (lane == 0) *out = acc;                                                            \
+    }
+
 MMVQ(q4_0, Q4_0_BYTES, 1, vdot_q4_0)
 MMVQ(q4_1, Q4_1_BYTES, 1, vdot_q4_1)
 MMVQ(q5_0, Q5_0_BYTES, 1, vdot_q5_0)
@@ -105,3 +135,17 @@ MMVQ(q4_k, Q4_K_BYTES, 8, vdot_q4_k)
 MMVQ(q5_k, Q5_K_BYTES, 8, vdot_q5_k)
 MMVQ(q6_k, Q6_K_BYTES, 8, vdot_q6_k)
 MMVQ(iq4_xs, IQ4_XS_BYTES, 8, vdot_iq4_xs)
+
+MMVQ_ID(q4_0, Q4_0_BYTES, 1, vdot_q4_0)
+MMVQ_ID(q4_1, Q4_1_BYTES, 1, vdot_q4_1)
+MMVQ_ID(q5_0, Q5_0_BYTES, 1, vdot_q5_0)
+MMVQ_ID(q5_1, Q5_1_BYTES, 1, vdot_q5_1)
+MMVQ_ID(q8_0, Q8_0_BYTES, 1, vdot_q8_0)
+MMVQ_ID(iq4_nl, IQ4_NL_BYTES, 1, vdot_iq4_nl)
+MMVQ_ID(mxfp4, MXFP4_BYTES, 1, vdot_mxfp4)
+MMVQ_ID(q2_k, Q2_K_BYTES, 8, vdot_q2_k)
+MMVQ_ID(q3_k, Q3_K_BYTES, 8, vdot_q3_k)
+MMVQ_ID(q4_k, Q4_K_BYTES, 8, vdot_q4_k)
+MMVQ_ID(q5_k, Q5_K_BYTES, 8, vdot_q5_k)
+MMVQ_ID(q6_k, Q6_K_BYTES, 8, vdot_q6_k)
+MMVQ_ID(iq4_xs, IQ4_XS_BYTES, 8, vdot_iq4_xs)

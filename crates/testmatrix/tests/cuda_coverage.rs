@@ -6,8 +6,8 @@
 
 use std::collections::BTreeSet;
 use tessera_backend_cuda::plan::{
-    fusion_windows, plan_node, possible_paths, AttnPath, Capability, FusionKind, Kernel,
-    MatmulPath, Paths,
+    fusion_windows, plan_node, possible_moe_paths, possible_paths, AttnPath, Capability,
+    FusionKind, Kernel, MatmulPath, Paths,
 };
 use tessera_backend_cuda::types::{readable, TYPES};
 use tessera_tensor::graph::{Context, Graph, Op, TensorId};
@@ -112,4 +112,31 @@ fn moe_ops_and_sinks_are_reached_by_cases() {
     };
     assert!(planned("SOFT_MAX", &sinks(2)) > 0, "no SOFT_MAX case with sinks runs on CUDA");
     assert!(planned("FLASH_ATTN_EXT", &sinks(4)) >= 2, "FLASH_ATTN_EXT with sinks");
+}
+
+/// Every expert-product path the plan can take for a type is the plan of a MUL_MAT_ID case
+/// (the int8 one for the types with MMVQ, the generic one for the floats).
+#[test]
+fn every_cuda_expert_path_is_reached_by_a_case() {
+    let cap = Capability { arch: 90, cublas: true };
+    let mut hit = BTreeSet::new();
+    for (name, ctx, out) in built(Some("MUL_MAT_ID")) {
+        let w = ctx.get(ctx.get(out).src[0].unwrap()).dtype;
+        if let Ok(p) = plan_node(&ctx, out, cap, Paths::all()) {
+            let Kernel::MulMatId(path) = p.kernel else { panic!("{name}: {:?}", p.kernel) };
+            hit.insert((w.name(), path.name()));
+        }
+    }
+    let mut missing = Vec::new();
+    for row in TYPES.iter().filter(|r| readable(r.dtype)) {
+        let paths = possible_moe_paths(row.dtype);
+        // The generic kernel of a type with the int8 path: the matrix's generic-only run.
+        let want = if paths.len() > 1 { &paths[1..] } else { &paths[..] };
+        for path in want {
+            if !hit.contains(&(row.dtype.name(), path.name())) {
+                missing.push(format!("{} x {}", row.dtype, path.name()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "no MUL_MAT_ID case reaches: {}", missing.join(", "));
 }

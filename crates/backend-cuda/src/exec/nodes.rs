@@ -4,7 +4,7 @@
 use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
 use crate::gpu::Gpu;
 use crate::plan::{
-    gemm_scratch, AttnPath, FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window,
+    gemm_scratch, AttnPath, FusionKind, Kernel, MatmulPath, MoePath, NodePlan, Q8Input, Window,
 };
 use crate::types::row_of;
 use crate::CudaError;
@@ -233,11 +233,12 @@ impl Resolver<'_> {
                     }
                 }
             }
-            Kernel::MulMatId => {
+            Kernel::MulMatId(MoePath::Generic) => {
                 let args =
                     vec![dst.into(), a.into(), self.src(id, 1)?.into(), self.src(id, 2)?.into()];
                 one("mul_mat_id_op", warps(n, 8), args)
             }
+            Kernel::MulMatId(MoePath::Mmvq) => self.mul_mat_id_mmvq(id, dst, a)?,
             Kernel::Argsort => {
                 let Op::Argsort { descending } = d.op else {
                     return Err(mismatch(d.op.name(), plan));
@@ -485,6 +486,50 @@ impl Resolver<'_> {
                 one(kernel(|r| r.mmv)?, cfg, args)
             }
         })
+    }
+}
+
+impl Resolver<'_> {
+    /// MUL_MAT_ID on the int8 path: the activations (contiguous, checked by the plan) to Q8_1
+    /// in the node's scratch, then one warp per expert row for each (slot, token).
+    fn mul_mat_id_mmvq(
+        &self,
+        id: TensorId,
+        dst: TensorArg,
+        w: TensorArg,
+    ) -> Result<Vec<Pending>, CudaError> {
+        let d = self.ctx.get(id);
+        let wd = self.ctx.get(d.src[0].expect("experts"));
+        let b = self.src(id, 1)?;
+        let ids = self.src(id, 2)?;
+        let entry = row_of(wd.dtype).and_then(|r| r.mmvq_id).ok_or_else(|| {
+            CudaError::Driver(format!("mmvq planned for {} experts without a kernel", wd.dtype))
+        })?;
+        let (nrows, nblocks) = (wd.ne[1], wd.ne[0] / 32);
+        let (nb, n_tokens, n_used) = (b.ne[1], b.ne[2], ids.ne[0]);
+        let all = nblocks as i64 * nb * n_tokens;
+        let quantize = vec![Arg::Ptr(b.p), Arg::Ptr(self.own), all.into()];
+        let args = vec![
+            Arg::Ptr(w.p),
+            Arg::Ptr(self.own),
+            Arg::Ptr(dst.p),
+            Arg::Ptr(ids.p),
+            (nrows as i32).into(),
+            (nblocks as i32).into(),
+            (wd.nb[1] as i64).into(),
+            (wd.nb[2] as i64).into(),
+            (wd.ne[2] as i32).into(),
+            (n_used as i32).into(),
+            (nb as i32).into(),
+            (ids.nb[1] / 4).into(),
+        ];
+        let rows = warps(nrows, 8);
+        let cfg =
+            LaunchConfig { grid_dim: (rows.grid_dim.0, (n_used * n_tokens) as u32, 1), ..rows };
+        Ok(vec![
+            Pending { entry: "quantize_q8_1", cfg: warps(all as usize, 8), args: quantize },
+            Pending { entry, cfg, args },
+        ])
     }
 }
 

@@ -145,3 +145,74 @@ pub fn possible_paths(dtype: DType) -> Vec<MatmulPath> {
     v.push(MatmulPath::Gemm);
     v
 }
+
+/// The path of an expert product (MUL_MAT_ID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MoePath {
+    /// `mul_mat_id_op` (moe.cu): one warp per output element, any layout.
+    Generic,
+    /// The activations quantized to Q8_1 (`quantize_q8_1`, into the node's scratch), then the
+    /// type's `mmvq_id_*`: one warp per weight row of each (slot, token)'s expert.
+    Mmvq,
+}
+
+impl MoePath {
+    /// A short name (`generic`, `mmvq`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MoePath::Generic => "generic",
+            MoePath::Mmvq => FastPath::Mmvq.name(),
+        }
+    }
+}
+
+/// Most (slot, token) pairs one `mmvq_id_*` launch takes (its grid's second dimension).
+pub const MMVQ_ID_MAX_PAIRS: usize = 65535;
+
+/// The path of `dst = as[ids] · b` (experts `as` `[K, M, n_expert]`, activations `b` `[K, nb,
+/// n_tokens]`, ids `[n_used, n_tokens]`) and its scratch bytes (the int8 path's Q8_1
+/// activations).
+pub fn mul_mat_id_path(
+    w: &TensorDesc,
+    b: &TensorDesc,
+    ids: &TensorDesc,
+    dst: &TensorDesc,
+    cap: Capability,
+    paths: Paths,
+) -> (MoePath, usize) {
+    let Some(row) = row_of(w.dtype) else { return (MoePath::Generic, 0) };
+    let (k, nb, n_tokens, n_used) = (b.ne[0], b.ne[1], b.ne[2], ids.ne[0]);
+    let contiguous = b.dtype == F32
+        && b.nb[0] == 4
+        && b.nb[1] == 4 * k
+        && b.nb[2] == 4 * k * nb
+        && ids.nb[0] == 4
+        && dst.nb[0] == 4
+        && dst.nb[1] == 4 * dst.ne[0]
+        && dst.nb[2] == dst.nb[1] * dst.ne[1]
+        && w.nb[0] == w.dtype.type_size()
+        && w.nb[1] >= w.row_size()
+        && w.nb[2] >= w.nb[1] * w.ne[1];
+    let fits = |n: usize| n < i32::MAX as usize;
+    if row.mmvq_id.is_some()
+        && paths.allows(FastPath::Mmvq)
+        && cap.arch >= 61
+        && contiguous
+        && k % 32 == 0
+        && n_used * n_tokens <= MMVQ_ID_MAX_PAIRS
+        && fits(w.ne[1])
+        && fits(k)
+    {
+        return (MoePath::Mmvq, k / 32 * nb * n_tokens * crate::types::Q8_1_BYTES);
+    }
+    (MoePath::Generic, 0)
+}
+
+/// Every path the plan can give an expert product with weights of `dtype`.
+pub fn possible_moe_paths(dtype: DType) -> Vec<MoePath> {
+    let mut v = vec![MoePath::Generic];
+    if row_of(dtype).is_some_and(|r| r.mmvq_id.is_some()) {
+        v.push(MoePath::Mmvq);
+    }
+    v
+}

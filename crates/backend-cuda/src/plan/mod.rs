@@ -18,6 +18,8 @@
 //!   in [`crate::types`] names one (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K,
 //!   Q5_K, Q6_K, IQ4_XS), on devices with dp4a; each input is quantized to Q8_1 once for all
 //!   its products (`activations.rs`).
+//! - `mmvq` also takes MUL_MAT_ID's expert products of those types (`mmvq_id_*`: the
+//!   expert of each (slot, token) read from the ids on the device), any number of tokens.
 //! - `mmv`: products of 1-8 contiguous columns with F16, BF16 or F32 weights, matrix-vector
 //!   kernels reading each weight once for all columns (`mmv.cu`, 16-byte loads).
 //! - `gemm`: products of more than 8 contiguous columns through cuBLAS (`cublasGemmEx`, F16
@@ -43,7 +45,10 @@ mod paths;
 
 pub use activations::{share_q8_1, Q8Input};
 pub use fusion::{fusion_windows, FusionKind, Window};
-pub use matmul::{gemm_scratch, matmul_path, possible_paths, GemmScratch, MatmulPath};
+pub use matmul::{
+    gemm_scratch, matmul_path, mul_mat_id_path, possible_moe_paths, possible_paths, GemmScratch,
+    MatmulPath, MoePath,
+};
 pub use paths::{FastPath, Paths};
 
 use crate::types::{is_block, is_float, quantizable, readable};
@@ -137,8 +142,8 @@ pub enum Kernel {
     Im2Col,
     /// `pool2d_op`.
     Pool2d,
-    /// `mul_mat_id_op` (moe.cu): one warp per output element.
-    MulMatId,
+    /// An expert product on the given path.
+    MulMatId(MoePath),
     /// `argsort_op`.
     Argsort,
     /// `add_id_op`.
@@ -288,7 +293,9 @@ pub fn plan_node(
                 && s(2).is_some_and(|i| i.dtype == I32)
                 && d.dtype == F32 =>
         {
-            NodePlan::of(Kernel::MulMatId)
+            let (b, ids) = (s(1).expect("checked"), s(2).expect("checked"));
+            let (path, scratch) = mul_mat_id_path(src0, b, ids, d, cap, paths);
+            Ok(NodePlan { kernel: Kernel::MulMatId(path), scratch })
         }
         Op::Argsort { .. } if src0.dtype == F32 && d.dtype == I32 => NodePlan::of(Kernel::Argsort),
         Op::AddId

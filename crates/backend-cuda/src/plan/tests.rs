@@ -231,7 +231,14 @@ fn moe_ops_and_sinks_are_planned() {
     let act = ctx.swiglu_oai(biased, up, 1.702, 7.0).unwrap();
     let clamped = ctx.clamp(act, -1.0, 1.0).unwrap();
     let plan = |ctx: &Context, id| plan_node(ctx, id, SM90, Paths::all()).unwrap().kernel;
-    assert_eq!(plan(&ctx, mm), Kernel::MulMatId);
+    assert_eq!(plan(&ctx, mm), Kernel::MulMatId(MoePath::Mmvq));
+    let scratch = plan_node(&ctx, mm, SM90, Paths::all()).unwrap().scratch;
+    assert_eq!(scratch, 2 * 3 * 36, "Q8_1 of 2 blocks x 1 row x 3 tokens");
+    let generic = plan_node(&ctx, mm, SM90, Paths::parse("-mmvq").unwrap()).unwrap();
+    assert_eq!(generic.kernel, Kernel::MulMatId(MoePath::Generic));
+    let f16_experts = ctx.new_tensor(F16, &[64, 16, 4]).unwrap();
+    let mmf = ctx.mul_mat_id(f16_experts, b, ids).unwrap();
+    assert_eq!(plan(&ctx, mmf), Kernel::MulMatId(MoePath::Generic));
     assert_eq!(plan(&ctx, biased), Kernel::AddId);
     assert_eq!(plan(&ctx, sorted), Kernel::Argsort);
     assert_eq!(plan(&ctx, act), Kernel::SwiGluOai);

@@ -139,7 +139,11 @@ fn mul_mat_id(v: &mut Vec<Case>) {
     // The expert types of the MoE files people run (K-quants, Q4_0/Q8_0, MXFP4, the floats):
     // one token (every expert one row), and a batch where some experts get 8+ rows (ggml's
     // tiled path for the K-quants, decided per expert) and some fewer.
-    let experts = [F32, F16, BF16, Q4_0, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4];
+    // Q4_1/Q5_0/Q5_1 too: every type with an int8 expert kernel on CUDA.
+    let experts = [
+        F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+        MXFP4,
+    ];
     for a in experts {
         let base =
             MulMatId { a, n_expert: 8, n_used: 2, m: 16, k: 256, n_tokens: 1, per_slot: false };

@@ -1,0 +1,192 @@
+//! The int8 matrix-vector kernels (`kernels/quant.cu`'s `mmvq_*` for MUL_MAT and `mmvq_id_*`
+//! for MUL_MAT_ID) run whole on the CPU: compiled with the machine's C++ compiler behind the
+//! host shim (`common`), each warp's 32 lanes run one after another, last lane first, and a
+//! lane's `warp_sum` returns the sum of the lanes run so far, so lane 0 (the one that writes)
+//! gets the warp's sum. What the dot products' own test (`host_kernels.rs`) does not reach is
+//! checked here: the kernels' loops over blocks and lanes, rows, columns, experts and ids,
+//! against the f64 products of the dequantized weights and Q8_1 activations.
+//!
+//! Skipped, with a note, where no C++ compiler is found; `REQUIRE_CXX=1` makes that a failure.
+
+mod common;
+
+use common::{file, run, values, write, SHIM, SHIM_FUNCTIONS};
+use tessera_backend_cuda::types::TYPES;
+use tessera_tensor::quant::{dequantize, quantize};
+use tessera_tensor::DType;
+
+/// Launch coordinates as globals and a warp's lanes run in turn (see the module docs).
+const LANES_SHIM: &str = r#"
+#define __global__
+#define __align__(n) alignas(n)
+#define WARP 32
+struct Dim3 { unsigned x, y, z; };
+static Dim3 blockIdx, threadIdx, blockDim, gridDim;
+static float lane_acc[16];
+static int lane_call;
+static inline float warp_sum(float x) { return lane_acc[lane_call++] += x; }
+static inline float warp_max(float x) { return x; }
+static inline i32 warp_sum_i(i32 x) { return x; }
+// Every warp of a grid of (gx, gy) blocks of bx threads, lanes 31 down to 0.
+template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f) {
+    blockDim.x = bx; gridDim.x = gx; gridDim.y = gy;
+    for (unsigned y = 0; y < gy; ++y)
+        for (unsigned x = 0; x < gx; ++x)
+            for (unsigned w = 0; w < bx / 32; ++w) {
+                for (float &a : lane_acc) a = 0.0f;
+                for (int lane = 31; lane >= 0; --lane) {
+                    blockIdx.x = x; blockIdx.y = y; threadIdx.x = w * 32 + lane; lane_call = 0;
+                    f();
+                }
+            }
+}
+"#;
+
+/// `mmvq ENTRY ROWS NBLOCKS ROW_BYTES COLS W Y`; `mmvq_id ENTRY ROWS NBLOCKS ROW_BYTES
+/// EXPERT_BYTES N_EXPERT N_USED NB N_TOKENS IDS_STRIDE W Y IDS`: the outputs as hex bits.
+const MAIN: &str = r#"
+static std::vector<u8> slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { perror(path); exit(2); }
+    std::vector<u8> v;
+    int c;
+    while ((c = fgetc(f)) != EOF) v.push_back((u8)c);
+    fclose(f);
+    return v;
+}
+typedef void (*Mmvq)(const u8 *, const u8 *, float *, int, int, i64, int, i64);
+typedef void (*MmvqId)(const u8 *, const u8 *, float *, const i32 *, int, int, i64, i64, int, int, int, i64);
+#define ENTRY(T, BYTES, SUB, F) {"mmvq_" #T, mmvq_##T, mmvq_id_##T},
+struct Entry { const char *name; Mmvq mmvq; MmvqId id; };
+static const Entry ENTRIES[] = {
+    ENTRY(q4_0,,,) ENTRY(q4_1,,,) ENTRY(q5_0,,,) ENTRY(q5_1,,,) ENTRY(q8_0,,,) ENTRY(iq4_nl,,,)
+    ENTRY(mxfp4,,,) ENTRY(q2_k,,,) ENTRY(q3_k,,,) ENTRY(q4_k,,,) ENTRY(q5_k,,,) ENTRY(q6_k,,,)
+    ENTRY(iq4_xs,,,)
+};
+int main(int argc, char **argv) {
+    const Entry *e = nullptr;
+    for (const Entry &x : ENTRIES) if (!strcmp(x.name, argv[2])) e = &x;
+    if (!e) { fprintf(stderr, "no kernel %s\n", argv[2]); return 2; }
+    const int rows = atoi(argv[3]), nblocks = atoi(argv[4]);
+    const long row_bytes = atol(argv[5]);
+    if (!strcmp(argv[1], "mmvq")) {
+        const int cols = atoi(argv[6]);
+        std::vector<u8> w = slurp(argv[7]), y = slurp(argv[8]);
+        std::vector<float> out((size_t)rows * cols, -1.0f);
+        // Two warps a block: rows past the last are skipped by the kernel.
+        launch((rows + 1) / 2, 1, 64, [&] { e->mmvq(w.data(), y.data(), out.data(), rows, nblocks, row_bytes, cols, rows); });
+        for (float v : out) printf("%08x\n", __float_as_uint(v));
+    } else {
+        const long expert_bytes = atol(argv[6]);
+        const int n_expert = atoi(argv[7]), n_used = atoi(argv[8]), nb = atoi(argv[9]), n_tokens = atoi(argv[10]);
+        const long ids_stride = atol(argv[11]);
+        std::vector<u8> w = slurp(argv[12]), y = slurp(argv[13]), ib = slurp(argv[14]);
+        std::vector<i32> ids(ib.size() / 4);
+        memcpy(ids.data(), ib.data(), ib.size());
+        std::vector<float> out((size_t)rows * n_used * n_tokens, -1.0f);
+        launch((rows + 1) / 2, n_used * n_tokens, 64, [&] {
+            e->id(w.data(), y.data(), out.data(), ids.data(), rows, nblocks, row_bytes, expert_bytes,
+                  n_expert, n_used, nb, ids_stride);
+        });
+        for (float v : out) printf("%08x\n", __float_as_uint(v));
+    }
+    return 0;
+}
+"#;
+
+fn floats(s: &str) -> Vec<f32> {
+    s.lines().map(|l| f32::from_bits(u32::from_str_radix(l, 16).unwrap())).collect()
+}
+
+/// The f64 dot and the sum of the products' magnitudes (the error's scale).
+fn dot(w: &[f32], y: &[f32]) -> (f64, f64) {
+    let p = w.iter().zip(y).map(|(a, b)| f64::from(*a) * f64::from(*b));
+    p.clone().fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()))
+}
+
+#[test]
+fn int8_matrix_vector_kernels_match_f64() {
+    let dir = std::env::temp_dir().join(format!("tessera-host-mmvq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = format!(
+        "{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{LANES_SHIM}\n{}\n{}\n{}\n{MAIN}",
+        common::prelude(),
+        file("types.cuh"),
+        file("vecdotq.cuh"),
+        file("quant.cu")
+    );
+    let Some(exe) = common::build(&dir, "mmvq_harness", &src) else { return };
+    let (k, rows) = (512usize, 5usize);
+    let nblocks = k / 32;
+    let mut checked = 0;
+    for row in TYPES.iter().filter(|r| r.mmvq.is_some()) {
+        let t = row.dtype;
+        let entry = row.mmvq.unwrap();
+        let row_bytes = t.row_size(k as u64).unwrap() as usize;
+        let w = quantize(t, &values(rows * k, 7 + t.id() as u64)).unwrap();
+        let wd = dequantize(t, &w).unwrap();
+        let wf = write(&dir, "w.bin", &w);
+
+        // MUL_MAT: three columns.
+        let cols = 3;
+        let y = quantize(DType::Q8_1, &values(k * cols, 40)).unwrap();
+        let yd = dequantize(DType::Q8_1, &y).unwrap();
+        let yf = write(&dir, "y.bin", &y);
+        let dims = [rows, nblocks, row_bytes, cols].map(|v| v.to_string());
+        let mut argv = vec!["mmvq", entry];
+        argv.extend(dims.iter().map(String::as_str));
+        argv.extend([wf.as_str(), yf.as_str()]);
+        let got = floats(&run(&exe, &argv));
+        for c in 0..cols {
+            for r in 0..rows {
+                let (want, scale) = dot(&wd[r * k..][..k], &yd[c * k..][..k]);
+                let g = f64::from(got[c * rows + r]);
+                let err = (g - want).abs() / scale.max(1e-9);
+                assert!(err < 2e-3, "{entry} column {c} row {r}: {g} != {want} ({err:.1e})");
+            }
+        }
+
+        // MUL_MAT_ID: the same matrix as one expert of three (5 rows each: 15 rows), two
+        // slots of two tokens, ids with a stride of 3 (a top-k view), nb 2 (a row per slot).
+        let n_expert = 3;
+        let experts = quantize(t, &values(n_expert * rows * k, 70 + t.id() as u64)).unwrap();
+        let ed = dequantize(t, &experts).unwrap();
+        let (n_used, nb, n_tokens, stride) = (2usize, 2usize, 2usize, 3usize);
+        let ids: Vec<i32> = vec![2, 0, -7, 1, 1, -7];
+        let b = quantize(DType::Q8_1, &values(k * nb * n_tokens, 50)).unwrap();
+        let bd = dequantize(DType::Q8_1, &b).unwrap();
+        let files = [
+            write(&dir, "e.bin", &experts),
+            write(&dir, "b.bin", &b),
+            write(&dir, "ids.bin", &ids.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>()),
+        ];
+        let dims = [rows, nblocks, row_bytes, rows * row_bytes, n_expert, n_used, nb, n_tokens]
+            .map(|v| v.to_string());
+        let stride_s = stride.to_string();
+        let mut argv = vec!["mmvq_id", entry];
+        argv.extend(dims.iter().map(String::as_str));
+        argv.push(&stride_s);
+        argv.extend(files.iter().map(String::as_str));
+        let got = floats(&run(&exe, &argv));
+        assert_eq!(got.len(), rows * n_used * n_tokens);
+        for tok in 0..n_tokens {
+            for slot in 0..n_used {
+                let ex = ids[tok * stride + slot] as usize;
+                for r in 0..rows {
+                    let wrow = &ed[(ex * rows + r) * k..][..k];
+                    let (want, scale) = dot(wrow, &bd[(tok * nb + slot % nb) * k..][..k]);
+                    let g = f64::from(got[(tok * n_used + slot) * rows + r]);
+                    let err = (g - want).abs() / scale.max(1e-9);
+                    assert!(
+                        err < 2e-3,
+                        "{entry} id: token {tok} slot {slot} row {r}: {g} != {want}"
+                    );
+                }
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, TYPES.iter().filter(|r| r.mmvq.is_some()).count());
+    assert!(checked >= 13, "{checked} types");
+    let _ = std::fs::remove_dir_all(&dir);
+}
