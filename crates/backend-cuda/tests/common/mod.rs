@@ -150,3 +150,89 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
     std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
     p.to_str().unwrap().to_string()
 }
+
+/// A block's threads as OS threads (blocks one after another): `__shared__` variables are
+/// statics (one block at a time uses them), `__syncthreads` a barrier of the block's live
+/// threads, `__shfl_xor_sync` an exchange through a warp's slots between two barriers of its
+/// lanes. Enough for the kernels' reductions, shared-memory merges and early exits of whole
+/// warps; `launch(gx, gy, bx, f)` runs `f` as every thread of a grid.
+pub const THREADS_SHIM: &str = r#"
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#define __global__
+#define __shared__ static
+#define __align__(n) alignas(n)
+#define WARP 32
+struct Dim3 { unsigned x, y, z; };
+static thread_local Dim3 threadIdx;
+static Dim3 blockIdx, blockDim, gridDim;
+struct Barrier {
+    std::mutex m;
+    std::condition_variable cv;
+    int expected = 0, count = 0;
+    long gen = 0;
+    void reset(int n) { expected = n; count = 0; }
+    void release() { count = 0; ++gen; cv.notify_all(); }
+    void wait() {
+        std::unique_lock<std::mutex> l(m);
+        const long g = gen;
+        if (++count >= expected) release();
+        else cv.wait(l, [&] { return gen != g; });
+    }
+    void drop() {
+        std::unique_lock<std::mutex> l(m);
+        --expected;
+        if (count > 0 && count >= expected) release();
+    }
+};
+static Barrier block_bar, warp_bar[32];
+static unsigned long long warp_slots[32][32];
+static inline void __syncthreads() { block_bar.wait(); }
+static inline unsigned long long shfl_bits(unsigned long long v, int o) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    warp_slots[w][l] = v;
+    warp_bar[w].wait();
+    const unsigned long long r = warp_slots[w][l ^ o];
+    warp_bar[w].wait();
+    return r;
+}
+static inline float __shfl_xor_sync(unsigned, float v, int o) {
+    unsigned u; memcpy(&u, &v, 4);
+    u = (unsigned)shfl_bits(u, o);
+    float r; memcpy(&r, &u, 4);
+    return r;
+}
+static inline int __shfl_xor_sync(unsigned, int v, int o) { return (int)shfl_bits((unsigned)v, o); }
+static inline long long __shfl_xor_sync(unsigned, long long v, int o) { return (long long)shfl_bits((unsigned long long)v, o); }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float x) { return sqrtf(x); }
+template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f) {
+    blockDim.x = bx; blockDim.y = 1; blockDim.z = 1;
+    gridDim.x = gx; gridDim.y = gy; gridDim.z = 1;
+    for (unsigned y = 0; y < gy; ++y)
+        for (unsigned x = 0; x < gx; ++x) {
+            blockIdx.x = x; blockIdx.y = y; blockIdx.z = 0;
+            block_bar.reset(bx);
+            for (unsigned w = 0; w < (bx + 31) / 32; ++w) warp_bar[w].reset(bx - 32 * w < 32 ? bx - 32 * w : 32);
+            std::vector<std::thread> ts;
+            for (unsigned t = 0; t < bx; ++t)
+                ts.emplace_back([t, &f] {
+                    threadIdx.x = t; threadIdx.y = 0; threadIdx.z = 0;
+                    f();
+                    warp_bar[t / 32].drop();
+                    block_bar.drop();
+                });
+            for (std::thread &th : ts) th.join();
+        }
+}
+"#;
+
+/// prelude.cuh's warp and block reductions (plain C++ over the shim's shuffles).
+pub fn prelude_reductions() -> String {
+    let p = file("prelude.cuh");
+    let start = p.find("__device__ __forceinline__ float warp_sum").expect("warp_sum in prelude");
+    let end = p.find("// Unaligned little-endian reads").expect("the reads after the reductions");
+    p[start..end].to_string()
+}

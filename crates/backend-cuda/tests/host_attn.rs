@@ -1,0 +1,266 @@
+//! Kernels with shared memory, barriers and warp shuffles run on the CPU, each thread of a block
+//! an OS thread (`common::THREADS_SHIM`): decode attention (`fattn_vec_op` with one split and
+//! with several merged by `fattn_vec_combine`, the path #37 decodes with), the generic
+//! attention with and without sinks, SOFT_MAX with sinks, the fused RMS_NORM x weight and the
+//! activations' Q8_1 quantization, against f64 references of the ops (ggml's definitions).
+//!
+//! Skipped, with a note, where no C++ compiler is found; `REQUIRE_CXX=1` makes that a failure.
+
+mod common;
+
+use common::{file, run, values, write, SHIM, SHIM_FUNCTIONS, THREADS_SHIM};
+use half::f16;
+use tessera_tensor::quant::{dequantize, quantize};
+use tessera_tensor::DType;
+
+/// `fa vec|generic SPLITS SINKS D NQ NH NKV NKH Q K V MASK SINKS`, `softmax NKV NQ NH A MASK
+/// SINKS`, `rmsnorm N ROWS A W`, `q8 N X`: outputs as hex bits (`q8`: the blocks' bytes).
+const MAIN: &str = r#"
+static std::vector<u8> slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { perror(path); exit(2); }
+    std::vector<u8> v;
+    int c;
+    while ((c = fgetc(f)) != EOF) v.push_back((u8)c);
+    fclose(f);
+    return v;
+}
+static TT tt(void *p, i64 n0, i64 n1, i64 n2, int type, i64 es) {
+    TT t;
+    t.p = (u8 *)p;
+    t.ne[0] = n0; t.ne[1] = n1; t.ne[2] = n2; t.ne[3] = 1;
+    t.nb[0] = es; t.nb[1] = es * n0; t.nb[2] = es * n0 * n1; t.nb[3] = es * n0 * n1 * n2;
+    t.type = type; t.pad = 0;
+    return t;
+}
+static void print_f32(const std::vector<float> &v) { for (float x : v) printf("%08x\n", __float_as_uint(x)); }
+int main(int argc, char **argv) {
+    const char *op = argv[1];
+    if (!strcmp(op, "fa")) {
+        const bool vec = !strcmp(argv[2], "vec");
+        const int splits = atoi(argv[3]), sinks = atoi(argv[4]);
+        const i64 d = atol(argv[5]), nq = atol(argv[6]), nh = atol(argv[7]), nkv = atol(argv[8]), nkh = atol(argv[9]);
+        std::vector<u8> qb = slurp(argv[10]), kb = slurp(argv[11]), vb = slurp(argv[12]), mb = slurp(argv[13]), sb = slurp(argv[14]);
+        std::vector<float> out(d * nh * nq);
+        TT td = tt(out.data(), d, nh, nq, T_F32, 4), tq = tt(qb.data(), d, nq, nh, T_F32, 4);
+        TT tk = tt(kb.data(), d, nkv, nkh, T_F16, 2), tv = tt(vb.data(), d, nkv, nkh, T_F16, 2);
+        TT tm = tt(mb.data(), nkv, nq, 1, T_F16, 2), ts = tt(sb.data(), nh, 1, 1, T_F32, 4);
+        const i64 rows = nq * nh;
+        if (vec) {
+            const i64 chunk = (nkv + splits - 1) / splits;
+            std::vector<float> part(rows * splits * (d + 2));
+            launch(rows, splits, 128, [&] { fattn_vec_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, splits, chunk, part.data()); });
+            if (splits > 1) launch(rows, 1, 128, [&] { fattn_vec_combine(td, tq, part.data(), splits, d); });
+        } else {
+            launch((rows + 3) / 4, 1, 128, [&] { flash_attn_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
+        }
+        print_f32(out);
+    } else if (!strcmp(op, "softmax")) {
+        const i64 nkv = atol(argv[2]), nq = atol(argv[3]), nh = atol(argv[4]);
+        std::vector<u8> ab = slurp(argv[5]), mb = slurp(argv[6]), sb = slurp(argv[7]);
+        std::vector<float> out(nkv * nq * nh);
+        TT td = tt(out.data(), nkv, nq, nh, T_F32, 4), ta = tt(ab.data(), nkv, nq, nh, T_F32, 4);
+        TT tm = tt(mb.data(), nkv, nq, 1, T_F16, 2), ts = tt(sb.data(), nh, 1, 1, T_F32, 4);
+        launch(nq * nh, 1, 64, [&] { soft_max_op(td, ta, tm, 1, 0.5f, 0.0f, ts, 1); });
+        print_f32(out);
+    } else if (!strcmp(op, "rmsnorm")) {
+        const i64 n = atol(argv[2]), rows = atol(argv[3]);
+        std::vector<u8> ab = slurp(argv[4]), wb = slurp(argv[5]);
+        std::vector<float> out(n * rows);
+        TT td = tt(out.data(), n, rows, 1, T_F32, 4), ta = tt(ab.data(), n, rows, 1, T_F32, 4);
+        TT tw = tt(wb.data(), n, 1, 1, T_F32, 4);
+        launch(rows, 1, 64, [&] { rms_norm_mul_op(td, ta, tw, 1e-6f); });
+        print_f32(out);
+    } else {
+        const i64 n = atol(argv[2]);
+        std::vector<u8> xb = slurp(argv[3]);
+        std::vector<float> x(n);
+        memcpy(x.data(), xb.data(), n * 4);
+        const i64 nblocks = n / 32;
+        std::vector<u8> out(nblocks * Q8_1_BYTES);
+        launch((nblocks + 7) / 8, 1, 256, [&] { quantize_q8_1(x.data(), out.data(), nblocks); });
+        for (u8 b : out) printf("%02x\n", b);
+    }
+    return 0;
+}
+"#;
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn f16_round(v: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+    (h.iter().flat_map(|x| x.to_le_bytes()).collect(), h.iter().map(|x| x.to_f32()).collect())
+}
+
+fn floats(s: &str) -> Vec<f32> {
+    s.lines().map(|l| f32::from_bits(u32::from_str_radix(l, 16).unwrap())).collect()
+}
+
+/// The largest difference between `got` and `want`, relative to `want`'s largest magnitude.
+fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-12);
+    got.iter().zip(want).fold(0f64, |m, (g, w)| m.max((f64::from(*g) - w).abs())) / scale
+}
+
+#[test]
+fn attention_norm_and_q8_kernels_match_f64() {
+    let dir = std::env::temp_dir().join(format!("tessera-host-attn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = format!(
+        "{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{THREADS_SHIM}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{MAIN}",
+        common::prelude(),
+        common::prelude_reductions(),
+        file("types.cuh"),
+        file("attn.cuh"),
+        file("ops.cu"),
+        file("fattn_vec.cu"),
+        file("fused.cu"),
+        format!("{}\n{}", file("vecdotq.cuh"), file("quant.cu"))
+    );
+    let Some(exe) = common::build(&dir, "attn_harness", &src) else { return };
+
+    // Attention: 4 query heads over 2 KV heads, 2 query rows, 150 cells; row r sees cells
+    // 0..=120 + 20 r (the rest masked), so chunks and warps meet masked cells.
+    let (d, nq, nh, nkv, nkh) = (64usize, 2usize, 4usize, 150usize, 2usize);
+    let q = values(d * nq * nh, 1);
+    let (kb, k) = f16_round(&values(d * nkv * nkh, 2));
+    let (vb, v) = f16_round(&values(d * nkv * nkh, 3));
+    let visible = |r: usize, c: usize| c <= 120 + 20 * r;
+    let mask: Vec<f32> = (0..nq)
+        .flat_map(|r| (0..nkv).map(move |c| if visible(r, c) { 0.0 } else { f32::NEG_INFINITY }))
+        .collect();
+    let (mb, _) = f16_round(&mask);
+    let sinks: Vec<f32> = (0..nh).map(|h| 0.5 + h as f32).collect();
+    let files = [
+        write(&dir, "q.bin", &f32_bytes(&q)),
+        write(&dir, "k.bin", &kb),
+        write(&dir, "v.bin", &vb),
+        write(&dir, "m.bin", &mb),
+        write(&dir, "s.bin", &f32_bytes(&sinks)),
+    ];
+    // out [d, nh, nq]: q row (r, h) is q[(h * nq + r) * d..].
+    let reference = |with_sinks: bool| -> Vec<f64> {
+        let mut out = vec![0f64; d * nh * nq];
+        for r in 0..nq {
+            for h in 0..nh {
+                let hk = h / (nh / nkh);
+                let qr = &q[(h * nq + r) * d..][..d];
+                let s: Vec<f64> = (0..nkv)
+                    .map(|c| {
+                        let kr = &k[(hk * nkv + c) * d..][..d];
+                        let dot: f64 =
+                            qr.iter().zip(kr).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+                        if visible(r, c) {
+                            dot * 0.125
+                        } else {
+                            f64::NEG_INFINITY
+                        }
+                    })
+                    .collect();
+                let sink = f64::from(sinks[h]);
+                let mx = s
+                    .iter()
+                    .fold(if with_sinks { sink } else { f64::NEG_INFINITY }, |m, v| m.max(*v));
+                let mut sum: f64 = s.iter().map(|v| (v - mx).exp()).sum();
+                if with_sinks {
+                    sum += (sink - mx).exp();
+                }
+                for col in 0..d {
+                    let o: f64 = (0..nkv)
+                        .map(|c| (s[c] - mx).exp() * f64::from(v[(hk * nkv + c) * d + col]))
+                        .sum();
+                    out[(r * nh + h) * d + col] = o / sum;
+                }
+            }
+        }
+        out
+    };
+    let plain = reference(false);
+    let dims = [d, nq, nh, nkv, nkh].map(|x| x.to_string());
+    let fa = |mode: &str, splits: usize, sinks: bool| -> Vec<f32> {
+        let (sp, sk) = (splits.to_string(), i32::from(sinks).to_string());
+        let mut argv = vec!["fa", mode, &sp, &sk];
+        argv.extend(dims.iter().map(String::as_str));
+        argv.extend(files.iter().map(String::as_str));
+        floats(&run(&exe, &argv))
+    };
+    for splits in [1, 3] {
+        let e = rel_err(&fa("vec", splits, false), &plain);
+        assert!(e < 1e-5, "fattn_vec_op, {splits} splits: error {e:.2e}");
+    }
+    let e = rel_err(&fa("generic", 1, false), &plain);
+    assert!(e < 1e-5, "flash_attn_op: error {e:.2e}");
+    let e = rel_err(&fa("generic", 1, true), &reference(true));
+    assert!(e < 1e-5, "flash_attn_op with sinks: error {e:.2e}");
+    assert!(rel_err(&fa("generic", 1, true), &plain) > 1e-3, "the sinks change nothing");
+
+    // SOFT_MAX(a * 0.5 + mask) with sinks, over [nkv, nq, nh].
+    let a = values(nkv * nq * nh, 4);
+    let args = [
+        write(&dir, "a.bin", &f32_bytes(&a)),
+        write(&dir, "m.bin", &mb),
+        write(&dir, "s.bin", &f32_bytes(&sinks)),
+    ];
+    let (snkv, snq, snh) = (nkv.to_string(), nq.to_string(), nh.to_string());
+    let got = floats(&run(&exe, &["softmax", &snkv, &snq, &snh, &args[0], &args[1], &args[2]]));
+    let mut want = vec![0f64; a.len()];
+    for h in 0..nh {
+        for r in 0..nq {
+            let row = &a[(h * nq + r) * nkv..][..nkv];
+            let x: Vec<f64> = (0..nkv)
+                .map(|c| if visible(r, c) { f64::from(row[c]) * 0.5 } else { f64::NEG_INFINITY })
+                .collect();
+            let sink = f64::from(sinks[h]);
+            let mx = x.iter().fold(sink, |m, v| m.max(*v));
+            let sum: f64 = x.iter().map(|v| (v - mx).exp()).sum::<f64>() + (sink - mx).exp();
+            for c in 0..nkv {
+                want[(h * nq + r) * nkv + c] = (x[c] - mx).exp() / sum;
+            }
+        }
+    }
+    let e = rel_err(&got, &want);
+    assert!(e < 1e-5, "soft_max_op with sinks: error {e:.2e}");
+
+    // RMS_NORM x weight over 3 rows of 200.
+    let (n, rows) = (200usize, 3usize);
+    let x = values(n * rows, 5);
+    let w = values(n, 6);
+    let xf = write(&dir, "x.bin", &f32_bytes(&x));
+    let wf = write(&dir, "w.bin", &f32_bytes(&w));
+    let got = floats(&run(&exe, &["rmsnorm", &n.to_string(), &rows.to_string(), &xf, &wf]));
+    let w = &w;
+    let want: Vec<f64> = (0..rows)
+        .flat_map(|r| {
+            let row = &x[r * n..][..n];
+            let ms = row.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>() / n as f64;
+            let scale = 1.0 / (ms + 1e-6).sqrt();
+            (0..n).map(move |i| f64::from(row[i]) * scale * f64::from(w[i])).collect::<Vec<_>>()
+        })
+        .collect();
+    let e = rel_err(&got, &want);
+    assert!(e < 1e-5, "rms_norm_mul_op: error {e:.2e}");
+
+    // Q8_1 of 8 blocks: the same values as ggml's quantizer gives, within a quant step.
+    let x = values(256, 8);
+    let xf = write(&dir, "x8.bin", &f32_bytes(&x));
+    let bytes: Vec<u8> = run(&exe, &["q8", "256", &xf])
+        .lines()
+        .map(|l| u8::from_str_radix(l, 16).unwrap())
+        .collect();
+    let got = dequantize(DType::Q8_1, &bytes).unwrap();
+    let want = dequantize(DType::Q8_1, &quantize(DType::Q8_1, &x).unwrap()).unwrap();
+    for (blk, (g, w)) in got.chunks(32).zip(want.chunks(32)).enumerate() {
+        let amax = x[blk * 32..][..32].iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (i, (a, b)) in g.iter().zip(w).enumerate() {
+            assert!((a - b).abs() <= amax / 127.0 * 1.01, "q8_1 block {blk} value {i}: {a} vs {b}");
+        }
+        // The block's sum field (d times the quants' sum) as the int8 kernels read it.
+        let s = f16::from_le_bytes([bytes[blk * 36 + 2], bytes[blk * 36 + 3]]).to_f32();
+        let sum: f32 = g.iter().sum();
+        assert!((s - sum).abs() <= 0.01 * sum.abs().max(1.0), "q8_1 block {blk}: sum {s} vs {sum}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
