@@ -110,7 +110,7 @@ fn attention_norm_and_q8_kernels_match_f64() {
     let dir = std::env::temp_dir().join(format!("tessera-host-attn-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = format!(
-        "{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{THREADS_SHIM}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{MAIN}",
+        "{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{THREADS_SHIM}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{MAIN}",
         common::prelude(),
         common::prelude_reductions(),
         file("types.cuh"),
@@ -118,7 +118,8 @@ fn attention_norm_and_q8_kernels_match_f64() {
         file("ops.cu"),
         file("fattn_vec.cu"),
         file("fused.cu"),
-        format!("{}\n{}", file("vecdotq.cuh"), file("quant.cu"))
+        file("vecdotq.cuh"),
+        file("quant.cu")
     );
     let Some(exe) = common::build(&dir, "attn_harness", &src) else { return };
 
