@@ -25,10 +25,6 @@ extern "C" __global__ void binary_op(TT d, TT a, TT b, int op) {
     }
 }
 
-__device__ __forceinline__ float gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 // Unary ops: 0 scale (x * p0 + p1), 1 tanh-GELU, 2 erf-GELU, 3 SiLU, 4 tanh, 5 clamp to
 // [p0, p1] (NaN to p1, as ggml's comparisons).

@@ -92,6 +92,39 @@ extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
         }                                                                                     \
     }
 
+// Gate and up products of the same activations and their gated unit in one pass (the
+// GateUpGlu window): dst[c][row] = act(gate_row . x_c) * (up_row . x_c), act SiLU (op 0) or
+// tanh-GELU (op 1); both weights of type T, the columns Q8_1 as for mmvq_*. The sums are the
+// unfused kernels' own, so the result is the unfused nodes'.
+#define MMVQ_GLU(T, BYTES, SUB, VDOT)                                                         \
+    extern "C" __global__ void mmvq_glu_##T(const u8 *wg, const u8 *wu, const u8 *yq,        \
+                                            float *dst, int nrows, int nblocks, i64 rb_g,    \
+                                            i64 rb_u, int ncols, i64 dst_col, int op) {      \
+        const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
+        if (row >= nrows) return;                                                             \
+        const int lane = threadIdx.x % WARP;                                                  \
+        const u8 *gr = wg + (i64)row * rb_g, *ur = wu + (i64)row * rb_u;                      \
+        float ag[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                       \
+        float au[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                       \
+        for (int i = lane / 4; i < nblocks; i += WARP / 4) {                                  \
+            const u8 *gb = gr + (i64)(i / SUB) * BYTES, *ub = ur + (i64)(i / SUB) * BYTES;    \
+            _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                   \
+                if (c < ncols) {                                                              \
+                    const u8 *y = yq + ((i64)c * nblocks + i) * Q8_1_BYTES;                   \
+                    ag[c] += VDOT(gb, i % SUB, y, lane % 4);                                  \
+                    au[c] += VDOT(ub, i % SUB, y, lane % 4);                                  \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                       \
+            if (c < ncols) {                                                                  \
+                const float g = warp_sum(ag[c]);                                              \
+                const float u = warp_sum(au[c]);                                              \
+                if (lane == 0) dst[(i64)c * dst_col + row] = (op == 0 ? silu(g) : gelu_tanh(g)) * u; \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
 // MUL_MAT_ID's expert products with int8 dots: dst [nrows, n_used, n_tokens] row (e, t) is
 // expert ids[t * ids_stride + e]'s matrix (experts expert_bytes apart, rows row_bytes apart)
 // times column (e % nb, t) of the activations, already Q8_1 (`quantize_q8_1`, columns of
@@ -149,3 +182,17 @@ MMVQ_ID(q4_k, Q4_K_BYTES, 8, vdot_q4_k)
 MMVQ_ID(q5_k, Q5_K_BYTES, 8, vdot_q5_k)
 MMVQ_ID(q6_k, Q6_K_BYTES, 8, vdot_q6_k)
 MMVQ_ID(iq4_xs, IQ4_XS_BYTES, 8, vdot_iq4_xs)
+
+MMVQ_GLU(q4_0, Q4_0_BYTES, 1, vdot_q4_0)
+MMVQ_GLU(q4_1, Q4_1_BYTES, 1, vdot_q4_1)
+MMVQ_GLU(q5_0, Q5_0_BYTES, 1, vdot_q5_0)
+MMVQ_GLU(q5_1, Q5_1_BYTES, 1, vdot_q5_1)
+MMVQ_GLU(q8_0, Q8_0_BYTES, 1, vdot_q8_0)
+MMVQ_GLU(iq4_nl, IQ4_NL_BYTES, 1, vdot_iq4_nl)
+MMVQ_GLU(mxfp4, MXFP4_BYTES, 1, vdot_mxfp4)
+MMVQ_GLU(q2_k, Q2_K_BYTES, 8, vdot_q2_k)
+MMVQ_GLU(q3_k, Q3_K_BYTES, 8, vdot_q3_k)
+MMVQ_GLU(q4_k, Q4_K_BYTES, 8, vdot_q4_k)
+MMVQ_GLU(q5_k, Q5_K_BYTES, 8, vdot_q5_k)
+MMVQ_GLU(q6_k, Q6_K_BYTES, 8, vdot_q6_k)
+MMVQ_GLU(iq4_xs, IQ4_XS_BYTES, 8, vdot_iq4_xs)

@@ -268,3 +268,9 @@ __device__ __forceinline__ float alibi_slope(float max_bias, i64 h, i64 n_head) 
     const float m0 = exp2f(-max_bias / log2), m1 = exp2f(-(max_bias / 2.0f) / log2);
     return h < log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - log2) + 1));
 }
+
+// The gated units' activations (glu_op, unary_op and the fused gate/up product).
+__device__ __forceinline__ float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }

@@ -56,8 +56,9 @@ static std::vector<u8> slurp(const char *path) {
 }
 typedef void (*Mmvq)(const u8 *, const u8 *, float *, int, int, i64, int, i64);
 typedef void (*MmvqId)(const u8 *, const u8 *, float *, const i32 *, int, int, i64, i64, int, int, int, i64);
-#define ENTRY(T, BYTES, SUB, F) {"mmvq_" #T, mmvq_##T, mmvq_id_##T},
-struct Entry { const char *name; Mmvq mmvq; MmvqId id; };
+typedef void (*MmvqGlu)(const u8 *, const u8 *, const u8 *, float *, int, int, i64, i64, int, i64, int);
+#define ENTRY(T, BYTES, SUB, F) {"mmvq_" #T, mmvq_##T, mmvq_id_##T, mmvq_glu_##T},
+struct Entry { const char *name; Mmvq mmvq; MmvqId id; MmvqGlu glu; };
 static const Entry ENTRIES[] = {
     ENTRY(q4_0,,,) ENTRY(q4_1,,,) ENTRY(q5_0,,,) ENTRY(q5_1,,,) ENTRY(q8_0,,,) ENTRY(iq4_nl,,,)
     ENTRY(mxfp4,,,) ENTRY(q2_k,,,) ENTRY(q3_k,,,) ENTRY(q4_k,,,) ENTRY(q5_k,,,) ENTRY(q6_k,,,)
@@ -69,7 +70,15 @@ int main(int argc, char **argv) {
     if (!e) { fprintf(stderr, "no kernel %s\n", argv[2]); return 2; }
     const int rows = atoi(argv[3]), nblocks = atoi(argv[4]);
     const long row_bytes = atol(argv[5]);
-    if (!strcmp(argv[1], "mmvq")) {
+    if (!strcmp(argv[1], "glu")) {
+        const int cols = atoi(argv[6]), op = atoi(argv[7]);
+        std::vector<u8> wg = slurp(argv[8]), wu = slurp(argv[9]), y = slurp(argv[10]);
+        std::vector<float> out((size_t)rows * cols, -1.0f);
+        launch((rows + 1) / 2, 1, 64, [&] {
+            e->glu(wg.data(), wu.data(), y.data(), out.data(), rows, nblocks, row_bytes, row_bytes, cols, rows, op);
+        });
+        for (float v : out) printf("%08x\n", __float_as_uint(v));
+    } else if (!strcmp(argv[1], "mmvq")) {
         const int cols = atoi(argv[6]);
         std::vector<u8> w = slurp(argv[7]), y = slurp(argv[8]);
         std::vector<float> out((size_t)rows * cols, -1.0f);
@@ -143,6 +152,37 @@ fn int8_matrix_vector_kernels_match_f64() {
                 let g = f64::from(got[c * rows + r]);
                 let err = (g - want).abs() / scale.max(1e-9);
                 assert!(err < 2e-3, "{entry} column {c} row {r}: {g} != {want} ({err:.1e})");
+            }
+        }
+
+        // The fused gate/up products and gated unit (SiLU, then tanh-GELU) against the f64
+        // unit of the f64 products, allowing each product its int8 error.
+        let up = quantize(t, &values(rows * k, 90 + t.id() as u64)).unwrap();
+        let upd = dequantize(t, &up).unwrap();
+        let uf = write(&dir, "u.bin", &up);
+        for op in [0, 1] {
+            let dims = [rows, nblocks, row_bytes, cols, op].map(|v| v.to_string());
+            let mut argv = vec!["glu", entry];
+            argv.extend(dims.iter().map(String::as_str));
+            argv.extend([wf.as_str(), uf.as_str(), yf.as_str()]);
+            let got = floats(&run(&exe, &argv));
+            for c in 0..cols {
+                for r in 0..rows {
+                    let (g, sg) = dot(&wd[r * k..][..k], &yd[c * k..][..k]);
+                    let (u, su) = dot(&upd[r * k..][..k], &yd[c * k..][..k]);
+                    let act = if op == 0 {
+                        g / (1.0 + (-g).exp())
+                    } else {
+                        0.5 * g * (1.0 + (0.7978845608028654 * (g + 0.044715 * g * g * g)).tanh())
+                    };
+                    let want = act * u;
+                    let allowed = 2e-3 * (u.abs() * 1.2 * sg + act.abs() * su) + 1e-6;
+                    let gv = f64::from(got[c * rows + r]);
+                    assert!(
+                        (gv - want).abs() <= allowed,
+                        "{entry} glu op {op} column {c} row {r}: {gv} != {want}"
+                    );
+                }
             }
         }
 

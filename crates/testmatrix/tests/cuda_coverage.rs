@@ -70,6 +70,21 @@ fn the_fused_window_is_reached_by_a_case() {
         })
         .count();
     assert!(hits >= 2, "{hits} cases reach RMS_NORM+MUL");
+    // The gate/up window with both products on the int8 path (what the executor fuses).
+    let cap = Capability { arch: 90, cublas: true };
+    let gate_up = built(Some("FFN_GLU"))
+        .iter()
+        .filter(|(_, ctx, out)| {
+            let graph = Graph::build(ctx, &[*out]);
+            fusion_windows(ctx, graph.nodes(), &[FusionKind::GateUpGlu]).iter().any(|w| {
+                w.nodes[..2].iter().all(|&n| {
+                    plan_node(ctx, n, cap, Paths::all())
+                        .is_ok_and(|p| p.kernel == Kernel::MulMat(MatmulPath::Mmvq))
+                })
+            })
+        })
+        .count();
+    assert!(gate_up >= 4, "{gate_up} cases reach the fused gate/up products");
 }
 
 /// Cases reach the decode attention path with one chunk and with several, and the generic one.

@@ -153,13 +153,14 @@ impl Executor {
         // Windows a fused kernel takes: launched at their first node, the rest skipped.
         let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
         let windows = if self.paths.allows(FastPath::Fused) {
-            fusion_windows(ctx, &ids, &[FusionKind::RmsNormMul])
+            fusion_windows(ctx, &ids, &[FusionKind::RmsNormMul, FusionKind::GateUpGlu])
         } else {
             Vec::new()
         };
         let mut first: HashMap<TensorId, &Window> = HashMap::new();
         let mut skip: HashSet<TensorId> = HashSet::new();
-        for w in windows.iter().filter(|w| resolver.can_fuse(w)) {
+        let plan_of: HashMap<TensorId, NodePlan> = plans.iter().copied().collect();
+        for w in windows.iter().filter(|w| resolver.can_fuse(w, &plan_of)) {
             first.insert(w.nodes[0], w);
             skip.extend(w.nodes[1..].iter().copied());
         }
@@ -169,7 +170,7 @@ impl Executor {
                 continue;
             }
             if let Some(w) = first.get(node) {
-                pending.extend(resolver.fused(w)?);
+                pending.extend(resolver.fused(w, q8)?);
             } else if plan.kernel != Kernel::Nothing {
                 pending.extend(resolver.node(*node, plan, q8)?);
             }

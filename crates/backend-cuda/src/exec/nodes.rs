@@ -305,8 +305,32 @@ impl Resolver<'_> {
 
     /// Whether `fused.cu` has a kernel for window `w` with these types (it must give the bits
     /// of the nodes it replaces): RMS_NORM into F32, then MUL by floats.
-    pub(crate) fn can_fuse(&self, w: &Window) -> bool {
+    pub(crate) fn can_fuse(
+        &self,
+        w: &Window,
+        plan_of: &std::collections::HashMap<TensorId, NodePlan>,
+    ) -> bool {
         match w.kind {
+            FusionKind::GateUpGlu => {
+                let (g, u, glu) = (w.nodes[0], w.nodes[1], self.ctx.get(w.nodes[2]));
+                let mmvq = |n: TensorId| {
+                    plan_of.get(&n).is_some_and(|p| p.kernel == Kernel::MulMat(MatmulPath::Mmvq))
+                };
+                let weights = |n: TensorId| self.ctx.get(self.ctx.get(n).src[0].expect("weights"));
+                let (wg, wu) = (weights(g), weights(u));
+                let (dg, du) = (self.ctx.get(g), self.ctx.get(u));
+                mmvq(g)
+                    && mmvq(u)
+                    && wg.dtype == wu.dtype
+                    && wg.ne == wu.ne
+                    && row_of(wg.dtype).is_some_and(|r| r.mmvq_glu.is_some())
+                    && dg.ne == du.ne
+                    && glu.dtype == DType::F32
+                    && glu.ne == dg.ne
+                    && glu.nb[0] == 4
+                    && glu.nb[1] % 4 == 0
+                    && glu.src[1].is_some()
+            }
             FusionKind::RmsNormMul => {
                 let (norm, mul) = (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]));
                 let float = |t: Option<TensorId>| {
@@ -324,7 +348,10 @@ impl Resolver<'_> {
     }
 
     /// The launch of a window [`Resolver::can_fuse`] accepted.
-    pub(crate) fn fused(&self, w: &Window) -> Result<Vec<Pending>, CudaError> {
+    pub(crate) fn fused(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
+        if w.kind == FusionKind::GateUpGlu {
+            return self.gate_up_glu(w, q8);
+        }
         let (norm, mul) = (w.nodes[0], w.nodes[1]);
         let Op::RmsNorm { eps } = self.ctx.get(norm).op else {
             return Err(CudaError::Driver(format!("{:?} window without its RMS_NORM", w.kind)));
@@ -490,6 +517,49 @@ impl Resolver<'_> {
 }
 
 impl Resolver<'_> {
+    /// The GateUpGlu window: the activations to Q8_1 (where the gate product is their first
+    /// reader), then one `mmvq_glu_*` for both products and the gated unit.
+    fn gate_up_glu(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
+        let (g, u, glu) = (w.nodes[0], w.nodes[1], w.nodes[2]);
+        let q8 = q8.ok_or_else(|| {
+            CudaError::Driver("a fused gate/up product without its Q8_1 activations".into())
+        })?;
+        let weights = |n: TensorId| self.ctx.get(n).src[0].expect("weights");
+        let wd = self.ctx.get(weights(g));
+        let wu = self.ctx.get(weights(u));
+        let entry = row_of(wd.dtype).and_then(|r| r.mmvq_glu).ok_or_else(|| {
+            CudaError::Driver(format!("a fused gate/up product of {} weights", wd.dtype))
+        })?;
+        let x = self.src(g, 1)?;
+        let dst = self.arg(glu)?;
+        let (nrows, nblocks, cols) = (wd.ne[1], wd.ne[0] / 32, x.ne[1]);
+        let yq = self.scratch + q8.offset as u64;
+        let Op::Glu { op, .. } = self.ctx.get(glu).op else {
+            return Err(CudaError::Driver("a GateUpGlu window without its GLU".into()));
+        };
+        let args = vec![
+            Arg::Ptr(self.arg(weights(g))?.p),
+            Arg::Ptr(self.arg(weights(u))?.p),
+            Arg::Ptr(yq),
+            Arg::Ptr(dst.p),
+            (nrows as i32).into(),
+            (nblocks as i32).into(),
+            (wd.nb[1] as i64).into(),
+            (wu.nb[1] as i64).into(),
+            (cols as i32).into(),
+            (dst.nb[1] / 4).into(),
+            i32::from(op == GluOp::GeGlu).into(),
+        ];
+        let mut v = Vec::with_capacity(2);
+        if q8.quantize {
+            let all = nblocks as i64 * cols;
+            let q = vec![Arg::Ptr(x.p), Arg::Ptr(yq), all.into()];
+            v.push(Pending { entry: "quantize_q8_1", cfg: warps(all as usize, 8), args: q });
+        }
+        v.push(Pending { entry, cfg: warps(nrows, 8), args });
+        Ok(v)
+    }
+
     /// MUL_MAT_ID on the int8 path: the activations (contiguous, checked by the plan) to Q8_1
     /// in the node's scratch, then one warp per expert row for each (slot, token).
     fn mul_mat_id_mmvq(

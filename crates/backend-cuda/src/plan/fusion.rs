@@ -1,6 +1,7 @@
 //! Fusion windows over a graph's node list: runs of nodes one kernel could compute together,
 //! where llama.cpp's CUDA backend fuses and a little beyond. The executor asks for the kinds
-//! it has kernels for (RMS_NORM then MUL today, `fused.cu`) and runs the rest node by node.
+//! it has kernels for (RMS_NORM then MUL, `fused.cu`; gate and up products of the int8 path
+//! with their GLU, `quant.cu`'s `mmvq_glu_*`) and runs the rest node by node.
 //!
 //! A window is only a window when the nodes are consecutive in the list, each intermediate
 //! result is read by the next node of the window alone, and no intermediate is a graph output

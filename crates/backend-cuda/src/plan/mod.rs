@@ -29,7 +29,8 @@
 //! - `fattn-vec`: decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per sequence) split
 //!   over the KV cells in chunks, the chunks' partials merged after (flash decoding).
 //! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (RMS_NORM
-//!   then MUL today, `fused.cu`), with the unfused nodes' arithmetic.
+//!   then MUL, `fused.cu`; the gate and up products of the int8 path and their GLU,
+//!   `mmvq_glu_*`), with the unfused nodes' arithmetic.
 //! - `graphs`: a step whose resolved launches equal the previous one's is replayed from a
 //!   captured CUDA graph (the executor's, `exec/graphs.rs`).
 //!

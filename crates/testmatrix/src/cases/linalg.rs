@@ -275,3 +275,40 @@ impl CaseSpec for FlashAttn {
         Tolerance::Nmse(thresholds::MUL_MAT)
     }
 }
+
+/// A feed-forward block's gated unit: gate and up products of the same activations (`cols`
+/// columns of `k`), then SWIGLU or GEGLU of the two, as the model graphs build it. The CUDA
+/// backend computes the three nodes in one kernel where the products take the int8 path.
+#[derive(Debug, Clone)]
+pub struct FfnGlu {
+    /// Weight type of both products.
+    pub w: DType,
+    /// The activation.
+    pub op: tessera_tensor::graph::GluOp,
+    /// Dot product length.
+    pub k: usize,
+    /// Output rows.
+    pub m: usize,
+    /// Activation columns.
+    pub cols: usize,
+}
+
+impl CaseSpec for FfnGlu {
+    fn op(&self) -> &'static str {
+        "FFN_GLU"
+    }
+    fn dtype(&self) -> String {
+        self.w.name().into()
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let gate = b.leaf(self.w, &[self.k, self.m], default_init(self.w))?;
+        let up = b.leaf(self.w, &[self.k, self.m], default_init(self.w))?;
+        let x = b.leaf(DType::F32, &[self.k, self.cols], default_init(DType::F32))?;
+        let g = b.ctx.mul_mat(gate, x)?;
+        let u = b.ctx.mul_mat(up, x)?;
+        b.ctx.glu_split(g, u, self.op)
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::MUL_MAT)
+    }
+}

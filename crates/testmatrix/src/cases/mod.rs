@@ -16,7 +16,7 @@ pub use basic::{
 };
 pub use conv::{Conv2d, Im2Col, Pool2d};
 pub use copy::{Copy, CopyOp, SetRows};
-pub use linalg::{FlashAttn, MulMat, Rope, SoftMax};
+pub use linalg::{FfnGlu, FlashAttn, MulMat, Rope, SoftMax};
 pub use moe::{AddId, Argsort, Clamp, MulMatId, SwiGluOai};
 
 use crate::case::Case;
@@ -40,6 +40,7 @@ pub fn all() -> Vec<Case> {
     norms(&mut v);
     mul_mat(&mut v);
     mul_mat_id(&mut v);
+    ffn_glu(&mut v);
     rope(&mut v);
     soft_max(&mut v);
     copies(&mut v);
@@ -132,6 +133,15 @@ fn mul_mat(v: &mut Vec<Case>) {
     // Quantized weights with strided activations (rows of a wider tensor).
     for a in [Q4_0, Q8_0, Q4_K] {
         v.push(Case::new(MulMat { k_v: 512, bs: [2, 1], ..MulMat::new(a, 8, 3, 256) }));
+    }
+}
+
+fn ffn_glu(v: &mut Vec<Case>) {
+    // Decoding's gated unit (one and four columns) over int8-path types, both activations.
+    for w in [Q4_0, Q8_0, Q4_K, Q6_K] {
+        for (op, cols) in [(GluOp::SwiGlu, 1), (GluOp::GeGlu, 4)] {
+            v.push(Case::new(FfnGlu { w, op, k: 256, m: 32, cols }));
+        }
     }
 }
 
