@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{file, run, values, write, SHIM, SHIM_FUNCTIONS, THREADS_SHIM};
+use common::{floats, run, values, write, THREADS_SHIM};
 use half::f16;
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
@@ -16,15 +16,6 @@ use tessera_tensor::DType;
 /// `fa vec|generic SPLITS SINKS D NQ NH NKV NKH Q K V MASK SINKS`, `softmax NKV NQ NH A MASK
 /// SINKS`, `rmsnorm N ROWS A W`, `q8 N X`: outputs as hex bits (`q8`: the blocks' bytes).
 const MAIN: &str = r#"
-static std::vector<u8> slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { perror(path); exit(2); }
-    std::vector<u8> v;
-    int c;
-    while ((c = fgetc(f)) != EOF) v.push_back((u8)c);
-    fclose(f);
-    return v;
-}
 static TT tt(void *p, i64 n0, i64 n1, i64 n2, int type, i64 es) {
     TT t;
     t.p = (u8 *)p;
@@ -94,10 +85,6 @@ fn f16_round(v: &[f32]) -> (Vec<u8>, Vec<f32>) {
     (h.iter().flat_map(|x| x.to_le_bytes()).collect(), h.iter().map(|x| x.to_f32()).collect())
 }
 
-fn floats(s: &str) -> Vec<f32> {
-    s.lines().map(|l| f32::from_bits(u32::from_str_radix(l, 16).unwrap())).collect()
-}
-
 /// The largest difference between `got` and `want`, relative to `want`'s largest magnitude.
 fn rel_err(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len());
@@ -109,19 +96,11 @@ fn rel_err(got: &[f32], want: &[f64]) -> f64 {
 fn attention_norm_and_q8_kernels_match_f64() {
     let dir = std::env::temp_dir().join(format!("tessera-host-attn-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let src = format!(
-        "{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{THREADS_SHIM}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{MAIN}",
-        common::prelude(),
-        common::prelude_reductions(),
-        file("types.cuh"),
-        file("attn.cuh"),
-        file("ops.cu"),
-        file("fattn_vec.cu"),
-        file("fused.cu"),
-        file("vecdotq.cuh"),
-        file("quant.cu")
-    );
-    let Some(exe) = common::build(&dir, "attn_harness", &src) else { return };
+    let kernels =
+        &["types.cuh", "attn.cuh", "ops.cu", "fattn_vec.cu", "fused.cu", "vecdotq.cuh", "quant.cu"];
+    let Some(exe) = common::harness(&dir, "attn_harness", THREADS_SHIM, kernels, MAIN) else {
+        return;
+    };
 
     // Attention: 4 query heads over 2 KV heads, 2 query rows, 150 cells; row r sees cells
     // 0..=120 + 20 r (the rest masked), so chunks and warps meet masked cells.

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{file, run, values, write, SHIM, SHIM_FUNCTIONS};
+use common::{run, values, write};
 use std::path::{Path, PathBuf};
 use tessera_backend_cuda::types::{Class, TYPES};
 use tessera_tensor::quant::{dequantize, quantize};
@@ -18,15 +18,6 @@ use tessera_tensor::DType;
 /// `deq TYPE N W`: the N values of row W through `ld_row`; `dot TYPE N W Y`: the sum over
 /// the row's 32-value blocks and their four lanes of the type's int8 dot with Q8_1 row Y.
 const MAIN: &str = r#"
-static std::vector<u8> slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { perror(path); exit(2); }
-    std::vector<u8> v;
-    int c;
-    while ((c = fgetc(f)) != EOF) v.push_back((u8)c);
-    fclose(f);
-    return v;
-}
 // As quant.cu's MMVQ: 32-value block i is sub-block i % SUB of weight block i / SUB.
 #define DOT(T, BYTES, SUB, F) case T: for (int p = 0; p < 4; ++p) s += F(w + (i64)(i / SUB) * BYTES, i % SUB, y + (i64)i * 36, p); break;
 int main(int argc, char **argv) {
@@ -68,13 +59,7 @@ int main(int argc, char **argv) {
 
 /// Builds the harness in `dir`; `None` (after a note) without a compiler.
 fn harness(dir: &Path) -> Option<PathBuf> {
-    let src = format!(
-        "{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{}\n{}\n{MAIN}",
-        common::prelude(),
-        file("types.cuh"),
-        file("vecdotq.cuh")
-    );
-    common::build(dir, "harness", &src)
+    common::harness(dir, "harness", "", &["types.cuh", "vecdotq.cuh"], MAIN)
 }
 
 #[test]

@@ -8,20 +8,11 @@
 
 mod common;
 
-use common::{file, run, values, write, LAUNCH_SHIM, SHIM, SHIM_FUNCTIONS};
+use common::{run, values, write, LAUNCH_SHIM};
 use half::{bf16, f16};
 
 /// `mmv TYPE ROWS K ROW_BYTES COLS W X`: the products (hex bits), column after column.
 const MAIN: &str = r#"
-static std::vector<u8> slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { perror(path); exit(2); }
-    std::vector<u8> v;
-    int c;
-    while ((c = fgetc(f)) != EOF) v.push_back((u8)c);
-    fclose(f);
-    return v;
-}
 int main(int argc, char **argv) {
     const char *type = argv[1];
     const int rows = atoi(argv[2]), k = atoi(argv[3]), cols = atoi(argv[5]);
@@ -50,13 +41,10 @@ int main(int argc, char **argv) {
 fn float_matrix_vector_kernels_match_f64() {
     let dir = std::env::temp_dir().join(format!("tessera-host-mmv-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let src = format!(
-        "{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{LAUNCH_SHIM}\n{}\n{}\n{MAIN}",
-        common::prelude(),
-        file("types.cuh"),
-        file("mmv.cu")
-    );
-    let Some(exe) = common::build(&dir, "mmv_harness", &src) else { return };
+    let kernels = &["types.cuh", "mmv.cu"];
+    let Some(exe) = common::harness(&dir, "mmv_harness", LAUNCH_SHIM, kernels, MAIN) else {
+        return;
+    };
     let rows = 5;
     let mut checked = 0;
     for ty in ["f16", "bf16", "f32"] {

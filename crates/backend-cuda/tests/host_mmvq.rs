@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{file, run, values, write, SHIM, SHIM_FUNCTIONS};
+use common::{call, floats, values, write};
 use tessera_backend_cuda::types::TYPES;
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
@@ -45,15 +45,6 @@ template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f
 /// `mmvq ENTRY ROWS NBLOCKS ROW_BYTES COLS W Y`; `mmvq_id ENTRY ROWS NBLOCKS ROW_BYTES
 /// EXPERT_BYTES N_EXPERT N_USED NB N_TOKENS IDS_STRIDE W Y IDS`: the outputs as hex bits.
 const MAIN: &str = r#"
-static std::vector<u8> slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { perror(path); exit(2); }
-    std::vector<u8> v;
-    int c;
-    while ((c = fgetc(f)) != EOF) v.push_back((u8)c);
-    fclose(f);
-    return v;
-}
 typedef void (*Mmvq)(const u8 *, const u8 *, float *, int, int, i64, int, i64);
 typedef void (*MmvqId)(const u8 *, const u8 *, float *, const i32 *, int, int, i64, i64, int, int, int, i64);
 typedef void (*MmvqGlu)(const u8 *, const u8 *, const u8 *, float *, int, int, i64, i64, int, i64, int);
@@ -103,10 +94,6 @@ int main(int argc, char **argv) {
 }
 "#;
 
-fn floats(s: &str) -> Vec<f32> {
-    s.lines().map(|l| f32::from_bits(u32::from_str_radix(l, 16).unwrap())).collect()
-}
-
 /// The f64 dot and the sum of the products' magnitudes (the error's scale).
 fn dot(w: &[f32], y: &[f32]) -> (f64, f64) {
     let p = w.iter().zip(y).map(|(a, b)| f64::from(*a) * f64::from(*b));
@@ -117,14 +104,10 @@ fn dot(w: &[f32], y: &[f32]) -> (f64, f64) {
 fn int8_matrix_vector_kernels_match_f64() {
     let dir = std::env::temp_dir().join(format!("tessera-host-mmvq-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let src = format!(
-        "{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{LANES_SHIM}\n{}\n{}\n{}\n{MAIN}",
-        common::prelude(),
-        file("types.cuh"),
-        file("vecdotq.cuh"),
-        file("quant.cu")
-    );
-    let Some(exe) = common::build(&dir, "mmvq_harness", &src) else { return };
+    let kernels = &["types.cuh", "vecdotq.cuh", "quant.cu"];
+    let Some(exe) = common::harness(&dir, "mmvq_harness", LANES_SHIM, kernels, MAIN) else {
+        return;
+    };
     let (k, rows) = (512usize, 5usize);
     let nblocks = k / 32;
     let mut checked = 0;
@@ -141,11 +124,8 @@ fn int8_matrix_vector_kernels_match_f64() {
         let y = quantize(DType::Q8_1, &values(k * cols, 40)).unwrap();
         let yd = dequantize(DType::Q8_1, &y).unwrap();
         let yf = write(&dir, "y.bin", &y);
-        let dims = [rows, nblocks, row_bytes, cols].map(|v| v.to_string());
-        let mut argv = vec!["mmvq", entry];
-        argv.extend(dims.iter().map(String::as_str));
-        argv.extend([wf.as_str(), yf.as_str()]);
-        let got = floats(&run(&exe, &argv));
+        let files = [wf.clone(), yf.clone()];
+        let got = floats(&call(&exe, &["mmvq", entry], &[rows, nblocks, row_bytes, cols], &files));
         for c in 0..cols {
             for r in 0..rows {
                 let (want, scale) = dot(&wd[r * k..][..k], &yd[c * k..][..k]);
@@ -161,11 +141,9 @@ fn int8_matrix_vector_kernels_match_f64() {
         let upd = dequantize(t, &up).unwrap();
         let uf = write(&dir, "u.bin", &up);
         for op in [0, 1] {
-            let dims = [rows, nblocks, row_bytes, cols, op].map(|v| v.to_string());
-            let mut argv = vec!["glu", entry];
-            argv.extend(dims.iter().map(String::as_str));
-            argv.extend([wf.as_str(), uf.as_str(), yf.as_str()]);
-            let got = floats(&run(&exe, &argv));
+            let files = [wf.clone(), uf.clone(), yf.clone()];
+            let nums = [rows, nblocks, row_bytes, cols, op];
+            let got = floats(&call(&exe, &["glu", entry], &nums, &files));
             for c in 0..cols {
                 for r in 0..rows {
                     let (g, sg) = dot(&wd[r * k..][..k], &yd[c * k..][..k]);
@@ -200,14 +178,9 @@ fn int8_matrix_vector_kernels_match_f64() {
             write(&dir, "b.bin", &b),
             write(&dir, "ids.bin", &ids.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>()),
         ];
-        let dims = [rows, nblocks, row_bytes, rows * row_bytes, n_expert, n_used, nb, n_tokens]
-            .map(|v| v.to_string());
-        let stride_s = stride.to_string();
-        let mut argv = vec!["mmvq_id", entry];
-        argv.extend(dims.iter().map(String::as_str));
-        argv.push(&stride_s);
-        argv.extend(files.iter().map(String::as_str));
-        let got = floats(&run(&exe, &argv));
+        let nums =
+            [rows, nblocks, row_bytes, rows * row_bytes, n_expert, n_used, nb, n_tokens, stride];
+        let got = floats(&call(&exe, &["mmvq_id", entry], &nums, &files));
         assert_eq!(got.len(), rows * n_used * n_tokens);
         for tok in 0..n_tokens {
             for slot in 0..n_used {

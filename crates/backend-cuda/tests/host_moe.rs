@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{file, run, values, write, LAUNCH_SHIM, SHIM, SHIM_FUNCTIONS};
+use common::{call, floats, run, values, write, LAUNCH_SHIM};
 use std::path::{Path, PathBuf};
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
@@ -18,15 +18,6 @@ use tessera_tensor::DType;
 /// `mmid TYPE ROW_BYTES K M NEXP NB T NUSED AS B IDS`: the kernel's output, one value a line
 /// (floats as hex bits).
 const MAIN: &str = r#"
-static std::vector<u8> slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { perror(path); exit(2); }
-    std::vector<u8> v;
-    int c;
-    while ((c = fgetc(f)) != EOF) v.push_back((u8)c);
-    fclose(f);
-    return v;
-}
 // A tensor of ne0 x ne1 x ne2 with rows of row_bytes, elements of esize bytes.
 static TT tt(void *p, i64 ne0, i64 ne1, i64 ne2, int type, i64 esize, i64 row_bytes) {
     TT t;
@@ -91,13 +82,7 @@ int main(int argc, char **argv) {
 "#;
 
 fn harness(dir: &Path) -> Option<PathBuf> {
-    let src = format!(
-        "{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{LAUNCH_SHIM}\n{}\n{}\n{MAIN}",
-        common::prelude(),
-        file("types.cuh"),
-        file("moe.cu")
-    );
-    common::build(dir, "moe_harness", &src)
+    common::harness(dir, "moe_harness", LAUNCH_SHIM, &["types.cuh", "moe.cu"], MAIN)
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -106,10 +91,6 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 
 fn i32_bytes(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn floats(out: &str) -> Vec<f32> {
-    out.lines().map(|l| f32::from_bits(u32::from_str_radix(l, 16).unwrap())).collect()
 }
 
 #[test]
@@ -150,11 +131,7 @@ fn moe_kernels_compute_their_ops() {
         write(&dir, "b.bin", &f32_bytes(&b)),
         write(&dir, "ids.bin", &i32_bytes(&ids)),
     ];
-    let dims = [n, e, t, nexp].map(|v| v.to_string());
-    let mut argv: Vec<&str> = vec!["addid"];
-    argv.extend(dims.iter().map(String::as_str));
-    argv.extend(args.iter().map(String::as_str));
-    let got = floats(&run(&exe, &argv));
+    let got = floats(&call(&exe, &["addid"], &[n, e, t, nexp], &args));
     for (i, g) in got.iter().enumerate() {
         let (c, row) = (i % n, i / n);
         let want = a[i] + b[ids[row] as usize * n + c];
@@ -194,12 +171,8 @@ fn moe_kernels_compute_their_ops() {
             write(&dir, "bm.bin", &f32_bytes(&bv)),
             write(&dir, "idm.bin", &i32_bytes(&ids)),
         ];
-        let dims =
-            [dtype.id() as usize, row_bytes, k, m, nexp, nb, t, nused].map(|v| v.to_string());
-        let mut argv: Vec<&str> = vec!["mmid"];
-        argv.extend(dims.iter().map(String::as_str));
-        argv.extend(files.iter().map(String::as_str));
-        let got = floats(&run(&exe, &argv));
+        let nums = [dtype.id() as usize, row_bytes, k, m, nexp, nb, t, nused];
+        let got = floats(&call(&exe, &["mmid"], &nums, &files));
         assert_eq!(got.len(), m * nused * t);
         for tok in 0..t {
             for ue in 0..nused {

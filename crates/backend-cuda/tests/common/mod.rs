@@ -236,3 +236,53 @@ pub fn prelude_reductions() -> String {
     let end = p.find("// Unaligned little-endian reads").expect("the reads after the reductions");
     p[start..end].to_string()
 }
+
+/// The harnesses' file reading, before their `main`.
+const HOST_IO: &str = r#"
+static std::vector<u8> slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { perror(path); exit(2); }
+    std::vector<u8> v;
+    int c;
+    while ((c = fgetc(f)) != EOF) v.push_back((u8)c);
+    fclose(f);
+    return v;
+}
+"#;
+
+/// A harness for `name` in `dir`: the shim, prelude's types, `launch_shim` (empty, or one of
+/// the launch shims), the kernel files `kernels` in order, then `main`; `None` (after a note)
+/// without a compiler.
+pub fn harness(
+    dir: &Path,
+    name: &str,
+    launch_shim: &str,
+    kernels: &[&str],
+    main: &str,
+) -> Option<PathBuf> {
+    let mut src = format!("{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{launch_shim}\n", prelude());
+    if launch_shim.contains("std::thread") {
+        src.push_str(&prelude_reductions());
+    }
+    for k in kernels {
+        src.push_str(file(k));
+        src.push('\n');
+    }
+    src.push_str(HOST_IO);
+    src.push_str(main);
+    build(dir, name, &src)
+}
+
+/// Runs `exe` with `head`, then `nums`, then `files` as arguments (a harness's usual order).
+pub fn call(exe: &Path, head: &[&str], nums: &[usize], files: &[String]) -> String {
+    let nums: Vec<String> = nums.iter().map(|v| v.to_string()).collect();
+    let mut argv: Vec<&str> = head.to_vec();
+    argv.extend(nums.iter().map(String::as_str));
+    argv.extend(files.iter().map(String::as_str));
+    run(exe, &argv)
+}
+
+/// A harness's output lines of f32 bits in hex.
+pub fn floats(out: &str) -> Vec<f32> {
+    out.lines().map(|l| f32::from_bits(u32::from_str_radix(l, 16).unwrap())).collect()
+}
