@@ -28,7 +28,7 @@ static void print_f32(const std::vector<float> &v) { for (float x : v) printf("%
 int main(int argc, char **argv) {
     const char *op = argv[1];
     if (!strcmp(op, "fa")) {
-        const bool vec = !strcmp(argv[2], "vec");
+        const bool vec = !strcmp(argv[2], "vec"), tile = !strcmp(argv[2], "tile");
         const int splits = atoi(argv[3]), sinks = atoi(argv[4]);
         const i64 d = atol(argv[5]), nq = atol(argv[6]), nh = atol(argv[7]), nkv = atol(argv[8]), nkh = atol(argv[9]);
         std::vector<u8> qb = slurp(argv[10]), kb = slurp(argv[11]), vb = slurp(argv[12]), mb = slurp(argv[13]), sb = slurp(argv[14]);
@@ -37,7 +37,9 @@ int main(int argc, char **argv) {
         TT tk = tt(kb.data(), d, nkv, nkh, T_F16, 2), tv = tt(vb.data(), d, nkv, nkh, T_F16, 2);
         TT tm = tt(mb.data(), nkv, nq, 1, T_F16, 2), ts = tt(sb.data(), nh, 1, 1, T_F32, 4);
         const i64 rows = nq * nh;
-        if (vec) {
+        if (tile) {
+            launch3((nq + 15) / 16, nh, 1, 128, [&] { fattn_tile_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
+        } else if (vec) {
             const i64 chunk = (nkv + splits - 1) / splits;
             std::vector<float> part(rows * splits * (d + 2));
             launch(rows, splits, 128, [&] { fattn_vec_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, splits, chunk, part.data()); });
@@ -92,55 +94,74 @@ fn rel_err(got: &[f32], want: &[f64]) -> f64 {
     got.iter().zip(want).fold(0f64, |m, (g, w)| m.max((f64::from(*g) - w).abs())) / scale
 }
 
-#[test]
-fn attention_norm_and_q8_kernels_match_f64() {
-    let dir = std::env::temp_dir().join(format!("tessera-host-attn-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kernels =
-        &["types.cuh", "attn.cuh", "ops.cu", "fattn_vec.cu", "fused.cu", "vecdotq.cuh", "quant.cu"];
-    let Some(exe) = common::harness(&dir, "attn_harness", THREADS_SHIM, kernels, MAIN) else {
-        return;
-    };
+/// One attention problem: 4 query heads over 2 KV heads of 64, `nq` query rows, 150 cells,
+/// row r seeing cells 0..=lo + step r; F16 K, V and mask as the cache and graphs hold them.
+struct Attn {
+    nq: usize,
+    nh: usize,
+    nkv: usize,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    mask: Vec<u8>,
+    sinks: Vec<f32>,
+    lo_step: (usize, usize),
+    files: [String; 5],
+}
 
-    // Attention: 4 query heads over 2 KV heads, 2 query rows, 150 cells; row r sees cells
-    // 0..=120 + 20 r (the rest masked), so chunks and warps meet masked cells.
-    let (d, nq, nh, nkv, nkh) = (64usize, 2usize, 4usize, 150usize, 2usize);
-    let q = values(d * nq * nh, 1);
-    let (kb, k) = f16_round(&values(d * nkv * nkh, 2));
-    let (vb, v) = f16_round(&values(d * nkv * nkh, 3));
-    let visible = |r: usize, c: usize| c <= 120 + 20 * r;
-    let mask: Vec<f32> = (0..nq)
-        .flat_map(|r| (0..nkv).map(move |c| if visible(r, c) { 0.0 } else { f32::NEG_INFINITY }))
-        .collect();
-    let (mb, _) = f16_round(&mask);
-    let sinks: Vec<f32> = (0..nh).map(|h| 0.5 + h as f32).collect();
-    let files = [
-        write(&dir, "q.bin", &f32_bytes(&q)),
-        write(&dir, "k.bin", &kb),
-        write(&dir, "v.bin", &vb),
-        write(&dir, "m.bin", &mb),
-        write(&dir, "s.bin", &f32_bytes(&sinks)),
-    ];
-    // out [d, nh, nq]: q row (r, h) is q[(h * nq + r) * d..].
-    let reference = |with_sinks: bool| -> Vec<f64> {
+impl Attn {
+    const D: usize = 64;
+    const NKH: usize = 2;
+
+    fn new(dir: &std::path::Path, nq: usize, lo_step: (usize, usize)) -> Attn {
+        let (d, nh, nkv, nkh) = (Self::D, 4, 150, Self::NKH);
+        let q = values(d * nq * nh, 1);
+        let (kb, k) = f16_round(&values(d * nkv * nkh, 2));
+        let (vb, v) = f16_round(&values(d * nkv * nkh, 3));
+        let visible = |r: usize, c: usize| c <= lo_step.0 + lo_step.1 * r;
+        let m: Vec<f32> = (0..nq)
+            .flat_map(|r| {
+                (0..nkv).map(move |c| if visible(r, c) { 0.0 } else { f32::NEG_INFINITY })
+            })
+            .collect();
+        let (mask, _) = f16_round(&m);
+        let sinks: Vec<f32> = (0..nh).map(|h| 0.5 + h as f32).collect();
+        let tag = format!("{nq}");
+        let files = [
+            write(dir, &format!("q{tag}.bin"), &f32_bytes(&q)),
+            write(dir, &format!("k{tag}.bin"), &kb),
+            write(dir, &format!("v{tag}.bin"), &vb),
+            write(dir, &format!("m{tag}.bin"), &mask),
+            write(dir, &format!("s{tag}.bin"), &f32_bytes(&sinks)),
+        ];
+        Attn { nq, nh, nkv, q, k, v, mask, sinks, lo_step, files }
+    }
+
+    fn visible(&self, r: usize, c: usize) -> bool {
+        c <= self.lo_step.0 + self.lo_step.1 * r
+    }
+
+    /// The f64 attention, out `[d, nh, nq]` (q row (r, h) at `q[(h * nq + r) * d..]`).
+    fn reference(&self, with_sinks: bool) -> Vec<f64> {
+        let (d, nq, nh, nkv) = (Self::D, self.nq, self.nh, self.nkv);
         let mut out = vec![0f64; d * nh * nq];
         for r in 0..nq {
             for h in 0..nh {
-                let hk = h / (nh / nkh);
-                let qr = &q[(h * nq + r) * d..][..d];
+                let hk = h / (nh / Self::NKH);
+                let qr = &self.q[(h * nq + r) * d..][..d];
                 let s: Vec<f64> = (0..nkv)
                     .map(|c| {
-                        let kr = &k[(hk * nkv + c) * d..][..d];
+                        let kr = &self.k[(hk * nkv + c) * d..][..d];
                         let dot: f64 =
                             qr.iter().zip(kr).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
-                        if visible(r, c) {
+                        if self.visible(r, c) {
                             dot * 0.125
                         } else {
                             f64::NEG_INFINITY
                         }
                     })
                     .collect();
-                let sink = f64::from(sinks[h]);
+                let sink = f64::from(self.sinks[h]);
                 let mx = s
                     .iter()
                     .fold(if with_sinks { sink } else { f64::NEG_INFINITY }, |m, v| m.max(*v));
@@ -150,39 +171,75 @@ fn attention_norm_and_q8_kernels_match_f64() {
                 }
                 for col in 0..d {
                     let o: f64 = (0..nkv)
-                        .map(|c| (s[c] - mx).exp() * f64::from(v[(hk * nkv + c) * d + col]))
+                        .map(|c| (s[c] - mx).exp() * f64::from(self.v[(hk * nkv + c) * d + col]))
                         .sum();
                     out[(r * nh + h) * d + col] = o / sum;
                 }
             }
         }
         out
-    };
-    let plain = reference(false);
-    let dims = [d, nq, nh, nkv, nkh].map(|x| x.to_string());
-    let fa = |mode: &str, splits: usize, sinks: bool| -> Vec<f32> {
+    }
+
+    /// The kernel of `mode` (`vec`, `generic`, `tile`) on the problem.
+    fn run(&self, exe: &std::path::Path, mode: &str, splits: usize, sinks: bool) -> Vec<f32> {
+        let dims = [Self::D, self.nq, self.nh, self.nkv, Self::NKH].map(|x| x.to_string());
         let (sp, sk) = (splits.to_string(), i32::from(sinks).to_string());
         let mut argv = vec!["fa", mode, &sp, &sk];
         argv.extend(dims.iter().map(String::as_str));
-        argv.extend(files.iter().map(String::as_str));
-        floats(&run(&exe, &argv))
+        argv.extend(self.files.iter().map(String::as_str));
+        floats(&run(exe, &argv))
+    }
+}
+
+#[test]
+fn attention_norm_and_q8_kernels_match_f64() {
+    let dir = std::env::temp_dir().join(format!("tessera-host-attn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kernels = &[
+        "types.cuh",
+        "attn.cuh",
+        "ops.cu",
+        "fattn_vec.cu",
+        "fattn_tile.cu",
+        "fused.cu",
+        "vecdotq.cuh",
+        "quant.cu",
+    ];
+    let Some(exe) = common::harness(&dir, "attn_harness", THREADS_SHIM, kernels, MAIN) else {
+        return;
     };
+
+    // Decode-sized attention (2 query rows): row r sees cells 0..=120 + 20 r of 150.
+    let small = Attn::new(&dir, 2, (120, 20));
+    let plain = small.reference(false);
     for splits in [1, 3] {
-        let e = rel_err(&fa("vec", splits, false), &plain);
+        let e = rel_err(&small.run(&exe, "vec", splits, false), &plain);
         assert!(e < 1e-5, "fattn_vec_op, {splits} splits: error {e:.2e}");
     }
-    let e = rel_err(&fa("generic", 1, false), &plain);
+    let e = rel_err(&small.run(&exe, "generic", 1, false), &plain);
     assert!(e < 1e-5, "flash_attn_op: error {e:.2e}");
-    let e = rel_err(&fa("generic", 1, true), &reference(true));
+    let e = rel_err(&small.run(&exe, "generic", 1, true), &small.reference(true));
     assert!(e < 1e-5, "flash_attn_op with sinks: error {e:.2e}");
-    assert!(rel_err(&fa("generic", 1, true), &plain) > 1e-3, "the sinks change nothing");
+    assert!(
+        rel_err(&small.run(&exe, "generic", 1, true), &plain) > 1e-3,
+        "the sinks change nothing"
+    );
+    // A prompt (20 rows: a whole block of 16 and a part): row r sees cells 0..=60 + 5 r.
+    let prompt = Attn::new(&dir, 20, (60, 5));
+    for sinks in [false, true] {
+        let e = rel_err(&prompt.run(&exe, "tile", 1, sinks), &prompt.reference(sinks));
+        assert!(e < 1e-5, "fattn_tile_op, sinks {sinks}: error {e:.2e}");
+    }
 
-    // SOFT_MAX(a * 0.5 + mask) with sinks, over [nkv, nq, nh].
+    // SOFT_MAX(a * 0.5 + mask) with sinks, over [nkv, nq, nh] (the decode problem's mask).
+    let (nkv, nq, nh) = (small.nkv, small.nq, small.nh);
+    let (sinks, mb, visible) =
+        (&small.sinks, &small.mask, |r: usize, c: usize| small.visible(r, c));
     let a = values(nkv * nq * nh, 4);
     let args = [
         write(&dir, "a.bin", &f32_bytes(&a)),
-        write(&dir, "m.bin", &mb),
-        write(&dir, "s.bin", &f32_bytes(&sinks)),
+        write(&dir, "m.bin", mb),
+        write(&dir, "s.bin", &f32_bytes(sinks)),
     ];
     let (snkv, snq, snh) = (nkv.to_string(), nq.to_string(), nh.to_string());
     let got = floats(&run(&exe, &["softmax", &snkv, &snq, &snh, &args[0], &args[1], &args[2]]));

@@ -87,7 +87,8 @@ fn the_fused_window_is_reached_by_a_case() {
     assert!(gate_up >= 4, "{gate_up} cases reach the fused gate/up products");
 }
 
-/// Cases reach the decode attention path with one chunk and with several, and the generic one.
+/// Cases reach the decode attention path with one chunk and with several, the prompt one, and
+/// the generic one.
 #[test]
 fn every_attention_path_is_reached_by_a_case() {
     let cap = Capability { arch: 90, cublas: true };
@@ -98,11 +99,12 @@ fn every_attention_path_is_reached_by_a_case() {
                 Kernel::FlashAttn(AttnPath::Generic) => "generic",
                 Kernel::FlashAttn(AttnPath::Vec { splits: 1 }) => "vec, one chunk",
                 Kernel::FlashAttn(AttnPath::Vec { .. }) => "vec, chunks merged",
+                Kernel::FlashAttn(AttnPath::Tile) => "tile",
                 k => panic!("{name}: {k:?}"),
             });
         }
     }
-    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen.len(), 4, "{seen:?}");
 }
 
 /// The mixture-of-experts ops and attention sinks have cases the CUDA plan takes, so a GPU

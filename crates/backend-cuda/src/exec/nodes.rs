@@ -208,6 +208,16 @@ impl Resolver<'_> {
                         args.push(Arg::I32(i32::from(d.src[4].is_some())));
                         one("flash_attn_op", warps(rows, 4), args)
                     }
+                    AttnPath::Tile => {
+                        args.push(self.src(id, 4)?.into());
+                        args.push(Arg::I32(i32::from(d.src[4].is_some())));
+                        let cfg = LaunchConfig {
+                            grid_dim: (q.ne[1].div_ceil(16) as u32, q.ne[2] as u32, q.ne[3] as u32),
+                            block_dim: (128, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        one("fattn_tile_op", cfg, args)
+                    }
                     AttnPath::Vec { splits } => {
                         let n_kv = self.ctx.get(d.src[1].expect("k")).ne[1];
                         let chunk = n_kv.div_ceil(splits as usize) as i64;

@@ -11,8 +11,9 @@
 //! # The paths
 //!
 //! Every node has a generic kernel (`kernels/ops.cu`, the expert ops in `kernels/moe.cu`:
-//! strided, weights dequantized per element), the correctness baseline; attention sinks take
-//! the generic attention kernel. The fast paths, in llama.cpp's order where it has one:
+//! strided, weights dequantized per element), the correctness baseline; decoding with
+//! attention sinks takes the prompt or the generic attention kernel. The fast paths, in
+//! llama.cpp's order where it has one:
 //!
 //! - `mmvq`: products of 1-8 contiguous columns with int8 MMVQ kernels for the types whose row
 //!   in [`crate::types`] names one (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K,
@@ -26,6 +27,8 @@
 //!   inputs, F32 accumulation and output): the weights converted to F16 in scratch unless
 //!   they are F16 already, the activations too (llama.cpp's cuBLAS path; its int8 MMQ is the
 //!   next step).
+//! - `fattn-tile`: prompt attention (more rows than decoding, head sizes up to 128, sinks
+//!   too): 16 query rows of a head per block over K/V tiles in shared memory, a lane per cell.
 //! - `fattn-vec`: decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per sequence) split
 //!   over the KV cells in chunks, the chunks' partials merged after (flash decoding).
 //! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (RMS_NORM
@@ -77,7 +80,14 @@ pub enum AttnPath {
         /// Chunks of the KV cells, 1 to [`ATTN_VEC_MAX_SPLITS`].
         splits: u32,
     },
+    /// Prompts (more rows): blocks of 16 query rows of one head over tiles of 32 cells whose K
+    /// and V sit in shared memory as f32 (`fattn_tile_op`); head sizes up to
+    /// [`ATTN_TILE_MAX_D`].
+    Tile,
 }
+
+/// Largest head size (K and V) the prompt attention's shared tiles hold.
+pub const ATTN_TILE_MAX_D: usize = 128;
 
 /// Most query rows per sequence the decode attention path takes.
 pub const ATTN_VEC_MAX_ROWS: usize = 8;
@@ -86,10 +96,26 @@ pub const ATTN_VEC_MAX_SPLITS: usize = 32;
 /// KV cells per chunk the split aims at.
 const ATTN_VEC_CELLS_PER_SPLIT: usize = 1024;
 
-/// The attention path of a node with query `q` and value `v` over `n_kv` cells, and its
-/// scratch bytes (the chunks' partial results).
-fn attn_path(q: &TensorDesc, v: &TensorDesc, n_kv: usize, paths: Paths) -> (AttnPath, usize) {
-    if !paths.allows(FastPath::AttnVec) || q.ne[1] > ATTN_VEC_MAX_ROWS || n_kv == 0 {
+/// The attention path of a node with query `q` and value `v` over `n_kv` cells (`sinks`: with
+/// attention sinks, which the decode path's merge lacks), and its scratch bytes (the chunks'
+/// partial results).
+fn attn_path(
+    q: &TensorDesc,
+    v: &TensorDesc,
+    n_kv: usize,
+    sinks: bool,
+    paths: Paths,
+) -> (AttnPath, usize) {
+    let decode = paths.allows(FastPath::AttnVec) && q.ne[1] <= ATTN_VEC_MAX_ROWS && !sinks;
+    if !decode {
+        let tile = paths.allows(FastPath::AttnTile)
+            && q.ne[0] <= ATTN_TILE_MAX_D
+            && v.ne[0] <= ATTN_TILE_MAX_D
+            && q.ne[2] <= 65535
+            && q.ne[3] <= 65535;
+        return (if tile { AttnPath::Tile } else { AttnPath::Generic }, 0);
+    }
+    if n_kv == 0 {
         return (AttnPath::Generic, 0);
     }
     let splits = n_kv.div_ceil(ATTN_VEC_CELLS_PER_SPLIT).clamp(1, ATTN_VEC_MAX_SPLITS);
@@ -278,11 +304,8 @@ pub fn plan_node(
                 && d.dtype == F32 =>
         {
             let v = s(2).expect("checked above");
-            // Sinks: the generic kernel (the decode kernel's merge has no sink term yet).
-            let (path, scratch) = match s(4) {
-                Some(_) => (AttnPath::Generic, 0),
-                None => attn_path(src0, v, s(1).map_or(0, |k| k.ne[1]), paths),
-            };
+            let n_kv = s(1).map_or(0, |k| k.ne[1]);
+            let (path, scratch) = attn_path(src0, v, n_kv, s(4).is_some(), paths);
             Ok(NodePlan { kernel: Kernel::FlashAttn(path), scratch })
         }
         Op::Argmax if src0.dtype == F32 && src0.ne[2] == 1 && src0.ne[3] == 1 => {

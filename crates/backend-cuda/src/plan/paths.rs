@@ -24,17 +24,20 @@ pub enum FastPath {
     /// Batched products (more than 8 columns) through cuBLAS: weights and activations in F16,
     /// tensor cores, F32 accumulation.
     Gemm,
+    /// Prompt attention over K/V tiles in shared memory (`fattn_tile.cu`).
+    AttnTile,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 6] = [
+    pub const ALL: [FastPath; 7] = [
         FastPath::Mmvq,
         FastPath::Mmv,
         FastPath::Graphs,
         FastPath::Fused,
         FastPath::AttnVec,
         FastPath::Gemm,
+        FastPath::AttnTile,
     ];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
@@ -46,6 +49,7 @@ impl FastPath {
             FastPath::Fused => "fused",
             FastPath::AttnVec => "fattn-vec",
             FastPath::Gemm => "gemm",
+            FastPath::AttnTile => "fattn-tile",
         }
     }
 

@@ -149,7 +149,10 @@ fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("").unwrap(), Paths::all());
     assert_eq!(Paths::parse("generic").unwrap().describe(), "generic");
     assert_eq!(Paths::parse("mmvq,mmv").unwrap().describe(), "mmvq,mmv");
-    assert_eq!(Paths::parse("-mmvq").unwrap().describe(), "mmv,graphs,fused,fattn-vec,gemm");
+    assert_eq!(
+        Paths::parse("-mmvq").unwrap().describe(),
+        "mmv,graphs,fused,fattn-vec,gemm,fattn-tile"
+    );
     assert!(Paths::parse("mmvq,-mmv").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();
     assert!(e.contains("'mmvx'"), "{e}");
@@ -175,8 +178,19 @@ fn attention_paths() {
     assert_eq!(p.scratch, 8 * 4 * (128 + 2) * 4);
     let p = attn(1, 1 << 20, Paths::all());
     assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::Vec { splits: 32 }));
-    assert_eq!(attn(9, 4096, Paths::all()).kernel, Kernel::FlashAttn(AttnPath::Generic));
+    // Prompts: the tiled kernel (head size 128 fits); off, the generic one.
+    assert_eq!(attn(9, 4096, Paths::all()).kernel, Kernel::FlashAttn(AttnPath::Tile));
+    let no_tile = Paths::parse("-fattn-tile").unwrap();
+    assert_eq!(attn(9, 4096, no_tile).kernel, Kernel::FlashAttn(AttnPath::Generic));
     assert_eq!(attn(1, 4096, Paths::generic()).kernel, Kernel::FlashAttn(AttnPath::Generic));
+    // Gemma's 256-wide heads do not fit the tiles.
+    let mut ctx = Context::new();
+    let q = ctx.new_tensor(F32, &[256, 32, 4, 1]).unwrap();
+    let k = ctx.new_tensor(F16, &[256, 64, 1, 1]).unwrap();
+    let v = ctx.new_tensor(F16, &[256, 64, 1, 1]).unwrap();
+    let y = ctx.flash_attn_ext(q, k, v, None, 0.0625, 0.0, 0.0).unwrap();
+    let p = plan_node(&ctx, y, SM90, Paths::all()).unwrap();
+    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::Generic));
 }
 
 #[test]
@@ -214,8 +228,8 @@ fn gemm_scratch_and_shapes() {
 }
 
 /// The mixture-of-experts ops and attention sinks have CUDA kernels: MUL_MAT_ID of every type
-/// the backend reads, ARGSORT (and top-k over it), ADD_ID, SWIGLU_OAI and CLAMP; sinks take
-/// the generic attention kernel (the decode path's merge has no sink term).
+/// the backend reads, ARGSORT (and top-k over it), ADD_ID, SWIGLU_OAI and CLAMP; decoding
+/// with sinks takes the prompt kernel (the decode path's merge has no sink term).
 #[test]
 fn moe_ops_and_sinks_are_planned() {
     let mut ctx = Context::new();
@@ -255,7 +269,7 @@ fn moe_ops_and_sinks_are_planned() {
     assert!(matches!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Vec { .. })));
     let sinks = ctx.new_tensor(F32, &[4]).unwrap();
     ctx.add_sinks(fa, sinks).unwrap();
-    assert_eq!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Generic));
+    assert_eq!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Tile));
     let kq = ctx.new_tensor(F32, &[32, 1, 4]).unwrap();
     let sm = ctx.soft_max(kq, None, 1.0, 0.0).unwrap();
     ctx.add_sinks(sm, sinks).unwrap();

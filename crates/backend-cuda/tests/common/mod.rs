@@ -204,16 +204,26 @@ static inline float __shfl_xor_sync(unsigned, float v, int o) {
     return r;
 }
 static inline int __shfl_xor_sync(unsigned, int v, int o) { return (int)shfl_bits((unsigned)v, o); }
+static inline float __shfl_sync(unsigned, float v, int j) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    memcpy(&warp_slots[w][l], &v, 4);
+    warp_bar[w].wait();
+    float r;
+    memcpy(&r, &warp_slots[w][j], 4);
+    warp_bar[w].wait();
+    return r;
+}
 static inline long long __shfl_xor_sync(unsigned, long long v, int o) { return (long long)shfl_bits((unsigned long long)v, o); }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float x) { return sqrtf(x); }
-template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f) {
+template <class F> static void launch3(unsigned gx, unsigned gy, unsigned gz, unsigned bx, F f) {
     blockDim.x = bx; blockDim.y = 1; blockDim.z = 1;
-    gridDim.x = gx; gridDim.y = gy; gridDim.z = 1;
+    gridDim.x = gx; gridDim.y = gy; gridDim.z = gz;
+    for (unsigned z = 0; z < gz; ++z)
     for (unsigned y = 0; y < gy; ++y)
         for (unsigned x = 0; x < gx; ++x) {
-            blockIdx.x = x; blockIdx.y = y; blockIdx.z = 0;
+            blockIdx.x = x; blockIdx.y = y; blockIdx.z = z;
             block_bar.reset(bx);
             for (unsigned w = 0; w < (bx + 31) / 32; ++w) warp_bar[w].reset(bx - 32 * w < 32 ? bx - 32 * w : 32);
             std::vector<std::thread> ts;
@@ -227,6 +237,7 @@ template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f
             for (std::thread &th : ts) th.join();
         }
 }
+template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f) { launch3(gx, gy, 1, bx, f); }
 "#;
 
 /// prelude.cuh's warp and block reductions (plain C++ over the shim's shuffles).
