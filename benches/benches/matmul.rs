@@ -181,6 +181,7 @@ fn mul_mat(
             sync,
             simd,
             batch_invariant: false,
+            prefer_batched: false,
         };
         matmul::mul_mat(&p, d, w, x);
     });
