@@ -56,6 +56,16 @@ int main(int argc, char **argv) {
         TT tm = tt(mb.data(), nkv, nq, 1, T_F16, 2), ts = tt(sb.data(), nh, 1, 1, T_F32, 4);
         launch(nq * nh, 1, 64, [&] { soft_max_op(td, ta, tm, 1, 0.5f, 0.0f, ts, 1); });
         print_f32(out);
+    } else if (!strcmp(op, "addnorm")) {
+        const i64 n = atol(argv[2]), rows = atol(argv[3]);
+        std::vector<u8> ab = slurp(argv[4]), bb = slurp(argv[5]), wb = slurp(argv[6]);
+        std::vector<float> sum(n * rows), out(n * rows);
+        TT ts = tt(sum.data(), n, rows, 1, T_F32, 4), td = tt(out.data(), n, rows, 1, T_F32, 4);
+        TT ta = tt(ab.data(), n, rows, 1, T_F32, 4), tb = tt(bb.data(), n, rows, 1, T_F32, 4);
+        TT tw = tt(wb.data(), n, 1, 1, T_F32, 4);
+        launch(rows, 1, 64, [&] { add_rms_norm_mul_op(ts, ta, tb, td, tw, 1e-6f); });
+        print_f32(sum);
+        print_f32(out);
     } else if (!strcmp(op, "rmsnorm")) {
         const i64 n = atol(argv[2]), rows = atol(argv[3]);
         std::vector<u8> ab = slurp(argv[4]), wb = slurp(argv[5]);
@@ -279,6 +289,24 @@ fn attention_norm_and_q8_kernels_match_f64() {
         .collect();
     let e = rel_err(&got, &want);
     assert!(e < 1e-5, "rms_norm_mul_op: error {e:.2e}");
+    // The residual ADD before them: x = a + b stored, then the same norm x weight of x.
+    let b = values(n * rows, 7);
+    let bf = write(&dir, "b.bin", &f32_bytes(&b));
+    let got = floats(&run(&exe, &["addnorm", &n.to_string(), &rows.to_string(), &xf, &bf, &wf]));
+    let (sum, out) = got.split_at(n * rows);
+    for (i, s) in sum.iter().enumerate() {
+        assert_eq!(s.to_bits(), (x[i] + b[i]).to_bits(), "add_rms_norm_mul_op's sum {i}");
+    }
+    let want: Vec<f64> = (0..rows)
+        .flat_map(|r| {
+            let row: Vec<f64> = (0..n).map(|i| f64::from(x[r * n + i] + b[r * n + i])).collect();
+            let ms = row.iter().map(|v| v * v).sum::<f64>() / n as f64;
+            let scale = 1.0 / (ms + 1e-6).sqrt();
+            (0..n).map(move |i| row[i] * scale * f64::from(w[i])).collect::<Vec<_>>()
+        })
+        .collect();
+    let e = rel_err(out, &want);
+    assert!(e < 1e-5, "add_rms_norm_mul_op: error {e:.2e}");
 
     // Q8_1 of 8 blocks: the same values as ggml's quantizer gives, within a quant step.
     let x = values(256, 8);

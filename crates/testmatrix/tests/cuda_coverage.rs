@@ -70,6 +70,15 @@ fn the_fused_window_is_reached_by_a_case() {
         })
         .count();
     assert!(hits >= 2, "{hits} cases reach RMS_NORM+MUL");
+    // The residual ADD before them, its sum read again (stored by the fused kernel).
+    let residual = built(None)
+        .iter()
+        .filter(|(_, ctx, out)| {
+            let graph = Graph::build(ctx, &[*out]);
+            !fusion_windows(ctx, graph.nodes(), &[FusionKind::AddRmsNormMul]).is_empty()
+        })
+        .count();
+    assert!(residual >= 2, "{residual} cases reach ADD+RMS_NORM+MUL");
     // The gate/up window with both products on the int8 path (what the executor fuses).
     let cap = Capability { arch: 90, cublas: true };
     let gate_up = built(Some("FFN_GLU"))

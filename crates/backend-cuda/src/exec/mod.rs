@@ -153,7 +153,8 @@ impl Executor {
         // Windows a fused kernel takes: launched at their first node, the rest skipped.
         let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
         let windows = if self.paths.allows(FastPath::Fused) {
-            fusion_windows(ctx, &ids, &[FusionKind::RmsNormMul, FusionKind::GateUpGlu])
+            let kinds = [FusionKind::AddRmsNormMul, FusionKind::RmsNormMul, FusionKind::GateUpGlu];
+            fusion_windows(ctx, &ids, &kinds)
         } else {
             Vec::new()
         };

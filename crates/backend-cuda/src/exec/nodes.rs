@@ -321,6 +321,21 @@ impl Resolver<'_> {
         plan_of: &std::collections::HashMap<TensorId, NodePlan>,
     ) -> bool {
         match w.kind {
+            FusionKind::AddRmsNormMul => {
+                let (add, norm, mul) =
+                    (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]), self.ctx.get(w.nodes[2]));
+                let f32_of = |t: Option<TensorId>| t.map(|t| self.ctx.get(t));
+                let (a, b) = (f32_of(add.src[0]), f32_of(add.src[1]));
+                let same = |t: Option<&tessera_tensor::graph::TensorDesc>| {
+                    t.is_some_and(|t| t.dtype == DType::F32 && t.ne == add.ne)
+                };
+                add.dtype == DType::F32
+                    && same(a)
+                    && same(b)
+                    && norm.dtype == DType::F32
+                    && mul.dtype == DType::F32
+                    && mul.src[1].is_some_and(|w| self.ctx.get(w).dtype == DType::F32)
+            }
             FusionKind::GateUpGlu => {
                 let (g, u, glu) = (w.nodes[0], w.nodes[1], self.ctx.get(w.nodes[2]));
                 let mmvq = |n: TensorId| {
@@ -361,6 +376,23 @@ impl Resolver<'_> {
     pub(crate) fn fused(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
         if w.kind == FusionKind::GateUpGlu {
             return self.gate_up_glu(w, q8);
+        }
+        if w.kind == FusionKind::AddRmsNormMul {
+            let (add, norm, mul) = (w.nodes[0], w.nodes[1], w.nodes[2]);
+            let Op::RmsNorm { eps } = self.ctx.get(norm).op else {
+                return Err(CudaError::Driver("AddRmsNormMul window without its RMS_NORM".into()));
+            };
+            let a = self.ctx.get(add);
+            let rows = a.ne[1] * a.ne[2] * a.ne[3];
+            let args = vec![
+                self.arg(add)?.into(),
+                self.src(add, 0)?.into(),
+                self.src(add, 1)?.into(),
+                self.arg(mul)?.into(),
+                self.src(mul, 1)?.into(),
+                eps.into(),
+            ];
+            return Ok(one("add_rms_norm_mul_op", per_row(rows, THREADS), args));
         }
         let (norm, mul) = (w.nodes[0], w.nodes[1]);
         let Op::RmsNorm { eps } = self.ctx.get(norm).op else {

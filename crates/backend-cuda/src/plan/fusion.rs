@@ -1,11 +1,13 @@
 //! Fusion windows over a graph's node list: runs of nodes one kernel could compute together,
 //! where llama.cpp's CUDA backend fuses and a little beyond. The executor asks for the kinds
-//! it has kernels for (RMS_NORM then MUL, `fused.cu`; gate and up products of the int8 path
-//! with their GLU, `quant.cu`'s `mmvq_glu_*`) and runs the rest node by node.
+//! it has kernels for (RMS_NORM then MUL, and the residual ADD before them, `fused.cu`; gate and
+//! up products of the int8 path with their GLU, `quant.cu`'s `mmvq_glu_*`) and runs the rest
+//! node by node.
 //!
 //! A window is only a window when the nodes are consecutive in the list, each intermediate
 //! result is read by the next node of the window alone, and no intermediate is a graph output
-//! (its value must then exist in memory).
+//! (its value must then exist in memory); AddRmsNormMul's sum is the exception, stored by its
+//! kernel for the later readers.
 
 use tessera_tensor::graph::{Context, Flags, GluOp, Op, TensorId};
 
@@ -20,6 +22,8 @@ pub enum FusionKind {
     GateUpGlu,
     /// ROPE, then SET_ROWS of the rotated rows (the write into the KV cache).
     RopeSetRows,
+    /// ADD (the residual, read again later: stored), RMS_NORM of the sum, MUL by a weight row.
+    AddRmsNormMul,
 }
 
 /// One window: its kind and its nodes, in list order.
@@ -55,6 +59,17 @@ pub fn fusion_windows(ctx: &Context, nodes: &[TensorId], kinds: &[FusionKind]) -
     while i < nodes.len() {
         let d = |k: usize| nodes.get(i + k).map(|&id| (id, ctx.get(id)));
         let found = match (d(0), d(1), d(2)) {
+            (Some((a, da)), Some((n, dn)), Some((_, dm)))
+                if kinds.contains(&FusionKind::AddRmsNormMul)
+                    && da.op == Op::Add
+                    && matches!(dn.op, Op::RmsNorm { .. })
+                    && dn.src[0] == Some(a)
+                    && dm.op == Op::Mul
+                    && dm.src[0] == Some(n)
+                    && inner(n) =>
+            {
+                Some((FusionKind::AddRmsNormMul, 3))
+            }
             (Some((a, da)), Some((_, db)), _)
                 if matches!(da.op, Op::RmsNorm { .. })
                     && db.op == Op::Mul
@@ -154,6 +169,30 @@ mod tests {
         let graph = Graph::build(&ctx, &[y]);
         let w = fusion_windows(&ctx, graph.nodes(), &[FusionKind::RmsNormMul]);
         assert_eq!(w, [Window { kind: FusionKind::RmsNormMul, nodes: vec![n, h] }]);
+    }
+
+    /// The residual stream: the sum read again later still fuses with the norm after it when
+    /// AddRmsNormMul is asked for (its kernel stores the sum); not when the norm is read twice.
+    #[test]
+    fn residual_add_norm_mul() {
+        let mut ctx = Context::new();
+        let x = ctx.new_tensor(F32, &[64, 1]).unwrap();
+        let res = ctx.new_tensor(F32, &[64, 1]).unwrap();
+        let w = ctx.new_tensor(F32, &[64]).unwrap();
+        let sum = ctx.add(x, res).unwrap();
+        let n = ctx.rms_norm(sum, 1e-6).unwrap();
+        let h = ctx.mul(n, w).unwrap();
+        let later = ctx.add(h, sum).unwrap();
+        let graph = Graph::build(&ctx, &[later]);
+        let kinds = [FusionKind::AddRmsNormMul, FusionKind::RmsNormMul];
+        let found = fusion_windows(&ctx, graph.nodes(), &kinds);
+        assert_eq!(found, [Window { kind: FusionKind::AddRmsNormMul, nodes: vec![sum, n, h] }]);
+        // Without it: the norm and the mul alone.
+        let found = fusion_windows(&ctx, graph.nodes(), &[FusionKind::RmsNormMul]);
+        assert_eq!(found, [Window { kind: FusionKind::RmsNormMul, nodes: vec![n, h] }]);
+        let again = ctx.add(n, x).unwrap();
+        let graph = Graph::build(&ctx, &[later, again]);
+        assert!(fusion_windows(&ctx, graph.nodes(), &kinds[..1]).is_empty());
     }
 
     /// K rotated and written into the cache: one window; not when the rotated K is also an

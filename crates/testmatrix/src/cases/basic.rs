@@ -217,13 +217,17 @@ impl CaseSpec for Norm {
 }
 
 /// RMS_NORM then MUL by a weight row broadcast over the rows (a model's norm with its scale):
-/// two nodes that backends may run as one kernel (the CUDA backend's `rms_norm_mul_op`).
+/// two nodes that backends may run as one kernel (the CUDA backend's `rms_norm_mul_op`). With
+/// `residual`, the normed tensor is a sum (ADD) that the output adds again, as a block's
+/// residual stream (the CUDA backend's `add_rms_norm_mul_op` stores the sum for that).
 #[derive(Debug, Clone)]
 pub struct NormMul {
     /// Shape of the normed tensor.
     pub ne: [usize; 4],
     /// Epsilon.
     pub eps: f32,
+    /// The residual ADD before the norm, its sum added to the output.
+    pub residual: bool,
 }
 
 impl CaseSpec for NormMul {
@@ -231,14 +235,23 @@ impl CaseSpec for NormMul {
         "RMS_NORM"
     }
     fn dtype(&self) -> String {
-        "f32,mul".into()
+        if self.residual { "f32,add,mul" } else { "f32,mul" }.into()
     }
     fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
-        let a = b.leaf(DType::F32, &self.ne, Init::Uniform { min: -10.0, max: 10.0 })?;
+        let mut a = b.leaf(DType::F32, &self.ne, Init::Uniform { min: -10.0, max: 10.0 })?;
+        if self.residual {
+            let r = b.leaf(DType::F32, &self.ne, Init::Uniform { min: -10.0, max: 10.0 })?;
+            a = b.ctx.add(a, r)?;
+        }
         let w =
             b.leaf(DType::F32, &[self.ne[0], 1, 1, 1], Init::Uniform { min: -2.0, max: 2.0 })?;
         let n = b.ctx.rms_norm(a, self.eps)?;
-        b.ctx.mul(n, w)
+        let y = b.ctx.mul(n, w)?;
+        if self.residual {
+            b.ctx.add(y, a)
+        } else {
+            Ok(y)
+        }
     }
     fn tolerance(&self) -> Tolerance {
         Tolerance::Nmse(thresholds::DEFAULT)

@@ -103,7 +103,9 @@ fn norms(v: &mut Vec<Case>) {
         }
     }
     for ne in [[64, 5, 4, 3], [4096, 2, 1, 1]] {
-        v.push(Case::new(NormMul { ne, eps: 1e-6 }));
+        for residual in [false, true] {
+            v.push(Case::new(NormMul { ne, eps: 1e-6, residual }));
+        }
     }
 }
 
