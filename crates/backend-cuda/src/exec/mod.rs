@@ -11,6 +11,7 @@
 //!   ([`graphs`]).
 //! - A batched product's cuBLAS call (`gemm.rs`) is queued on the same stream, between the
 //!   kernels that convert its inputs and those that read its output.
+//! - `fused.rs` resolves the fused windows and MUL_MAT_ID's int8 path.
 //! - `nodes.rs` gives each node's launches (kernels, arguments, launch shape) for the kernel
 //!   its plan chose; `args.rs` holds the arguments between resolving and launching.
 //!
@@ -21,6 +22,7 @@
 //! addresses hold while a resolved graph lives.
 
 mod args;
+mod fused;
 mod gemm;
 mod graphs;
 mod nodes;

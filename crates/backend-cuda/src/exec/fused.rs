@@ -1,0 +1,192 @@
+//! The launches of fused windows ([`crate::plan::fusion_windows`]) and of MUL_MAT_ID's int8
+//! path: which windows the kernels can take ([`Resolver::can_fuse`]) and their launches.
+
+use super::args::{per_row, warps, Arg, TensorArg, THREADS};
+use super::nodes::{one, Pending, Resolver};
+use crate::plan::{FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window};
+use crate::types::row_of;
+use crate::CudaError;
+use cudarc::driver::LaunchConfig;
+use std::collections::HashMap;
+use tessera_tensor::graph::{GluOp, Op, TensorId};
+use tessera_tensor::DType;
+
+impl Resolver<'_> {
+    /// Whether a kernel takes window `w` with these types and plans (it must give the bits of
+    /// the nodes it replaces): F32 residual sums of equal shapes, RMS_NORM into F32 then MUL by
+    /// floats, gate and up products both on the int8 path with one weight type.
+    pub(crate) fn can_fuse(&self, w: &Window, plan_of: &HashMap<TensorId, NodePlan>) -> bool {
+        match w.kind {
+            FusionKind::AddRmsNormMul => {
+                let (add, norm, mul) =
+                    (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]), self.ctx.get(w.nodes[2]));
+                let f32_of = |t: Option<TensorId>| t.map(|t| self.ctx.get(t));
+                let (a, b) = (f32_of(add.src[0]), f32_of(add.src[1]));
+                let same = |t: Option<&tessera_tensor::graph::TensorDesc>| {
+                    t.is_some_and(|t| t.dtype == DType::F32 && t.ne == add.ne)
+                };
+                add.dtype == DType::F32
+                    && same(a)
+                    && same(b)
+                    && norm.dtype == DType::F32
+                    && mul.dtype == DType::F32
+                    && mul.src[1].is_some_and(|w| self.ctx.get(w).dtype == DType::F32)
+            }
+            FusionKind::GateUpGlu => {
+                let (g, u, glu) = (w.nodes[0], w.nodes[1], self.ctx.get(w.nodes[2]));
+                let mmvq = |n: TensorId| {
+                    plan_of.get(&n).is_some_and(|p| p.kernel == Kernel::MulMat(MatmulPath::Mmvq))
+                };
+                let weights = |n: TensorId| self.ctx.get(self.ctx.get(n).src[0].expect("weights"));
+                let (wg, wu) = (weights(g), weights(u));
+                let (dg, du) = (self.ctx.get(g), self.ctx.get(u));
+                mmvq(g)
+                    && mmvq(u)
+                    && wg.dtype == wu.dtype
+                    && wg.ne == wu.ne
+                    && row_of(wg.dtype).is_some_and(|r| r.mmvq_glu.is_some())
+                    && dg.ne == du.ne
+                    && glu.dtype == DType::F32
+                    && glu.ne == dg.ne
+                    && glu.nb[0] == 4
+                    && glu.nb[1] % 4 == 0
+                    && glu.src[1].is_some()
+            }
+            FusionKind::RmsNormMul => {
+                let (norm, mul) = (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]));
+                let float = |t: Option<TensorId>| {
+                    t.is_some_and(|t| crate::types::is_float(self.ctx.get(t).dtype))
+                };
+                matches!(norm.op, Op::RmsNorm { .. })
+                    && norm.dtype == DType::F32
+                    && float(norm.src[0])
+                    && mul.op == Op::Mul
+                    && float(mul.src[1])
+                    && crate::types::is_float(mul.dtype)
+            }
+            _ => false,
+        }
+    }
+
+    /// The launch of a window [`Resolver::can_fuse`] accepted.
+    pub(crate) fn fused(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
+        if w.kind == FusionKind::GateUpGlu {
+            return self.gate_up_glu(w, q8);
+        }
+        if w.kind == FusionKind::AddRmsNormMul {
+            let (add, norm, mul) = (w.nodes[0], w.nodes[1], w.nodes[2]);
+            let Op::RmsNorm { eps } = self.ctx.get(norm).op else {
+                return Err(CudaError::Driver("AddRmsNormMul window without its RMS_NORM".into()));
+            };
+            let a = self.ctx.get(add);
+            let rows = a.ne[1] * a.ne[2] * a.ne[3];
+            let args = vec![
+                self.arg(add)?.into(),
+                self.src(add, 0)?.into(),
+                self.src(add, 1)?.into(),
+                self.arg(mul)?.into(),
+                self.src(mul, 1)?.into(),
+                eps.into(),
+            ];
+            return Ok(one("add_rms_norm_mul_op", per_row(rows, THREADS), args));
+        }
+        let (norm, mul) = (w.nodes[0], w.nodes[1]);
+        let Op::RmsNorm { eps } = self.ctx.get(norm).op else {
+            return Err(CudaError::Driver(format!("{:?} window without its RMS_NORM", w.kind)));
+        };
+        let a = self.ctx.get(self.ctx.get(norm).src[0].expect("a source"));
+        let rows = a.ne[1] * a.ne[2] * a.ne[3];
+        let args = vec![
+            self.arg(mul)?.into(),
+            self.src(norm, 0)?.into(),
+            self.src(mul, 1)?.into(),
+            eps.into(),
+        ];
+        Ok(one("rms_norm_mul_op", per_row(rows, THREADS), args))
+    }
+
+    /// The GateUpGlu window: the activations to Q8_1 (where the gate product is their first
+    /// reader), then one `mmvq_glu_*` for both products and the gated unit.
+    fn gate_up_glu(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
+        let (g, u, glu) = (w.nodes[0], w.nodes[1], w.nodes[2]);
+        let q8 = q8.ok_or_else(|| {
+            CudaError::Driver("a fused gate/up product without its Q8_1 activations".into())
+        })?;
+        let weights = |n: TensorId| self.ctx.get(n).src[0].expect("weights");
+        let wd = self.ctx.get(weights(g));
+        let wu = self.ctx.get(weights(u));
+        let entry = row_of(wd.dtype).and_then(|r| r.mmvq_glu).ok_or_else(|| {
+            CudaError::Driver(format!("a fused gate/up product of {} weights", wd.dtype))
+        })?;
+        let x = self.src(g, 1)?;
+        let dst = self.arg(glu)?;
+        let (nrows, nblocks, cols) = (wd.ne[1], wd.ne[0] / 32, x.ne[1]);
+        let yq = self.scratch + q8.offset as u64;
+        let Op::Glu { op, .. } = self.ctx.get(glu).op else {
+            return Err(CudaError::Driver("a GateUpGlu window without its GLU".into()));
+        };
+        let args = vec![
+            Arg::Ptr(self.arg(weights(g))?.p),
+            Arg::Ptr(self.arg(weights(u))?.p),
+            Arg::Ptr(yq),
+            Arg::Ptr(dst.p),
+            (nrows as i32).into(),
+            (nblocks as i32).into(),
+            (wd.nb[1] as i64).into(),
+            (wu.nb[1] as i64).into(),
+            (cols as i32).into(),
+            (dst.nb[1] / 4).into(),
+            i32::from(op == GluOp::GeGlu).into(),
+        ];
+        let mut v = Vec::with_capacity(2);
+        if q8.quantize {
+            let all = nblocks as i64 * cols;
+            let q = vec![Arg::Ptr(x.p), Arg::Ptr(yq), all.into()];
+            v.push(Pending { entry: "quantize_q8_1", cfg: warps(all as usize, 8), args: q });
+        }
+        v.push(Pending { entry, cfg: warps(nrows, 8), args });
+        Ok(v)
+    }
+
+    /// MUL_MAT_ID on the int8 path: the activations (contiguous, checked by the plan) to Q8_1
+    /// in the node's scratch, then one warp per expert row for each (slot, token).
+    pub(super) fn mul_mat_id_mmvq(
+        &self,
+        id: TensorId,
+        dst: TensorArg,
+        w: TensorArg,
+    ) -> Result<Vec<Pending>, CudaError> {
+        let d = self.ctx.get(id);
+        let wd = self.ctx.get(d.src[0].expect("experts"));
+        let b = self.src(id, 1)?;
+        let ids = self.src(id, 2)?;
+        let entry = row_of(wd.dtype).and_then(|r| r.mmvq_id).ok_or_else(|| {
+            CudaError::Driver(format!("mmvq planned for {} experts without a kernel", wd.dtype))
+        })?;
+        let (nrows, nblocks) = (wd.ne[1], wd.ne[0] / 32);
+        let (nb, n_tokens, n_used) = (b.ne[1], b.ne[2], ids.ne[0]);
+        let all = nblocks as i64 * nb * n_tokens;
+        let quantize = vec![Arg::Ptr(b.p), Arg::Ptr(self.own), all.into()];
+        let args = vec![
+            Arg::Ptr(w.p),
+            Arg::Ptr(self.own),
+            Arg::Ptr(dst.p),
+            Arg::Ptr(ids.p),
+            (nrows as i32).into(),
+            (nblocks as i32).into(),
+            (wd.nb[1] as i64).into(),
+            (wd.nb[2] as i64).into(),
+            (wd.ne[2] as i32).into(),
+            (n_used as i32).into(),
+            (nb as i32).into(),
+            (ids.nb[1] / 4).into(),
+        ];
+        let rows = warps(nrows, 8);
+        let cfg =
+            LaunchConfig { grid_dim: (rows.grid_dim.0, (n_used * n_tokens) as u32, 1), ..rows };
+        Ok(vec![
+            Pending { entry: "quantize_q8_1", cfg: warps(all as usize, 8), args: quantize },
+            Pending { entry, cfg, args },
+        ])
+    }
+}
