@@ -8,7 +8,8 @@
 # of the project's GPU material: llama.cpp's pruned source, the gguf wheel, make_random_llama.py).
 # Run: bash .gpu/check.sh [quick]  (each step has its own time limit; a failed step is reported
 # and the rest go on, so one run gives the whole picture). `quick`: no benchmarks, one type less.
-# Everything lands in three files under $OUT (report.md, all-logs.txt, test-matrix.log): the
+# Everything lands in four files under $OUT (report.md, all-logs.txt, test-matrix.log,
+# ncu-summary.txt): the
 # device tool returns only a few files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -183,6 +184,22 @@ if [ -z "$QUICK" ]; then  # decoding without the fast paths, for their share of 
   echo "Q4_0, generic kernels only:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-generic.log" | tail -2 >> "$R"
   run 150 "bench-tessera-Q4_0-nographs" env TESSERA_CUDA_PATHS=-graphs "$B/tessera" bench -m $T/1b-Q4_0.gguf -ngl 99 -p 512 -n 128 -r 2
   echo "Q4_0, without CUDA graphs:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-nographs.log" | tail -2 >> "$R"
+fi
+
+step "compute-sanitizer and ncu: bad accesses, and each kernel's share of a decoded token"
+# memcheck over a prompt batch (gemm, prompt attention) and a few decoded tokens (MMVQ, fused
+# windows, decode attention); ncu's per-kernel summary of 4 tokens (kernels per token and their
+# times; --clock-control none as METHOD.md says). Firecracker machines have both; on gVisor
+# they fail, and the step says so.
+if [ -z "$QUICK" ] && command -v compute-sanitizer > /dev/null; then
+  SAN=(run -m $T/1b-Q4_0.gguf -p "$(head -c 1500 README.md)" -c 1024 -n 4 --temp 0 -ngl 99 -no-cnv)
+  run 150 sanitizer compute-sanitizer --tool memcheck --print-limit 20 "$B/tessera" "${SAN[@]}"
+  grep -E "ERROR SUMMARY|Invalid|out of bounds" "$L/sanitizer.log" | head -8 >> "$R"
+fi
+if [ -z "$QUICK" ] && command -v ncu > /dev/null; then
+  run 150 ncu ncu --clock-control none --print-summary per-kernel "$B/tessera" run -m $T/1b-Q4_0.gguf -p "The capital of France is" -n 4 --temp 0 -ngl 99 -no-cnv
+  grep -E "^ +[a-z_0-9]+.*\(|Invocations|Duration" "$L/ncu.log" | head -60 >> "$OUT/ncu-summary.txt"
+  echo "ncu: $(grep -c "Invocations" "$L/ncu.log") kernel kinds (summary in ncu-summary.txt)" >> "$R"
 fi
 
 step "speculative decoding on the GPU (the mechanics' cost; random weights, so acceptance means nothing)"
