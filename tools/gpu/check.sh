@@ -9,8 +9,7 @@
 # Run: bash .gpu/check.sh [quick]  (each step has its own time limit; a failed step is reported
 # and the rest go on, so one run gives the whole picture). `quick`: no benchmarks, one type less.
 # Everything lands in four files under $OUT (report.md, all-logs.txt, test-matrix.log,
-# ncu-summary.txt): the
-# device tool returns only a few files.
+# ncu-summary.txt): the device tool returns only a few files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
