@@ -8,6 +8,8 @@
 # of the project's GPU material: llama.cpp's pruned source, the gguf wheel, make_random_llama.py).
 # Run: bash .gpu/check.sh [quick]  (each step has its own time limit; a failed step is reported
 # and the rest go on, so one run gives the whole picture). `quick`: no benchmarks, one type less.
+# `profile`: only the 1B Q4_0 file, then compute-sanitizer's memcheck and ncu's per-kernel
+# summary (a second call: the whole check leaves no time for them).
 # Everything lands in four files under $OUT (report.md, all-logs.txt, test-matrix.log,
 # ncu-summary.txt): the device tool returns only a few files.
 set -uo pipefail
@@ -66,7 +68,7 @@ lscpu | grep -m1 "Model name" >> "$R"
 
 # llama.cpp b11312 in the background (about 4 minutes on 16 cores), below Tessera's priority.
 LC=/tmp/b/bin
-if [ ! -x $LC/llama-bench ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz ]; then
+if [ ! -x $LC/llama-bench ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz ] && [ "$QUICK" != profile ]; then
   mkdir -p /tmp/src && tar xJf gpu-ref/llama.cpp-b11312-src-pruned.tar.xz -C /tmp/src
   ( cd /tmp/src/lc && nice -n 19 cmake -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
@@ -77,6 +79,7 @@ if [ ! -x $LC/llama-bench ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz ]
   BUILD=$!
 fi
 
+if [ "$QUICK" != profile ]; then
 step "CUDA tests (REQUIRE_CUDA=1)"
 # (every_kernel_compiles... builds each module for four architectures: CI does that already.)
 for t in "$B"/tests/*; do
@@ -95,18 +98,39 @@ cp "$L/test-matrix.log" "$OUT/test-matrix.log"
 echo "fast paths: $(grep -E "^TOTAL" "$L/test-matrix.log")" >> "$R"
 grep -E "FAIL" "$L/test-matrix.log" | head -20 >> "$R"
 "$B/tessera" --version >> "$R" 2>&1
+fi
 
 step "random-weight Llama-3.2-1B files"
 python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.whl >> "$L/pip.log" 2>&1
 gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
 [ -f $T/1b-f16.gguf ] || PYTHONPATH=$T/site run 120 make-1b python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf
-TYPES="Q4_0 Q4_K_M Q8_0"; [ -n "$QUICK" ] && TYPES="Q4_0 Q4_K_M"
+TYPES="Q4_0 Q4_K_M Q8_0"; [ -n "$QUICK" ] && TYPES="Q4_0 Q4_K_M"; [ "$QUICK" = profile ] && TYPES=Q4_0
 for q in $TYPES; do
   [ -f $T/1b-$q.gguf ] || run 240 "quantize-$q" "$B/tessera" quantize $T/1b-f16.gguf $T/1b-$q.gguf $q
 done
 ls -la $T/*.gguf >> "$R" 2>&1
 TEXT=$T/text.txt
 cat README.md docs/ARCHITECTURE.md > $TEXT
+
+if [ "$QUICK" = profile ]; then
+  step "compute-sanitizer and ncu: bad accesses, and each kernel's share of a decoded token"
+  # memcheck over a prompt batch (gemm, prompt attention) and a few decoded tokens (MMVQ, fused
+  # windows, decode attention); ncu's per-kernel summary of 4 tokens (kernels per token and their
+  # times; --clock-control none as METHOD.md says). Firecracker machines have both; on gVisor
+  # they fail, and the step says so.
+  if command -v compute-sanitizer > /dev/null; then
+    SAN=(run -m $T/1b-Q4_0.gguf -p "$(head -c 1500 README.md)" -c 1024 -n 4 --temp 0 -ngl 99 -no-cnv)
+    run 150 sanitizer compute-sanitizer --tool memcheck --print-limit 20 "$B/tessera" "${SAN[@]}"
+    grep -E "ERROR SUMMARY|Invalid|out of bounds" "$L/sanitizer.log" | head -8 >> "$R"
+  fi
+  if command -v ncu > /dev/null; then
+    run 150 ncu ncu --clock-control none --print-summary per-kernel "$B/tessera" run -m $T/1b-Q4_0.gguf -p "The capital of France is" -n 4 --temp 0 -ngl 99 -no-cnv
+    grep -E "^ +[a-z_0-9]+.*\(|Invocations|Duration" "$L/ncu.log" | head -60 >> "$OUT/ncu-summary.txt"
+    echo "ncu: $(grep -c "Invocations" "$L/ncu.log") kernel kinds (summary in ncu-summary.txt)" >> "$R"
+  fi
+  echo "done $(date -u +%FT%TZ)" >> "$R"
+  exit 0
+fi
 
 step "Tessera CUDA vs Tessera CPU (KL divergence, c=256, 4 chunks)"
 for q in $TYPES f16; do
@@ -183,22 +207,6 @@ if [ -z "$QUICK" ]; then  # decoding without the fast paths, for their share of 
   echo "Q4_0, generic kernels only:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-generic.log" | tail -2 >> "$R"
   run 150 "bench-tessera-Q4_0-nographs" env TESSERA_CUDA_PATHS=-graphs "$B/tessera" bench -m $T/1b-Q4_0.gguf -ngl 99 -p 512 -n 128 -r 2
   echo "Q4_0, without CUDA graphs:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-nographs.log" | tail -2 >> "$R"
-fi
-
-step "compute-sanitizer and ncu: bad accesses, and each kernel's share of a decoded token"
-# memcheck over a prompt batch (gemm, prompt attention) and a few decoded tokens (MMVQ, fused
-# windows, decode attention); ncu's per-kernel summary of 4 tokens (kernels per token and their
-# times; --clock-control none as METHOD.md says). Firecracker machines have both; on gVisor
-# they fail, and the step says so.
-if [ -z "$QUICK" ] && command -v compute-sanitizer > /dev/null; then
-  SAN=(run -m $T/1b-Q4_0.gguf -p "$(head -c 1500 README.md)" -c 1024 -n 4 --temp 0 -ngl 99 -no-cnv)
-  run 150 sanitizer compute-sanitizer --tool memcheck --print-limit 20 "$B/tessera" "${SAN[@]}"
-  grep -E "ERROR SUMMARY|Invalid|out of bounds" "$L/sanitizer.log" | head -8 >> "$R"
-fi
-if [ -z "$QUICK" ] && command -v ncu > /dev/null; then
-  run 150 ncu ncu --clock-control none --print-summary per-kernel "$B/tessera" run -m $T/1b-Q4_0.gguf -p "The capital of France is" -n 4 --temp 0 -ngl 99 -no-cnv
-  grep -E "^ +[a-z_0-9]+.*\(|Invocations|Duration" "$L/ncu.log" | head -60 >> "$OUT/ncu-summary.txt"
-  echo "ncu: $(grep -c "Invocations" "$L/ncu.log") kernel kinds (summary in ncu-summary.txt)" >> "$R"
 fi
 
 step "speculative decoding on the GPU (the mechanics' cost; random weights, so acceptance means nothing)"
