@@ -3,9 +3,6 @@
 // correctness baseline as in ops.cu; the batched expert paths (grouped products) replace
 // MUL_MAT_ID's kernel where they apply.
 
-#define GRID_STRIDE(i, n) \
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
-
 // MUL_MAT_ID: d [M, n_used, n_tokens]; row (e, t) is expert ids[e, t]'s matrix (as: [K, M,
 // n_expert]) times row (e % b.ne[1], t) of b ([K, n_b, n_tokens]). One warp per output
 // element; an expert id out of range gives NaN (the router's ids never are).

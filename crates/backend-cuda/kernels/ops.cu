@@ -4,9 +4,6 @@
 // paths of decoding and prefill (quant.cu's MMVQ, cuBLAS, tiled attention) replace them per
 // shape where they apply.
 
-#define GRID_STRIDE(i, n) \
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
-
 // Binary ops with src1 broadcast (ggml's repeat rule): 0 add, 1 sub, 2 mul, 3 div.
 extern "C" __global__ void binary_op(TT d, TT a, TT b, int op) {
     GRID_STRIDE(i, n_elems(d)) {

@@ -9,6 +9,9 @@ typedef long long i64;
 
 #define WARP 32
 #define INFINITY __int_as_float(0x7f800000)
+// A grid-stride loop of `i` over 0..n (the element-wise kernels).
+#define GRID_STRIDE(i, n) \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
 __device__ __forceinline__ float h2f(u16 h) {
     float f;

@@ -3,7 +3,7 @@
 use crate::buffer::CudaBufferType;
 use crate::exec::Executor;
 use crate::gpu::Gpu;
-use crate::plan::{plan_node, Capability, Paths};
+use crate::plan::{plan_node, Paths};
 use crate::CudaError;
 use cudarc::driver::result;
 use std::sync::Arc;
@@ -82,12 +82,6 @@ pub struct CudaBackend {
     exec: Executor,
 }
 
-impl CudaBackend {
-    fn capability(&self) -> Capability {
-        Capability { arch: self.gpu.info.arch(), cublas: self.gpu.blas.is_some() }
-    }
-}
-
 impl Drop for CudaBackend {
     fn drop(&mut self) {
         self.exec.release(&self.gpu);
@@ -120,7 +114,7 @@ impl Backend for CudaBackend {
         Arc::new(CudaBufferType { gpu: self.gpu.clone() })
     }
     fn supports_op(&self, ctx: &Context, node: TensorId) -> bool {
-        plan_node(ctx, node, self.capability(), self.exec.paths()).is_ok()
+        plan_node(ctx, node, self.gpu.capability(), self.exec.paths()).is_ok()
     }
     fn supports_buffer(&self, buffer: &dyn Buffer) -> bool {
         !buffer.is_host() && buffer.device_ptr().is_some() && buffer.name() == self.gpu.name

@@ -71,6 +71,11 @@ impl Gpu {
         })
     }
 
+    /// What the plan knows of this device.
+    pub(crate) fn capability(&self) -> crate::plan::Capability {
+        crate::plan::Capability { arch: self.info.arch(), cublas: self.blas.is_some() }
+    }
+
     /// Makes the context current on this thread.
     pub(crate) fn bind(&self) -> Result<(), CudaError> {
         self.ctx.bind_to_thread().map_err(|e| CudaError::Driver(format!("{e:?}")))

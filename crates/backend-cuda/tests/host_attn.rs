@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{floats, run, values, write, THREADS_SHIM};
+use common::{f32_bytes, floats, run, values, write, THREADS_SHIM};
 use half::f16;
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
@@ -87,10 +87,6 @@ int main(int argc, char **argv) {
     return 0;
 }
 "#;
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
 
 fn f16_round(v: &[f32]) -> (Vec<u8>, Vec<f32>) {
     let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();

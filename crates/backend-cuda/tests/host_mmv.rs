@@ -80,7 +80,7 @@ fn float_matrix_vector_kernels_match_f64() {
             }
             for cols in [1usize, 3, 8] {
                 let x = values(k * cols, 100 + cols as u64);
-                let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let xb = common::f32_bytes(&x);
                 let wf = write(&dir, "w.bin", &bytes);
                 let xf = write(&dir, "x.bin", &xb);
                 let dims = [rows, k, row_bytes, cols].map(|v| v.to_string());

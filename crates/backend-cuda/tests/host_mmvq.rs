@@ -176,7 +176,7 @@ fn int8_matrix_vector_kernels_match_f64() {
         let files = [
             write(&dir, "e.bin", &experts),
             write(&dir, "b.bin", &b),
-            write(&dir, "ids.bin", &ids.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>()),
+            write(&dir, "ids.bin", &common::i32_bytes(&ids)),
         ];
         let nums =
             [rows, nblocks, row_bytes, rows * row_bytes, n_expert, n_used, nb, n_tokens, stride];

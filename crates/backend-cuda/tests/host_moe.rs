@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{call, floats, run, values, write, LAUNCH_SHIM};
+use common::{call, f32_bytes, floats, i32_bytes, run, values, write, LAUNCH_SHIM};
 use std::path::{Path, PathBuf};
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
@@ -83,14 +83,6 @@ int main(int argc, char **argv) {
 
 fn harness(dir: &Path) -> Option<PathBuf> {
     common::harness(dir, "moe_harness", LAUNCH_SHIM, &["types.cuh", "moe.cu"], MAIN)
-}
-
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn i32_bytes(v: &[i32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 #[test]

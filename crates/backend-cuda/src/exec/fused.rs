@@ -2,7 +2,7 @@
 //! path: which windows the kernels can take ([`Resolver::can_fuse`]) and their launches.
 
 use super::args::{per_row, warps, Arg, TensorArg, THREADS};
-use super::nodes::{one, Pending, Resolver};
+use super::nodes::{one, quantize_q8_1, Pending, Resolver};
 use crate::plan::{FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window};
 use crate::types::row_of;
 use crate::CudaError;
@@ -70,48 +70,50 @@ impl Resolver<'_> {
 
     /// The launch of a window [`Resolver::can_fuse`] accepted.
     pub(crate) fn fused(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
-        if w.kind == FusionKind::GateUpGlu {
-            return self.gate_up_glu(w, q8);
-        }
-        if w.kind == FusionKind::AddRmsNormMul {
-            let (add, norm, mul) = (w.nodes[0], w.nodes[1], w.nodes[2]);
-            let Op::RmsNorm { eps } = self.ctx.get(norm).op else {
-                return Err(CudaError::Driver("AddRmsNormMul window without its RMS_NORM".into()));
+        // The norm windows: the RMS_NORM's epsilon and the rows of its source.
+        let norm_of = |norm: TensorId| {
+            let d = self.ctx.get(norm);
+            let Op::RmsNorm { eps } = d.op else {
+                return Err(CudaError::Driver(format!("{:?} window without its RMS_NORM", w.kind)));
             };
-            let a = self.ctx.get(add);
-            let rows = a.ne[1] * a.ne[2] * a.ne[3];
-            let args = vec![
-                self.arg(add)?.into(),
-                self.src(add, 0)?.into(),
-                self.src(add, 1)?.into(),
-                self.arg(mul)?.into(),
-                self.src(mul, 1)?.into(),
-                eps.into(),
-            ];
-            return Ok(one("add_rms_norm_mul_op", per_row(rows, THREADS), args));
-        }
-        let (norm, mul) = (w.nodes[0], w.nodes[1]);
-        let Op::RmsNorm { eps } = self.ctx.get(norm).op else {
-            return Err(CudaError::Driver(format!("{:?} window without its RMS_NORM", w.kind)));
+            let a = self.ctx.get(d.src[0].expect("a source"));
+            Ok((eps, a.ne[1] * a.ne[2] * a.ne[3]))
         };
-        let a = self.ctx.get(self.ctx.get(norm).src[0].expect("a source"));
-        let rows = a.ne[1] * a.ne[2] * a.ne[3];
-        let args = vec![
-            self.arg(mul)?.into(),
-            self.src(norm, 0)?.into(),
-            self.src(mul, 1)?.into(),
-            eps.into(),
-        ];
-        Ok(one("rms_norm_mul_op", per_row(rows, THREADS), args))
+        let (entry, rows, args) = match w.kind {
+            FusionKind::GateUpGlu => return self.gate_up_glu(w, q8),
+            FusionKind::RmsNormMul => {
+                let (norm, mul) = (w.nodes[0], w.nodes[1]);
+                let (eps, rows) = norm_of(norm)?;
+                let args = vec![
+                    self.arg(mul)?.into(),
+                    self.src(norm, 0)?.into(),
+                    self.src(mul, 1)?.into(),
+                    eps.into(),
+                ];
+                ("rms_norm_mul_op", rows, args)
+            }
+            FusionKind::AddRmsNormMul => {
+                let (add, norm, mul) = (w.nodes[0], w.nodes[1], w.nodes[2]);
+                let (eps, rows) = norm_of(norm)?;
+                let args = vec![
+                    self.arg(add)?.into(),
+                    self.src(add, 0)?.into(),
+                    self.src(add, 1)?.into(),
+                    self.arg(mul)?.into(),
+                    self.src(mul, 1)?.into(),
+                    eps.into(),
+                ];
+                ("add_rms_norm_mul_op", rows, args)
+            }
+            kind => return Err(CudaError::Driver(format!("no kernel for a {kind:?} window"))),
+        };
+        Ok(one(entry, per_row(rows, THREADS), args))
     }
 
     /// The GateUpGlu window: the activations to Q8_1 (where the gate product is their first
     /// reader), then one `mmvq_glu_*` for both products and the gated unit.
     fn gate_up_glu(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
         let (g, u, glu) = (w.nodes[0], w.nodes[1], w.nodes[2]);
-        let q8 = q8.ok_or_else(|| {
-            CudaError::Driver("a fused gate/up product without its Q8_1 activations".into())
-        })?;
         let weights = |n: TensorId| self.ctx.get(n).src[0].expect("weights");
         let wd = self.ctx.get(weights(g));
         let wu = self.ctx.get(weights(u));
@@ -121,7 +123,7 @@ impl Resolver<'_> {
         let x = self.src(g, 1)?;
         let dst = self.arg(glu)?;
         let (nrows, nblocks, cols) = (wd.ne[1], wd.ne[0] / 32, x.ne[1]);
-        let yq = self.scratch + q8.offset as u64;
+        let (yq, quantize) = self.q8_activations(q8, x.p, nblocks as i64 * cols)?;
         let Op::Glu { op, .. } = self.ctx.get(glu).op else {
             return Err(CudaError::Driver("a GateUpGlu window without its GLU".into()));
         };
@@ -138,12 +140,7 @@ impl Resolver<'_> {
             (dst.nb[1] / 4).into(),
             i32::from(op == GluOp::GeGlu).into(),
         ];
-        let mut v = Vec::with_capacity(2);
-        if q8.quantize {
-            let all = nblocks as i64 * cols;
-            let q = vec![Arg::Ptr(x.p), Arg::Ptr(yq), all.into()];
-            v.push(Pending { entry: "quantize_q8_1", cfg: warps(all as usize, 8), args: q });
-        }
+        let mut v: Vec<Pending> = quantize.into_iter().collect();
         v.push(Pending { entry, cfg: warps(nrows, 8), args });
         Ok(v)
     }
@@ -166,7 +163,6 @@ impl Resolver<'_> {
         let (nrows, nblocks) = (wd.ne[1], wd.ne[0] / 32);
         let (nb, n_tokens, n_used) = (b.ne[1], b.ne[2], ids.ne[0]);
         let all = nblocks as i64 * nb * n_tokens;
-        let quantize = vec![Arg::Ptr(b.p), Arg::Ptr(self.own), all.into()];
         let args = vec![
             Arg::Ptr(w.p),
             Arg::Ptr(self.own),
@@ -184,9 +180,6 @@ impl Resolver<'_> {
         let rows = warps(nrows, 8);
         let cfg =
             LaunchConfig { grid_dim: (rows.grid_dim.0, (n_used * n_tokens) as u32, 1), ..rows };
-        Ok(vec![
-            Pending { entry: "quantize_q8_1", cfg: warps(all as usize, 8), args: quantize },
-            Pending { entry, cfg, args },
-        ])
+        Ok(vec![quantize_q8_1(b.p, self.own, all), Pending { entry, cfg, args }])
     }
 }

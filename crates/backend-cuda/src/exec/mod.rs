@@ -29,8 +29,7 @@ mod nodes;
 
 use crate::gpu::Gpu;
 use crate::plan::{
-    fusion_windows, plan_node, share_q8_1, Capability, FastPath, FusionKind, Kernel, NodePlan,
-    Paths, Window,
+    fusion_windows, plan_node, share_q8_1, FastPath, FusionKind, Kernel, NodePlan, Paths, Window,
 };
 use crate::CudaError;
 use args::Arg;
@@ -107,7 +106,7 @@ impl Executor {
         ctx: &Context,
         graph: &Graph,
     ) -> Result<Vec<(TensorId, NodePlan)>, BackendError> {
-        let cap = Capability { arch: gpu.info.arch(), cublas: gpu.blas.is_some() };
+        let cap = gpu.capability();
         graph
             .nodes()
             .iter()

@@ -3,7 +3,10 @@
 
 use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
 use crate::gpu::Gpu;
-use crate::plan::{gemm_scratch, AttnPath, Kernel, MatmulPath, MoePath, NodePlan, Q8Input};
+use crate::plan::{
+    gemm_scratch, AttnPath, Kernel, MatmulPath, MoePath, NodePlan, Q8Input, ATTN_TILE_ROWS,
+    ATTN_TILE_THREADS,
+};
 use crate::types::row_of;
 use crate::CudaError;
 use cudarc::driver::LaunchConfig;
@@ -17,6 +20,12 @@ pub(crate) struct Pending {
     pub entry: &'static str,
     pub cfg: LaunchConfig,
     pub args: Vec<Arg>,
+}
+
+/// `quantize_q8_1` of `blocks` 32-value blocks of f32 at `x` into Q8_1 blocks at `yq`.
+pub(super) fn quantize_q8_1(x: u64, yq: u64, blocks: i64) -> Pending {
+    let args = vec![Arg::Ptr(x), Arg::Ptr(yq), blocks.into()];
+    Pending { entry: "quantize_q8_1", cfg: warps(blocks as usize, 8), args }
 }
 
 pub(super) fn one(entry: &'static str, cfg: LaunchConfig, args: Vec<Arg>) -> Vec<Pending> {
@@ -58,6 +67,22 @@ impl Resolver<'_> {
             dtype: d.dtype.id() as i32,
             pad: 0,
         })
+    }
+
+    /// An int8 product's Q8_1 activations (`q8`, placed by [`crate::plan::share_q8_1`]): their
+    /// address, and the quantization of the `blocks` blocks at `x` where this product is their
+    /// first reader.
+    pub(super) fn q8_activations(
+        &self,
+        q8: Option<Q8Input>,
+        x: u64,
+        blocks: i64,
+    ) -> Result<(u64, Option<Pending>), CudaError> {
+        let q8 = q8.ok_or_else(|| {
+            CudaError::Driver("an int8 product without its Q8_1 activations".into())
+        })?;
+        let yq = self.scratch + q8.offset as u64;
+        Ok((yq, q8.quantize.then(|| quantize_q8_1(x, yq, blocks))))
     }
 
     pub(super) fn src(&self, node: TensorId, i: usize) -> Result<TensorArg, CudaError> {
@@ -201,20 +226,21 @@ impl Resolver<'_> {
                     softcap.into(),
                 ];
                 match path {
-                    AttnPath::Generic => {
+                    AttnPath::Generic | AttnPath::Tile => {
+                        // Both take the sinks (the decode path has none).
                         args.push(self.src(id, 4)?.into());
                         args.push(Arg::I32(i32::from(d.src[4].is_some())));
-                        one("flash_attn_op", warps(rows, 4), args)
-                    }
-                    AttnPath::Tile => {
-                        args.push(self.src(id, 4)?.into());
-                        args.push(Arg::I32(i32::from(d.src[4].is_some())));
-                        let cfg = LaunchConfig {
-                            grid_dim: (q.ne[1].div_ceil(16) as u32, q.ne[2] as u32, q.ne[3] as u32),
-                            block_dim: (128, 1, 1),
-                            shared_mem_bytes: 0,
-                        };
-                        one("fattn_tile_op", cfg, args)
+                        if path == AttnPath::Generic {
+                            one("flash_attn_op", warps(rows, 4), args)
+                        } else {
+                            let tiles = q.ne[1].div_ceil(ATTN_TILE_ROWS) as u32;
+                            let cfg = LaunchConfig {
+                                grid_dim: (tiles, q.ne[2] as u32, q.ne[3] as u32),
+                                block_dim: (ATTN_TILE_THREADS, 1, 1),
+                                shared_mem_bytes: 0,
+                            };
+                            one("fattn_tile_op", cfg, args)
+                        }
                     }
                     AttnPath::Vec { splits } => {
                         let n_kv = self.ctx.get(d.src[1].expect("k")).ne[1];
@@ -373,14 +399,11 @@ impl Resolver<'_> {
                 one("mul_mat_op", warps(d.n_elements(), 8), vec![dst.into(), w.into(), x.into()])
             }
             MatmulPath::Mmvq => {
-                let q8 = q8.ok_or_else(|| {
-                    CudaError::Driver("an int8 product without its Q8_1 activations".into())
-                })?;
-                let yq = self.scratch + q8.offset as u64;
                 let nblocks = ncols / 32;
                 // Columns of the activations (contiguous, checked by the plan) and the
                 // output's column stride in floats.
                 let cols = x.ne[1];
+                let (yq, quantize) = self.q8_activations(q8, x.p, nblocks as i64 * cols)?;
                 let mm = vec![
                     Arg::Ptr(w.p),
                     Arg::Ptr(yq),
@@ -391,16 +414,7 @@ impl Resolver<'_> {
                     (cols as i32).into(),
                     (dst.nb[1] / 4).into(),
                 ];
-                let mut v = Vec::with_capacity(2);
-                if q8.quantize {
-                    let all = nblocks as i64 * cols;
-                    let q = vec![Arg::Ptr(x.p), Arg::Ptr(yq), all.into()];
-                    v.push(Pending {
-                        entry: "quantize_q8_1",
-                        cfg: warps(all as usize, 8),
-                        args: q,
-                    });
-                }
+                let mut v: Vec<Pending> = quantize.into_iter().collect();
                 v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });
                 v
             }

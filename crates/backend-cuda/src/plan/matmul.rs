@@ -4,9 +4,9 @@
 //!
 //! The order is llama.cpp's: int8 MMVQ for 1 to 8 columns where the type has it (and the
 //! device has dp4a, sm_61+), the float matrix-vector kernels for 1 to 8 columns of F16, BF16
-//! or F32 weights,
-//! cuBLAS for more than 8 columns (every type the backend reads, converted to F16 first
-//! unless F16 already), else the generic kernel (views, broadcasts, batches of matrices).
+//! or F32 weights, cuBLAS for more than 8 columns (every type the backend reads, converted to
+//! F16 first unless F16 already), else the generic kernel (views, broadcasts, batches of
+//! matrices).
 
 use super::{Capability, FastPath, Paths};
 use crate::types::row_of;

@@ -16,9 +16,9 @@
 //! llama.cpp's order where it has one:
 //!
 //! - `mmvq`: products of 1-8 contiguous columns with int8 MMVQ kernels for the types whose row
-//!   in [`crate::types`] names one (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K,
-//!   Q5_K, Q6_K, IQ4_XS), on devices with dp4a; each input is quantized to Q8_1 once for all
-//!   its products (`activations.rs`).
+//!   in [`crate::types`] names one (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K,
+//!   Q4_K, Q5_K, Q6_K, IQ4_XS), on devices with dp4a; each input is quantized to Q8_1 once for
+//!   all its products (`activations.rs`).
 //! - `mmvq` also takes MUL_MAT_ID's expert products of those types (`mmvq_id_*`: the
 //!   expert of each (slot, token) read from the ids on the device), any number of tokens.
 //! - `mmv`: products of 1-8 contiguous columns with F16, BF16 or F32 weights, matrix-vector
@@ -32,14 +32,13 @@
 //! - `fattn-vec`: decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per sequence) split
 //!   over the KV cells in chunks, the chunks' partials merged after (flash decoding).
 //! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (RMS_NORM
-//!   then MUL, `fused.cu`; the gate and up products of the int8 path and their GLU,
-//!   `mmvq_glu_*`), with the unfused nodes' arithmetic.
+//!   then MUL, and the residual ADD before them, `fused.cu`; the gate and up products of the
+//!   int8 path and their GLU, `mmvq_glu_*`), with the unfused nodes' arithmetic.
 //! - `graphs`: a step whose resolved launches equal the previous one's is replayed from a
 //!   captured CUDA graph (the executor's, `exec/graphs.rs`).
 //!
-//! `TESSERA_CUDA_PATHS`
-//! (`paths.rs`) turns paths off (`generic`: none; `-mmvq`: all but that one), so one GPU run
-//! can compare each with the baseline. The plan's tests are tables (`tests.rs`), and the test
+//! `TESSERA_CUDA_PATHS` (`paths.rs`) turns paths off (`generic`: none; `-mmvq`: all but that
+//! one), so one GPU run can compare each with the baseline. The plan's tests are tables (`tests.rs`), and the test
 //! matrix's `cuda_coverage` test checks that some case reaches every path the plan can return.
 
 mod activations;
@@ -86,8 +85,13 @@ pub enum AttnPath {
     Tile,
 }
 
-/// Largest head size (K and V) the prompt attention's shared tiles hold.
+/// Largest head size (K and V) the prompt attention's shared tiles hold (`FT_D` in
+/// `kernels/fattn_tile.cu`).
 pub const ATTN_TILE_MAX_D: usize = 128;
+/// Query rows of one prompt-attention block (`FT_ROWS`).
+pub const ATTN_TILE_ROWS: usize = 16;
+/// Threads of one prompt-attention block (`FT_WARPS` warps).
+pub const ATTN_TILE_THREADS: u32 = 128;
 
 /// Most query rows per sequence the decode attention path takes.
 pub const ATTN_VEC_MAX_ROWS: usize = 8;

@@ -275,3 +275,17 @@ fn moe_ops_and_sinks_are_planned() {
     ctx.add_sinks(sm, sinks).unwrap();
     assert_eq!(plan(&ctx, sm), Kernel::SoftMax);
 }
+
+/// The prompt attention's launch shape and head-size bound are the kernel's own constants.
+#[test]
+fn attention_tile_constants_match_the_kernel() {
+    let src = crate::kernels::find("fattn_tile_op").expect("fattn_tile.cu").src;
+    let define = |name: &str| -> usize {
+        src.lines()
+            .find_map(|l| l.strip_prefix(&format!("#define {name} "))?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("#define {name} in fattn_tile.cu"))
+    };
+    assert_eq!(define("FT_ROWS"), ATTN_TILE_ROWS);
+    assert_eq!(define("FT_D"), ATTN_TILE_MAX_D);
+    assert_eq!(32 * define("FT_WARPS"), ATTN_TILE_THREADS as usize);
+}

@@ -86,16 +86,22 @@ pub fn compiler() -> Option<String> {
         .find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
 }
 
-/// prelude.cuh's typedefs and constants (its device functions are the shim's).
+/// prelude.cuh's typedefs and macros (with their continuation lines; its device functions are
+/// the shim's).
 pub fn prelude() -> String {
-    file("prelude.cuh")
-        .lines()
-        .filter(|l| {
-            l.starts_with("typedef")
-                || (l.starts_with("#define") && !l.contains("INFINITY") && !l.contains(" WARP "))
-        })
-        .map(|l| format!("{l}\n"))
-        .collect()
+    let mut out = String::new();
+    let mut continued = false;
+    for l in file("prelude.cuh").lines() {
+        let keep = continued
+            || l.starts_with("typedef")
+            || (l.starts_with("#define") && !l.contains("INFINITY") && !l.contains(" WARP "));
+        if keep {
+            out.push_str(l);
+            out.push('\n');
+        }
+        continued = keep && l.ends_with('\\');
+    }
+    out
 }
 
 /// Compiles `src` (C++) into `dir/name`; `None` (after a note) without a compiler.
@@ -296,4 +302,14 @@ pub fn call(exe: &Path, head: &[&str], nums: &[usize], files: &[String]) -> Stri
 /// A harness's output lines of f32 bits in hex.
 pub fn floats(out: &str) -> Vec<f32> {
     out.lines().map(|l| f32::from_bits(u32::from_str_radix(l, 16).unwrap())).collect()
+}
+
+/// Little-endian bytes of f32 values, as a harness reads them.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Little-endian bytes of i32 values.
+pub fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
