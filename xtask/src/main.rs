@@ -291,10 +291,7 @@ fn test_matrix(args: &[String]) -> Result<()> {
 fn synth_models(args: &[String]) -> Result<()> {
     let dir = PathBuf::from(args.first().map_or("target/synth", String::as_str));
     std::fs::create_dir_all(&dir)?;
-    let all = tessera_llama::synth::test_models().into_iter();
-    let more =
-        tessera_llama::synth::family_models().into_iter().chain(tessera_llama::synth::moe_models());
-    for (stem, spec, vocab) in all.chain(more) {
+    for (stem, spec, vocab) in tessera_llama::synth::all_models() {
         let v = tessera_gguf::GgufFile::open(tessera_models::fixtures::vocab(vocab)?)
             .with_context(|| format!("opening the vocabulary {vocab}"))?;
         let path = dir.join(format!("{stem}.gguf"));

@@ -19,14 +19,8 @@ fn main() {
         eprintln!("usage: write_synth OUT_DIR VOCAB_DIR [STEM...]");
         std::process::exit(2);
     };
-    let all =
-        synth::test_models().into_iter().chain(synth::family_models()).chain(synth::moe_models());
-    let known: Vec<&str> = synth::test_models()
-        .into_iter()
-        .chain(synth::family_models())
-        .chain(synth::moe_models())
-        .map(|(s, _, _)| s)
-        .collect();
+    let all = synth::all_models();
+    let known: Vec<&str> = all.iter().map(|(s, _, _)| *s).collect();
     if let Some(bad) = stems.iter().find(|s| !known.contains(&s.as_str())) {
         eprintln!("write_synth: no model '{bad}' (known: {})", known.join(", "));
         std::process::exit(2);
@@ -35,7 +29,7 @@ fn main() {
         eprintln!("write_synth: creating {out}: {e}");
         std::process::exit(1);
     }
-    for (stem, spec, vocab) in all {
+    for (stem, spec, vocab) in &all {
         if !stems.is_empty() && !stems.iter().any(|s| s == stem) {
             continue;
         }
@@ -48,7 +42,7 @@ fn main() {
             }
         };
         let path = PathBuf::from(out).join(format!("{stem}.gguf"));
-        if let Err(e) = synth::write_random_model(&spec, v.metadata(), &path) {
+        if let Err(e) = synth::write_random_model(spec, v.metadata(), &path) {
             eprintln!("write_synth: {}: {e}", path.display());
             std::process::exit(1);
         }

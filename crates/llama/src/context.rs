@@ -252,15 +252,16 @@ impl<'m> LlamaContext<'m> {
     ///
     /// [`Backend::set_prefer_batched`]: tessera_backend::Backend::set_prefer_batched
     pub fn decode_verification(&mut self, batch: &Batch) -> Result<()> {
-        let n = self.sched.n_backends();
         let prefer = !self.params.batch_invariant;
-        for i in 0..n {
-            self.sched.backend_mut(i).set_prefer_batched(prefer)?;
-        }
+        let set = |ctx: &mut Self, on: bool| -> Result<()> {
+            for i in 0..ctx.sched.n_backends() {
+                ctx.sched.backend_mut(i).set_prefer_batched(on)?;
+            }
+            Ok(())
+        };
+        set(self, prefer)?;
         let r = self.decode(batch);
-        for i in 0..n {
-            self.sched.backend_mut(i).set_prefer_batched(false)?;
-        }
+        set(self, false)?;
         r
     }
 

@@ -415,6 +415,14 @@ pub fn family_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
     ]
 }
 
+/// Every model above: [`test_models`], [`family_models`] and [`moe_models`], in that order.
+pub fn all_models() -> Vec<(&'static str, SynthSpec, &'static str)> {
+    let mut v = test_models();
+    v.extend(family_models());
+    v.extend(moe_models());
+    v
+}
+
 /// The mixture-of-experts models `crates/llama/tests/moe.rs` compares with llama.cpp, as (file
 /// stem, spec, vocabulary fixture), in F16:
 /// - `qwen3moe` with 16 experts of width 256, 4 per token, which the test (and llama.cpp, for

@@ -136,11 +136,7 @@ fn real_models_keep_their_own_tokens() {
 #[test]
 fn synthetic_architectures_keep_their_own_tokens() {
     let dir = tempfile::tempdir().unwrap();
-    let all = tessera_llama::synth::family_models()
-        .into_iter()
-        .chain(tessera_llama::synth::moe_models())
-        .chain(tessera_llama::synth::test_models());
-    for (stem, spec, vocab) in all {
+    for (stem, spec, vocab) in tessera_llama::synth::all_models() {
         let v = tessera_models::fixtures::vocab(vocab).unwrap();
         let v = tessera_gguf::GgufFile::open(&v).unwrap();
         let path = dir.path().join(format!("{stem}.gguf"));
