@@ -58,41 +58,36 @@ fn every_cuda_matmul_path_is_reached_by_a_case() {
     assert!(missing.is_empty(), "no test-matrix case reaches: {}", missing.join(", "));
 }
 
-/// A case runs the window the CUDA backend fuses (RMS_NORM then MUL), so the fused kernel is
-/// checked against the f64 reference on a GPU.
+/// Cases run every window the CUDA backend fuses (RMS_NORM then MUL, with the residual ADD
+/// before them, and the gate/up products on the int8 path with their GLU), so each fused
+/// kernel is checked against the f64 reference on a GPU.
 #[test]
-fn the_fused_window_is_reached_by_a_case() {
-    let hits = built(None)
-        .iter()
-        .filter(|(_, ctx, out)| {
-            let graph = Graph::build(ctx, &[*out]);
-            !fusion_windows(ctx, graph.nodes(), &[FusionKind::RmsNormMul]).is_empty()
-        })
-        .count();
-    assert!(hits >= 2, "{hits} cases reach RMS_NORM+MUL");
-    // The residual ADD before them, its sum read again (stored by the fused kernel).
-    let residual = built(None)
-        .iter()
-        .filter(|(_, ctx, out)| {
-            let graph = Graph::build(ctx, &[*out]);
-            !fusion_windows(ctx, graph.nodes(), &[FusionKind::AddRmsNormMul]).is_empty()
-        })
-        .count();
-    assert!(residual >= 2, "{residual} cases reach ADD+RMS_NORM+MUL");
-    // The gate/up window with both products on the int8 path (what the executor fuses).
+fn the_fused_windows_are_reached_by_cases() {
     let cap = Capability { arch: 90, cublas: true };
-    let gate_up = built(Some("FFN_GLU"))
-        .iter()
-        .filter(|(_, ctx, out)| {
-            let graph = Graph::build(ctx, &[*out]);
-            fusion_windows(ctx, graph.nodes(), &[FusionKind::GateUpGlu]).iter().any(|w| {
-                w.nodes[..2].iter().all(|&n| {
-                    plan_node(ctx, n, cap, Paths::all())
-                        .is_ok_and(|p| p.kernel == Kernel::MulMat(MatmulPath::Mmvq))
+    // The cases of `cases` with a `kind` window the executor would fuse (a gate/up window only
+    // with both products on the int8 path).
+    let reaching = |cases: &[(String, Context, TensorId)], kind: FusionKind| {
+        cases
+            .iter()
+            .filter(|(_, ctx, out)| {
+                let graph = Graph::build(ctx, &[*out]);
+                fusion_windows(ctx, graph.nodes(), &[kind]).iter().any(|w| {
+                    kind != FusionKind::GateUpGlu
+                        || w.nodes[..2].iter().all(|&n| {
+                            plan_node(ctx, n, cap, Paths::all())
+                                .is_ok_and(|p| p.kernel == Kernel::MulMat(MatmulPath::Mmvq))
+                        })
                 })
             })
-        })
-        .count();
+            .count()
+    };
+    let all = built(None);
+    let hits = reaching(&all, FusionKind::RmsNormMul);
+    assert!(hits >= 2, "{hits} cases reach RMS_NORM+MUL");
+    // The residual ADD before them, its sum read again (stored by the fused kernel).
+    let residual = reaching(&all, FusionKind::AddRmsNormMul);
+    assert!(residual >= 2, "{residual} cases reach ADD+RMS_NORM+MUL");
+    let gate_up = reaching(&built(Some("FFN_GLU")), FusionKind::GateUpGlu);
     assert!(gate_up >= 4, "{gate_up} cases reach the fused gate/up products");
 }
 
