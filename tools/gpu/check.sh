@@ -146,6 +146,18 @@ for q in $TYPES f16; do
   echo "$q -ngl 99, generic kernels only:" >> "$R"; grep -iE "mean +kld|same top|error" "$L/kld-cuda-$q-generic.log" | head -4 >> "$R"
 done
 
+step "batches of 64 columns (the int8 tensor-core MMQ path) vs the CPU, and the same through cuBLAS (-mmq)"
+# c=256 evaluates 256-token batches (cuBLAS); 64-token chunks take MMQ for the int8 types.
+for q in Q4_0 Q4_K_M; do
+  f=$T/1b-$q.gguf
+  [ -f $f ] || continue
+  run 120 "ppl-cpu-c64-$q" "$B/tessera" perplexity -m $f -f $TEXT -c 64 --chunks 8 --device none --kl-divergence-base $T/base64-$q.kld
+  for paths in all -mmq; do
+    run 120 "kld-cuda-c64-$q$paths" env TESSERA_CUDA_PATHS=$paths "$B/tessera" perplexity -m $f -c 64 --chunks 8 -ngl 99 --kl-divergence-base $T/base64-$q.kld --kl-divergence
+    echo "$q c=64 TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep -iE "mean +kld|same top|error" "$L/kld-cuda-c64-$q$paths.log" | head -4 >> "$R"
+  done
+done
+
 step "real models: Tessera CUDA vs Tessera CPU (c=256, 4 chunks)"
 for f in $T/real/*.gguf; do
   [ -f "$f" ] || continue
@@ -207,6 +219,15 @@ if [ -z "$QUICK" ]; then  # decoding without the fast paths, for their share of 
   echo "Q4_0, generic kernels only:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-generic.log" | tail -2 >> "$R"
   run 150 "bench-tessera-Q4_0-nographs" env TESSERA_CUDA_PATHS=-graphs "$B/tessera" bench -m $T/1b-Q4_0.gguf -ngl 99 -p 512 -n 128 -r 2
   echo "Q4_0, without CUDA graphs:" >> "$R"; grep "|" "$L/bench-tessera-Q4_0-nographs.log" | tail -2 >> "$R"
+  # Batches: the int8 tensor-core kernels (default up to MMQ_MAX_COLUMNS = 128) against cuBLAS
+  # (-mmq), by batch size and by parallel sequences (their decode steps' batch): the crossover
+  # that sets MMQ_MAX_COLUMNS (crates/backend-cuda/src/plan/matmul.rs).
+  for q in Q4_0 Q4_K_M; do
+    for paths in all -mmq; do
+      run 150 "bench-batches-$q$paths" env TESSERA_CUDA_PATHS=$paths "$B/tessera" bench -m $T/1b-$q.gguf -ngl 99 -p 16,64,128,256,512 -n 32 --npl 4,16 -r 3
+      echo "$q batches, TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep "|" "$L/bench-batches-$q$paths.log" | tail -7 >> "$R"
+    done
+  done
 fi
 
 step "speculative decoding on the GPU (the mechanics' cost; random weights, so acceptance means nothing)"

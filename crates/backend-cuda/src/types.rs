@@ -41,6 +41,9 @@ pub struct TypeRow {
     pub mmvq_id: Option<&'static str>,
     /// The fused gate/up products and gated unit (`mmvq_glu_*`), beside [`mmvq`](Self::mmvq).
     pub mmvq_glu: Option<&'static str>,
+    /// The int8 tensor-core kernel for batches of columns (`mmq_*`, sm_80+), beside
+    /// [`mmvq`](Self::mmvq): the same Q8_1 activations.
+    pub mmq: Option<&'static str>,
 }
 
 const fn row(dtype: DType, cuh: &'static str, class: Class) -> TypeRow {
@@ -53,6 +56,7 @@ const fn row(dtype: DType, cuh: &'static str, class: Class) -> TypeRow {
         mmv: None,
         mmvq_id: None,
         mmvq_glu: None,
+        mmq: None,
     }
 }
 
@@ -70,6 +74,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q4_0"),
         mmvq_id: Some("mmvq_id_q4_0"),
         mmvq_glu: Some("mmvq_glu_q4_0"),
+        mmq: Some("mmq_q4_0"),
         ..block(Q4_0, "T_Q4_0")
     },
     TypeRow {
@@ -77,6 +82,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q4_1"),
         mmvq_id: Some("mmvq_id_q4_1"),
         mmvq_glu: Some("mmvq_glu_q4_1"),
+        mmq: Some("mmq_q4_1"),
         ..block(Q4_1, "T_Q4_1")
     },
     TypeRow {
@@ -84,6 +90,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q5_0"),
         mmvq_id: Some("mmvq_id_q5_0"),
         mmvq_glu: Some("mmvq_glu_q5_0"),
+        mmq: Some("mmq_q5_0"),
         ..block(Q5_0, "T_Q5_0")
     },
     TypeRow {
@@ -91,6 +98,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q5_1"),
         mmvq_id: Some("mmvq_id_q5_1"),
         mmvq_glu: Some("mmvq_glu_q5_1"),
+        mmq: Some("mmq_q5_1"),
         ..block(Q5_1, "T_Q5_1")
     },
     TypeRow {
@@ -98,54 +106,63 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q8_0"),
         mmvq_id: Some("mmvq_id_q8_0"),
         mmvq_glu: Some("mmvq_glu_q8_0"),
+        mmq: Some("mmq_q8_0"),
         ..block(Q8_0, "T_Q8_0")
     },
     TypeRow {
         mmvq: Some("mmvq_q2_k"),
         mmvq_id: Some("mmvq_id_q2_k"),
         mmvq_glu: Some("mmvq_glu_q2_k"),
+        mmq: Some("mmq_q2_k"),
         ..block(Q2_K, "T_Q2_K")
     },
     TypeRow {
         mmvq: Some("mmvq_q3_k"),
         mmvq_id: Some("mmvq_id_q3_k"),
         mmvq_glu: Some("mmvq_glu_q3_k"),
+        mmq: Some("mmq_q3_k"),
         ..block(Q3_K, "T_Q3_K")
     },
     TypeRow {
         mmvq: Some("mmvq_q4_k"),
         mmvq_id: Some("mmvq_id_q4_k"),
         mmvq_glu: Some("mmvq_glu_q4_k"),
+        mmq: Some("mmq_q4_k"),
         ..block(Q4_K, "T_Q4_K")
     },
     TypeRow {
         mmvq: Some("mmvq_q5_k"),
         mmvq_id: Some("mmvq_id_q5_k"),
         mmvq_glu: Some("mmvq_glu_q5_k"),
+        mmq: Some("mmq_q5_k"),
         ..block(Q5_K, "T_Q5_K")
     },
     TypeRow {
         mmvq: Some("mmvq_q6_k"),
         mmvq_id: Some("mmvq_id_q6_k"),
         mmvq_glu: Some("mmvq_glu_q6_k"),
+        mmq: Some("mmq_q6_k"),
         ..block(Q6_K, "T_Q6_K")
     },
     TypeRow {
         mmvq: Some("mmvq_iq4_nl"),
         mmvq_id: Some("mmvq_id_iq4_nl"),
         mmvq_glu: Some("mmvq_glu_iq4_nl"),
+        mmq: Some("mmq_iq4_nl"),
         ..block(IQ4_NL, "T_IQ4_NL")
     },
     TypeRow {
         mmvq: Some("mmvq_iq4_xs"),
         mmvq_id: Some("mmvq_id_iq4_xs"),
         mmvq_glu: Some("mmvq_glu_iq4_xs"),
+        mmq: Some("mmq_iq4_xs"),
         ..block(IQ4_XS, "T_IQ4_XS")
     },
     TypeRow {
         mmvq: Some("mmvq_mxfp4"),
         mmvq_id: Some("mmvq_id_mxfp4"),
         mmvq_glu: Some("mmvq_glu_mxfp4"),
+        mmq: Some("mmq_mxfp4"),
         ..block(MXFP4, "T_MXFP4")
     },
     row(I32, "T_I32", Class::Index),
@@ -241,7 +258,8 @@ mod tests {
             if r.mmv.is_some() {
                 assert_eq!(r.class, Class::Float, "{t}");
             }
-            for k in [r.mmvq, r.mmv, r.mmvq_id, r.mmvq_glu].into_iter().flatten() {
+            assert_eq!(r.mmq.is_some(), r.mmvq.is_some(), "{t}: MMQ beside MMVQ");
+            for k in [r.mmvq, r.mmv, r.mmvq_id, r.mmvq_glu, r.mmq].into_iter().flatten() {
                 assert!(entries.iter().any(|e| e == k), "{t}: no kernel {k}");
             }
         }

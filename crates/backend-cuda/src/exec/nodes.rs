@@ -5,7 +5,7 @@ use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
 use crate::gpu::Gpu;
 use crate::plan::{
     gemm_scratch, AttnPath, Kernel, MatmulPath, MoePath, NodePlan, Q8Input, ATTN_TILE_ROWS,
-    ATTN_TILE_THREADS,
+    ATTN_TILE_THREADS, MMQ_COLS, MMQ_ROWS, MMQ_THREADS,
 };
 use crate::types::row_of;
 use crate::CudaError;
@@ -398,10 +398,10 @@ impl Resolver<'_> {
             MatmulPath::Generic => {
                 one("mul_mat_op", warps(d.n_elements(), 8), vec![dst.into(), w.into(), x.into()])
             }
-            MatmulPath::Mmvq => {
+            MatmulPath::Mmvq | MatmulPath::Mmq => {
                 let nblocks = ncols / 32;
                 // Columns of the activations (contiguous, checked by the plan) and the
-                // output's column stride in floats.
+                // output's column stride in floats; both kernels take the same arguments.
                 let cols = x.ne[1];
                 let (yq, quantize) = self.q8_activations(q8, x.p, nblocks as i64 * cols)?;
                 let mm = vec![
@@ -414,8 +414,23 @@ impl Resolver<'_> {
                     (cols as i32).into(),
                     (dst.nb[1] / 4).into(),
                 ];
+                let (entry, cfg) = if path == MatmulPath::Mmq {
+                    let grid = (
+                        nrows.div_ceil(MMQ_ROWS) as u32,
+                        (cols as usize).div_ceil(MMQ_COLS) as u32,
+                        1,
+                    );
+                    let cfg = LaunchConfig {
+                        grid_dim: grid,
+                        block_dim: (MMQ_THREADS, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    (kernel(|r| r.mmq)?, cfg)
+                } else {
+                    (kernel(|r| r.mmvq)?, cfg)
+                };
                 let mut v: Vec<Pending> = quantize.into_iter().collect();
-                v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });
+                v.push(Pending { entry, cfg, args: mm });
                 v
             }
             MatmulPath::Gemm => {

@@ -39,7 +39,7 @@ pub fn share_q8_1(ctx: &Context, plans: &[(TensorId, NodePlan)]) -> (Vec<Option<
     let mut top = 0usize;
     for &(node, plan) in plans {
         let mut this = None;
-        if plan.kernel == Kernel::MulMat(MatmulPath::Mmvq) {
+        if matches!(plan.kernel, Kernel::MulMat(MatmulPath::Mmvq | MatmulPath::Mmq)) {
             let d = ctx.get(node);
             let x = d.src[1].expect("a product has activations");
             this = Some(match live.get(&x) {

@@ -3,10 +3,17 @@
 //! contiguous columns and the path is allowed ([`Paths`]).
 //!
 //! The order is llama.cpp's: int8 MMVQ for 1 to 8 columns where the type has it (and the
-//! device has dp4a, sm_61+), the float matrix-vector kernels for 1 to 8 columns of F16, BF16
-//! or F32 weights, cuBLAS for more than 8 columns (every type the backend reads, converted to
-//! F16 first unless F16 already), else the generic kernel (views, broadcasts, batches of
-//! matrices).
+//! device has dp4a, sm_61+), int8 tensor-core MMQ for 9 to [`MMQ_MAX_COLUMNS`] columns of the
+//! same types (sm_80+; more columns too where cuBLAS is missing), the float matrix-vector
+//! kernels for 1 to 8 columns of F16, BF16 or F32 weights, cuBLAS for more than 8 columns
+//! (every type the backend reads, converted to F16 first unless F16 already), else the generic
+//! kernel (views, broadcasts, batches of matrices).
+//!
+//! MMQ reads the quantized weights once per 32 columns where the cuBLAS path first writes and
+//! reads an F16 copy of the whole matrix (4.5 bytes a weight for 0.56 of Q4_0): it wins on the
+//! small batches of serving and speculative verification. Where a prompt's batch is large the
+//! F16 tensor cores' rate wins instead; the crossover is a guess until measured on a GPU
+//! (`TESSERA_CUDA_PATHS=-mmq` against the default).
 
 use super::{Capability, FastPath, Paths};
 use crate::types::row_of;
@@ -28,6 +35,9 @@ pub enum MatmulPath {
     /// Weights (unless contiguous F16) and activations converted to F16 in scratch
     /// (`cpy_op`), then `cublasGemmEx` with F32 accumulation into the F32 destination.
     Gemm,
+    /// The columns quantized to Q8_1 (as for MMVQ), then the type's int8 tensor-core kernel
+    /// (`mmq_*`): blocks of 64 weight rows by 32 columns, `mma.sync` s8 x s8.
+    Mmq,
 }
 
 impl MatmulPath {
@@ -38,6 +48,7 @@ impl MatmulPath {
             MatmulPath::Mmvq => FastPath::Mmvq.name(),
             MatmulPath::Mmv => FastPath::Mmv.name(),
             MatmulPath::Gemm => FastPath::Gemm.name(),
+            MatmulPath::Mmq => FastPath::Mmq.name(),
         }
     }
 }
@@ -50,6 +61,16 @@ impl std::fmt::Display for MatmulPath {
 
 /// Most activation columns the int8 matrix-vector kernels take (`acc[8]` in `mmvq_*`).
 pub const MMVQ_MAX_COLUMNS: usize = 8;
+
+/// Most activation columns the plan gives the int8 tensor-core kernels where cuBLAS is there
+/// (see the module docs; a guess until measured).
+pub const MMQ_MAX_COLUMNS: usize = 128;
+/// Weight rows of one MMQ block (`MMQ_ROWS` in `kernels/mmq.cu`).
+pub const MMQ_ROWS: usize = 64;
+/// Columns of one MMQ block (`MMQ_COLS`).
+pub const MMQ_COLS: usize = 32;
+/// Threads of one MMQ block (`MMQ_THREADS`: four warps of 16 rows each).
+pub const MMQ_THREADS: u32 = 128;
 
 /// Where the `gemm` path's F16 copies lie in the node's own scratch: the weights' (empty for
 /// contiguous F16 weights, which cuBLAS reads in place) at 0, the activations' at `x_offset`.
@@ -113,6 +134,15 @@ pub fn matmul_path(
     {
         return (MatmulPath::Mmvq, 0);
     }
+    if row.mmq.is_some()
+        && paths.allows(FastPath::Mmq)
+        && cap.arch >= 80
+        && cols > MMVQ_MAX_COLUMNS
+        && (cols <= MMQ_MAX_COLUMNS || !cap.cublas || !paths.allows(FastPath::Gemm))
+        && columns(w, x, dst, cols)
+    {
+        return (MatmulPath::Mmq, 0);
+    }
     if cols > MMVQ_MAX_COLUMNS
         && paths.allows(FastPath::Gemm)
         && cap.cublas
@@ -141,6 +171,9 @@ pub fn possible_paths(dtype: DType) -> Vec<MatmulPath> {
     }
     if row.mmv.is_some() {
         v.push(MatmulPath::Mmv);
+    }
+    if row.mmq.is_some() {
+        v.push(MatmulPath::Mmq);
     }
     v.push(MatmulPath::Gemm);
     v

@@ -23,10 +23,12 @@
 //!   expert of each (slot, token) read from the ids on the device), any number of tokens.
 //! - `mmv`: products of 1-8 contiguous columns with F16, BF16 or F32 weights, matrix-vector
 //!   kernels reading each weight once for all columns (`mmv.cu`, 16-byte loads).
+//! - `mmq`: products of 9 to `MMQ_MAX_COLUMNS` contiguous columns (any number where cuBLAS is
+//!   missing) with the MMVQ types' int8 tensor-core kernels (`mmq.cu`, `mma.sync` s8, sm_80+),
+//!   the same shared Q8_1 activations; each weight block read once per 32 columns.
 //! - `gemm`: products of more than 8 contiguous columns through cuBLAS (`cublasGemmEx`, F16
 //!   inputs, F32 accumulation and output): the weights converted to F16 in scratch unless
-//!   they are F16 already, the activations too (llama.cpp's cuBLAS path; its int8 MMQ is the
-//!   next step).
+//!   they are F16 already, the activations too (llama.cpp's cuBLAS path).
 //! - `fattn-tile`: prompt attention (more rows than decoding, head sizes up to 128, sinks
 //!   too): 16 query rows of a head per block over K/V tiles in shared memory, a lane per cell.
 //! - `fattn-vec`: decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per sequence) split
@@ -50,7 +52,7 @@ pub use activations::{share_q8_1, Q8Input};
 pub use fusion::{fusion_windows, FusionKind, Window};
 pub use matmul::{
     gemm_scratch, matmul_path, mul_mat_id_path, possible_moe_paths, possible_paths, GemmScratch,
-    MatmulPath, MoePath,
+    MatmulPath, MoePath, MMQ_COLS, MMQ_MAX_COLUMNS, MMQ_ROWS, MMQ_THREADS,
 };
 pub use paths::{FastPath, Paths};
 

@@ -26,11 +26,14 @@ pub enum FastPath {
     Gemm,
     /// Prompt attention over K/V tiles in shared memory (`fattn_tile.cu`).
     AttnTile,
+    /// Batched quantized products on int8 tensor cores (`mmq.cu`, sm_80+): the activations
+    /// quantized to Q8_1 once, each weight block read once per 32 columns.
+    Mmq,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 7] = [
+    pub const ALL: [FastPath; 8] = [
         FastPath::Mmvq,
         FastPath::Mmv,
         FastPath::Graphs,
@@ -38,6 +41,7 @@ impl FastPath {
         FastPath::AttnVec,
         FastPath::Gemm,
         FastPath::AttnTile,
+        FastPath::Mmq,
     ];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
@@ -50,6 +54,7 @@ impl FastPath {
             FastPath::AttnVec => "fattn-vec",
             FastPath::Gemm => "gemm",
             FastPath::AttnTile => "fattn-tile",
+            FastPath::Mmq => "mmq",
         }
     }
 

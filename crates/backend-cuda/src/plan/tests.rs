@@ -23,8 +23,10 @@ fn path(w: DType, cols: usize, cap: Capability, paths: Paths) -> Option<MatmulPa
 }
 
 /// 1-8 columns take the int8 kernel where the type has it, one F16 column the F16 kernel;
-/// larger batches cuBLAS (the generic kernel without cuBLAS or with `-gemm`); an old device or
-/// the generic setting take the generic kernel; types without a dequantizer are refused.
+/// batches up to `MMQ_MAX_COLUMNS` the int8 tensor-core kernel on sm_80+ (any batch without
+/// cuBLAS or with `-gemm`), larger ones and the float types cuBLAS (the generic kernel without
+/// cuBLAS or with `-gemm`); an old device or the generic setting take the generic kernel; types
+/// without a dequantizer are refused.
 #[test]
 fn matmul_paths_by_type_columns_and_device() {
     use MatmulPath::*;
@@ -58,18 +60,37 @@ fn matmul_paths_by_type_columns_and_device() {
         let generic = one.map(|_| Generic);
         let no_blas = Capability { cublas: false, ..SM90 };
         let no_gemm = Paths::parse("-gemm").unwrap();
-        for cols in [9, 64] {
-            assert_eq!(path(w, cols, SM90, Paths::all()), one.map(|_| Gemm), "{w} x {cols}");
-            assert_eq!(path(w, cols, no_blas, Paths::all()), generic, "{w} x {cols}, no cuBLAS");
-            assert_eq!(path(w, cols, SM90, no_gemm), generic, "{w} x {cols}, -gemm");
+        let no_mmq = Paths::parse("-mmq").unwrap();
+        let sm75 = Capability { arch: 75, cublas: true };
+        // The int8 types take MMQ for small batches (any batch without cuBLAS), cuBLAS above.
+        let int8 = few == Some(Mmvq);
+        let mmq_or = |other: Option<MatmulPath>| if int8 { Some(Mmq) } else { other };
+        for cols in [9, 64, MMQ_MAX_COLUMNS] {
+            assert_eq!(
+                path(w, cols, SM90, Paths::all()),
+                mmq_or(one.map(|_| Gemm)),
+                "{w} x {cols}"
+            );
+            assert_eq!(path(w, cols, SM90, no_mmq), one.map(|_| Gemm), "{w} x {cols}, -mmq");
+            assert_eq!(path(w, cols, sm75, Paths::all()), one.map(|_| Gemm), "{w} x {cols}, sm_75");
+            assert_eq!(
+                path(w, cols, no_blas, Paths::all()),
+                mmq_or(generic),
+                "{w} x {cols}, no cuBLAS"
+            );
+            assert_eq!(path(w, cols, SM90, no_gemm), mmq_or(generic), "{w} x {cols}, -gemm");
         }
+        let big = MMQ_MAX_COLUMNS + 1;
+        assert_eq!(path(w, big, SM90, Paths::all()), one.map(|_| Gemm), "{w} x {big}");
+        assert_eq!(path(w, big, no_blas, Paths::all()), mmq_or(generic), "{w} x {big}, no cuBLAS");
+        assert_eq!(path(w, big, SM90, no_mmq), one.map(|_| Gemm), "{w} x {big}, -mmq");
         assert_eq!(path(w, 1, SM90, Paths::generic()), generic, "{w}, generic only");
         assert_eq!(
             path(w, 1, Capability { arch: 52, cublas: true }, Paths::all()),
             old,
             "{w} on sm_52"
         );
-        for p in [one, few, old].into_iter().flatten() {
+        for p in [one, few, old, mmq_or(None)].into_iter().flatten() {
             assert!(possible_paths(w).contains(&p), "{w}: {p} not among the possible paths");
         }
     }
@@ -151,7 +172,7 @@ fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("mmvq,mmv").unwrap().describe(), "mmvq,mmv");
     assert_eq!(
         Paths::parse("-mmvq").unwrap().describe(),
-        "mmv,graphs,fused,fattn-vec,gemm,fattn-tile"
+        "mmv,graphs,fused,fattn-vec,gemm,fattn-tile,mmq"
     );
     assert!(Paths::parse("mmvq,-mmv").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();
@@ -210,7 +231,7 @@ fn the_vision_encoders_convolution_and_pooling_plan() {
 #[test]
 fn gemm_scratch_and_shapes() {
     let (ctx, y) = product(Q4_0, 16);
-    let plan = plan_node(&ctx, y, SM90, Paths::all()).unwrap();
+    let plan = plan_node(&ctx, y, SM90, Paths::parse("-mmq").unwrap()).unwrap();
     let w = ctx.get(ctx.get(y).src[0].unwrap());
     let s = gemm_scratch(w, 16);
     assert_eq!((s.w_bytes, s.x_offset, s.total), (256 * 8 * 2, 4096, 4096 + 256 * 16 * 2));
@@ -288,4 +309,21 @@ fn attention_tile_constants_match_the_kernel() {
     assert_eq!(define("FT_ROWS"), ATTN_TILE_ROWS);
     assert_eq!(define("FT_D"), ATTN_TILE_MAX_D);
     assert_eq!(32 * define("FT_WARPS"), ATTN_TILE_THREADS as usize);
+}
+
+/// The MMQ launch shape is the kernel's own constants.
+#[test]
+fn mmq_constants_match_the_kernel() {
+    let src = crate::kernels::find("mmq_q4_0").expect("mmq.cu").src;
+    let define = |name: &str| -> usize {
+        src.lines()
+            .find_map(|l| l.strip_prefix(&format!("#define {name} "))?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("#define {name} in mmq.cu"))
+    };
+    assert_eq!(define("MMQ_ROWS"), MMQ_ROWS);
+    assert_eq!(define("MMQ_COLS"), MMQ_COLS);
+    assert_eq!(define("MMQ_THREADS"), MMQ_THREADS as usize);
+    // Four warps of 16 rows each, four 8-column tiles each.
+    assert_eq!(MMQ_ROWS, 16 * MMQ_THREADS as usize / 32);
+    assert_eq!(MMQ_COLS, 32);
 }

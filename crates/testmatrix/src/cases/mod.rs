@@ -124,6 +124,12 @@ fn mul_mat(v: &mut Vec<Case>) {
         v.push(Case::new(MulMat::new(a, 16, 9, 512)));
         v.push(Case::new(MulMat { bs: [2, 1], nr: [2, 1], ..MulMat::new(a, 8, 3, 256) }));
     }
+    // Batches of the int8 types: on a GPU the tensor-core kernels (a whole and a partial block
+    // of 64 rows, a whole and a partial block of 32 columns), and past their range cuBLAS.
+    for a in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4] {
+        v.push(Case::new(MulMat::new(a, 70, 40, 512)));
+        v.push(Case::new(MulMat::new(a, 16, 136, 256)));
+    }
     // Float weights: F16 activations, a tail K, batch in dim 3, permuted and strided operands.
     for a in [F32, F16, BF16] {
         v.push(Case::new(MulMat { k: 100, ..MulMat::new(a, 7, 5, 100) }));
