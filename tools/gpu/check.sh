@@ -9,7 +9,10 @@
 # Run: bash .gpu/check.sh [quick]  (each step has its own time limit; a failed step is reported
 # and the rest go on, so one run gives the whole picture). `quick`: no benchmarks, one type less.
 # `profile`: only the 1B Q4_0 file, then compute-sanitizer's memcheck and ncu's per-kernel
-# summary (a second call: the whole check leaves no time for them).
+# summary (a second call: the whole check leaves no time for them). `serve`: only the 1B Q4_0
+# file, then `tessera serve -ngl 99 --parallel 16` and `llama-server -ngl 99 -np 16` under 1, 4
+# and 16 streaming clients (tools/serve_bench.py; llama.cpp is built first if an earlier call on
+# this machine did not).
 # Everything lands in four files under $OUT (report.md, all-logs.txt, test-matrix.log,
 # ncu-summary.txt): the device tool returns only a few files.
 set -uo pipefail
@@ -68,18 +71,18 @@ lscpu | grep -m1 "Model name" >> "$R"
 
 # llama.cpp b11312 in the background (about 4 minutes on 16 cores), below Tessera's priority.
 LC=/tmp/b/bin
-if [ ! -x $LC/llama-bench ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz ] && [ "$QUICK" != profile ]; then
+if [ ! -x $LC/llama-server ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz ] && [ "$QUICK" != profile ]; then
   mkdir -p /tmp/src && tar xJf gpu-ref/llama.cpp-b11312-src-pruned.tar.xz -C /tmp/src
   ( cd /tmp/src/lc && nice -n 19 cmake -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
       -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
       -DGGML_BMI2=ON && nice -n 19 cmake --build /tmp/b -j 16 \
-      --target llama-bench llama-quantize llama-perplexity ) > "$L/llama-build.log" 2>&1 &
+      --target llama-bench llama-quantize llama-perplexity llama-server ) > "$L/llama-build.log" 2>&1 &
   BUILD=$!
 fi
 
-if [ "$QUICK" != profile ]; then
+if [ "$QUICK" != profile ] && [ "$QUICK" != serve ]; then
 step "CUDA tests (REQUIRE_CUDA=1)"
 # (every_kernel_compiles... builds each module for four architectures: CI does that already.)
 for t in "$B"/tests/*; do
@@ -104,7 +107,8 @@ step "random-weight Llama-3.2-1B files"
 python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.whl >> "$L/pip.log" 2>&1
 gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
 [ -f $T/1b-f16.gguf ] || PYTHONPATH=$T/site run 120 make-1b python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf
-TYPES="Q4_0 Q4_K_M Q8_0"; [ -n "$QUICK" ] && TYPES="Q4_0 Q4_K_M"; [ "$QUICK" = profile ] && TYPES=Q4_0
+TYPES="Q4_0 Q4_K_M Q8_0"; [ -n "$QUICK" ] && TYPES="Q4_0 Q4_K_M"
+[ "$QUICK" = profile ] || [ "$QUICK" = serve ] && TYPES=Q4_0
 for q in $TYPES; do
   [ -f $T/1b-$q.gguf ] || run 240 "quantize-$q" "$B/tessera" quantize $T/1b-f16.gguf $T/1b-$q.gguf $q
 done
@@ -127,6 +131,42 @@ if [ "$QUICK" = profile ]; then
     run 150 ncu ncu --clock-control none --print-summary per-kernel "$B/tessera" run -m $T/1b-Q4_0.gguf -p "The capital of France is" -n 4 --temp 0 -ngl 99 -no-cnv
     grep -E "^ +[a-z_0-9]+.*\(|Invocations|Duration" "$L/ncu.log" | head -60 >> "$OUT/ncu-summary.txt"
     echo "ncu: $(grep -c "Invocations" "$L/ncu.log") kernel kinds (summary in ncu-summary.txt)" >> "$R"
+  fi
+  echo "done $(date -u +%FT%TZ)" >> "$R"
+  exit 0
+fi
+
+if [ "$QUICK" = serve ]; then
+  step "serving: tessera serve -ngl 99 --parallel 16 vs llama-server -ngl 99 -np 16 (1B Q4_0, random weights)"
+  # The same script, prompts and settings for both (greedy, 128 tokens, ignore_eos); a ChatML
+  # template for both, the random file having none.
+  cat > $T/chatml.jinja <<'TEMPLATE'
+{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}<|im_start|>assistant
+TEMPLATE
+  serve_bench() { # NAME URL: waits for /health, then the clients
+    for _ in $(seq 120); do
+      python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/health')" "$2" 2> /dev/null && break
+      sleep 1
+    done
+    run 240 "serve-bench-$1" python3 tools/serve_bench.py "$2" --clients 1,4,16 --requests 2 --max-tokens 128 --label "$1"
+    grep -vE "^ *$" "$L/serve-bench-$1.log" | tail -8 >> "$R"
+  }
+  f=$T/1b-Q4_0.gguf
+  "$B/tessera" serve -m $f -ngl 99 --parallel 16 -c 16384 --port 8090 --chat-template-file $T/chatml.jinja > "$L/tessera-serve.log" 2>&1 &
+  SP=$!
+  serve_bench tessera http://127.0.0.1:8090
+  kill $SP; wait $SP 2> /dev/null
+  grep -iE "error|panic|warn" "$L/tessera-serve.log" | head -5 >> "$R"
+  if [ -n "${BUILD:-}" ]; then wait $BUILD; fi
+  if [ -x $LC/llama-server ]; then
+    LD_LIBRARY_PATH=$LC $LC/llama-server -m $f -ngl 99 -np 16 -c 16384 -fa on --port 8091 --chat-template-file $T/chatml.jinja > "$L/llama-server.log" 2>&1 &
+    SP=$!
+    serve_bench llama-server http://127.0.0.1:8091
+    kill $SP; wait $SP 2> /dev/null
+  else
+    echo "llama-server did not build (see llama-build.log)" >> "$R"
   fi
   echo "done $(date -u +%FT%TZ)" >> "$R"
   exit 0
