@@ -68,9 +68,18 @@ template <bool MAX> __device__ __forceinline__ float block_reduce(float x) {
 __device__ __forceinline__ float block_sum(float x) { return block_reduce<false>(x); }
 __device__ __forceinline__ float block_max(float x) { return block_reduce<true>(x); }
 
-// Unaligned little-endian reads from block bytes.
-__device__ __forceinline__ u16 rd16(const u8 *p) { return (u16)p[0] | ((u16)p[1] << 8); }
+// Little-endian reads from block bytes at any alignment, with the widest loads the address
+// allows: every ggml block but MXFP4's (17 bytes) has an even size, so rows of them are read
+// with 2- and 4-byte loads, not byte by byte (a byte load each was four load instructions a
+// word on the matrix-vector paths).
+__device__ __forceinline__ u16 rd16(const u8 *p) {
+    if (((unsigned long long)p & 1) == 0) return *(const u16 *)p;
+    return (u16)p[0] | ((u16)p[1] << 8);
+}
 __device__ __forceinline__ u32 rd32(const u8 *p) {
+    const unsigned long long a = (unsigned long long)p;
+    if ((a & 3) == 0) return *(const u32 *)p;
+    if ((a & 1) == 0) return (u32)(*(const u16 *)p) | ((u32)(*(const u16 *)(p + 2)) << 16);
     return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 

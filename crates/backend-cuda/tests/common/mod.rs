@@ -56,10 +56,6 @@ static inline i32 dp4a(i32 a, i32 b, i32 c) {
     for (int k = 0; k < 4; ++k) c += (i32)(i8)(a >> (8 * k)) * (i32)(i8)(b >> (8 * k));
     return c;
 }
-static inline u16 rd16(const u8 *p) { return (u16)p[0] | ((u16)p[1] << 8); }
-static inline u32 rd32(const u8 *p) {
-    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
-}
 "#;
 
 /// CUDA's launch coordinates as host globals and a warp of one thread (`WARP` 1: a warp's
@@ -250,7 +246,17 @@ template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f
 pub fn prelude_reductions() -> String {
     let p = file("prelude.cuh");
     let start = p.find("__device__ __forceinline__ float warp_sum").expect("warp_sum in prelude");
-    let end = p.find("// Unaligned little-endian reads").expect("the reads after the reductions");
+    let end =
+        p.find("// Little-endian reads from block bytes").expect("the reads after the reductions");
+    p[start..end].to_string()
+}
+
+/// prelude.cuh's block reads (`rd16`, `rd32`: the device's own, aligned loads included; the
+/// harnesses compile at -O1, without strict aliasing, on x86, where unaligned loads work).
+pub fn prelude_reads() -> String {
+    let p = file("prelude.cuh");
+    let start = p.find("// Little-endian reads from block bytes").expect("the reads in prelude");
+    let end = p.find("// ggml block sizes").expect("the block sizes after the reads");
     p[start..end].to_string()
 }
 
@@ -277,7 +283,8 @@ pub fn harness(
     kernels: &[&str],
     main: &str,
 ) -> Option<PathBuf> {
-    let mut src = format!("{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{launch_shim}\n", prelude());
+    let mut src =
+        format!("{SHIM}\n{}\n{SHIM_FUNCTIONS}\n{}\n{launch_shim}\n", prelude(), prelude_reads());
     if launch_shim.contains("std::thread") {
         src.push_str(&prelude_reductions());
     }
