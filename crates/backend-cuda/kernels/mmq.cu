@@ -153,44 +153,44 @@ __device__ __forceinline__ void scales_iq4_xs(const u8 *b, int j, int, float *d,
     *m = 0.0f;
 }
 
-// One kernel per type (see the top of the file): blockIdx.x a block of MMQ_ROWS weight rows,
-// blockIdx.y one of MMQ_COLS columns, MMQ_THREADS threads; MMQ_KB Q8_1 blocks (32 values each)
-// staged per pass, blocks past nblocks as zeros. Weight blocks of SUB 32-value sub-blocks (1,
-// or 8 for the 256-value types).
-#define MMQ(T, BYTES, SUB)                                                                    \
-    extern "C" __global__ void mmq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,     \
-                                       int nblocks, i64 row_bytes, int ncols, i64 dst_col) {  \
+// The tile both kernels share: weight rows row0..row0 + MMQ_ROWS of w (nrows rows, row_bytes
+// apart) over Q8_1 blocks ib..ie, times the block's columns: column c's Q8_1 blocks start at
+// ycol[c], its output (indexed by row) at ocol[c] (both null past the last column; set in
+// shared memory before). MMQ_THREADS threads; MMQ_KB Q8_1 blocks (32 values each) staged per
+// pass, blocks past ie as zeros. Weight blocks of SUB 32-value sub-blocks (1, or 8 for the
+// 256-value types).
+#define MMQ_TILE(T, BYTES, SUB)                                                               \
+    {                                                                                         \
         __shared__ i32 wq[MMQ_ROWS * MMQ_STRIDE];                                             \
         __shared__ float wd[MMQ_ROWS * 2 * MMQ_KB], wm[MMQ_ROWS * 2 * MMQ_KB];                \
         __shared__ i32 yq_s[MMQ_COLS * MMQ_STRIDE];                                           \
         __shared__ float yd[MMQ_COLS * MMQ_KB], ysum[MMQ_COLS * 2 * MMQ_KB];                  \
         const int tid = threadIdx.x, warp = tid / WARP, lane = tid % WARP;                    \
         const int g = lane / 4, t = lane % 4;                                                 \
-        const int row0 = blockIdx.x * MMQ_ROWS, col0 = blockIdx.y * MMQ_COLS;                 \
         float acc[4][4];                                                                      \
         for (int n = 0; n < 4; ++n)                                                           \
             for (int k = 0; k < 4; ++k) acc[n][k] = 0.0f;                                     \
-        for (int i0 = 0; i0 < nblocks; i0 += MMQ_KB) {                                        \
+        for (int i0 = ib; i0 < ie; i0 += MMQ_KB) {                                            \
             _Pragma("unroll 8") for (int e = tid; e < MMQ_ROWS * 8 * MMQ_KB; e += MMQ_THREADS) { \
                 const int r = e / (8 * MMQ_KB), word = e % (8 * MMQ_KB);                      \
                 const int row = row0 + r, i = i0 + word / 8;                                  \
                 const u8 *wb = w + (i64)row * row_bytes + (i64)(i / SUB) * BYTES;             \
                 wq[r * MMQ_STRIDE + word] =                                                   \
-                    row < nrows && i < nblocks ? codes_##T(wb, i % SUB, word % 8) : 0;        \
+                    row < nrows && i < ie ? codes_##T(wb, i % SUB, word % 8) : 0;             \
             }                                                                                 \
             for (int e = tid; e < MMQ_ROWS * 2 * MMQ_KB; e += MMQ_THREADS) {                  \
                 const int r = e / (2 * MMQ_KB), row = row0 + r, i = i0 + (e / 2) % MMQ_KB;    \
                 const u8 *wb = w + (i64)row * row_bytes + (i64)(i / SUB) * BYTES;             \
                 float d = 0.0f, m = 0.0f;                                                     \
-                if (row < nrows && i < nblocks) scales_##T(wb, i % SUB, e % 2, &d, &m);       \
+                if (row < nrows && i < ie) scales_##T(wb, i % SUB, e % 2, &d, &m);            \
                 wd[e] = d;                                                                    \
                 wm[e] = m;                                                                    \
             }                                                                                 \
             for (int e = tid; e < MMQ_COLS * 2 * MMQ_KB; e += MMQ_THREADS) {                  \
                 const int c = e / (2 * MMQ_KB), kb = (e / 2) % MMQ_KB, h = e % 2;             \
-                const int col = col0 + c, i = i0 + kb;                                        \
-                const bool live = col < ncols && i < nblocks;                                 \
-                const u8 *yb = yq + ((i64)col * nblocks + i) * Q8_1_BYTES;                    \
+                const int i = i0 + kb;                                                        \
+                const bool live = ycol[c] != nullptr && i < ie;                               \
+                const u8 *yb = live ? ycol[c] + (i64)i * Q8_1_BYTES : nullptr;                \
                 i32 s = 0;                                                                    \
                 for (int k = 0; k < 4; ++k) {                                                 \
                     const i32 v = live ? ld_i32(yb + 4 + 16 * h + 4 * k) : 0;                 \
@@ -203,7 +203,7 @@ __device__ __forceinline__ void scales_iq4_xs(const u8 *b, int j, int, float *d,
             __syncthreads();                                                                  \
             const int r = warp * 16 + g;                                                      \
             for (int kh = 0; kh < 2 * MMQ_KB; ++kh) {                                         \
-                const int kb = kh / 2, h = kh % 2;                                            \
+                const int kb = kh / 2;                                                        \
                 const i32 a0 = wq[r * MMQ_STRIDE + 4 * kh + t];                               \
                 const i32 a1 = wq[(r + 8) * MMQ_STRIDE + 4 * kh + t];                         \
                 const float d0 = wd[r * 2 * MMQ_KB + kh], d1 = wd[(r + 8) * 2 * MMQ_KB + kh]; \
@@ -224,9 +224,64 @@ __device__ __forceinline__ void scales_iq4_xs(const u8 *b, int j, int, float *d,
         for (int n = 0; n < 4; ++n)                                                           \
             for (int k = 0; k < 4; ++k) {                                                     \
                 const int row = row0 + warp * 16 + g + (k < 2 ? 0 : 8);                       \
-                const int col = col0 + 8 * n + 2 * t + (k & 1);                               \
-                if (row < nrows && col < ncols) dst[(i64)col * dst_col + row] = acc[n][k];    \
+                float *out = ocol[8 * n + 2 * t + (k & 1)];                                   \
+                if (row < nrows && out != nullptr) out[row] = acc[n][k];                      \
             }                                                                                 \
+    }
+
+// MUL_MAT: blockIdx.x a block of MMQ_ROWS weight rows, blockIdx.y one of MMQ_COLS columns,
+// blockIdx.z a share of the K dimension (split K: Q8_1 blocks z * kper .. (z + 1) * kper, its
+// sums written split_stride floats after share z - 1's, for `mmq_sum_splits` to add up; one
+// share: the whole row, straight into the output).
+#define MMQ(T, BYTES, SUB)                                                                    \
+    extern "C" __global__ void mmq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,     \
+                                       int nblocks, i64 row_bytes, int ncols, i64 dst_col,   \
+                                       int kper, i64 split_stride) {                          \
+        __shared__ const u8 *ycol[MMQ_COLS];                                                  \
+        __shared__ float *ocol[MMQ_COLS];                                                     \
+        const int row0 = blockIdx.x * MMQ_ROWS;                                               \
+        const int ib = blockIdx.z * kper, ie = min(nblocks, ib + kper);                       \
+        if (threadIdx.x < MMQ_COLS) {                                                         \
+            const int col = blockIdx.y * MMQ_COLS + threadIdx.x;                              \
+            const bool live = col < ncols;                                                    \
+            ycol[threadIdx.x] = live ? yq + (i64)col * nblocks * Q8_1_BYTES : nullptr;        \
+            ocol[threadIdx.x] =                                                               \
+                live ? dst + blockIdx.z * split_stride + (i64)col * dst_col : nullptr;        \
+        }                                                                                     \
+        __syncthreads();                                                                      \
+        MMQ_TILE(T, BYTES, SUB)                                                               \
+    }
+
+// MUL_MAT_ID of a batch, experts grouped (`moe_group_pairs`): blockIdx.z an expert,
+// blockIdx.y a block of MMQ_COLS of the (slot, token) pairs routed to it (blocks past its
+// count return at once), blockIdx.x a block of MMQ_ROWS rows of its matrix (experts
+// expert_bytes apart). Pair p = t * n_used + e reads activation column (t, e % nb) (Q8_1,
+// columns of nblocks blocks in that order) and writes dst row (e, t) of nrows floats.
+#define MMQ_ID(T, BYTES, SUB)                                                                 \
+    extern "C" __global__ void mmq_id_##T(const u8 *experts, const u8 *yq, float *dst,       \
+                                          const i32 *groups, int nrows, int nblocks,         \
+                                          i64 row_bytes, i64 expert_bytes, int n_expert,     \
+                                          int n_used, int nb) {                              \
+        __shared__ const u8 *ycol[MMQ_COLS];                                                  \
+        __shared__ float *ocol[MMQ_COLS];                                                     \
+        const int ex = blockIdx.z, begin = groups[ex], count = groups[ex + 1] - begin;        \
+        if ((int)blockIdx.y * MMQ_COLS >= count) return;                                      \
+        if (threadIdx.x < MMQ_COLS) {                                                         \
+            const int j = blockIdx.y * MMQ_COLS + threadIdx.x;                                \
+            const u8 *y = nullptr;                                                            \
+            float *o = nullptr;                                                               \
+            if (j < count) {                                                                  \
+                const int p = groups[n_expert + 1 + begin + j], t = p / n_used, e = p % n_used; \
+                y = yq + ((i64)t * nb + e % nb) * nblocks * Q8_1_BYTES;                       \
+                o = dst + ((i64)t * n_used + e) * nrows;                                      \
+            }                                                                                 \
+            ycol[threadIdx.x] = y;                                                            \
+            ocol[threadIdx.x] = o;                                                            \
+        }                                                                                     \
+        __syncthreads();                                                                      \
+        const u8 *w = experts + ex * expert_bytes;                                            \
+        const int row0 = blockIdx.x * MMQ_ROWS, ib = 0, ie = nblocks;                         \
+        MMQ_TILE(T, BYTES, SUB)                                                               \
     }
 
 MMQ(q4_0, Q4_0_BYTES, 1)
@@ -242,3 +297,62 @@ MMQ(q4_k, Q4_K_BYTES, 8)
 MMQ(q5_k, Q5_K_BYTES, 8)
 MMQ(q6_k, Q6_K_BYTES, 8)
 MMQ(iq4_xs, IQ4_XS_BYTES, 8)
+
+MMQ_ID(q4_0, Q4_0_BYTES, 1)
+MMQ_ID(q4_1, Q4_1_BYTES, 1)
+MMQ_ID(q5_0, Q5_0_BYTES, 1)
+MMQ_ID(q5_1, Q5_1_BYTES, 1)
+MMQ_ID(q8_0, Q8_0_BYTES, 1)
+MMQ_ID(iq4_nl, IQ4_NL_BYTES, 1)
+MMQ_ID(mxfp4, MXFP4_BYTES, 1)
+MMQ_ID(q2_k, Q2_K_BYTES, 8)
+MMQ_ID(q3_k, Q3_K_BYTES, 8)
+MMQ_ID(q4_k, Q4_K_BYTES, 8)
+MMQ_ID(q5_k, Q5_K_BYTES, 8)
+MMQ_ID(q6_k, Q6_K_BYTES, 8)
+MMQ_ID(iq4_xs, IQ4_XS_BYTES, 8)
+
+// The split-K shares' sums added in share order: dst[col][row] (columns dst_col floats apart)
+// = sum over z of part[z][col][row] (shares of ncols x nrows floats, packed).
+extern "C" __global__ void mmq_sum_splits(const float *part, float *dst, int nrows, int ncols,
+                                          int splits, i64 dst_col) {
+    const i64 n = (i64)nrows * ncols;
+    GRID_STRIDE(i, n) {
+        float s = 0.0f;
+        for (int z = 0; z < splits; ++z) s += part[z * n + i];
+        dst[(i / nrows) * dst_col + i % nrows] = s;
+    }
+}
+
+// MUL_MAT_ID's grouping for mmq_id_*: the (slot, token) pairs of ids [n_used, n_tokens] (tokens
+// ids_stride apart) by expert into groups: groups[ex] .. groups[ex + 1] index the list at
+// groups + n_expert + 1 (pair p = t * n_used + e; any order within a group, each column's sums
+// being its own), counted in groups + n_expert + 1 + n_pairs (n_expert more). Pairs whose id is
+// out of range are in no group; their dst rows (nrows floats) become NaN. One block.
+extern "C" __global__ void moe_group_pairs(const i32 *ids, i64 ids_stride, int n_used,
+                                           int n_tokens, int n_expert, i32 *groups, float *dst,
+                                           int nrows) {
+    const int n = n_used * n_tokens;
+    i32 *list = groups + n_expert + 1, *cursor = list + n;
+    for (int ex = threadIdx.x; ex <= n_expert; ex += blockDim.x) groups[ex] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < n; p += blockDim.x) {
+        const i32 ex = ids[(i64)(p / n_used) * ids_stride + p % n_used];
+        if (ex >= 0 && ex < n_expert) atomicAdd(&groups[ex + 1], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int ex = 0; ex < n_expert; ++ex) {
+            groups[ex + 1] += groups[ex];
+            cursor[ex] = groups[ex];
+        }
+    __syncthreads();
+    for (int p = threadIdx.x; p < n; p += blockDim.x) {
+        const i32 ex = ids[(i64)(p / n_used) * ids_stride + p % n_used];
+        if (ex >= 0 && ex < n_expert) {
+            list[atomicAdd(&cursor[ex], 1)] = p;
+        } else {
+            for (int r = 0; r < nrows; ++r) dst[(i64)p * nrows + r] = __int_as_float(0x7fc00000);
+        }
+    }
+}

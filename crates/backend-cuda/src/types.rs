@@ -44,6 +44,8 @@ pub struct TypeRow {
     /// The int8 tensor-core kernel for batches of columns (`mmq_*`, sm_80+), beside
     /// [`mmvq`](Self::mmvq): the same Q8_1 activations.
     pub mmq: Option<&'static str>,
+    /// MUL_MAT_ID's int8 tensor-core kernel for batches (`mmq_id_*`), beside [`mmq`](Self::mmq).
+    pub mmq_id: Option<&'static str>,
 }
 
 const fn row(dtype: DType, cuh: &'static str, class: Class) -> TypeRow {
@@ -57,6 +59,7 @@ const fn row(dtype: DType, cuh: &'static str, class: Class) -> TypeRow {
         mmvq_id: None,
         mmvq_glu: None,
         mmq: None,
+        mmq_id: None,
     }
 }
 
@@ -75,6 +78,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q4_0"),
         mmvq_glu: Some("mmvq_glu_q4_0"),
         mmq: Some("mmq_q4_0"),
+        mmq_id: Some("mmq_id_q4_0"),
         ..block(Q4_0, "T_Q4_0")
     },
     TypeRow {
@@ -83,6 +87,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q4_1"),
         mmvq_glu: Some("mmvq_glu_q4_1"),
         mmq: Some("mmq_q4_1"),
+        mmq_id: Some("mmq_id_q4_1"),
         ..block(Q4_1, "T_Q4_1")
     },
     TypeRow {
@@ -91,6 +96,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q5_0"),
         mmvq_glu: Some("mmvq_glu_q5_0"),
         mmq: Some("mmq_q5_0"),
+        mmq_id: Some("mmq_id_q5_0"),
         ..block(Q5_0, "T_Q5_0")
     },
     TypeRow {
@@ -99,6 +105,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q5_1"),
         mmvq_glu: Some("mmvq_glu_q5_1"),
         mmq: Some("mmq_q5_1"),
+        mmq_id: Some("mmq_id_q5_1"),
         ..block(Q5_1, "T_Q5_1")
     },
     TypeRow {
@@ -107,6 +114,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q8_0"),
         mmvq_glu: Some("mmvq_glu_q8_0"),
         mmq: Some("mmq_q8_0"),
+        mmq_id: Some("mmq_id_q8_0"),
         ..block(Q8_0, "T_Q8_0")
     },
     TypeRow {
@@ -114,6 +122,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q2_k"),
         mmvq_glu: Some("mmvq_glu_q2_k"),
         mmq: Some("mmq_q2_k"),
+        mmq_id: Some("mmq_id_q2_k"),
         ..block(Q2_K, "T_Q2_K")
     },
     TypeRow {
@@ -121,6 +130,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q3_k"),
         mmvq_glu: Some("mmvq_glu_q3_k"),
         mmq: Some("mmq_q3_k"),
+        mmq_id: Some("mmq_id_q3_k"),
         ..block(Q3_K, "T_Q3_K")
     },
     TypeRow {
@@ -128,6 +138,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q4_k"),
         mmvq_glu: Some("mmvq_glu_q4_k"),
         mmq: Some("mmq_q4_k"),
+        mmq_id: Some("mmq_id_q4_k"),
         ..block(Q4_K, "T_Q4_K")
     },
     TypeRow {
@@ -135,6 +146,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q5_k"),
         mmvq_glu: Some("mmvq_glu_q5_k"),
         mmq: Some("mmq_q5_k"),
+        mmq_id: Some("mmq_id_q5_k"),
         ..block(Q5_K, "T_Q5_K")
     },
     TypeRow {
@@ -142,6 +154,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_q6_k"),
         mmvq_glu: Some("mmvq_glu_q6_k"),
         mmq: Some("mmq_q6_k"),
+        mmq_id: Some("mmq_id_q6_k"),
         ..block(Q6_K, "T_Q6_K")
     },
     TypeRow {
@@ -149,6 +162,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_iq4_nl"),
         mmvq_glu: Some("mmvq_glu_iq4_nl"),
         mmq: Some("mmq_iq4_nl"),
+        mmq_id: Some("mmq_id_iq4_nl"),
         ..block(IQ4_NL, "T_IQ4_NL")
     },
     TypeRow {
@@ -156,6 +170,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_iq4_xs"),
         mmvq_glu: Some("mmvq_glu_iq4_xs"),
         mmq: Some("mmq_iq4_xs"),
+        mmq_id: Some("mmq_id_iq4_xs"),
         ..block(IQ4_XS, "T_IQ4_XS")
     },
     TypeRow {
@@ -163,6 +178,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_id: Some("mmvq_id_mxfp4"),
         mmvq_glu: Some("mmvq_glu_mxfp4"),
         mmq: Some("mmq_mxfp4"),
+        mmq_id: Some("mmq_id_mxfp4"),
         ..block(MXFP4, "T_MXFP4")
     },
     row(I32, "T_I32", Class::Index),
@@ -259,7 +275,9 @@ mod tests {
                 assert_eq!(r.class, Class::Float, "{t}");
             }
             assert_eq!(r.mmq.is_some(), r.mmvq.is_some(), "{t}: MMQ beside MMVQ");
-            for k in [r.mmvq, r.mmv, r.mmvq_id, r.mmvq_glu, r.mmq].into_iter().flatten() {
+            assert_eq!(r.mmq_id.is_some(), r.mmq.is_some(), "{t}: MMQ_ID beside MMQ");
+            let all = [r.mmvq, r.mmv, r.mmvq_id, r.mmvq_glu, r.mmq, r.mmq_id];
+            for k in all.into_iter().flatten() {
                 assert!(entries.iter().any(|e| e == k), "{t}: no kernel {k}");
             }
         }

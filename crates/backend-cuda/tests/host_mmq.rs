@@ -38,16 +38,27 @@ static inline void mma_s8_16816(i32 *c, i32 a0, i32 a1, i32 b) {
     }
     warp_bar[w].wait();
 }
+static std::mutex atomic_mutex;
+static inline int atomicAdd(int *p, int v) {
+    std::lock_guard<std::mutex> l(atomic_mutex);
+    const int old = *p;
+    *p += v;
+    return old;
+}
 "#;
 
 /// `codes ENTRY NBLOCKS W`: every value of the blocks as d * code + m (hex bits, in order);
-/// `mmq ENTRY ROWS NBLOCKS ROW_BYTES COLS W Y`: the outputs, column by column.
+/// `mmq ENTRY ROWS NBLOCKS ROW_BYTES COLS KPER W Y`: the outputs, column by column (K split in
+/// shares of KPER blocks, added up by `mmq_sum_splits`, where KPER < NBLOCKS); `mmq_id ENTRY ROWS
+/// NBLOCKS ROW_BYTES EXPERT_BYTES N_EXPERT N_USED NB N_TOKENS IDS_STRIDE W Y IDS`: the pairs
+/// grouped by `moe_group_pairs`, then `mmq_id_*`; the outputs by (token, slot).
 const MAIN: &str = r#"
 typedef i32 (*Codes)(const u8 *, int, int);
 typedef void (*Scales)(const u8 *, int, int, float *, float *);
-typedef void (*Mmq)(const u8 *, const u8 *, float *, int, int, i64, int, i64);
-struct Entry { const char *name; Codes codes; Scales scales; Mmq mmq; int bytes, sub; };
-#define ENTRY(T, BYTES, SUB) {"mmq_" #T, codes_##T, scales_##T, mmq_##T, BYTES, SUB},
+typedef void (*Mmq)(const u8 *, const u8 *, float *, int, int, i64, int, i64, int, i64);
+typedef void (*MmqId)(const u8 *, const u8 *, float *, const i32 *, int, int, i64, i64, int, int, int);
+struct Entry { const char *name; Codes codes; Scales scales; Mmq mmq; MmqId id; int bytes, sub; };
+#define ENTRY(T, BYTES, SUB) {"mmq_" #T, codes_##T, scales_##T, mmq_##T, mmq_id_##T, BYTES, SUB},
 static const Entry ENTRIES[] = {
     ENTRY(q4_0, Q4_0_BYTES, 1) ENTRY(q4_1, Q4_1_BYTES, 1) ENTRY(q5_0, Q5_0_BYTES, 1)
     ENTRY(q5_1, Q5_1_BYTES, 1) ENTRY(q8_0, Q8_0_BYTES, 1) ENTRY(iq4_nl, IQ4_NL_BYTES, 1)
@@ -76,11 +87,43 @@ int main(int argc, char **argv) {
     }
     const int rows = atoi(argv[3]), nblocks = atoi(argv[4]);
     const long row_bytes = atol(argv[5]);
-    const int cols = atoi(argv[6]);
-    std::vector<u8> w = slurp(argv[7]), y = slurp(argv[8]);
+    if (!strcmp(argv[1], "mmq_id")) {
+        const long expert_bytes = atol(argv[6]);
+        const int n_expert = atoi(argv[7]), n_used = atoi(argv[8]), nb = atoi(argv[9]);
+        const int n_tokens = atoi(argv[10]), ids_stride = atoi(argv[11]);
+        std::vector<u8> w = slurp(argv[12]), y = slurp(argv[13]), ib = slurp(argv[14]);
+        std::vector<i32> ids(ib.size() / 4);
+        memcpy(ids.data(), ib.data(), ib.size());
+        const int n = n_used * n_tokens;
+        std::vector<i32> groups(2 * n_expert + 1 + n, -7);
+        std::vector<float> out((size_t)rows * n, -1.0f);
+        launch(1, 1, 64, [&] {
+            moe_group_pairs(ids.data(), ids_stride, n_used, n_tokens, n_expert, groups.data(), out.data(), rows);
+        });
+        launch3((rows + MMQ_ROWS - 1) / MMQ_ROWS, (n + MMQ_COLS - 1) / MMQ_COLS, n_expert, MMQ_THREADS, [&] {
+            e->id(w.data(), y.data(), out.data(), groups.data(), rows, nblocks, row_bytes, expert_bytes,
+                  n_expert, n_used, nb);
+        });
+        for (float v : out) printf("%08x\n", __float_as_uint(v));
+        return 0;
+    }
+    const int cols = atoi(argv[6]), kper = atoi(argv[7]);
+    std::vector<u8> w = slurp(argv[8]), y = slurp(argv[9]);
     std::vector<float> out((size_t)rows * cols, -1.0f);
-    launch((rows + MMQ_ROWS - 1) / MMQ_ROWS, (cols + MMQ_COLS - 1) / MMQ_COLS, MMQ_THREADS,
-           [&] { e->mmq(w.data(), y.data(), out.data(), rows, nblocks, row_bytes, cols, rows); });
+    const int splits = (nblocks + kper - 1) / kper;
+    const unsigned gx = (rows + MMQ_ROWS - 1) / MMQ_ROWS, gy = (cols + MMQ_COLS - 1) / MMQ_COLS;
+    if (splits == 1) {
+        launch(gx, gy, MMQ_THREADS, [&] {
+            e->mmq(w.data(), y.data(), out.data(), rows, nblocks, row_bytes, cols, rows, kper, 0);
+        });
+    } else {
+        const long n = (long)rows * cols;
+        std::vector<float> part((size_t)splits * n, -1.0f);
+        launch3(gx, gy, splits, MMQ_THREADS, [&] {
+            e->mmq(w.data(), y.data(), part.data(), rows, nblocks, row_bytes, cols, rows, kper, n);
+        });
+        launch(2, 1, 64, [&] { mmq_sum_splits(part.data(), out.data(), rows, cols, splits, rows); });
+    }
     for (float v : out) printf("%08x\n", __float_as_uint(v));
     return 0;
 }
@@ -104,9 +147,13 @@ fn int8_tensor_core_products_match_f64() {
     let mut checked = 0;
     for (n, row) in TYPES.iter().filter(|r| r.mmq.is_some()).enumerate() {
         let t = row.dtype;
-        // Two passes of eight Q8_1 blocks: 10 blocks for the 32-value types (the second pass
-        // partial), 16 for the 256-value ones.
-        let k = if t.block_size() == 32 { 320 } else { 512 };
+        // Two passes of eight Q8_1 blocks: 9 blocks for the 32-value types (the second pass
+        // partial), 16 for the 256-value ones where K is split below (else one pass, 8).
+        let k = match (t.block_size(), n % 2) {
+            (32, _) => 288,
+            (_, 0) => 512,
+            _ => 256,
+        };
         let nblocks = k / 32;
         let entry = row.mmq.unwrap();
         let row_bytes = t.row_size(k as u64).unwrap() as usize;
@@ -123,7 +170,8 @@ fn int8_tensor_core_products_match_f64() {
         }
 
         // The kernel: 70 rows (a whole and a partial block of 64) by 9 columns (one partial
-        // block of 32), and for three types 37 columns (a second column block).
+        // block of 32), and for three types 37 columns (a second column block); the whole K in
+        // one share, then split in shares of 8 blocks (the last partial for the 32-value types).
         let rows = 70;
         let cols = if n % 5 == 0 { 37 } else { 9 };
         let w = quantize(t, &values(rows * k, 7 + t.id() as u64)).unwrap();
@@ -131,14 +179,67 @@ fn int8_tensor_core_products_match_f64() {
         let y = quantize(DType::Q8_1, &values(k * cols, 40)).unwrap();
         let yd = dequantize(DType::Q8_1, &y).unwrap();
         let files = [write(&dir, "w.bin", &w), write(&dir, "y.bin", &y)];
-        let got = floats(&call(&exe, &["mmq", entry], &[rows, nblocks, row_bytes, cols], &files));
-        assert_eq!(got.len(), rows * cols);
-        for c in 0..cols {
-            for r in 0..rows {
-                let (want, scale) = dot(&wd[r * k..][..k], &yd[c * k..][..k]);
-                let g = f64::from(got[c * rows + r]);
-                let err = (g - want).abs() / scale.max(1e-9);
-                assert!(err < 2e-3, "{entry} column {c} row {r}: {g} != {want} ({err:.1e})");
+        // (The tile and the split are the same code for every type, whose codes and scales
+        // are checked above: the split for every other type, the experts for every third.)
+        let kpers: &[usize] = if n % 2 == 0 { &[16, 8] } else { &[16] };
+        for &kper in kpers {
+            let nums = [rows, nblocks, row_bytes, cols, kper];
+            let got = floats(&call(&exe, &["mmq", entry], &nums, &files));
+            assert_eq!(got.len(), rows * cols);
+            for c in 0..cols {
+                for r in 0..rows {
+                    let (want, scale) = dot(&wd[r * k..][..k], &yd[c * k..][..k]);
+                    let g = f64::from(got[c * rows + r]);
+                    let err = (g - want).abs() / scale.max(1e-9);
+                    assert!(
+                        err < 2e-3,
+                        "{entry} K shares of {kper}, column {c} row {r}: {g} != {want}"
+                    );
+                }
+            }
+        }
+        // MUL_MAT_ID: three experts of 70 rows, 20 tokens of two slots (ids 3 apart: a top-k
+        // view), one activation row per slot; expert 1 gets 34 pairs (two column blocks),
+        // expert 0 four, expert 2 one, and one id out of range (NaN).
+        if n % 3 != 0 {
+            checked += 1;
+            continue;
+        }
+        let (n_expert, n_used, nb, n_tokens, stride) = (3usize, 2usize, 2usize, 20usize, 3usize);
+        let mut ids = vec![1i32; n_tokens * stride];
+        for (p, ex) in [(0, 0), (3, 2), (7, 0), (12, 0), (25, -1), (39, 0)] {
+            ids[(p / n_used) * stride + p % n_used] = ex;
+        }
+        let experts = quantize(t, &values(n_expert * rows * k, 70 + t.id() as u64)).unwrap();
+        let ed = dequantize(t, &experts).unwrap();
+        let b = quantize(DType::Q8_1, &values(k * nb * n_tokens, 50)).unwrap();
+        let bd = dequantize(DType::Q8_1, &b).unwrap();
+        let files = [
+            write(&dir, "e.bin", &experts),
+            write(&dir, "b.bin", &b),
+            write(&dir, "ids.bin", &common::i32_bytes(&ids)),
+        ];
+        let nums =
+            [rows, nblocks, row_bytes, rows * row_bytes, n_expert, n_used, nb, n_tokens, stride];
+        let got = floats(&call(&exe, &["mmq_id", entry], &nums, &files));
+        assert_eq!(got.len(), rows * n_used * n_tokens);
+        for tok in 0..n_tokens {
+            for slot in 0..n_used {
+                let id = ids[tok * stride + slot];
+                for r in 0..rows {
+                    let g = f64::from(got[(tok * n_used + slot) * rows + r]);
+                    if id < 0 {
+                        assert!(g.is_nan(), "{entry} id: an id out of range gives NaN, not {g}");
+                        continue;
+                    }
+                    let wrow = &ed[(id as usize * rows + r) * k..][..k];
+                    let (want, scale) = dot(wrow, &bd[(tok * nb + slot % nb) * k..][..k]);
+                    let err = (g - want).abs() / scale.max(1e-9);
+                    assert!(
+                        err < 2e-3,
+                        "{entry} id: token {tok} slot {slot} row {r}: {g} != {want}"
+                    );
+                }
             }
         }
         checked += 1;

@@ -1,12 +1,11 @@
-//! The launches of fused windows ([`crate::plan::fusion_windows`]) and of MUL_MAT_ID's int8
-//! path: which windows the kernels can take ([`Resolver::can_fuse`]) and their launches.
+//! The launches of fused windows ([`crate::plan::fusion_windows`]): which windows the kernels
+//! can take ([`Resolver::can_fuse`]) and their launches.
 
-use super::args::{per_row, warps, Arg, TensorArg, THREADS};
-use super::nodes::{one, quantize_q8_1, Pending, Resolver};
+use super::args::{per_row, warps, Arg, THREADS};
+use super::nodes::{one, Pending, Resolver};
 use crate::plan::{FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window};
 use crate::types::row_of;
 use crate::CudaError;
-use cudarc::driver::LaunchConfig;
 use std::collections::HashMap;
 use tessera_tensor::graph::{GluOp, Op, TensorId};
 use tessera_tensor::DType;
@@ -143,43 +142,5 @@ impl Resolver<'_> {
         let mut v: Vec<Pending> = quantize.into_iter().collect();
         v.push(Pending { entry, cfg: warps(nrows, 8), args });
         Ok(v)
-    }
-
-    /// MUL_MAT_ID on the int8 path: the activations (contiguous, checked by the plan) to Q8_1
-    /// in the node's scratch, then one warp per expert row for each (slot, token).
-    pub(super) fn mul_mat_id_mmvq(
-        &self,
-        id: TensorId,
-        dst: TensorArg,
-        w: TensorArg,
-    ) -> Result<Vec<Pending>, CudaError> {
-        let d = self.ctx.get(id);
-        let wd = self.ctx.get(d.src[0].expect("experts"));
-        let b = self.src(id, 1)?;
-        let ids = self.src(id, 2)?;
-        let entry = row_of(wd.dtype).and_then(|r| r.mmvq_id).ok_or_else(|| {
-            CudaError::Driver(format!("mmvq planned for {} experts without a kernel", wd.dtype))
-        })?;
-        let (nrows, nblocks) = (wd.ne[1], wd.ne[0] / 32);
-        let (nb, n_tokens, n_used) = (b.ne[1], b.ne[2], ids.ne[0]);
-        let all = nblocks as i64 * nb * n_tokens;
-        let args = vec![
-            Arg::Ptr(w.p),
-            Arg::Ptr(self.own),
-            Arg::Ptr(dst.p),
-            Arg::Ptr(ids.p),
-            (nrows as i32).into(),
-            (nblocks as i32).into(),
-            (wd.nb[1] as i64).into(),
-            (wd.nb[2] as i64).into(),
-            (wd.ne[2] as i32).into(),
-            (n_used as i32).into(),
-            (nb as i32).into(),
-            (ids.nb[1] / 4).into(),
-        ];
-        let rows = warps(nrows, 8);
-        let cfg =
-            LaunchConfig { grid_dim: (rows.grid_dim.0, (n_used * n_tokens) as u32, 1), ..rows };
-        Ok(vec![quantize_q8_1(b.p, self.own, all), Pending { entry, cfg, args }])
     }
 }

@@ -22,6 +22,7 @@
 //! addresses hold while a resolved graph lives.
 
 mod args;
+mod experts;
 mod fused;
 mod gemm;
 mod graphs;

@@ -4,8 +4,8 @@
 use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
 use crate::gpu::Gpu;
 use crate::plan::{
-    gemm_scratch, AttnPath, Kernel, MatmulPath, MoePath, NodePlan, Q8Input, ATTN_TILE_ROWS,
-    ATTN_TILE_THREADS, MMQ_COLS, MMQ_ROWS, MMQ_THREADS,
+    gemm_scratch, mmq_split, AttnPath, Kernel, MatmulPath, MoePath, NodePlan, Q8Input,
+    ATTN_TILE_ROWS, ATTN_TILE_THREADS, MMQ_COLS, MMQ_ROWS, MMQ_THREADS,
 };
 use crate::types::row_of;
 use crate::CudaError;
@@ -272,7 +272,9 @@ impl Resolver<'_> {
                     vec![dst.into(), a.into(), self.src(id, 1)?.into(), self.src(id, 2)?.into()];
                 one("mul_mat_id_op", warps(n, 8), args)
             }
-            Kernel::MulMatId(MoePath::Mmvq) => self.mul_mat_id_mmvq(id, dst, a)?,
+            Kernel::MulMatId(path @ (MoePath::Mmvq | MoePath::Mmq)) => {
+                self.mul_mat_id_int8(id, path, dst, a)?
+            }
             Kernel::Argsort => {
                 let Op::Argsort { descending } = d.op else {
                     return Err(mismatch(d.op.name(), plan));
@@ -404,7 +406,7 @@ impl Resolver<'_> {
                 // output's column stride in floats; both kernels take the same arguments.
                 let cols = x.ne[1];
                 let (yq, quantize) = self.q8_activations(q8, x.p, nblocks as i64 * cols)?;
-                let mm = vec![
+                let mut mm = vec![
                     Arg::Ptr(w.p),
                     Arg::Ptr(yq),
                     Arg::Ptr(dst.p),
@@ -414,23 +416,48 @@ impl Resolver<'_> {
                     (cols as i32).into(),
                     (dst.nb[1] / 4).into(),
                 ];
-                let (entry, cfg) = if path == MatmulPath::Mmq {
-                    let grid = (
-                        nrows.div_ceil(MMQ_ROWS) as u32,
-                        (cols as usize).div_ceil(MMQ_COLS) as u32,
-                        1,
-                    );
-                    let cfg = LaunchConfig {
-                        grid_dim: grid,
-                        block_dim: (MMQ_THREADS, 1, 1),
-                        shared_mem_bytes: 0,
-                    };
-                    (kernel(|r| r.mmq)?, cfg)
-                } else {
-                    (kernel(|r| r.mmvq)?, cfg)
-                };
                 let mut v: Vec<Pending> = quantize.into_iter().collect();
-                v.push(Pending { entry, cfg, args: mm });
+                if path == MatmulPath::Mmvq {
+                    v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });
+                    return Ok(v);
+                }
+                // MMQ, K split in shares whose sums go to the node's scratch where the launch
+                // would be small (plan: mmq_split), then added up in share order.
+                let cols = cols as usize;
+                let split = mmq_split(nrows, cols, nblocks);
+                let shares = (nrows * cols) as i64;
+                if split.splits > 1 {
+                    mm[2] = Arg::Ptr(self.own);
+                    mm[7] = (nrows as i64).into();
+                }
+                mm.push((split.kper as i32).into());
+                mm.push((if split.splits > 1 { shares } else { 0 }).into());
+                let grid = (
+                    nrows.div_ceil(MMQ_ROWS) as u32,
+                    cols.div_ceil(MMQ_COLS) as u32,
+                    split.splits as u32,
+                );
+                let cfg = LaunchConfig {
+                    grid_dim: grid,
+                    block_dim: (MMQ_THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                v.push(Pending { entry: kernel(|r| r.mmq)?, cfg, args: mm });
+                if split.splits > 1 {
+                    let sum = vec![
+                        Arg::Ptr(self.own),
+                        Arg::Ptr(dst.p),
+                        (nrows as i32).into(),
+                        (cols as i32).into(),
+                        (split.splits as i32).into(),
+                        (dst.nb[1] / 4).into(),
+                    ];
+                    v.push(Pending {
+                        entry: "mmq_sum_splits",
+                        cfg: grid_for(nrows * cols),
+                        args: sum,
+                    });
+                }
                 v
             }
             MatmulPath::Gemm => {

@@ -71,6 +71,38 @@ pub const MMQ_ROWS: usize = 64;
 pub const MMQ_COLS: usize = 32;
 /// Threads of one MMQ block (`MMQ_THREADS`: four warps of 16 rows each).
 pub const MMQ_THREADS: u32 = 128;
+/// Q8_1 blocks (32 values) an MMQ block stages per pass (`MMQ_KB`).
+pub const MMQ_KB: usize = 8;
+/// Blocks an MMQ launch aims at (about four per SM of a 132-SM H100/H200): fewer row and
+/// column blocks than this split K among more (each weight byte in flight in one of them).
+pub const MMQ_TARGET_BLOCKS: usize = 512;
+/// Most shares K is split into.
+pub const MMQ_MAX_SPLITS: usize = 16;
+
+/// How an MMQ product splits K: `splits` shares of `kper` Q8_1 blocks (the last may be
+/// shorter), the shares' sums in the node's scratch (`scratch` bytes) where there are several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmqSplit {
+    /// Shares of K (1: none, the kernel writes the output).
+    pub splits: usize,
+    /// Q8_1 blocks per share (a multiple of [`MMQ_KB`]).
+    pub kper: usize,
+    /// Scratch bytes for the shares' sums (0 for one share).
+    pub scratch: usize,
+}
+
+/// The split of `rows` weight rows of `nblocks` Q8_1 blocks times `cols` columns: enough
+/// blocks in the launch to keep every SM streaming weights (small batches of few rows), each
+/// share at least one pass.
+pub fn mmq_split(rows: usize, cols: usize, nblocks: usize) -> MmqSplit {
+    let base = rows.div_ceil(MMQ_ROWS) * cols.div_ceil(MMQ_COLS);
+    let passes = nblocks.div_ceil(MMQ_KB).max(1);
+    let want = MMQ_TARGET_BLOCKS.div_ceil(base).clamp(1, MMQ_MAX_SPLITS.min(passes));
+    let kper = passes.div_ceil(want) * MMQ_KB;
+    let splits = nblocks.div_ceil(kper).max(1);
+    let scratch = if splits > 1 { splits * rows * cols * 4 } else { 0 };
+    MmqSplit { splits, kper, scratch }
+}
 
 /// Where the `gemm` path's F16 copies lie in the node's own scratch: the weights' (empty for
 /// contiguous F16 weights, which cuBLAS reads in place) at 0, the activations' at `x_offset`.
@@ -141,7 +173,7 @@ pub fn matmul_path(
         && (cols <= MMQ_MAX_COLUMNS || !cap.cublas || !paths.allows(FastPath::Gemm))
         && columns(w, x, dst, cols)
     {
-        return (MatmulPath::Mmq, 0);
+        return (MatmulPath::Mmq, mmq_split(w.ne[1], cols, w.ne[0] / 32).scratch);
     }
     if cols > MMVQ_MAX_COLUMNS
         && paths.allows(FastPath::Gemm)
@@ -187,14 +219,19 @@ pub enum MoePath {
     /// The activations quantized to Q8_1 (`quantize_q8_1`, into the node's scratch), then the
     /// type's `mmvq_id_*`: one warp per weight row of each (slot, token)'s expert.
     Mmvq,
+    /// For batches: the activations to Q8_1, the (slot, token) pairs grouped by expert on the
+    /// device (`moe_group_pairs`), then the type's `mmq_id_*`: each expert's pairs through the
+    /// int8 tensor cores, 32 at a time.
+    Mmq,
 }
 
 impl MoePath {
-    /// A short name (`generic`, `mmvq`).
+    /// A short name (`generic`, `mmvq`, `mmq`).
     pub fn name(self) -> &'static str {
         match self {
             MoePath::Generic => "generic",
             MoePath::Mmvq => FastPath::Mmvq.name(),
+            MoePath::Mmq => FastPath::Mmq.name(),
         }
     }
 }
@@ -227,6 +264,21 @@ pub fn mul_mat_id_path(
         && w.nb[1] >= w.row_size()
         && w.nb[2] >= w.nb[1] * w.ne[1];
     let fits = |n: usize| n < i32::MAX as usize;
+    let n_pairs = n_used * n_tokens;
+    if row.mmq_id.is_some()
+        && paths.allows(FastPath::Mmq)
+        && cap.arch >= 80
+        && contiguous
+        && k % 32 == 0
+        && n_tokens > MMVQ_MAX_COLUMNS
+        && n_pairs.div_ceil(MMQ_COLS) <= MMVQ_ID_MAX_PAIRS
+        && w.ne[2] <= MMVQ_ID_MAX_PAIRS
+        && fits(n_pairs + 2 * w.ne[2] + 1)
+        && fits(w.ne[1])
+        && fits(k)
+    {
+        return (MoePath::Mmq, moe_mmq_scratch(k, nb, n_tokens, n_used, w.ne[2]).total);
+    }
     if row.mmvq_id.is_some()
         && paths.allows(FastPath::Mmvq)
         && cap.arch >= 61
@@ -241,11 +293,40 @@ pub fn mul_mat_id_path(
     (MoePath::Generic, 0)
 }
 
+/// Where MUL_MAT_ID's `mmq` path keeps its data in the node's scratch: the Q8_1 activations
+/// at 0, the expert groups (`moe_group_pairs`: offsets, pair list, counters) at
+/// `groups_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeMmqScratch {
+    /// Offset of the groups (256-byte aligned).
+    pub groups_offset: usize,
+    /// Bytes of the whole region.
+    pub total: usize,
+}
+
+/// The `mmq` expert path's scratch for activations of `k` values, `nb` rows per token,
+/// `n_tokens` tokens, `n_used` experts a token of `n_expert`.
+pub fn moe_mmq_scratch(
+    k: usize,
+    nb: usize,
+    n_tokens: usize,
+    n_used: usize,
+    n_expert: usize,
+) -> MoeMmqScratch {
+    let q8 = k / 32 * nb * n_tokens * crate::types::Q8_1_BYTES;
+    let groups_offset = q8.next_multiple_of(256);
+    let groups = (2 * n_expert + 1 + n_used * n_tokens) * 4;
+    MoeMmqScratch { groups_offset, total: groups_offset + groups }
+}
+
 /// Every path the plan can give an expert product with weights of `dtype`.
 pub fn possible_moe_paths(dtype: DType) -> Vec<MoePath> {
     let mut v = vec![MoePath::Generic];
     if row_of(dtype).is_some_and(|r| r.mmvq_id.is_some()) {
         v.push(MoePath::Mmvq);
+    }
+    if row_of(dtype).is_some_and(|r| r.mmq_id.is_some()) {
+        v.push(MoePath::Mmq);
     }
     v
 }

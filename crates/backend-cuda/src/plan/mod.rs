@@ -25,7 +25,9 @@
 //!   kernels reading each weight once for all columns (`mmv.cu`, 16-byte loads).
 //! - `mmq`: products of 9 to `MMQ_MAX_COLUMNS` contiguous columns (any number where cuBLAS is
 //!   missing) with the MMVQ types' int8 tensor-core kernels (`mmq.cu`, `mma.sync` s8, sm_80+),
-//!   the same shared Q8_1 activations; each weight block read once per 32 columns.
+//!   the same shared Q8_1 activations; each weight block read once per 32 columns, K split
+//!   where the launch would be small (`mmq_split`). MUL_MAT_ID's batches (more than 8 tokens)
+//!   too: the pairs grouped by expert on the device, each expert's through `mmq_id_*`.
 //! - `gemm`: products of more than 8 contiguous columns through cuBLAS (`cublasGemmEx`, F16
 //!   inputs, F32 accumulation and output): the weights converted to F16 in scratch unless
 //!   they are F16 already, the activations too (llama.cpp's cuBLAS path).
@@ -51,8 +53,9 @@ mod paths;
 pub use activations::{share_q8_1, Q8Input};
 pub use fusion::{fusion_windows, FusionKind, Window};
 pub use matmul::{
-    gemm_scratch, matmul_path, mul_mat_id_path, possible_moe_paths, possible_paths, GemmScratch,
-    MatmulPath, MoePath, MMQ_COLS, MMQ_MAX_COLUMNS, MMQ_ROWS, MMQ_THREADS,
+    gemm_scratch, matmul_path, mmq_split, moe_mmq_scratch, mul_mat_id_path, possible_moe_paths,
+    possible_paths, GemmScratch, MatmulPath, MmqSplit, MoeMmqScratch, MoePath, MMQ_COLS, MMQ_KB,
+    MMQ_MAX_COLUMNS, MMQ_MAX_SPLITS, MMQ_ROWS, MMQ_TARGET_BLOCKS, MMQ_THREADS,
 };
 pub use paths::{FastPath, Paths};
 

@@ -271,6 +271,20 @@ fn moe_ops_and_sinks_are_planned() {
     assert_eq!(scratch, 2 * 3 * 36, "Q8_1 of 2 blocks x 1 row x 3 tokens");
     let generic = plan_node(&ctx, mm, SM90, Paths::parse("-mmvq").unwrap()).unwrap();
     assert_eq!(generic.kernel, Kernel::MulMatId(MoePath::Generic));
+    // A batch of 9 tokens: the pairs grouped by expert through the tensor cores (Q8_1 of 2
+    // blocks x 1 row x 9 tokens, then 2 x 4 + 1 + 18 group ints), MMVQ without them.
+    let b9 = ctx.new_tensor(F32, &[64, 1, 9]).unwrap();
+    let ids9 = ctx.new_tensor(I32, &[2, 9]).unwrap();
+    let batch = ctx.mul_mat_id(experts, b9, ids9).unwrap();
+    let p = plan_node(&ctx, batch, SM90, Paths::all()).unwrap();
+    assert_eq!(p.kernel, Kernel::MulMatId(MoePath::Mmq));
+    assert_eq!(p.scratch, 768 + (2 * 4 + 1 + 18) * 4, "648 bytes of Q8_1, aligned");
+    assert_eq!(moe_mmq_scratch(64, 1, 9, 2, 4).groups_offset, 768);
+    let no_mmq = plan_node(&ctx, batch, SM90, Paths::parse("-mmq").unwrap()).unwrap();
+    assert_eq!(no_mmq.kernel, Kernel::MulMatId(MoePath::Mmvq));
+    let sm75 = Capability { arch: 75, cublas: true };
+    let old = plan_node(&ctx, batch, sm75, Paths::all()).unwrap();
+    assert_eq!(old.kernel, Kernel::MulMatId(MoePath::Mmvq));
     let f16_experts = ctx.new_tensor(F16, &[64, 16, 4]).unwrap();
     let mmf = ctx.mul_mat_id(f16_experts, b, ids).unwrap();
     assert_eq!(plan(&ctx, mmf), Kernel::MulMatId(MoePath::Generic));
@@ -323,7 +337,37 @@ fn mmq_constants_match_the_kernel() {
     assert_eq!(define("MMQ_ROWS"), MMQ_ROWS);
     assert_eq!(define("MMQ_COLS"), MMQ_COLS);
     assert_eq!(define("MMQ_THREADS"), MMQ_THREADS as usize);
+    assert_eq!(define("MMQ_KB"), MMQ_KB);
     // Four warps of 16 rows each, four 8-column tiles each.
     assert_eq!(MMQ_ROWS, 16 * MMQ_THREADS as usize / 32);
     assert_eq!(MMQ_COLS, 32);
+}
+
+/// Split K: small launches (few rows and columns) split into shares of whole passes until the
+/// launch has about `MMQ_TARGET_BLOCKS` blocks, never more than `MMQ_MAX_SPLITS` nor more than
+/// the passes; large ones stay whole. Every block of K lands in exactly one share.
+#[test]
+fn mmq_splits_k_for_small_launches() {
+    // 8B-shaped products with 16 columns: K 4096 (128 blocks, 16 passes).
+    let s = mmq_split(4096, 16, 128);
+    assert_eq!((s.splits, s.kper), (8, 16), "64 row blocks x 8 shares = 512");
+    assert_eq!(s.scratch, 8 * 4096 * 16 * 4);
+    assert_eq!(mmq_split(14336, 16, 128).splits, 3, "224 row blocks");
+    assert_eq!(mmq_split(1024, 16, 128).splits, 16, "at most MMQ_MAX_SPLITS");
+    // A large batch of a large matrix: one share, no scratch.
+    assert_eq!(mmq_split(14336, 128, 128), MmqSplit { splits: 1, kper: 128, scratch: 0 });
+    // Short rows: at most one share per pass; a partial last pass.
+    assert_eq!(mmq_split(64, 9, 10), MmqSplit { splits: 2, kper: 8, scratch: 2 * 64 * 9 * 4 });
+    assert_eq!(mmq_split(64, 9, 8).splits, 1);
+    for rows in [16, 64, 70, 1000, 4096, 20000] {
+        for cols in [9, 32, 33, 128, 600] {
+            for nblocks in [1, 7, 8, 9, 64, 100, 448] {
+                let s = mmq_split(rows, cols, nblocks);
+                assert!(s.splits >= 1 && s.splits <= MMQ_MAX_SPLITS, "{rows} {cols} {nblocks}");
+                assert_eq!(s.kper % MMQ_KB, 0);
+                assert!(s.splits * s.kper >= nblocks, "every block in a share");
+                assert!((s.splits - 1) * s.kper < nblocks, "no empty share");
+            }
+        }
+    }
 }
