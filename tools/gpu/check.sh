@@ -268,6 +268,11 @@ if [ -z "$QUICK" ]; then  # decoding without the fast paths, for their share of 
       echo "$q batches, TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep "|" "$L/bench-batches-$q$paths.log" | tail -7 >> "$R"
     done
   done
+  # Prompt attention: the f16 tensor cores against the SIMT tiles, on long prompts.
+  for paths in all -fattn-mma; do
+    run 150 "bench-attn$paths" env TESSERA_CUDA_PATHS=$paths "$B/tessera" bench -m $T/1b-Q4_0.gguf -ngl 99 -p 512,2048 -n 0 -r 3
+    echo "Q4_0 prompts, TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep "|" "$L/bench-attn$paths.log" | tail -2 >> "$R"
+  done
 fi
 
 step "speculative decoding on the GPU (the mechanics' cost; random weights, so acceptance means nothing)"

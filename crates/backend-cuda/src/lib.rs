@@ -13,7 +13,8 @@
 //!   Q5_1), `vecdotq.cuh` (the int8 dot products) and `attn.cuh` (FLASH_ATTN_EXT's online softmax
 //!   over KV cells). Modules: `ops.cu` (every op of the model graphs on tensors of any layout:
 //!   views, permutations, broadcasts), `quant.cu` (the MMVQ kernels, 1-8 columns), `mmq.cu`
-//!   (int8 tensor-core products of batches, `mma.sync` through inline PTX), `fattn_vec.cu`
+//!   (int8 tensor-core products of batches, `mma.sync` through inline PTX), `fattn_mma.cu` and
+//!   `fattn_tile.cu` (prompt attention: f16 tensor cores, SIMT tiles), `fattn_vec.cu`
 //!   (decode attention split over the KV cells, flash decoding) and `fused.cu` (kernels that run
 //!   a window of nodes in one pass: RMS_NORM then MUL, with the unfused nodes' bits).
 //!   `tests/host_kernels.rs` compiles `types.cuh` and `vecdotq.cuh` for the CPU with the

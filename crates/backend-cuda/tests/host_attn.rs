@@ -1,7 +1,8 @@
 //! Kernels with shared memory, barriers and warp shuffles run on the CPU, each thread of a block
 //! an OS thread (`common::THREADS_SHIM`): decode attention (`fattn_vec_op` with one split and
-//! with several merged by `fattn_vec_combine`, the path #37 decodes with), the generic
-//! attention with and without sinks, SOFT_MAX with sinks, the fused RMS_NORM x weight and the
+//! with several merged by `fattn_vec_combine`, the path #37 decodes with), the prompt kernels
+//! (`fattn_tile_op`, and `fattn_mma_op` with its f16 mma emulated from the PTX layout), the
+//! generic attention with and without sinks, SOFT_MAX with sinks, the fused RMS_NORM x weight and the
 //! activations' Q8_1 quantization, against f64 references of the ops (ggml's definitions).
 //!
 //! Skipped, with a note, where no C++ compiler is found; `REQUIRE_CXX=1` makes that a failure.
@@ -13,7 +14,35 @@ use half::f16;
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
 
-/// `fa vec|generic SPLITS SINKS D NQ NH NKV NKH Q K V MASK SINKS`, `softmax NKV NQ NH A MASK
+/// The f16 `mma.sync.m16n8k16` as the PTX ISA defines it (A: lane 4g + t holds row g's columns
+/// 2t, 2t+1 in a0, row g + 8's in a1, columns 2t + 8, 2t + 9 in a2 and a3; B: column g's rows
+/// 2t, 2t+1 in b0 and 2t + 8, 2t + 9 in b1; D: rows g and g + 8 at columns 2t, 2t + 1), written
+/// from the specification, lanes exchanging their registers through the shim's warp barriers.
+const MMA_F16_SHIM: &str = r#"
+#define FM_HOST_MMA
+static u32 mma_f16_regs[32][32][6];
+static inline float half_of(u32 w, int k) { return h2f((u16)(w >> (16 * (k & 1)))); }
+static inline void mma_f16_16816(float *d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    const u32 regs[6] = {a0, a1, a2, a3, b0, b1};
+    for (int i = 0; i < 6; ++i) mma_f16_regs[w][l][i] = regs[i];
+    warp_bar[w].wait();
+    const int g = l / 4, t = l % 4;
+    for (int x = 0; x < 4; ++x) {
+        const int row = g + (x < 2 ? 0 : 8), col = 2 * t + (x & 1);
+        double s = d[x];
+        for (int k = 0; k < 16; ++k) {
+            const u32 a = mma_f16_regs[w][(row % 8) * 4 + (k % 8) / 2][(row / 8) + 2 * (k / 8)];
+            const u32 b = mma_f16_regs[w][col * 4 + (k % 8) / 2][4 + k / 8];
+            s += (double)half_of(a, k) * (double)half_of(b, k);
+        }
+        d[x] = (float)s;
+    }
+    warp_bar[w].wait();
+}
+"#;
+
+/// `fa vec|generic|tile|mma SPLITS SINKS D NQ NH NKV NKH Q K V MASK SINKS`, `softmax NKV NQ NH A MASK
 /// SINKS`, `rmsnorm N ROWS A W`, `q8 N X`: outputs as hex bits (`q8`: the blocks' bytes).
 const MAIN: &str = r#"
 static TT tt(void *p, i64 n0, i64 n1, i64 n2, int type, i64 es) {
@@ -28,7 +57,7 @@ static void print_f32(const std::vector<float> &v) { for (float x : v) printf("%
 int main(int argc, char **argv) {
     const char *op = argv[1];
     if (!strcmp(op, "fa")) {
-        const bool vec = !strcmp(argv[2], "vec"), tile = !strcmp(argv[2], "tile");
+        const bool vec = !strcmp(argv[2], "vec"), tile = !strcmp(argv[2], "tile"), mma = !strcmp(argv[2], "mma");
         const int splits = atoi(argv[3]), sinks = atoi(argv[4]);
         const i64 d = atol(argv[5]), nq = atol(argv[6]), nh = atol(argv[7]), nkv = atol(argv[8]), nkh = atol(argv[9]);
         std::vector<u8> qb = slurp(argv[10]), kb = slurp(argv[11]), vb = slurp(argv[12]), mb = slurp(argv[13]), sb = slurp(argv[14]);
@@ -37,7 +66,9 @@ int main(int argc, char **argv) {
         TT tk = tt(kb.data(), d, nkv, nkh, T_F16, 2), tv = tt(vb.data(), d, nkv, nkh, T_F16, 2);
         TT tm = tt(mb.data(), nkv, nq, 1, T_F16, 2), ts = tt(sb.data(), nh, 1, 1, T_F32, 4);
         const i64 rows = nq * nh;
-        if (tile) {
+        if (mma) {
+            launch3((nq + FM_ROWS - 1) / FM_ROWS, nh, 1, 32 * FM_WARPS, [&] { fattn_mma_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
+        } else if (tile) {
             launch3((nq + 15) / 16, nh, 1, 128, [&] { fattn_tile_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
         } else if (vec) {
             const i64 chunk = (nkv + splits - 1) / splits;
@@ -207,11 +238,13 @@ fn attention_norm_and_q8_kernels_match_f64() {
         "ops.cu",
         "fattn_vec.cu",
         "fattn_tile.cu",
+        "fattn_mma.cu",
         "fused.cu",
         "vecdotq.cuh",
         "quant.cu",
     ];
-    let Some(exe) = common::harness(&dir, "attn_harness", THREADS_SHIM, kernels, MAIN) else {
+    let shim = format!("{THREADS_SHIM}{MMA_F16_SHIM}");
+    let Some(exe) = common::harness(&dir, "attn_harness", &shim, kernels, MAIN) else {
         return;
     };
 
@@ -236,6 +269,18 @@ fn attention_norm_and_q8_kernels_match_f64() {
         let e = rel_err(&prompt.run(&exe, "tile", 1, sinks), &prompt.reference(sinks));
         assert!(e < 1e-5, "fattn_tile_op, sinks {sinks}: error {e:.2e}");
     }
+    // The tensor-core kernel: queries and probabilities rounded to f16 on the way in (as
+    // llama.cpp's), so a looser bound; 20 rows (part of a block of 64), then 70 (a whole block
+    // and a part) with sinks.
+    let e = rel_err(&prompt.run(&exe, "mma", 1, false), &prompt.reference(false));
+    assert!(e < 4e-3, "fattn_mma_op: error {e:.2e}");
+    let long = Attn::new(&dir, 70, (10, 2));
+    let e = rel_err(&long.run(&exe, "mma", 1, true), &long.reference(true));
+    assert!(e < 4e-3, "fattn_mma_op, 70 rows with sinks: error {e:.2e}");
+    assert!(
+        rel_err(&long.run(&exe, "mma", 1, true), &long.reference(false)) > 1e-2,
+        "the sinks change nothing"
+    );
 
     // SOFT_MAX(a * 0.5 + mask) with sinks, over [nkv, nq, nh] (the decode problem's mask).
     let (nkv, nq, nh) = (small.nkv, small.nq, small.nh);

@@ -5,7 +5,8 @@ use super::args::{grid_for, per_row, warps, Arg, TensorArg, THREADS};
 use crate::gpu::Gpu;
 use crate::plan::{
     gemm_scratch, mmq_split, AttnPath, Kernel, MatmulPath, MoePath, NodePlan, Q8Input,
-    ATTN_TILE_ROWS, ATTN_TILE_THREADS, MMQ_COLS, MMQ_ROWS, MMQ_THREADS,
+    ATTN_MMA_ROWS, ATTN_MMA_THREADS, ATTN_TILE_ROWS, ATTN_TILE_THREADS, MMQ_COLS, MMQ_ROWS,
+    MMQ_THREADS,
 };
 use crate::types::row_of;
 use crate::CudaError;
@@ -226,21 +227,24 @@ impl Resolver<'_> {
                     softcap.into(),
                 ];
                 match path {
-                    AttnPath::Generic | AttnPath::Tile => {
-                        // Both take the sinks (the decode path has none).
+                    AttnPath::Generic | AttnPath::Tile | AttnPath::Mma => {
+                        // All take the sinks (the decode path has none), the same arguments.
                         args.push(self.src(id, 4)?.into());
                         args.push(Arg::I32(i32::from(d.src[4].is_some())));
-                        if path == AttnPath::Generic {
-                            one("flash_attn_op", warps(rows, 4), args)
-                        } else {
-                            let tiles = q.ne[1].div_ceil(ATTN_TILE_ROWS) as u32;
-                            let cfg = LaunchConfig {
-                                grid_dim: (tiles, q.ne[2] as u32, q.ne[3] as u32),
-                                block_dim: (ATTN_TILE_THREADS, 1, 1),
-                                shared_mem_bytes: 0,
-                            };
-                            one("fattn_tile_op", cfg, args)
-                        }
+                        let (entry, rows_per_block, threads) = match path {
+                            AttnPath::Generic => {
+                                return Ok(one("flash_attn_op", warps(rows, 4), args));
+                            }
+                            AttnPath::Tile => ("fattn_tile_op", ATTN_TILE_ROWS, ATTN_TILE_THREADS),
+                            _ => ("fattn_mma_op", ATTN_MMA_ROWS, ATTN_MMA_THREADS),
+                        };
+                        let blocks = q.ne[1].div_ceil(rows_per_block) as u32;
+                        let cfg = LaunchConfig {
+                            grid_dim: (blocks, q.ne[2] as u32, q.ne[3] as u32),
+                            block_dim: (threads, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        one(entry, cfg, args)
                     }
                     AttnPath::Vec { splits } => {
                         let n_kv = self.ctx.get(d.src[1].expect("k")).ne[1];

@@ -31,8 +31,12 @@
 //! - `gemm`: products of more than 8 contiguous columns through cuBLAS (`cublasGemmEx`, F16
 //!   inputs, F32 accumulation and output): the weights converted to F16 in scratch unless
 //!   they are F16 already, the activations too (llama.cpp's cuBLAS path).
-//! - `fattn-tile`: prompt attention (more rows than decoding, head sizes up to 128, sinks
-//!   too): 16 query rows of a head per block over K/V tiles in shared memory, a lane per cell.
+//! - `fattn-mma`: prompt attention over F16 caches on sm_80+ (head sizes a multiple of 16 up
+//!   to 128, sinks, soft-cap, ALiBi too): 64 query rows of a head per block, scores and P V on
+//!   the f16 tensor cores (`fattn_mma.cu`).
+//! - `fattn-tile`: the other prompt attention (more rows than decoding, head sizes up to 128,
+//!   sinks too): 16 query rows of a head per block over K/V tiles in shared memory, a lane per
+//!   cell.
 //! - `fattn-vec`: decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per sequence) split
 //!   over the KV cells in chunks, the chunks' partials merged after (flash decoding).
 //! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (RMS_NORM
@@ -88,6 +92,10 @@ pub enum AttnPath {
     /// and V sit in shared memory as f32 (`fattn_tile_op`); head sizes up to
     /// [`ATTN_TILE_MAX_D`].
     Tile,
+    /// Prompts over F16 caches on sm_80+: blocks of 64 query rows of one head, 16 a warp,
+    /// scores and P V by f16 `mma.sync` (`fattn_mma_op`); head sizes a multiple of 16 up to
+    /// [`ATTN_MMA_MAX_D`], the same for K and V.
+    Mma,
 }
 
 /// Largest head size (K and V) the prompt attention's shared tiles hold (`FT_D` in
@@ -98,6 +106,13 @@ pub const ATTN_TILE_ROWS: usize = 16;
 /// Threads of one prompt-attention block (`FT_WARPS` warps).
 pub const ATTN_TILE_THREADS: u32 = 128;
 
+/// Largest head size of the tensor-core prompt attention (`FM_D` in `kernels/fattn_mma.cu`).
+pub const ATTN_MMA_MAX_D: usize = 128;
+/// Query rows of one tensor-core prompt-attention block (`FM_ROWS`).
+pub const ATTN_MMA_ROWS: usize = 64;
+/// Threads of one tensor-core prompt-attention block (`FM_WARPS` warps).
+pub const ATTN_MMA_THREADS: u32 = 128;
+
 /// Most query rows per sequence the decode attention path takes.
 pub const ATTN_VEC_MAX_ROWS: usize = 8;
 /// Most chunks the decode attention splits the KV cells into.
@@ -105,23 +120,37 @@ pub const ATTN_VEC_MAX_SPLITS: usize = 32;
 /// KV cells per chunk the split aims at.
 const ATTN_VEC_CELLS_PER_SPLIT: usize = 1024;
 
-/// The attention path of a node with query `q` and value `v` over `n_kv` cells (`sinks`: with
-/// attention sinks, which the decode path's merge lacks), and its scratch bytes (the chunks'
-/// partial results).
+/// The attention path of a node with query `q`, key `k` and value `v` (`sinks`: with attention
+/// sinks, which the decode path's merge lacks), and its scratch bytes (the chunks' partial
+/// results).
 fn attn_path(
     q: &TensorDesc,
+    k: &TensorDesc,
     v: &TensorDesc,
-    n_kv: usize,
     sinks: bool,
+    cap: Capability,
     paths: Paths,
 ) -> (AttnPath, usize) {
+    let n_kv = k.ne[1];
     let decode = paths.allows(FastPath::AttnVec) && q.ne[1] <= ATTN_VEC_MAX_ROWS && !sinks;
+    let grid_fits = q.ne[2] <= 65535 && q.ne[3] <= 65535;
     if !decode {
+        let f16_rows = |t: &TensorDesc| t.dtype == F16 && t.nb[0] == 2;
+        let mma = paths.allows(FastPath::AttnMma)
+            && cap.arch >= 80
+            && f16_rows(k)
+            && f16_rows(v)
+            && q.ne[0] == v.ne[0]
+            && q.ne[0] % 16 == 0
+            && q.ne[0] <= ATTN_MMA_MAX_D
+            && grid_fits;
+        if mma {
+            return (AttnPath::Mma, 0);
+        }
         let tile = paths.allows(FastPath::AttnTile)
             && q.ne[0] <= ATTN_TILE_MAX_D
             && v.ne[0] <= ATTN_TILE_MAX_D
-            && q.ne[2] <= 65535
-            && q.ne[3] <= 65535;
+            && grid_fits;
         return (if tile { AttnPath::Tile } else { AttnPath::Generic }, 0);
     }
     if n_kv == 0 {
@@ -312,9 +341,8 @@ pub fn plan_node(
                 && s(3).is_none_or(float)
                 && d.dtype == F32 =>
         {
-            let v = s(2).expect("checked above");
-            let n_kv = s(1).map_or(0, |k| k.ne[1]);
-            let (path, scratch) = attn_path(src0, v, n_kv, s(4).is_some(), paths);
+            let (k, v) = (s(1).expect("checked above"), s(2).expect("checked above"));
+            let (path, scratch) = attn_path(src0, k, v, s(4).is_some(), cap, paths);
             Ok(NodePlan { kernel: Kernel::FlashAttn(path), scratch })
         }
         Op::Argmax if src0.dtype == F32 && src0.ne[2] == 1 && src0.ne[3] == 1 => {

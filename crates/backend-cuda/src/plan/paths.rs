@@ -29,11 +29,13 @@ pub enum FastPath {
     /// Batched quantized products on int8 tensor cores (`mmq.cu`, sm_80+): the activations
     /// quantized to Q8_1 once, each weight block read once per 32 columns.
     Mmq,
+    /// Prompt attention on the f16 tensor cores (`fattn_mma.cu`, sm_80+, F16 caches).
+    AttnMma,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 8] = [
+    pub const ALL: [FastPath; 9] = [
         FastPath::Mmvq,
         FastPath::Mmv,
         FastPath::Graphs,
@@ -42,6 +44,7 @@ impl FastPath {
         FastPath::Gemm,
         FastPath::AttnTile,
         FastPath::Mmq,
+        FastPath::AttnMma,
     ];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
@@ -55,6 +58,7 @@ impl FastPath {
             FastPath::Gemm => "gemm",
             FastPath::AttnTile => "fattn-tile",
             FastPath::Mmq => "mmq",
+            FastPath::AttnMma => "fattn-mma",
         }
     }
 

@@ -172,7 +172,7 @@ fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("mmvq,mmv").unwrap().describe(), "mmvq,mmv");
     assert_eq!(
         Paths::parse("-mmvq").unwrap().describe(),
-        "mmv,graphs,fused,fattn-vec,gemm,fattn-tile,mmq"
+        "mmv,graphs,fused,fattn-vec,gemm,fattn-tile,mmq,fattn-mma"
     );
     assert!(Paths::parse("mmvq,-mmv").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();
@@ -199,10 +199,13 @@ fn attention_paths() {
     assert_eq!(p.scratch, 8 * 4 * (128 + 2) * 4);
     let p = attn(1, 1 << 20, Paths::all());
     assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::Vec { splits: 32 }));
-    // Prompts: the tiled kernel (head size 128 fits); off, the generic one.
-    assert_eq!(attn(9, 4096, Paths::all()).kernel, Kernel::FlashAttn(AttnPath::Tile));
-    let no_tile = Paths::parse("-fattn-tile").unwrap();
-    assert_eq!(attn(9, 4096, no_tile).kernel, Kernel::FlashAttn(AttnPath::Generic));
+    // Prompts: the tensor-core kernel (F16 cache, head size 128 fits); without it the tiled
+    // one; without both the generic one.
+    assert_eq!(attn(9, 4096, Paths::all()).kernel, Kernel::FlashAttn(AttnPath::Mma));
+    let no_mma = Paths::parse("-fattn-mma").unwrap();
+    assert_eq!(attn(9, 4096, no_mma).kernel, Kernel::FlashAttn(AttnPath::Tile));
+    let neither = Paths::parse("-fattn-tile,-fattn-mma").unwrap();
+    assert_eq!(attn(9, 4096, neither).kernel, Kernel::FlashAttn(AttnPath::Generic));
     assert_eq!(attn(1, 4096, Paths::generic()).kernel, Kernel::FlashAttn(AttnPath::Generic));
     // Gemma's 256-wide heads do not fit the tiles.
     let mut ctx = Context::new();
@@ -250,7 +253,7 @@ fn gemm_scratch_and_shapes() {
 
 /// The mixture-of-experts ops and attention sinks have CUDA kernels: MUL_MAT_ID of every type
 /// the backend reads, ARGSORT (and top-k over it), ADD_ID, SWIGLU_OAI and CLAMP; decoding
-/// with sinks takes the prompt kernel (the decode path's merge has no sink term).
+/// with sinks takes a prompt kernel (the decode path's merge has no sink term).
 #[test]
 fn moe_ops_and_sinks_are_planned() {
     let mut ctx = Context::new();
@@ -304,7 +307,7 @@ fn moe_ops_and_sinks_are_planned() {
     assert!(matches!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Vec { .. })));
     let sinks = ctx.new_tensor(F32, &[4]).unwrap();
     ctx.add_sinks(fa, sinks).unwrap();
-    assert_eq!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Tile));
+    assert_eq!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Mma));
     let kq = ctx.new_tensor(F32, &[32, 1, 4]).unwrap();
     let sm = ctx.soft_max(kq, None, 1.0, 0.0).unwrap();
     ctx.add_sinks(sm, sinks).unwrap();
@@ -370,4 +373,39 @@ fn mmq_splits_k_for_small_launches() {
             }
         }
     }
+}
+
+/// The tensor-core prompt attention's launch shape and head-size bound are the kernel's own
+/// constants; it takes F16 caches on sm_80+ with head sizes a multiple of 16, the tile kernel
+/// the rest of the prompts.
+#[test]
+fn attention_mma_constants_and_choice() {
+    let src = crate::kernels::find("fattn_mma_op").expect("fattn_mma.cu").src;
+    let define = |name: &str| -> usize {
+        src.lines()
+            .find_map(|l| l.strip_prefix(&format!("#define {name} "))?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("#define {name} in fattn_mma.cu"))
+    };
+    assert_eq!(define("FM_ROWS"), ATTN_MMA_ROWS);
+    assert_eq!(define("FM_D"), ATTN_MMA_MAX_D);
+    assert_eq!(32 * define("FM_WARPS"), ATTN_MMA_THREADS as usize);
+    assert_eq!(ATTN_MMA_ROWS, 16 * define("FM_WARPS"), "16 rows a warp");
+    let fa = |d: usize, kv: DType, cap: Capability, paths: Paths| {
+        let mut ctx = Context::new();
+        let q = ctx.new_tensor(F32, &[d, 40, 4]).unwrap();
+        let k = ctx.new_tensor(kv, &[d, 256, 2]).unwrap();
+        let v = ctx.new_tensor(kv, &[d, 256, 2]).unwrap();
+        let fa = ctx.flash_attn_ext(q, k, v, None, 0.125, 0.0, 0.0).unwrap();
+        plan_node(&ctx, fa, cap, paths).unwrap().kernel
+    };
+    let all = Paths::all();
+    assert_eq!(fa(128, F16, SM90, all), Kernel::FlashAttn(AttnPath::Mma));
+    assert_eq!(fa(80, F16, SM90, all), Kernel::FlashAttn(AttnPath::Mma));
+    assert_eq!(fa(72, F16, SM90, all), Kernel::FlashAttn(AttnPath::Tile), "not a multiple of 16");
+    assert_eq!(fa(64, Q8_0, SM90, all), Kernel::FlashAttn(AttnPath::Tile), "quantized cache");
+    let sm75 = Capability { arch: 75, cublas: true };
+    assert_eq!(fa(64, F16, sm75, all), Kernel::FlashAttn(AttnPath::Tile));
+    let no_mma = Paths::parse("-fattn-mma").unwrap();
+    assert_eq!(fa(64, F16, SM90, no_mma), Kernel::FlashAttn(AttnPath::Tile));
+    assert_eq!(fa(256, F16, SM90, all), Kernel::FlashAttn(AttnPath::Generic), "Gemma's 256");
 }

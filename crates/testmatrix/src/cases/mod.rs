@@ -400,6 +400,12 @@ fn flash_attn(v: &mut Vec<Case>) {
     v.push(Case::new(FlashAttn { permuted: true, ..f(128, 512, 1, 8, 2) }));
     v.push(Case::new(FlashAttn { kv: F32, ..f(64, 256, 3, 4, 2) }));
     v.push(Case::new(FlashAttn { kv: Q8_0, ..f(64, 256, 3, 4, 2) }));
+    // Prompts on GPUs: soft-capping, ALiBi and a head size of 80 on the tensor-core kernel
+    // (F16 caches), a quantized cache on the SIMT tile kernel.
+    v.push(Case::new(FlashAttn { softcap: 50.0, ..f(64, 256, 20, 4, 2) }));
+    v.push(Case::new(FlashAttn { max_bias: 8.0, ..f(64, 256, 20, 8, 8) }));
+    v.push(Case::new(f(80, 256, 20, 4, 2)));
+    v.push(Case::new(FlashAttn { kv: Q8_0, ..f(64, 256, 20, 4, 2) }));
     // 64+ query rows: llama.cpp's tiled kernel (64-row query tiles, 64-cell KV tiles).
     v.push(Case::new(f(64, 256, 64, 4, 2)));
     v.push(Case::new(FlashAttn { pad: 3, ..f(128, 200, 70, 4, 1) }));
