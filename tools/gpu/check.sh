@@ -193,8 +193,9 @@ for q in Q4_0 Q4_K_M; do
   [ -f $f ] || continue
   run 120 "ppl-cpu-c64-$q" "$B/tessera" perplexity -m $f -f $TEXT -c 64 --chunks 8 --device none --kl-divergence-base $T/base64-$q.kld
   for paths in all -mmq; do
-    run 120 "kld-cuda-c64-$q$paths" env TESSERA_CUDA_PATHS=$paths "$B/tessera" perplexity -m $f -c 64 --chunks 8 -ngl 99 --kl-divergence-base $T/base64-$q.kld --kl-divergence
+    run 120 "kld-cuda-c64-$q$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $f -c 64 --chunks 8 -ngl 99 --kl-divergence-base $T/base64-$q.kld --kl-divergence
     echo "$q c=64 TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep -iE "mean +kld|same top|error" "$L/kld-cuda-c64-$q$paths.log" | head -4 >> "$R"
+    grep -oE "plan: .*" "$L/kld-cuda-c64-$q$paths.log" | sort -u | head -3 >> "$R"
   done
 done
 

@@ -87,12 +87,19 @@ pub(crate) struct Executor {
     paths: Paths,
     scratch: Scratch,
     graphs: graphs::Graphs,
+    /// The last plan summary logged (a new one is logged when it changes).
+    logged: String,
 }
 
 impl Executor {
     /// An executor taking the fast paths `paths` allows.
     pub(crate) fn new(paths: Paths) -> Executor {
-        Executor { paths, scratch: Scratch::default(), graphs: graphs::Graphs::default() }
+        Executor {
+            paths,
+            scratch: Scratch::default(),
+            graphs: graphs::Graphs::default(),
+            logged: String::new(),
+        }
     }
 
     /// The fast paths allowed.
@@ -134,6 +141,13 @@ impl Executor {
         bindings: &Bindings,
     ) -> Result<(), BackendError> {
         let plans = self.plan(gpu, ctx, graph)?;
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let s = crate::plan::summary(plans.iter().map(|(_, p)| p));
+            if s != self.logged {
+                tracing::debug!(device = %gpu.name, "plan: {s}");
+                self.logged = s;
+            }
+        }
         self.queue(gpu, ctx, &plans, bindings)
             .map_err(|e| BackendError::Kernel { backend: gpu.name.clone(), message: e.to_string() })
     }

@@ -53,6 +53,7 @@ mod activations;
 mod fusion;
 mod matmul;
 mod paths;
+mod summary;
 
 pub use activations::{share_q8_1, Q8Input};
 pub use fusion::{fusion_windows, FusionKind, Window};
@@ -62,6 +63,7 @@ pub use matmul::{
     MMQ_MAX_COLUMNS, MMQ_MAX_SPLITS, MMQ_ROWS, MMQ_TARGET_BLOCKS, MMQ_THREADS,
 };
 pub use paths::{FastPath, Paths};
+pub use summary::summary;
 
 use crate::types::{is_block, is_float, quantizable, readable};
 use tessera_tensor::graph::{Context, Op, TensorDesc, TensorId};
