@@ -18,7 +18,9 @@
 //! sums). Sub-block scales are applied with one multiply per sub-block, the bias and min
 //! corrections with `vpdpwssd` over pairs of 16-value block sums.
 //!
-//! Weight rows are unpacked to codes once per chunk and reused for every band of it.
+//! Weight rows are unpacked to codes once per chunk and reused for every band of it; the
+//! activation bands are repacked once per product by all threads (into the work buffer), not
+//! once per chunk that reads them (at 16 threads a band was repacked by eight chunks).
 //!
 //! llama.cpp takes this path on every x86 build with AVX2 (its AVX2 microkernel: `maddubs`
 //! products, `madd` with the scales, the same f32 epilogue with FMA), and its integers are exact
@@ -32,7 +34,7 @@
 #![allow(clippy::incompatible_msrv)]
 
 use super::arch::x86::kquant_tiled as x86;
-use super::layouts::{scale_min_k4, Band, Layout, Unpacked, BAND, QK, ROWS};
+use super::layouts::{scale_min_k4, Band, BandRef, Layout, Unpacked, BAND, QK, ROWS};
 use super::Activations;
 use crate::{ComputeParams, TensorRef};
 use std::cell::RefCell;
@@ -40,7 +42,7 @@ use tessera_tensor::blocks::KVALUES_IQ4NL;
 use tessera_tensor::quant::ints::{block_ints, ints_kind, IntsKind};
 use tessera_tensor::DType;
 
-/// Activation rows per chunk (bands repacked once per chunk).
+/// Activation rows per chunk.
 const CHUNK1: usize = 4 * BAND;
 /// Bytes of a Q8_K block: d (f32), qs (256 i8), bsums (16 i16).
 const Q8K_SIZE: usize = 292;
@@ -49,7 +51,7 @@ const Q8K_SIZE: usize = 292;
 ///
 /// # Safety
 /// The CPU must have the kernel's instruction set; `u` and `band` must hold `nb` blocks.
-type KernelFn = unsafe fn(usize, Layout, &[Unpacked], &Band, &mut [[f32; BAND]; ROWS]);
+type KernelFn = unsafe fn(usize, Layout, &[Unpacked], &BandRef, &mut [[f32; BAND]; ROWS]);
 
 /// The [`Layout`] of `dtype`, where the type table gives it one.
 fn layout(dtype: DType) -> Option<Layout> {
@@ -226,30 +228,70 @@ fn unpack_block(dtype: DType, blk: &[u8], u: &mut Unpacked, b: usize) {
     }
 }
 
+/// Repacks Q8_K rows `rows` (at most 16; the rest are zero) of `nb` blocks into a band's
+/// three arrays (of [`Band`]'s sizes).
+fn fill_band(q: &mut [u8], bsums: &mut [i32], d: &mut [f32], nb: usize, rows: &[&[u8]]) {
+    q.fill(0);
+    bsums.fill(0);
+    d.fill(0.0);
+    for (c, row) in rows.iter().enumerate() {
+        for b in 0..nb {
+            let blk = &row[b * Q8K_SIZE..(b + 1) * Q8K_SIZE];
+            d[b * BAND + c] = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
+            let qs = &blk[4..4 + QK];
+            for g in 0..QK / 4 {
+                let at = ((b * 64 + g) * BAND + c) * 4;
+                q[at..at + 4].copy_from_slice(&qs[4 * g..4 * g + 4]);
+            }
+            let bs = |t: usize| i32::from(i16::from_le_bytes([blk[260 + 2 * t], blk[261 + 2 * t]]));
+            for tp in 0..8 {
+                bsums[(b * 8 + tp) * BAND + c] = pair(bs(2 * tp), bs(2 * tp + 1));
+            }
+        }
+    }
+}
+
 impl Band {
     /// Repacks Q8_K rows `rows` (at most 16; the rest are zero) of `nb` blocks.
     fn fill(&mut self, nb: usize, rows: &[&[u8]]) {
-        self.q.clear();
         self.q.resize(nb * QK * BAND, 0);
-        self.bsums.clear();
         self.bsums.resize(nb * 8 * BAND, 0);
-        self.d.clear();
         self.d.resize(nb * BAND, 0.0);
-        for (c, row) in rows.iter().enumerate() {
-            for b in 0..nb {
-                let blk = &row[b * Q8K_SIZE..(b + 1) * Q8K_SIZE];
-                self.d[b * BAND + c] = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
-                let qs = &blk[4..4 + QK];
-                for g in 0..QK / 4 {
-                    let at = ((b * 64 + g) * BAND + c) * 4;
-                    self.q[at..at + 4].copy_from_slice(&qs[4 * g..4 * g + 4]);
-                }
-                let bs =
-                    |t: usize| i32::from(i16::from_le_bytes([blk[260 + 2 * t], blk[261 + 2 * t]]));
-                for tp in 0..8 {
-                    self.bsums[(b * 8 + tp) * BAND + c] = pair(bs(2 * tp), bs(2 * tp + 1));
-                }
-            }
+        fill_band(&mut self.q, &mut self.bsums, &mut self.d, nb, rows);
+    }
+}
+
+/// Bytes of one band of `nb` blocks in a work buffer: codes, block-sum pairs, scales (each a
+/// multiple of 64 bytes, so every band and array stays aligned).
+fn band_bytes(nb: usize) -> usize {
+    nb * (QK * BAND + 8 * BAND * 4 + BAND * 4)
+}
+
+/// Work-buffer bytes for `rows` activation rows repacked once in bands, where `src0`'s type
+/// takes the tiled path (0 otherwise): [`mul_mat`] fills them with every thread before the
+/// chunks, so each band is repacked once, not once per chunk of weight rows that reads it.
+pub(super) fn bands_size(src0: &TensorRef, rows: usize) -> usize {
+    if layout(src0.dtype).is_none() || src0.ne[0] % QK != 0 {
+        return 0;
+    }
+    rows.div_ceil(BAND) * band_bytes(src0.ne[0] / QK)
+}
+
+/// Band `i` of the bands at `base` (`nb` blocks each).
+///
+/// # Safety
+/// `base` must hold band `i` ([`band_bytes`] each, 64-byte aligned), filled and not written
+/// while the view lives.
+unsafe fn band_at<'a>(base: *const u8, nb: usize, i: usize) -> BandRef<'a> {
+    let (q, bs) = (nb * QK * BAND, nb * 8 * BAND);
+    // SAFETY: the caller's region holds band i: codes, then sums (i32), then scales (f32),
+    // each at a multiple of 64 bytes from its 64-byte aligned start.
+    unsafe {
+        let at = base.add(i * band_bytes(nb));
+        BandRef {
+            q: std::slice::from_raw_parts(at, q),
+            bsums: std::slice::from_raw_parts(at.add(q).cast::<i32>(), bs),
+            d: std::slice::from_raw_parts(at.add(q + 4 * bs).cast::<f32>(), nb * BAND),
         }
     }
 }
@@ -269,9 +311,12 @@ thread_local! {
 }
 
 /// This thread's share of `dst = src0 · src1ᵀ` by the tiled path, after the activations were
-/// converted to Q8_K (`act`) and the chunk counter set to `p.nth` (as [`super::mul_mat`] does).
-/// `vnni` picks the AVX-512 VNNI kernel (the CPU must have it), else the AVX2 one (the CPU must
-/// have AVX2 and FMA: the caller's SIMD level says so).
+/// converted to Q8_K (`act`, in the work buffer) and the chunk counter set to `p.nth` (as
+/// [`super::mul_mat`] does). The threads first repack the activations in bands after them in
+/// the work buffer (which holds [`bands_size`] more bytes), each band once, and meet at a
+/// barrier; then they claim chunks of weight rows x activation bands. `vnni` picks the AVX-512
+/// VNNI kernel (the CPU must have it), else the AVX2 one (the CPU must have AVX2 and FMA: the
+/// caller's SIMD level says so).
 pub(super) fn mul_mat(
     p: &ComputeParams,
     dst: &TensorRef,
@@ -283,6 +328,34 @@ pub(super) fn mul_mat(
     let kern: KernelFn = if vnni { x86::vnni } else { x86::avx2 };
     let (nr0, nr1) = (src0.ne[1], act.src1.n_rows());
     let nb = src0.ne[0] / QK;
+    assert!(act.converted, "the tiled path reads Q8_K rows converted into the work buffer");
+    let at = (act.row_size * nr1).next_multiple_of(64);
+    let nbands = nr1.div_ceil(BAND);
+    assert!(p.wsize >= at + bands_size(src0, nr1), "kquant tiled: work buffer too small");
+    let row_size = nb * Q8K_SIZE;
+    // SAFETY: the work buffer holds the converted rows, then `nbands` bands (asserted above);
+    // each thread writes only its own bands, and nobody reads them before the barrier.
+    let base = unsafe { p.wdata.add(at) };
+    for i in (p.ith..nbands).step_by(p.nth) {
+        let rows: Vec<&[u8]> = (i * BAND..((i + 1) * BAND).min(nr1))
+            // SAFETY: converted Q8_K rows of `row_size` bytes in the work buffer.
+            .map(|r| unsafe { std::slice::from_raw_parts(act.row(r), row_size) })
+            .collect();
+        let (q, bs) = (nb * QK * BAND, nb * 8 * BAND);
+        // SAFETY: band i's region (see above), 64-byte aligned; this thread's alone.
+        let (qv, bv, dv) = unsafe {
+            let b = base.add(i * band_bytes(nb));
+            (
+                std::slice::from_raw_parts_mut(b, q),
+                std::slice::from_raw_parts_mut(b.add(q).cast::<i32>(), bs),
+                std::slice::from_raw_parts_mut(b.add(q + 4 * bs).cast::<f32>(), nb * BAND),
+            )
+        };
+        fill_band(qv, bv, dv, nb, &rows);
+    }
+    p.sync.barrier();
+    // SAFETY: every band was filled before the barrier and is only read from here on.
+    let bands: Vec<BandRef> = (0..nbands).map(|i| unsafe { band_at(base, nb, i) }).collect();
     let nchunk1 = nr1.div_ceil(CHUNK1);
     let nchunk0 = (4 * p.nth).div_ceil(nchunk1).clamp(1, nr0.div_ceil(ROWS));
     let dr0 = nr0.div_ceil(nchunk0).next_multiple_of(ROWS);
@@ -290,8 +363,6 @@ pub(super) fn mul_mat(
     SCRATCH.with(|cell| {
         let scratch = &mut *cell.borrow_mut();
         scratch.units.resize_with(ROWS, Unpacked::default);
-        scratch.bands.resize_with(CHUNK1 / BAND, Band::default);
-        let y = |r: usize| act.row(r);
         let out = |r: usize| {
             let (i1, i2, i3) = act.src1.row_coords(r);
             // SAFETY: dst row (i1, i2, i3) exists (shape checked by mul_mat).
@@ -301,7 +372,8 @@ pub(super) fn mul_mat(
             let (c0, c1) = (current % nchunk0, current / nchunk0);
             let rows0 = (dr0 * c0).min(nr0)..(dr0 * (c0 + 1)).min(nr0);
             let rows1 = (CHUNK1 * c1)..(CHUNK1 * (c1 + 1)).min(nr1);
-            chunk(src0, (&y, &out), (lay, kern), nb, rows0, rows1, scratch);
+            let chunk_bands = &bands[rows1.start / BAND..rows1.end.div_ceil(BAND)];
+            chunk(src0, &out, (lay, kern), nb, rows0, rows1, chunk_bands, &mut scratch.units);
         });
     });
 }
@@ -332,42 +404,43 @@ pub(super) fn mul_mat_gathered(
     if rows0.is_empty() {
         return;
     }
-    let y = |r: usize| pairs[r].0;
     let out = |r: usize| pairs[r].1;
+    let row_size = nb * Q8K_SIZE;
     SCRATCH.with(|cell| {
-        let scratch = &mut *cell.borrow_mut();
-        scratch.units.resize_with(ROWS, Unpacked::default);
-        scratch.bands.resize_with(CHUNK1 / BAND, Band::default);
+        let Scratch { units, bands } = &mut *cell.borrow_mut();
+        units.resize_with(ROWS, Unpacked::default);
+        bands.resize_with(CHUNK1 / BAND, Band::default);
         for s in (0..pairs.len()).step_by(CHUNK1) {
             let rows1 = s..(s + CHUNK1).min(pairs.len());
-            chunk(src0, (&y, &out), (lay, kern), nb, rows0.clone(), rows1, scratch);
+            let starts: Vec<usize> = rows1.clone().step_by(BAND).collect();
+            for (band, &b0) in bands.iter_mut().zip(&starts) {
+                let rows: Vec<&[u8]> = (b0..(b0 + BAND).min(rows1.end))
+                    // SAFETY: converted Q8_K rows of `row_size` bytes (the caller's pairs).
+                    .map(|r| unsafe { std::slice::from_raw_parts(pairs[r].0, row_size) })
+                    .collect();
+                band.fill(nb, &rows);
+            }
+            let refs: Vec<BandRef> = bands[..starts.len()].iter().map(Band::as_ref).collect();
+            chunk(src0, &out, (lay, kern), nb, rows0.clone(), rows1, &refs, units);
         }
     });
 }
 
-/// Where a chunk finds activation row `r` (converted to Q8_K) and the output row it fills.
-type RowIo<'a> = (&'a dyn Fn(usize) -> *const u8, &'a dyn Fn(usize) -> *mut f32);
-
-/// One chunk: weight rows `rows0` against activation rows `rows1` (at most [`CHUNK1`]).
+/// One chunk: weight rows `rows0` against activation rows `rows1` (at most [`CHUNK1`]), whose
+/// bands (repacked, one per 16 rows from `rows1.start`) are `bands`; `out_row(r)` is the
+/// output row activation row `r` fills.
+#[allow(clippy::too_many_arguments)]
 fn chunk(
     src0: &TensorRef,
-    (y, out_row): RowIo,
+    out_row: &dyn Fn(usize) -> *mut f32,
     (lay, kern): (Layout, KernelFn),
     nb: usize,
     rows0: std::ops::Range<usize>,
     rows1: std::ops::Range<usize>,
-    scratch: &mut Scratch,
+    bands: &[BandRef],
+    units: &mut [Unpacked],
 ) {
-    let Scratch { units, bands } = scratch;
-    let row_size = nb * Q8K_SIZE;
     let starts: Vec<usize> = rows1.clone().step_by(BAND).collect();
-    for (band, &s) in bands.iter_mut().zip(&starts) {
-        let rows: Vec<&[u8]> = (s..(s + BAND).min(rows1.end))
-            // SAFETY: converted Q8_K rows of `row_size` bytes in the work buffer.
-            .map(|r| unsafe { std::slice::from_raw_parts(y(r), row_size) })
-            .collect();
-        band.fill(nb, &rows);
-    }
     let src0_row = src0.row_size();
     for r0 in rows0.clone().step_by(ROWS) {
         let n0 = ROWS.min(rows0.end - r0);
@@ -555,7 +628,7 @@ mod tests {
             let mut out = [[f32::NAN; BAND]; ROWS];
             // SAFETY: the CPU has the kernel's level (checked by the caller); buffers of nb
             // blocks.
-            unsafe { kern(nb, lay, &units, &band, &mut out) };
+            unsafe { kern(nb, lay, &units, &band.as_ref(), &mut out) };
             for (r, u) in units.iter().enumerate() {
                 for (c, row) in rows.iter().enumerate() {
                     let mut acc = 0f32;

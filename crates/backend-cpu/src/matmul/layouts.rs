@@ -114,6 +114,25 @@ pub(in crate::matmul) struct Band {
     pub(in crate::matmul) d: Vec<f32>,
 }
 
+/// A band as the kernels read it: a [`Band`]'s vectors, or a region of a work buffer that
+/// holds bands repacked once for every thread.
+#[derive(Clone, Copy)]
+pub(in crate::matmul) struct BandRef<'a> {
+    /// As [`Band::q`].
+    pub(in crate::matmul) q: &'a [u8],
+    /// As [`Band::bsums`].
+    pub(in crate::matmul) bsums: &'a [i32],
+    /// As [`Band::d`].
+    pub(in crate::matmul) d: &'a [f32],
+}
+
+impl Band {
+    /// The band as the kernels read it.
+    pub(in crate::matmul) fn as_ref(&self) -> BandRef<'_> {
+        BandRef { q: &self.q, bsums: &self.bsums, d: &self.d }
+    }
+}
+
 /// `get_scale_min_k4`: scale and min of 32-value sub-block `j` of a Q4_K/Q5_K block.
 #[inline]
 pub(in crate::matmul) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (i32, i32) {

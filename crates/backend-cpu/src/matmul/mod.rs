@@ -254,13 +254,20 @@ pub(crate) fn supports(src0: DType, src1: DType) -> bool {
 }
 
 /// Bytes of work buffer `mul_mat` needs: all of src1's rows converted to src0's dot type,
-/// rounded up to 64; zero when src1 is used in place.
+/// rounded up to 64 (zero when src1 is used in place), then, for the types the K-quant tiled
+/// path may take with 8+ rows, the rows repacked once in its bands.
 pub(crate) fn work_size(src0: &TensorRef, src1: &TensorRef) -> usize {
     let vdt = vec_dot_type(src0.dtype);
     if !needs_conversion(src1, vdt) {
         return 0;
     }
-    (converted_row_size(vdt, src1.ne[0]) * src1.n_rows()).next_multiple_of(64)
+    let rows = src1.n_rows();
+    let converted = (converted_row_size(vdt, src1.ne[0]) * rows).next_multiple_of(64);
+    #[cfg(target_arch = "x86_64")]
+    if rows >= 8 {
+        return converted + kquant_tiled::bands_size(src0, rows);
+    }
+    converted
 }
 
 /// Computes this thread's share of `dst = src0 · src1ᵀ` (ggml's MUL_MAT). Called by all

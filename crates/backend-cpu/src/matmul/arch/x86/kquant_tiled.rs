@@ -5,11 +5,11 @@
 // The AVX-512 intrinsics are stable since Rust 1.89; see the note in `avx512.rs`.
 #![allow(clippy::incompatible_msrv)]
 
-use crate::matmul::layouts::{Band, Layout, Unpacked, BAND, QK, ROWS};
+use crate::matmul::layouts::{BandRef, Layout, Unpacked, BAND, QK, ROWS};
 use std::arch::x86_64::*;
 
 /// Asserts that the four weight rows `u` and the band hold `nb` blocks (the kernels' bounds).
-fn check(nb: usize, lay: Layout, u: &[Unpacked], band: &Band) {
+fn check(nb: usize, lay: Layout, u: &[Unpacked], band: &BandRef) {
     assert!(u.len() >= ROWS && band.q.len() >= nb * QK * BAND && band.d.len() >= nb * BAND);
     assert!(band.bsums.len() >= nb * 8 * BAND);
     for w in &u[..ROWS] {
@@ -29,7 +29,7 @@ pub(in crate::matmul) unsafe fn vnni(
     nb: usize,
     lay: Layout,
     u: &[Unpacked],
-    band: &Band,
+    band: &BandRef,
     out: &mut [[f32; BAND]; ROWS],
 ) {
     check(nb, lay, u, band);
@@ -94,7 +94,7 @@ pub(in crate::matmul) unsafe fn avx2(
     nb: usize,
     lay: Layout,
     u: &[Unpacked],
-    band: &Band,
+    band: &BandRef,
     out: &mut [[f32; BAND]; ROWS],
 ) {
     check(nb, lay, u, band);
