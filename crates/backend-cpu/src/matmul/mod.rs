@@ -75,6 +75,8 @@ pub(crate) mod dot_f16;
 pub(crate) mod interleaved;
 #[cfg(target_arch = "x86_64")]
 mod kquant_tiled;
+#[cfg(target_arch = "x86_64")]
+mod kquant_unpack;
 mod layouts;
 pub(crate) mod mul_mat_id;
 pub mod plan;
