@@ -269,6 +269,12 @@ if [ -z "$QUICK" ]; then  # decoding without the fast paths, for their share of 
       echo "$q batches, TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep "|" "$L/bench-batches-$q$paths.log" | tail -7 >> "$R"
     done
   done
+  # Decode attention at depth: the f16 tensor cores (a warp per KV head and 256 cells) against
+  # the SIMT flash decoding.
+  for paths in all -fattn-mma-dec; do
+    run 150 "bench-depth$paths" env TESSERA_CUDA_PATHS=$paths "$B/tessera" bench -m $T/1b-Q4_0.gguf -ngl 99 -p 0 -n 64 -d 4096,16384 -r 3
+    echo "Q4_0 decode at depth, TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep "|" "$L/bench-depth$paths.log" | tail -2 >> "$R"
+  done
   # Prompt attention: the f16 tensor cores against the SIMT tiles, on long prompts.
   for paths in all -fattn-mma; do
     run 150 "bench-attn$paths" env TESSERA_CUDA_PATHS=$paths "$B/tessera" bench -m $T/1b-Q4_0.gguf -ngl 99 -p 512,2048 -n 0 -r 3

@@ -42,6 +42,123 @@ __device__ __forceinline__ u32 pack_h2(float lo, float hi) {
     return (u32)f2h(lo) | ((u32)f2h(hi) << 16);
 }
 
+// Stages the KV cells c0..c0 + FM_CELLS (zeros past n_kv) in shared memory: K rows as pairs of
+// halves (s_k, FM_KS halves a row), V transposed (s_vt: row = head column, FM_VS halves a row),
+// threads tid, tid + nthreads, ... of the block.
+__device__ __forceinline__ void fm_stage(u32 *s_k, u32 *s_vt, const TT &k, const TT &v, i64 c0,
+                                         i64 hk, i64 hv, i64 i3, int dk, int tid, int nthreads) {
+    const i64 n_kv = k.ne[1];
+    for (int x = tid; x < FM_CELLS * dk / 2; x += nthreads) {
+        const int j = x / (dk / 2), c = 2 * (x % (dk / 2));
+        u32 kv = 0;
+        if (c0 + j < n_kv) kv = rd32(row_ptr(k, c0 + j, hk, i3 % k.ne[3]) + 2 * c);
+        s_k[(j * FM_KS + c) / 2] = kv;
+    }
+    for (int x = tid; x < FM_CELLS / 2 * dk; x += nthreads) {
+        const int jp = x / dk, c = x % dk, j = 2 * jp;
+        u32 lo = 0, hi = 0;
+        if (c0 + j < n_kv) lo = rd16(row_ptr(v, c0 + j, hv, i3 % v.ne[3]) + 2 * c);
+        if (c0 + j + 1 < n_kv) hi = rd16(row_ptr(v, c0 + j + 1, hv, i3 % v.ne[3]) + 2 * c);
+        s_vt[(c * FM_VS + j) / 2] = lo | (hi << 16);
+    }
+}
+
+// One warp's step over a staged tile: its 16 query rows (A fragments qa, dk / 16 = nkc chunks)
+// against the tile's cells; score(n, x, dot) turns the raw dot of this lane's element (cell
+// 8n + 2t + (x & 1) of the tile, row g or g + 8 for x < 2 or not) into the final score or
+// -INFINITY; then the online softmax (mx, sum: rows g and g + 8, sum this lane's share) and
+// o += P V over nvt = dv / 8 tiles of head columns.
+template <class Score>
+__device__ __forceinline__ void fm_step(const u32 *s_k, const u32 *s_vt, const u32 (&qa)[FM_D / 16][4],
+                                        float (&o)[FM_D / 8][4], float *mx, float *sum, int nkc,
+                                        int nvt, Score score) {
+    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    float s[FM_CELLS / 8][4];
+#pragma unroll
+    for (int n = 0; n < FM_CELLS / 8; ++n) {
+        for (int x = 0; x < 4; ++x) s[n][x] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < FM_D / 16; ++kc) {
+            if (kc >= nkc) break;
+            const u32 *kr = s_k + ((8 * n + g) * FM_KS + kc * 16 + 2 * t) / 2;
+            mma_f16_16816(s[n], qa[kc][0], qa[kc][1], qa[kc][2], qa[kc][3], kr[0], kr[4]);
+        }
+    }
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < FM_CELLS / 8; ++n)
+        for (int x = 0; x < 4; ++x) {
+            s[n][x] = score(n, x, s[n][x]);
+            tmax[x / 2] = fmaxf(tmax[x / 2], s[n][x]);
+        }
+    float corr[2];
+    for (int r = 0; r < 2; ++r) {
+        tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
+        tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
+        const float nm = fmaxf(mx[r], tmax[r]);
+        corr[r] = nm == -INFINITY ? 1.0f : expf(mx[r] - nm);
+        mx[r] = nm;
+    }
+#pragma unroll
+    for (int n = 0; n < FM_CELLS / 8; ++n)
+        for (int x = 0; x < 4; ++x) s[n][x] = s[n][x] == -INFINITY ? 0.0f : expf(s[n][x] - mx[x / 2]);
+    for (int r = 0; r < 2; ++r) sum[r] *= corr[r];
+#pragma unroll
+    for (int n = 0; n < FM_CELLS / 8; ++n) {
+        sum[0] += s[n][0] + s[n][1];
+        sum[1] += s[n][2] + s[n][3];
+    }
+#pragma unroll
+    for (int n = 0; n < FM_D / 8; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+    }
+    // O += P V over the tile's cells, 16 at a time: P's fragments are the scores'.
+#pragma unroll
+    for (int kc = 0; kc < FM_CELLS / 16; ++kc) {
+        const u32 a0 = pack_h2(s[2 * kc][0], s[2 * kc][1]);
+        const u32 a1 = pack_h2(s[2 * kc][2], s[2 * kc][3]);
+        const u32 a2 = pack_h2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        const u32 a3 = pack_h2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+#pragma unroll
+        for (int n = 0; n < FM_D / 8; ++n) {
+            if (n >= nvt) break;
+            const u32 *vr = s_vt + ((8 * n + g) * FM_VS + kc * 16 + 2 * t) / 2;
+            mma_f16_16816(o[n], a0, a1, a2, a3, vr[0], vr[4]);
+        }
+    }
+}
+
+// A warp's 16 query rows as A fragments: qv(r, col) the value of row r (0..15) at column col.
+template <class Qv>
+__device__ __forceinline__ void fm_load_q(u32 (&qa)[FM_D / 16][4], int nkc, Qv qv) {
+    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int kc = 0; kc < FM_D / 16; ++kc) {
+        if (kc >= nkc) break;
+        const int c = kc * 16 + 2 * t;
+        qa[kc][0] = pack_h2(qv(g, c), qv(g, c + 1));
+        qa[kc][1] = pack_h2(qv(g + 8, c), qv(g + 8, c + 1));
+        qa[kc][2] = pack_h2(qv(g, c + 8), qv(g, c + 9));
+        qa[kc][3] = pack_h2(qv(g + 8, c + 8), qv(g + 8, c + 9));
+    }
+}
+
+// The scaled, soft-capped dot plus the ALiBi-scaled mask of query row iq of head h at cell ic
+// (-INFINITY past the cells, past the rows or masked).
+__device__ __forceinline__ float fm_score(float dot, const TT &m, int has_mask, float scale,
+                                          float softcap, float slope, i64 ic, i64 n_kv, i64 iq,
+                                          i64 n_q, i64 h, i64 i3) {
+    if (ic >= n_kv || iq >= n_q) return -INFINITY;
+    const float mv = has_mask ? slope * ld(m, ic, iq, h % m.ne[2], i3 % m.ne[3]) : 0.0f;
+    if (mv == -INFINITY) return -INFINITY;
+    float val = dot * scale;
+    if (softcap != 0.0f) val = softcap * tanhf(val / softcap);
+    return val + mv;
+}
+
 extern "C" __global__ void fattn_mma_op(TT d, TT q, TT k, TT v, TT m, int has_mask, float scale,
                                         float max_bias, float softcap, TT sk, int has_sinks) {
     __shared__ u32 s_k[FM_CELLS * FM_KS / 2];
@@ -53,21 +170,11 @@ extern "C" __global__ void fattn_mma_op(TT d, TT q, TT k, TT v, TT m, int has_ma
     const i64 hk = h / (n_head / k.ne[2]), hv = h / (n_head / v.ne[2]);
     const int dk = (int)q.ne[0], nkc = dk / 16, nvt = dk / 8;
     const float slope = alibi_slope(max_bias, h, n_head);
-    // This lane's two query rows (g and g + 8 of the warp's 16).
-    const i64 r0 = (i64)blockIdx.x * FM_ROWS + wi * 16 + g, r1 = r0 + 8;
-    // The queries as A fragments, chunk kc of 16 head columns each.
+    // This warp's 16 query rows; this lane's two (g and g + 8).
+    const i64 rw = (i64)blockIdx.x * FM_ROWS + wi * 16, r0 = rw + g, r1 = r0 + 8;
     // (Loops run to the compile-time bounds, guarded, so the arrays stay in registers.)
     u32 qa[FM_D / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < FM_D / 16; ++kc) {
-        if (kc >= nkc) break;
-        const int c = kc * 16 + 2 * t;
-        const auto qv = [&](i64 r, int col) { return r < n_q ? ld(q, col, r, h, i3) : 0.0f; };
-        qa[kc][0] = pack_h2(qv(r0, c), qv(r0, c + 1));
-        qa[kc][1] = pack_h2(qv(r1, c), qv(r1, c + 1));
-        qa[kc][2] = pack_h2(qv(r0, c + 8), qv(r0, c + 9));
-        qa[kc][3] = pack_h2(qv(r1, c + 8), qv(r1, c + 9));
-    }
+    fm_load_q(qa, nkc, [&](int r, int col) { return rw + r < n_q ? ld(q, col, rw + r, h, i3) : 0.0f; });
     float o[FM_D / 8][4];
 #pragma unroll
     for (int n = 0; n < FM_D / 8; ++n)
@@ -75,90 +182,12 @@ extern "C" __global__ void fattn_mma_op(TT d, TT q, TT k, TT v, TT m, int has_ma
     float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
     for (i64 c0 = 0; c0 < n_kv; c0 += FM_CELLS) {
         __syncthreads();  // the previous tile read by every warp
-        // K rows as pairs of halves; V transposed (row = head column, pairs of cells).
-        for (int x = tid; x < FM_CELLS * dk / 2; x += blockDim.x) {
-            const int j = x / (dk / 2), c = 2 * (x % (dk / 2));
-            u32 kv = 0;
-            if (c0 + j < n_kv) kv = rd32(row_ptr(k, c0 + j, hk, i3 % k.ne[3]) + 2 * c);
-            s_k[(j * FM_KS + c) / 2] = kv;
-        }
-        for (int x = tid; x < FM_CELLS / 2 * dk; x += blockDim.x) {
-            const int jp = x / dk, c = x % dk, j = 2 * jp;
-            u32 lo = 0, hi = 0;
-            if (c0 + j < n_kv) lo = rd16(row_ptr(v, c0 + j, hv, i3 % v.ne[3]) + 2 * c);
-            if (c0 + j + 1 < n_kv) hi = rd16(row_ptr(v, c0 + j + 1, hv, i3 % v.ne[3]) + 2 * c);
-            s_vt[(c * FM_VS + j) / 2] = lo | (hi << 16);
-        }
+        fm_stage(s_k, s_vt, k, v, c0, hk, hv, i3, dk, tid, blockDim.x);
         __syncthreads();
-        // Scores: 4 tiles of 8 cells, s[n][0..1] row g, s[n][2..3] row g + 8.
-        float s[FM_CELLS / 8][4];
-#pragma unroll
-        for (int n = 0; n < FM_CELLS / 8; ++n) {
-            for (int x = 0; x < 4; ++x) s[n][x] = 0.0f;
-#pragma unroll
-            for (int kc = 0; kc < FM_D / 16; ++kc) {
-                if (kc >= nkc) break;
-                const u32 *kr = s_k + ((8 * n + g) * FM_KS + kc * 16 + 2 * t) / 2;
-                mma_f16_16816(s[n], qa[kc][0], qa[kc][1], qa[kc][2], qa[kc][3], kr[0], kr[4]);
-            }
-        }
-        float tmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < FM_CELLS / 8; ++n)
-            for (int x = 0; x < 4; ++x) {
-                const i64 ic = c0 + 8 * n + 2 * t + (x & 1), iq = x < 2 ? r0 : r1;
-                float val = -INFINITY;
-                if (ic < n_kv && iq < n_q) {
-                    const float mv = has_mask ? slope * ld(m, ic, iq, h % m.ne[2], i3 % m.ne[3]) : 0.0f;
-                    if (mv != -INFINITY) {
-                        val = s[n][x] * scale;
-                        if (softcap != 0.0f) val = softcap * tanhf(val / softcap);
-                        val += mv;
-                    }
-                }
-                s[n][x] = val;
-                tmax[x / 2] = fmaxf(tmax[x / 2], val);
-            }
-        float corr[2];
-        for (int r = 0; r < 2; ++r) {
-            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
-            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-            const float nm = fmaxf(mx[r], tmax[r]);
-            corr[r] = nm == -INFINITY ? 1.0f : expf(mx[r] - nm);
-            mx[r] = nm;
-        }
-#pragma unroll
-        for (int n = 0; n < FM_CELLS / 8; ++n)
-            for (int x = 0; x < 4; ++x) {
-                const float p = s[n][x] == -INFINITY ? 0.0f : expf(s[n][x] - mx[x / 2]);
-                s[n][x] = p;
-            }
-        for (int r = 0; r < 2; ++r) sum[r] *= corr[r];
-        for (int n = 0; n < FM_CELLS / 8; ++n) {
-            sum[0] += s[n][0] + s[n][1];
-            sum[1] += s[n][2] + s[n][3];
-        }
-#pragma unroll
-        for (int n = 0; n < FM_D / 8; ++n) {
-            o[n][0] *= corr[0];
-            o[n][1] *= corr[0];
-            o[n][2] *= corr[1];
-            o[n][3] *= corr[1];
-        }
-        // O += P V over the tile's cells, 16 at a time: P's fragments are the scores'.
-#pragma unroll
-        for (int kc = 0; kc < FM_CELLS / 16; ++kc) {
-            const u32 a0 = pack_h2(s[2 * kc][0], s[2 * kc][1]);
-            const u32 a1 = pack_h2(s[2 * kc][2], s[2 * kc][3]);
-            const u32 a2 = pack_h2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-            const u32 a3 = pack_h2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-#pragma unroll
-            for (int n = 0; n < FM_D / 8; ++n) {
-                if (n >= nvt) break;
-                const u32 *vr = s_vt + ((8 * n + g) * FM_VS + kc * 16 + 2 * t) / 2;
-                mma_f16_16816(o[n], a0, a1, a2, a3, vr[0], vr[4]);
-            }
-        }
+        fm_step(s_k, s_vt, qa, o, mx, sum, nkc, nvt, [&](int n, int x, float dot) {
+            return fm_score(dot, m, has_mask, scale, softcap, slope, c0 + 8 * n + 2 * t + (x & 1),
+                            n_kv, x < 2 ? r0 : r1, n_q, h, i3);
+        });
     }
     // Each row's sum from its four lanes; sinks; the output.
     for (int r = 0; r < 2; ++r) {
@@ -183,6 +212,83 @@ extern "C" __global__ void fattn_mma_op(TT d, TT q, TT k, TT v, TT m, int has_ma
         for (int n = 0; n < FM_D / 8; ++n) {
             if (n >= nvt) break;
             for (int x = 0; x < 2; ++x) st(d, 8 * n + 2 * t + x, h, iq, i3, o[n][2 * r + x] * inv);
+        }
+    }
+}
+
+// FLASH_ATTN_EXT for decoding on the tensor cores (flash decoding): one warp per block takes
+// the query rows of every head that shares KV head blockIdx.x (G = n_head / n_kv_head heads x
+// n_q rows, at most 16: row r is head hk * G + r / n_q, query row r % n_q) over the KV cells
+// [s * chunk, (s + 1) * chunk) of split s = blockIdx.y, so each K and V byte is read once for
+// all of them. With one split it writes the result; with several a partial per row (max, sum,
+// dv weighted values: fattn_vec_op's layout) for fattn_vec_combine. The same arguments as
+// fattn_vec_op.
+extern "C" __global__ void fattn_mma_dec_op(TT d, TT q, TT k, TT v, TT m, int has_mask,
+                                            float scale, float max_bias, float softcap,
+                                            int splits, i64 chunk, float *part) {
+    __shared__ u32 s_k[FM_CELLS * FM_KS / 2];
+    __shared__ u32 s_vt[FM_D * FM_VS / 2];
+    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    const i64 n_q = q.ne[1], n_head = q.ne[2], n_kv = k.ne[1];
+    const i64 hk = blockIdx.x, i3 = blockIdx.z, group = n_head / k.ne[2];
+    const i64 hv = hk * v.ne[2] / k.ne[2];
+    const int dk = (int)q.ne[0], nkc = dk / 16, nvt = dk / 8;
+    const int split = blockIdx.y;
+    const i64 c_begin = (i64)split * chunk;
+    const i64 c_end = c_begin + chunk < n_kv ? c_begin + chunk : n_kv;
+    // Row r of the 16: head and query row (rows past group * n_q are padding).
+    const auto head_of = [&](int r) { return hk * group + r / n_q; };
+    const auto live = [&](int r) { return r < group * n_q; };
+    u32 qa[FM_D / 16][4];
+    fm_load_q(qa, nkc, [&](int r, int col) {
+        return live(r) ? ld(q, col, r % n_q, head_of(r), i3) : 0.0f;
+    });
+    float o[FM_D / 8][4];
+#pragma unroll
+    for (int n = 0; n < FM_D / 8; ++n)
+        for (int x = 0; x < 4; ++x) o[n][x] = 0.0f;
+    float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+    const float slope0 = alibi_slope(max_bias, head_of(g), n_head);
+    const float slope1 = alibi_slope(max_bias, head_of(g + 8), n_head);
+    for (i64 c0 = c_begin; c0 < c_end; c0 += FM_CELLS) {
+        __syncwarp();  // the previous tile read by every lane
+        fm_stage(s_k, s_vt, k, v, c0, hk, hv, i3, dk, lane, WARP);
+        __syncwarp();
+        fm_step(s_k, s_vt, qa, o, mx, sum, nkc, nvt, [&](int n, int x, float dot) {
+            const int r = x < 2 ? g : g + 8;
+            if (!live(r)) return -INFINITY;
+            const i64 ic = c0 + 8 * n + 2 * t + (x & 1);
+            // Cells past this split's chunk belong to the next one.
+            return fm_score(dot, m, has_mask, scale, softcap, x < 2 ? slope0 : slope1,
+                            ic < c_end ? ic : n_kv, n_kv, r % n_q, n_q, head_of(r), i3);
+        });
+    }
+    for (int r = 0; r < 2; ++r) {
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    }
+    for (int r = 0; r < 2; ++r) {
+        const int row = g + 8 * r;
+        if (!live(row)) continue;
+        const i64 h = head_of(row), iq = row % n_q;
+        const i64 w = h + n_head * (iq + n_q * i3);
+        float *out = splits > 1 ? part + (w * splits + split) * (nvt * 8 + 2) : nullptr;
+        const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < FM_D / 8; ++n) {
+            if (n >= nvt) break;
+            for (int x = 0; x < 2; ++x) {
+                const int col = 8 * n + 2 * t + x;
+                if (out != nullptr) {
+                    out[2 + col] = o[n][2 * r + x];
+                } else {
+                    st(d, col, h, iq, i3, o[n][2 * r + x] * inv);
+                }
+            }
+        }
+        if (out != nullptr && t == 0) {
+            out[0] = mx[r];
+            out[1] = sum[r];
         }
     }
 }

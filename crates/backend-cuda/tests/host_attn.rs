@@ -66,7 +66,12 @@ int main(int argc, char **argv) {
         TT tk = tt(kb.data(), d, nkv, nkh, T_F16, 2), tv = tt(vb.data(), d, nkv, nkh, T_F16, 2);
         TT tm = tt(mb.data(), nkv, nq, 1, T_F16, 2), ts = tt(sb.data(), nh, 1, 1, T_F32, 4);
         const i64 rows = nq * nh;
-        if (mma) {
+        if (!strcmp(argv[2], "mmadec")) {
+            const i64 chunk = (nkv + splits - 1) / splits;
+            std::vector<float> part(rows * splits * (d + 2));
+            launch3(nkh, splits, 1, 32, [&] { fattn_mma_dec_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, splits, chunk, part.data()); });
+            if (splits > 1) launch(rows, 1, 128, [&] { fattn_vec_combine(td, tq, part.data(), splits, d); });
+        } else if (mma) {
             launch3((nq + FM_ROWS - 1) / FM_ROWS, nh, 1, 32 * FM_WARPS, [&] { fattn_mma_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
         } else if (tile) {
             launch3((nq + 15) / 16, nh, 1, 128, [&] { fattn_tile_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
@@ -254,6 +259,12 @@ fn attention_norm_and_q8_kernels_match_f64() {
     for splits in [1, 3] {
         let e = rel_err(&small.run(&exe, "vec", splits, false), &plain);
         assert!(e < 1e-5, "fattn_vec_op, {splits} splits: error {e:.2e}");
+    }
+    // The tensor-core decode kernel: each KV head's 2 query heads x 2 rows in one warp, over
+    // one chunk and over three (50 cells each: tiles of 32 straddle them) merged.
+    for splits in [1, 3] {
+        let e = rel_err(&small.run(&exe, "mmadec", splits, false), &plain);
+        assert!(e < 4e-3, "fattn_mma_dec_op, {splits} splits: error {e:.2e}");
     }
     let e = rel_err(&small.run(&exe, "generic", 1, false), &plain);
     assert!(e < 1e-5, "flash_attn_op: error {e:.2e}");

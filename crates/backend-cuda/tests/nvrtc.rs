@@ -26,20 +26,31 @@ fn every_kernel_compiles_to_cubin_with_its_entry_points() {
         return;
     }
     eprintln!("NVRTC {:?}", nvrtc::version().expect("version"));
-    // Turing (the oldest NVRTC 13 targets), Ampere, Ada, Hopper.
-    for arch in [75, 80, 89, 90] {
-        for k in kernels::all() {
-            let cubin = nvrtc::compile_cubin(&k, arch)
-                .unwrap_or_else(|e| panic!("{} for sm_{arch}: {e}", k.name));
-            assert!(nvrtc::is_elf(&cubin), "{}: not an ELF CUBIN", k.name);
-            for e in k.entry_points() {
-                let found = cubin
-                    .windows(e.len() + 1)
-                    .any(|w| &w[..e.len()] == e.as_bytes() && w[e.len()] == 0);
-                assert!(found, "{} sm_{arch}: entry point {e} missing from the CUBIN", k.name);
-            }
+    // Turing (the oldest NVRTC 13 targets), Ampere, Ada, Hopper; (architecture, module) pairs
+    // compiled on every core (NVRTC compiles separate programs concurrently).
+    let jobs: Vec<(u32, kernels::KernelSource)> = [75, 80, 89, 90]
+        .into_iter()
+        .flat_map(|a| kernels::all().into_iter().map(move |k| (a, k)))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((arch, k)) = jobs.get(i) else { break };
+                let cubin = nvrtc::compile_cubin(k, *arch)
+                    .unwrap_or_else(|e| panic!("{} for sm_{arch}: {e}", k.name));
+                assert!(nvrtc::is_elf(&cubin), "{}: not an ELF CUBIN", k.name);
+                for e in k.entry_points() {
+                    let found = cubin
+                        .windows(e.len() + 1)
+                        .any(|w| &w[..e.len()] == e.as_bytes() && w[e.len()] == 0);
+                    assert!(found, "{} sm_{arch}: entry point {e} missing from the CUBIN", k.name);
+                }
+            });
         }
-    }
+    });
 }
 
 #[test]

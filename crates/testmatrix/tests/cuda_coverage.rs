@@ -91,8 +91,8 @@ fn the_fused_windows_are_reached_by_cases() {
     assert!(gate_up >= 4, "{gate_up} cases reach the fused gate/up products");
 }
 
-/// Cases reach the decode attention path with one chunk and with several, both prompt ones
-/// (tensor cores, tiles), and the generic one.
+/// Cases reach both decode attention paths (tensor cores, SIMT) with one chunk and with
+/// several, both prompt ones (tensor cores, tiles), and the generic one.
 #[test]
 fn every_attention_path_is_reached_by_a_case() {
     let cap = Capability { arch: 90, cublas: true };
@@ -105,11 +105,13 @@ fn every_attention_path_is_reached_by_a_case() {
                 Kernel::FlashAttn(AttnPath::Vec { .. }) => "vec, chunks merged",
                 Kernel::FlashAttn(AttnPath::Tile) => "tile",
                 Kernel::FlashAttn(AttnPath::Mma) => "mma",
+                Kernel::FlashAttn(AttnPath::MmaDec { splits: 1 }) => "mma-dec, one chunk",
+                Kernel::FlashAttn(AttnPath::MmaDec { .. }) => "mma-dec, chunks merged",
                 k => panic!("{name}: {k:?}"),
             });
         }
     }
-    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert_eq!(seen.len(), 7, "{seen:?}");
 }
 
 /// The mixture-of-experts ops and attention sinks have cases the CUDA plan takes, so a GPU

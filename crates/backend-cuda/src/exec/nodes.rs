@@ -246,16 +246,29 @@ impl Resolver<'_> {
                         };
                         one(entry, cfg, args)
                     }
-                    AttnPath::Vec { splits } => {
-                        let n_kv = self.ctx.get(d.src[1].expect("k")).ne[1];
+                    AttnPath::Vec { splits } | AttnPath::MmaDec { splits } => {
+                        let kd = self.ctx.get(d.src[1].expect("k"));
+                        let n_kv = kd.ne[1];
                         let chunk = n_kv.div_ceil(splits as usize) as i64;
                         args.extend([(splits as i32).into(), chunk.into(), Arg::Ptr(self.own)]);
-                        let cfg = LaunchConfig {
-                            grid_dim: (rows as u32, splits, 1),
-                            block_dim: (4 * 32, 1, 1),
-                            shared_mem_bytes: 0,
+                        // A block per (row, chunk) of four warps, or per (KV head, chunk) of
+                        // one warp for every query row of its heads; the same partials.
+                        let (entry, cfg) = if matches!(path, AttnPath::Vec { .. }) {
+                            let cfg = LaunchConfig {
+                                grid_dim: (rows as u32, splits, 1),
+                                block_dim: (4 * 32, 1, 1),
+                                shared_mem_bytes: 0,
+                            };
+                            ("fattn_vec_op", cfg)
+                        } else {
+                            let cfg = LaunchConfig {
+                                grid_dim: (kd.ne[2] as u32, splits, q.ne[3] as u32),
+                                block_dim: (32, 1, 1),
+                                shared_mem_bytes: 0,
+                            };
+                            ("fattn_mma_dec_op", cfg)
                         };
-                        let mut v = one("fattn_vec_op", cfg, args);
+                        let mut v = one(entry, cfg, args);
                         if splits > 1 {
                             let dv = self.ctx.get(d.src[2].expect("v")).ne[0] as i64;
                             let merge = vec![

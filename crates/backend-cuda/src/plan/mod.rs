@@ -37,8 +37,12 @@
 //! - `fattn-tile`: the other prompt attention (more rows than decoding, head sizes up to 128,
 //!   sinks too): 16 query rows of a head per block over K/V tiles in shared memory, a lane per
 //!   cell.
-//! - `fattn-vec`: decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per sequence) split
-//!   over the KV cells in chunks, the chunks' partials merged after (flash decoding).
+//! - `fattn-mma-dec`: decode attention over F16 caches on sm_80+ (heads sharing a KV head
+//!   times query rows at most 16): one warp per KV head and chunk of cells on the f16 tensor
+//!   cores, each K/V byte read once for all the heads that share it.
+//! - `fattn-vec`: the other decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per
+//!   sequence) split over the KV cells in chunks, the chunks' partials merged after (flash
+//!   decoding).
 //! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (RMS_NORM
 //!   then MUL, and the residual ADD before them, `fused.cu`; the gate and up products of the
 //!   int8 path and their GLU, `mmvq_glu_*`), with the unfused nodes' arithmetic.
@@ -94,6 +98,14 @@ pub enum AttnPath {
     /// and V sit in shared memory as f32 (`fattn_tile_op`); head sizes up to
     /// [`ATTN_TILE_MAX_D`].
     Tile,
+    /// Decoding over F16 caches on sm_80+: one warp per (KV head, chunk of cells) for every
+    /// query row of the heads sharing it (at most 16), scores and P V by f16 `mma.sync`
+    /// (`fattn_mma_dec_op`), the chunks merged after (`fattn_vec_combine`) when there are
+    /// several.
+    MmaDec {
+        /// Chunks of the KV cells, 1 to [`ATTN_MMA_DEC_MAX_SPLITS`].
+        splits: u32,
+    },
     /// Prompts over F16 caches on sm_80+: blocks of 64 query rows of one head, 16 a warp,
     /// scores and P V by f16 `mma.sync` (`fattn_mma_op`); head sizes a multiple of 16 up to
     /// [`ATTN_MMA_MAX_D`], the same for K and V.
@@ -114,6 +126,11 @@ pub const ATTN_MMA_MAX_D: usize = 128;
 pub const ATTN_MMA_ROWS: usize = 64;
 /// Threads of one tensor-core prompt-attention block (`FM_WARPS` warps).
 pub const ATTN_MMA_THREADS: u32 = 128;
+
+/// Most chunks the tensor-core decode attention splits the KV cells into.
+pub const ATTN_MMA_DEC_MAX_SPLITS: usize = 128;
+/// KV cells per chunk the tensor-core decode attention aims at (one warp a chunk).
+const ATTN_MMA_DEC_CELLS_PER_SPLIT: usize = 256;
 
 /// Most query rows per sequence the decode attention path takes.
 pub const ATTN_VEC_MAX_ROWS: usize = 8;
@@ -136,17 +153,20 @@ fn attn_path(
     let n_kv = k.ne[1];
     let decode = paths.allows(FastPath::AttnVec) && q.ne[1] <= ATTN_VEC_MAX_ROWS && !sinks;
     let grid_fits = q.ne[2] <= 65535 && q.ne[3] <= 65535;
-    if !decode {
-        let f16_rows = |t: &TensorDesc| t.dtype == F16 && t.nb[0] == 2;
-        let mma = paths.allows(FastPath::AttnMma)
+    // The f16 tensor-core kernels: F16 caches, head sizes a multiple of 16 up to 128.
+    let f16_rows = |t: &TensorDesc| t.dtype == F16 && t.nb[0] == 2;
+    let tensor_cores = |path: FastPath| {
+        paths.allows(path)
             && cap.arch >= 80
             && f16_rows(k)
             && f16_rows(v)
             && q.ne[0] == v.ne[0]
             && q.ne[0] % 16 == 0
             && q.ne[0] <= ATTN_MMA_MAX_D
-            && grid_fits;
-        if mma {
+            && grid_fits
+    };
+    if !decode {
+        if tensor_cores(FastPath::AttnMma) {
             return (AttnPath::Mma, 0);
         }
         let tile = paths.allows(FastPath::AttnTile)
@@ -158,10 +178,18 @@ fn attn_path(
     if n_kv == 0 {
         return (AttnPath::Generic, 0);
     }
-    let splits = n_kv.div_ceil(ATTN_VEC_CELLS_PER_SPLIT).clamp(1, ATTN_VEC_MAX_SPLITS);
     let rows = q.ne[1] * q.ne[2] * q.ne[3];
-    let scratch = if splits > 1 { rows * splits * (v.ne[0] + 2) * 4 } else { 0 };
-    (AttnPath::Vec { splits: splits as u32 }, scratch)
+    let partials = |splits: usize| if splits > 1 { rows * splits * (v.ne[0] + 2) * 4 } else { 0 };
+    let heads_fit = k.ne[2] == v.ne[2]
+        && q.ne[2] % k.ne[2] == 0
+        && q.ne[2] / k.ne[2] * q.ne[1] <= 16
+        && k.ne[2] <= 65535;
+    if tensor_cores(FastPath::AttnMmaDec) && heads_fit {
+        let splits = n_kv.div_ceil(ATTN_MMA_DEC_CELLS_PER_SPLIT).clamp(1, ATTN_MMA_DEC_MAX_SPLITS);
+        return (AttnPath::MmaDec { splits: splits as u32 }, partials(splits));
+    }
+    let splits = n_kv.div_ceil(ATTN_VEC_CELLS_PER_SPLIT).clamp(1, ATTN_VEC_MAX_SPLITS);
+    (AttnPath::Vec { splits: splits as u32 }, partials(splits))
 }
 
 /// The kernel (family) a node runs on.

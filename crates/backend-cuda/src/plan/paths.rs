@@ -31,11 +31,13 @@ pub enum FastPath {
     Mmq,
     /// Prompt attention on the f16 tensor cores (`fattn_mma.cu`, sm_80+, F16 caches).
     AttnMma,
+    /// Decode attention on the f16 tensor cores (`fattn_mma_dec_op`, sm_80+, F16 caches).
+    AttnMmaDec,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 9] = [
+    pub const ALL: [FastPath; 10] = [
         FastPath::Mmvq,
         FastPath::Mmv,
         FastPath::Graphs,
@@ -45,6 +47,7 @@ impl FastPath {
         FastPath::AttnTile,
         FastPath::Mmq,
         FastPath::AttnMma,
+        FastPath::AttnMmaDec,
     ];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
@@ -59,6 +62,7 @@ impl FastPath {
             FastPath::AttnTile => "fattn-tile",
             FastPath::Mmq => "mmq",
             FastPath::AttnMma => "fattn-mma",
+            FastPath::AttnMmaDec => "fattn-mma-dec",
         }
     }
 

@@ -18,6 +18,8 @@ fn path_of(kernel: Kernel) -> Option<String> {
                 AttnPath::Vec { .. } => "fattn-vec split",
                 AttnPath::Tile => "fattn-tile",
                 AttnPath::Mma => "fattn-mma",
+                AttnPath::MmaDec { splits: 1 } => "fattn-mma-dec",
+                AttnPath::MmaDec { .. } => "fattn-mma-dec split",
             }
         ),
         _ => return None,

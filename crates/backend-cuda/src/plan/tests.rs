@@ -172,7 +172,7 @@ fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("mmvq,mmv").unwrap().describe(), "mmvq,mmv");
     assert_eq!(
         Paths::parse("-mmvq").unwrap().describe(),
-        "mmv,graphs,fused,fattn-vec,gemm,fattn-tile,mmq,fattn-mma"
+        "mmv,graphs,fused,fattn-vec,gemm,fattn-tile,mmq,fattn-mma,fattn-mma-dec"
     );
     assert!(Paths::parse("mmvq,-mmv").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();
@@ -183,21 +183,40 @@ fn paths_parse_and_refuse() {
 /// for the chunks' partials; prompts and the generic setting take the generic kernel.
 #[test]
 fn attention_paths() {
-    let attn = |n_q: usize, n_kv: usize, paths: Paths| {
+    let attn_ctx = |n_q: usize, n_kv: usize| {
         let mut ctx = Context::new();
         let q = ctx.new_tensor(F32, &[128, n_q, 8, 1]).unwrap();
         let k = ctx.new_tensor(F16, &[128, n_kv, 2, 1]).unwrap();
         let v = ctx.new_tensor(F16, &[128, n_kv, 2, 1]).unwrap();
         let m = ctx.new_tensor(F16, &[n_kv, n_q.next_multiple_of(64), 1, 1]).unwrap();
         let y = ctx.flash_attn_ext(q, k, v, Some(m), 0.125, 0.0, 0.0).unwrap();
-        plan_node(&ctx, y, SM90, paths).unwrap()
+        (ctx, y)
     };
+    let plan_node_with =
+        |(ctx, y): &(Context, TensorId), paths: Paths| plan_node(ctx, *y, SM90, paths).unwrap();
+    let attn = |n_q: usize, n_kv: usize, paths: Paths| plan_node_with(&attn_ctx(n_q, n_kv), paths);
+    // Decoding over an F16 cache: the tensor-core kernel, a warp per 256 cells of a KV head.
     let p = attn(1, 256, Paths::all());
-    assert_eq!((p.kernel, p.scratch), (Kernel::FlashAttn(AttnPath::Vec { splits: 1 }), 0));
+    assert_eq!((p.kernel, p.scratch), (Kernel::FlashAttn(AttnPath::MmaDec { splits: 1 }), 0));
     let p = attn(1, 4096, Paths::all());
+    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::MmaDec { splits: 16 }));
+    assert_eq!(p.scratch, 8 * 16 * (128 + 2) * 4);
+    let p = attn(1, 1 << 20, Paths::all());
+    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::MmaDec { splits: 128 }));
+    // 4 heads a KV head x 4 rows = 16 fit one warp; 8 rows do not.
+    assert!(matches!(
+        attn(4, 4096, Paths::all()).kernel,
+        Kernel::FlashAttn(AttnPath::MmaDec { .. })
+    ));
+    assert!(matches!(attn(8, 4096, Paths::all()).kernel, Kernel::FlashAttn(AttnPath::Vec { .. })));
+    // Without it, the SIMT flash decoding.
+    let all = Paths::parse("-fattn-mma-dec").unwrap();
+    let p = plan_node_with(&attn_ctx(1, 256), all);
+    assert_eq!((p.kernel, p.scratch), (Kernel::FlashAttn(AttnPath::Vec { splits: 1 }), 0));
+    let p = plan_node_with(&attn_ctx(1, 4096), all);
     assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::Vec { splits: 4 }));
     assert_eq!(p.scratch, 8 * 4 * (128 + 2) * 4);
-    let p = attn(1, 1 << 20, Paths::all());
+    let p = plan_node_with(&attn_ctx(1, 1 << 20), all);
     assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::Vec { splits: 32 }));
     // Prompts: the tensor-core kernel (F16 cache, head size 128 fits); without it the tiled
     // one; without both the generic one.
@@ -304,7 +323,7 @@ fn moe_ops_and_sinks_are_planned() {
     let k = ctx.new_tensor(F16, &[64, 2048, 2]).unwrap();
     let v = ctx.new_tensor(F16, &[64, 2048, 2]).unwrap();
     let fa = ctx.flash_attn_ext(q, k, v, None, 0.125, 0.0, 0.0).unwrap();
-    assert!(matches!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Vec { .. })));
+    assert!(matches!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::MmaDec { .. })));
     let sinks = ctx.new_tensor(F32, &[4]).unwrap();
     ctx.add_sinks(fa, sinks).unwrap();
     assert_eq!(plan(&ctx, fa), Kernel::FlashAttn(AttnPath::Mma));

@@ -191,6 +191,7 @@ struct Barrier {
 static Barrier block_bar, warp_bar[32];
 static unsigned long long warp_slots[32][32];
 static inline void __syncthreads() { block_bar.wait(); }
+static inline void __syncwarp() { warp_bar[threadIdx.x / 32].wait(); }
 static inline unsigned long long shfl_bits(unsigned long long v, int o) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
     warp_slots[w][l] = v;

@@ -379,8 +379,10 @@ fn flash_attn(v: &mut Vec<Case>) {
     v.push(Case::new(f(64, 256, 7, 4, 2)));
     v.push(Case::new(f(128, 512, 1, 8, 2)));
     v.push(Case::new(f(128, 512, 32, 4, 1)));
-    // Decoding over a deep cache (GPUs split the cells in chunks and merge them).
+    // Decoding over a deep cache (GPUs split the cells in chunks and merge them), F16 and
+    // quantized (the tensor-core and the SIMT decode kernels on GPUs).
     v.push(Case::new(f(128, 4096, 1, 8, 2)));
+    v.push(Case::new(FlashAttn { kv: Q8_0, ..f(128, 4096, 1, 8, 2) }));
     v.push(Case::new(FlashAttn { ne3: 2, ..f(64, 2048, 2, 4, 2) }));
     // One row over 512+ cells: the CPU splits the cells over its threads and merges the shares
     // (llama.cpp's split-KV path): with a sink (merged with the first share), soft-capping over
