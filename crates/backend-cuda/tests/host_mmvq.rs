@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{call, floats, values, write};
+use common::{call, dot, floats, values, write};
 use tessera_backend_cuda::types::TYPES;
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
@@ -93,12 +93,6 @@ int main(int argc, char **argv) {
     return 0;
 }
 "#;
-
-/// The f64 dot and the sum of the products' magnitudes (the error's scale).
-fn dot(w: &[f32], y: &[f32]) -> (f64, f64) {
-    let p = w.iter().zip(y).map(|(a, b)| f64::from(*a) * f64::from(*b));
-    p.clone().fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()))
-}
 
 #[test]
 fn int8_matrix_vector_kernels_match_f64() {

@@ -45,12 +45,14 @@ impl Resolver<'_> {
         let (nb, n_tokens, n_used) = (b.ne[1], b.ne[2], ids.ne[0]);
         let all = nblocks as i64 * nb * n_tokens;
         let quantize = quantize_q8_1(b.p, self.own, all);
-        if path == MoePath::Mmvq {
-            let args = vec![
+        // Both kernels: experts, Q8_1 activations, output, the ids (or their groups), then the
+        // same shapes.
+        let args_with = |routing: u64| {
+            vec![
                 Arg::Ptr(w.p),
                 Arg::Ptr(self.own),
                 Arg::Ptr(dst.p),
-                Arg::Ptr(ids.p),
+                Arg::Ptr(routing),
                 (nrows as i32).into(),
                 (nblocks as i32).into(),
                 (wd.nb[1] as i64).into(),
@@ -58,8 +60,11 @@ impl Resolver<'_> {
                 (n_expert as i32).into(),
                 (n_used as i32).into(),
                 (nb as i32).into(),
-                (ids.nb[1] / 4).into(),
-            ];
+            ]
+        };
+        if path == MoePath::Mmvq {
+            let mut args = args_with(ids.p);
+            args.push((ids.nb[1] / 4).into());
             let rows = warps(nrows, 8);
             let cfg =
                 LaunchConfig { grid_dim: (rows.grid_dim.0, (n_used * n_tokens) as u32, 1), ..rows };
@@ -88,19 +93,7 @@ impl Resolver<'_> {
                 (nrows as i32).into(),
             ],
         };
-        let args = vec![
-            Arg::Ptr(w.p),
-            Arg::Ptr(self.own),
-            Arg::Ptr(dst.p),
-            Arg::Ptr(groups),
-            (nrows as i32).into(),
-            (nblocks as i32).into(),
-            (wd.nb[1] as i64).into(),
-            (wd.nb[2] as i64).into(),
-            (n_expert as i32).into(),
-            (n_used as i32).into(),
-            (nb as i32).into(),
-        ];
+        let args = args_with(groups);
         // Every expert's column blocks as if it had all the pairs: those past its count return.
         let grid =
             (nrows.div_ceil(MMQ_ROWS) as u32, n_pairs.div_ceil(MMQ_COLS) as u32, n_expert as u32);

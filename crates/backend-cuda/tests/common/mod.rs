@@ -312,6 +312,12 @@ pub fn floats(out: &str) -> Vec<f32> {
     out.lines().map(|l| f32::from_bits(u32::from_str_radix(l, 16).unwrap())).collect()
 }
 
+/// The f64 dot of two rows and the sum of the products' magnitudes (the error's scale).
+pub fn dot(w: &[f32], y: &[f32]) -> (f64, f64) {
+    let p = w.iter().zip(y).map(|(a, b)| f64::from(*a) * f64::from(*b));
+    p.clone().fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()))
+}
+
 /// Little-endian bytes of f32 values, as a harness reads them.
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
