@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{call, dot, floats, values, write, THREADS_SHIM};
+use common::{call, dot, floats, values, write, Experts, THREADS_SHIM};
 use tessera_backend_cuda::types::TYPES;
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
@@ -199,43 +199,23 @@ fn int8_tensor_core_products_match_f64() {
             checked += 1;
             continue;
         }
-        let (n_expert, n_used, nb, n_tokens, stride) = (3usize, 2usize, 2usize, 20usize, 3usize);
-        let mut ids = vec![1i32; n_tokens * stride];
+        let (n_used, stride) = (2usize, 3usize);
+        let mut ids = vec![1i32; 20 * stride];
         for (p, ex) in [(0, 0), (3, 2), (7, 0), (12, 0), (25, -1), (39, 0)] {
             ids[(p / n_used) * stride + p % n_used] = ex;
         }
-        let experts = quantize(t, &values(n_expert * rows * k, 70 + t.id() as u64)).unwrap();
-        let ed = dequantize(t, &experts).unwrap();
-        let b = quantize(DType::Q8_1, &values(k * nb * n_tokens, 50)).unwrap();
-        let bd = dequantize(DType::Q8_1, &b).unwrap();
-        let files = [
-            write(&dir, "e.bin", &experts),
-            write(&dir, "b.bin", &b),
-            write(&dir, "ids.bin", &common::i32_bytes(&ids)),
-        ];
-        let nums =
-            [rows, nblocks, row_bytes, rows * row_bytes, n_expert, n_used, nb, n_tokens, stride];
-        let got = floats(&call(&exe, &["mmq_id", entry], &nums, &files));
-        assert_eq!(got.len(), rows * n_used * n_tokens);
-        for tok in 0..n_tokens {
-            for slot in 0..n_used {
-                let id = ids[tok * stride + slot];
-                for r in 0..rows {
-                    let g = f64::from(got[(tok * n_used + slot) * rows + r]);
-                    if id < 0 {
-                        assert!(g.is_nan(), "{entry} id: an id out of range gives NaN, not {g}");
-                        continue;
-                    }
-                    let wrow = &ed[(id as usize * rows + r) * k..][..k];
-                    let (want, scale) = dot(wrow, &bd[(tok * nb + slot % nb) * k..][..k]);
-                    let err = (g - want).abs() / scale.max(1e-9);
-                    assert!(
-                        err < 2e-3,
-                        "{entry} id: token {tok} slot {slot} row {r}: {g} != {want}"
-                    );
-                }
-            }
-        }
+        let problem = Experts {
+            dtype: t,
+            rows,
+            k,
+            n_expert: 3,
+            n_used,
+            nb: 2,
+            n_tokens: 20,
+            stride,
+            ids: &ids,
+        };
+        problem.check(&exe, &dir, "mmq_id", entry);
         checked += 1;
     }
     assert_eq!(

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{call, dot, floats, values, write};
+use common::{call, dot, floats, values, write, Experts};
 use tessera_backend_cuda::types::TYPES;
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
@@ -160,37 +160,19 @@ fn int8_matrix_vector_kernels_match_f64() {
 
         // MUL_MAT_ID: the same matrix as one expert of three (5 rows each: 15 rows), two
         // slots of two tokens, ids with a stride of 3 (a top-k view), nb 2 (a row per slot).
-        let n_expert = 3;
-        let experts = quantize(t, &values(n_expert * rows * k, 70 + t.id() as u64)).unwrap();
-        let ed = dequantize(t, &experts).unwrap();
-        let (n_used, nb, n_tokens, stride) = (2usize, 2usize, 2usize, 3usize);
         let ids: Vec<i32> = vec![2, 0, -7, 1, 1, -7];
-        let b = quantize(DType::Q8_1, &values(k * nb * n_tokens, 50)).unwrap();
-        let bd = dequantize(DType::Q8_1, &b).unwrap();
-        let files = [
-            write(&dir, "e.bin", &experts),
-            write(&dir, "b.bin", &b),
-            write(&dir, "ids.bin", &common::i32_bytes(&ids)),
-        ];
-        let nums =
-            [rows, nblocks, row_bytes, rows * row_bytes, n_expert, n_used, nb, n_tokens, stride];
-        let got = floats(&call(&exe, &["mmvq_id", entry], &nums, &files));
-        assert_eq!(got.len(), rows * n_used * n_tokens);
-        for tok in 0..n_tokens {
-            for slot in 0..n_used {
-                let ex = ids[tok * stride + slot] as usize;
-                for r in 0..rows {
-                    let wrow = &ed[(ex * rows + r) * k..][..k];
-                    let (want, scale) = dot(wrow, &bd[(tok * nb + slot % nb) * k..][..k]);
-                    let g = f64::from(got[(tok * n_used + slot) * rows + r]);
-                    let err = (g - want).abs() / scale.max(1e-9);
-                    assert!(
-                        err < 2e-3,
-                        "{entry} id: token {tok} slot {slot} row {r}: {g} != {want}"
-                    );
-                }
-            }
-        }
+        let problem = Experts {
+            dtype: t,
+            rows,
+            k,
+            n_expert: 3,
+            n_used: 2,
+            nb: 2,
+            n_tokens: 2,
+            stride: 3,
+            ids: &ids,
+        };
+        problem.check(&exe, &dir, "mmvq_id", entry);
         checked += 1;
     }
     assert_eq!(checked, TYPES.iter().filter(|r| r.mmvq.is_some()).count());

@@ -327,3 +327,70 @@ pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
 pub fn i32_bytes(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
+
+/// A MUL_MAT_ID problem for the expert kernels' harnesses: `n_expert` random experts of `rows`
+/// rows of `k` values of `dtype`, activations of `nb` rows a token for `n_tokens` tokens, and
+/// `ids` (`n_used` used a token, tokens `stride` apart; an id out of range gives NaN).
+pub struct Experts<'a> {
+    pub dtype: tessera_tensor::DType,
+    pub rows: usize,
+    pub k: usize,
+    pub n_expert: usize,
+    pub n_used: usize,
+    pub nb: usize,
+    pub n_tokens: usize,
+    pub stride: usize,
+    pub ids: &'a [i32],
+}
+
+impl Experts<'_> {
+    /// Runs `MODE ENTRY ROWS NBLOCKS ROW_BYTES EXPERT_BYTES N_EXPERT N_USED NB N_TOKENS
+    /// IDS_STRIDE W Y IDS` and checks every output row (token, slot) against the f64 products.
+    pub fn check(&self, exe: &Path, dir: &Path, mode: &str, entry: &str) {
+        use tessera_tensor::quant::{dequantize, quantize};
+        let (t, rows, k) = (self.dtype, self.rows, self.k);
+        let row_bytes = t.row_size(k as u64).unwrap() as usize;
+        let experts = quantize(t, &values(self.n_expert * rows * k, 70 + t.id() as u64)).unwrap();
+        let ed = dequantize(t, &experts).unwrap();
+        let b = quantize(tessera_tensor::DType::Q8_1, &values(k * self.nb * self.n_tokens, 50))
+            .unwrap();
+        let bd = dequantize(tessera_tensor::DType::Q8_1, &b).unwrap();
+        let files = [
+            write(dir, "e.bin", &experts),
+            write(dir, "b.bin", &b),
+            write(dir, "ids.bin", &i32_bytes(self.ids)),
+        ];
+        let nums = [
+            rows,
+            k / 32,
+            row_bytes,
+            rows * row_bytes,
+            self.n_expert,
+            self.n_used,
+            self.nb,
+            self.n_tokens,
+            self.stride,
+        ];
+        let got = floats(&call(exe, &[mode, entry], &nums, &files));
+        assert_eq!(got.len(), rows * self.n_used * self.n_tokens);
+        for tok in 0..self.n_tokens {
+            for slot in 0..self.n_used {
+                let id = self.ids[tok * self.stride + slot];
+                for r in 0..rows {
+                    let g = f64::from(got[(tok * self.n_used + slot) * rows + r]);
+                    if id < 0 || id as usize >= self.n_expert {
+                        assert!(g.is_nan(), "{entry} id: an id out of range gives NaN, not {g}");
+                        continue;
+                    }
+                    let wrow = &ed[(id as usize * rows + r) * k..][..k];
+                    let (want, scale) = dot(wrow, &bd[(tok * self.nb + slot % self.nb) * k..][..k]);
+                    let err = (g - want).abs() / scale.max(1e-9);
+                    assert!(
+                        err < 2e-3,
+                        "{entry} id: token {tok} slot {slot} row {r}: {g} != {want}"
+                    );
+                }
+            }
+        }
+    }
+}
