@@ -6,6 +6,15 @@ use tessera_tensor::DType::{self, *};
 
 const SM90: Capability = Capability { arch: 90, cublas: true };
 
+/// The value of `#define NAME value` in the kernel file that defines entry point `entry`.
+fn kernel_define(entry: &str, name: &str) -> usize {
+    let k = crate::kernels::find(entry).unwrap_or_else(|| panic!("a file defines {entry}"));
+    k.src
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("#define {name} "))?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("#define {name} in {}", k.name))
+}
+
 fn product(w: DType, cols: usize) -> (Context, TensorId) {
     let mut ctx = Context::new();
     let a = ctx.new_tensor(w, &[256, 8]).unwrap();
@@ -336,12 +345,7 @@ fn moe_ops_and_sinks_are_planned() {
 /// The prompt attention's launch shape and head-size bound are the kernel's own constants.
 #[test]
 fn attention_tile_constants_match_the_kernel() {
-    let src = crate::kernels::find("fattn_tile_op").expect("fattn_tile.cu").src;
-    let define = |name: &str| -> usize {
-        src.lines()
-            .find_map(|l| l.strip_prefix(&format!("#define {name} "))?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("#define {name} in fattn_tile.cu"))
-    };
+    let define = |name: &str| kernel_define("fattn_tile_op", name);
     assert_eq!(define("FT_ROWS"), ATTN_TILE_ROWS);
     assert_eq!(define("FT_D"), ATTN_TILE_MAX_D);
     assert_eq!(32 * define("FT_WARPS"), ATTN_TILE_THREADS as usize);
@@ -350,12 +354,7 @@ fn attention_tile_constants_match_the_kernel() {
 /// The MMQ launch shape is the kernel's own constants.
 #[test]
 fn mmq_constants_match_the_kernel() {
-    let src = crate::kernels::find("mmq_q4_0").expect("mmq.cu").src;
-    let define = |name: &str| -> usize {
-        src.lines()
-            .find_map(|l| l.strip_prefix(&format!("#define {name} "))?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("#define {name} in mmq.cu"))
-    };
+    let define = |name: &str| kernel_define("mmq_q4_0", name);
     assert_eq!(define("MMQ_ROWS"), MMQ_ROWS);
     assert_eq!(define("MMQ_COLS"), MMQ_COLS);
     assert_eq!(define("MMQ_THREADS"), MMQ_THREADS as usize);
@@ -399,12 +398,7 @@ fn mmq_splits_k_for_small_launches() {
 /// the rest of the prompts.
 #[test]
 fn attention_mma_constants_and_choice() {
-    let src = crate::kernels::find("fattn_mma_op").expect("fattn_mma.cu").src;
-    let define = |name: &str| -> usize {
-        src.lines()
-            .find_map(|l| l.strip_prefix(&format!("#define {name} "))?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("#define {name} in fattn_mma.cu"))
-    };
+    let define = |name: &str| kernel_define("fattn_mma_op", name);
     assert_eq!(define("FM_ROWS"), ATTN_MMA_ROWS);
     assert_eq!(define("FM_D"), ATTN_MMA_MAX_D);
     assert_eq!(32 * define("FM_WARPS"), ATTN_MMA_THREADS as usize);
