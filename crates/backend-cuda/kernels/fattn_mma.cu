@@ -54,12 +54,15 @@ __device__ __forceinline__ void fm_stage(u32 *s_k, u32 *s_vt, const TT &k, const
         if (c0 + j < n_kv) kv = rd32(row_ptr(k, c0 + j, hk, i3 % k.ne[3]) + 2 * c);
         s_k[(j * FM_KS + c) / 2] = kv;
     }
-    for (int x = tid; x < FM_CELLS / 2 * dk; x += nthreads) {
-        const int jp = x / dk, c = x % dk, j = 2 * jp;
+    // Two head columns of two cells a thread (4-byte loads): cells j, j + 1 of column c go
+    // to one word of row c, those of column c + 1 to one of row c + 1.
+    for (int x = tid; x < FM_CELLS / 2 * dk / 2; x += nthreads) {
+        const int jp = x / (dk / 2), c = 2 * (x % (dk / 2)), j = 2 * jp;
         u32 lo = 0, hi = 0;
-        if (c0 + j < n_kv) lo = rd16(row_ptr(v, c0 + j, hv, i3 % v.ne[3]) + 2 * c);
-        if (c0 + j + 1 < n_kv) hi = rd16(row_ptr(v, c0 + j + 1, hv, i3 % v.ne[3]) + 2 * c);
-        s_vt[(c * FM_VS + j) / 2] = lo | (hi << 16);
+        if (c0 + j < n_kv) lo = rd32(row_ptr(v, c0 + j, hv, i3 % v.ne[3]) + 2 * c);
+        if (c0 + j + 1 < n_kv) hi = rd32(row_ptr(v, c0 + j + 1, hv, i3 % v.ne[3]) + 2 * c);
+        s_vt[(c * FM_VS + j) / 2] = (lo & 0xffffu) | (hi << 16);
+        s_vt[((c + 1) * FM_VS + j) / 2] = (lo >> 16) | (hi & 0xffff0000u);
     }
 }
 
