@@ -12,7 +12,8 @@
 # summary (a second call: the whole check leaves no time for them). `serve`: only the 1B Q4_0
 # file, then `tessera serve -ngl 99 --parallel 16` and `llama-server -ngl 99 -np 16` under 1, 4
 # and 16 streaming clients (tools/serve_bench.py; llama.cpp is built first if an earlier call on
-# this machine did not).
+# this machine did not). `8b`: Llama-3.1-8B-shaped random files (F16, Q4_0, Q4_K_M, Q8_0),
+# tessera bench and llama-bench on each, and Q4_0 at depths 4096 and 16384.
 # Everything lands in four files under $OUT (report.md, all-logs.txt, test-matrix.log,
 # ncu-summary.txt): the device tool returns only a few files.
 set -uo pipefail
@@ -82,7 +83,7 @@ if [ ! -x $LC/llama-server ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz 
   BUILD=$!
 fi
 
-if [ "$QUICK" != profile ] && [ "$QUICK" != serve ]; then
+if [ "$QUICK" != profile ] && [ "$QUICK" != serve ] && [ "$QUICK" != 8b ]; then
 step "CUDA tests (REQUIRE_CUDA=1)"
 # (every_kernel_compiles... builds each module for four architectures: CI does that already.)
 for t in "$B"/tests/*; do
@@ -108,7 +109,7 @@ python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.w
 gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
 [ -f $T/1b-f16.gguf ] || PYTHONPATH=$T/site run 120 make-1b python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf
 TYPES="Q4_0 Q4_K_M Q8_0"; [ -n "$QUICK" ] && TYPES="Q4_0 Q4_K_M"
-[ "$QUICK" = profile ] || [ "$QUICK" = serve ] && TYPES=Q4_0
+case "$QUICK" in profile|serve|8b) TYPES=Q4_0 ;; esac
 for q in $TYPES; do
   [ -f $T/1b-$q.gguf ] || run 240 "quantize-$q" "$B/tessera" quantize $T/1b-f16.gguf $T/1b-$q.gguf $q
 done
@@ -131,6 +132,36 @@ if [ "$QUICK" = profile ]; then
     run 150 ncu ncu --clock-control none --print-summary per-kernel "$B/tessera" run -m $T/1b-Q4_0.gguf -p "The capital of France is" -n 4 --temp 0 -ngl 99 -no-cnv
     grep -E "^ +[a-z_0-9]+.*\(|Invocations|Duration" "$L/ncu.log" | head -60 >> "$OUT/ncu-summary.txt"
     echo "ncu: $(grep -c "Invocations" "$L/ncu.log") kernel kinds (summary in ncu-summary.txt)" >> "$R"
+  fi
+  echo "done $(date -u +%FT%TZ)" >> "$R"
+  exit 0
+fi
+
+if [ "$QUICK" = 8b ]; then
+  step "Llama-3.1-8B-shaped random files: Tessera and llama.cpp b11312 (tg128, pp512; Q4_0 at depth)"
+  # The issues' 8B rows: F16, Q4_0, Q4_K_M, Q8_0 (quantized there by Tessera, 16 threads), each
+  # file benchmarked by both in the same run, medians of 3. About 16 GB of files under /tmp.
+  [ -f $T/8b-f16.gguf ] || PYTHONPATH=$T/site run 200 make-8b python3 gpu-ref/make_random_llama.py 8b $T/vocab.gguf $T/8b-f16.gguf
+  for q in Q4_0 Q4_K_M Q8_0; do
+    [ -f $T/8b-$q.gguf ] || run 300 "quantize-8b-$q" "$B/tessera" quantize $T/8b-f16.gguf $T/8b-$q.gguf $q
+  done
+  if [ -n "${BUILD:-}" ]; then wait $BUILD; fi
+  for q in Q4_0 Q4_K_M Q8_0 f16; do
+    f=$T/8b-$q.gguf
+    [ -f $f ] || continue
+    run 200 "bench8b-tessera-$q" "$B/tessera" bench -m $f -ngl 99 -p 512 -n 128 -r 3
+    grep "|" "$L/bench8b-tessera-$q.log" | tail -2 >> "$R"
+    if [ -x $LC/llama-bench ]; then
+      LD_LIBRARY_PATH=$LC run 200 "bench8b-lc-$q" $LC/llama-bench -m $f -ngl 99 -fa 1 -p 512 -n 128 -r 3
+      grep "|" "$L/bench8b-lc-$q.log" | tail -2 >> "$R"
+    fi
+  done
+  f=$T/8b-Q4_0.gguf
+  run 300 "bench8b-tessera-depth" "$B/tessera" bench -m $f -ngl 99 -p 0 -n 128 -d 4096,16384 -r 3
+  grep "|" "$L/bench8b-tessera-depth.log" | tail -2 >> "$R"
+  if [ -x $LC/llama-bench ]; then
+    LD_LIBRARY_PATH=$LC run 300 "bench8b-lc-depth" $LC/llama-bench -m $f -ngl 99 -fa 1 -p 0 -n 128 -d 4096,16384 -r 3
+    grep "|" "$L/bench8b-lc-depth.log" | tail -2 >> "$R"
   fi
   echo "done $(date -u +%FT%TZ)" >> "$R"
   exit 0
