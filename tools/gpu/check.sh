@@ -157,6 +157,15 @@ if [ "$QUICK" = 8b ]; then
     fi
   done
   f=$T/8b-Q4_0.gguf
+  # #40's GPU figures: the 8B target with the 1B-shaped file as its draft (same vocabulary;
+  # random weights, so acceptance means nothing: the mechanics' cost), and n-gram lookup.
+  SP=(run -m $f -p "The capital of France is" -n 256 --temp 0 --ignore-eos -ngl 99 -no-cnv)
+  run 150 spec8b-plain "$B/tessera" "${SP[@]}"
+  run 150 spec8b-draft "$B/tessera" "${SP[@]}" -md $T/1b-Q4_0.gguf -ngld 99 --spec-draft-n-max 8
+  run 150 spec8b-ngram "$B/tessera" "${SP[@]}" --spec-type ngram-simple
+  for v in plain draft ngram; do
+    echo "8B $v: $(grep -E "^ +eval time|draft" "$L/spec8b-$v.log" | tr -s ' ' | tr '\n' ' ')" >> "$R"
+  done
   run 300 "bench8b-tessera-depth" "$B/tessera" bench -m $f -ngl 99 -p 0 -n 128 -d 4096,16384 -r 3
   grep "|" "$L/bench8b-tessera-depth.log" | tail -2 >> "$R"
   if [ -x $LC/llama-bench ]; then
