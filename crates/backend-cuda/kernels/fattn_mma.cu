@@ -220,10 +220,10 @@ extern "C" __global__ void fattn_mma_op(TT d, TT q, TT k, TT v, TT m, int has_ma
 }
 
 // FLASH_ATTN_EXT for decoding on the tensor cores (flash decoding): one warp per block takes
-// the query rows of every head that shares KV head blockIdx.x (G = n_head / n_kv_head heads x
-// n_q rows, at most 16: row r is head hk * G + r / n_q, query row r % n_q) over the KV cells
-// [s * chunk, (s + 1) * chunk) of split s = blockIdx.y, so each K and V byte is read once for
-// all of them. With one split it writes the result; with several a partial per row (max, sum,
+// 16 of the query rows of the heads that share one KV head (G = n_head / n_kv_head heads x n_q
+// rows; row j is head hk * G + j / n_q, query row j % n_q; blockIdx.x = hk * groups + the
+// group of 16) over the KV cells [s * chunk, (s + 1) * chunk) of split s = blockIdx.y, so each
+// K and V byte is read once for 16 rows (all of them with G x n_q <= 16). With one split it writes the result; with several a partial per row (max, sum,
 // dv weighted values: fattn_vec_op's layout) for fattn_vec_combine. The same arguments as
 // fattn_vec_op.
 extern "C" __global__ void fattn_mma_dec_op(TT d, TT q, TT k, TT v, TT m, int has_mask,
@@ -233,18 +233,20 @@ extern "C" __global__ void fattn_mma_dec_op(TT d, TT q, TT k, TT v, TT m, int ha
     __shared__ u32 s_vt[FM_D * FM_VS / 2];
     const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
     const i64 n_q = q.ne[1], n_head = q.ne[2], n_kv = k.ne[1];
-    const i64 hk = blockIdx.x, i3 = blockIdx.z, group = n_head / k.ne[2];
+    const i64 group = n_head / k.ne[2], rows = group * n_q, groups = (rows + 15) / 16;
+    const i64 hk = blockIdx.x / groups, j0 = (blockIdx.x % groups) * 16, i3 = blockIdx.z;
     const i64 hv = hk * v.ne[2] / k.ne[2];
     const int dk = (int)q.ne[0], nkc = dk / 16, nvt = dk / 8;
     const int split = blockIdx.y;
     const i64 c_begin = (i64)split * chunk;
     const i64 c_end = c_begin + chunk < n_kv ? c_begin + chunk : n_kv;
     // Row r of the 16: head and query row (rows past group * n_q are padding).
-    const auto head_of = [&](int r) { return hk * group + r / n_q; };
-    const auto live = [&](int r) { return r < group * n_q; };
+    const auto head_of = [&](int r) { return hk * group + (j0 + r) / n_q; };
+    const auto iq_of = [&](int r) { return (j0 + r) % n_q; };
+    const auto live = [&](int r) { return j0 + r < rows; };
     u32 qa[FM_D / 16][4];
     fm_load_q(qa, nkc, [&](int r, int col) {
-        return live(r) ? ld(q, col, r % n_q, head_of(r), i3) : 0.0f;
+        return live(r) ? ld(q, col, iq_of(r), head_of(r), i3) : 0.0f;
     });
     float o[FM_D / 8][4];
 #pragma unroll
@@ -263,7 +265,7 @@ extern "C" __global__ void fattn_mma_dec_op(TT d, TT q, TT k, TT v, TT m, int ha
             const i64 ic = c0 + 8 * n + 2 * t + (x & 1);
             // Cells past this split's chunk belong to the next one.
             return fm_score(dot, m, has_mask, scale, softcap, x < 2 ? slope0 : slope1,
-                            ic < c_end ? ic : n_kv, n_kv, r % n_q, n_q, head_of(r), i3);
+                            ic < c_end ? ic : n_kv, n_kv, iq_of(r), n_q, head_of(r), i3);
         });
     }
     for (int r = 0; r < 2; ++r) {
@@ -273,7 +275,7 @@ extern "C" __global__ void fattn_mma_dec_op(TT d, TT q, TT k, TT v, TT m, int ha
     for (int r = 0; r < 2; ++r) {
         const int row = g + 8 * r;
         if (!live(row)) continue;
-        const i64 h = head_of(row), iq = row % n_q;
+        const i64 h = head_of(row), iq = iq_of(row);
         const i64 w = h + n_head * (iq + n_q * i3);
         float *out = splits > 1 ? part + (w * splits + split) * (nvt * 8 + 2) : nullptr;
         const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;

@@ -69,7 +69,8 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "mmadec")) {
             const i64 chunk = (nkv + splits - 1) / splits;
             std::vector<float> part(rows * splits * (d + 2));
-            launch3(nkh, splits, 1, 32, [&] { fattn_mma_dec_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, splits, chunk, part.data()); });
+            const i64 groups = (nh / nkh * nq + 15) / 16;
+            launch3(nkh * groups, splits, 1, 32, [&] { fattn_mma_dec_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, splits, chunk, part.data()); });
             if (splits > 1) launch(rows, 1, 128, [&] { fattn_vec_combine(td, tq, part.data(), splits, d); });
         } else if (mma) {
             launch3((nq + FM_ROWS - 1) / FM_ROWS, nh, 1, 32 * FM_WARPS, [&] { fattn_mma_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
@@ -286,6 +287,9 @@ fn attention_norm_and_q8_kernels_match_f64() {
     let e = rel_err(&prompt.run(&exe, "mma", 1, false), &prompt.reference(false));
     assert!(e < 4e-3, "fattn_mma_op: error {e:.2e}");
     let long = Attn::new(&dir, 70, (10, 2));
+    // The decode kernel's groups of 16 rows: 2 heads x 20 rows a KV head, three groups.
+    let e = rel_err(&prompt.run(&exe, "mmadec", 2, false), &prompt.reference(false));
+    assert!(e < 4e-3, "fattn_mma_dec_op in groups of 16 rows: error {e:.2e}");
     let e = rel_err(&long.run(&exe, "mma", 1, true), &long.reference(true));
     assert!(e < 4e-3, "fattn_mma_op, 70 rows with sinks: error {e:.2e}");
     assert!(

@@ -261,8 +261,10 @@ impl Resolver<'_> {
                             };
                             ("fattn_vec_op", cfg)
                         } else {
+                            // A block per 16 of the rows sharing a KV head.
+                            let groups = (q.ne[2] / kd.ne[2] * q.ne[1]).div_ceil(16);
                             let cfg = LaunchConfig {
-                                grid_dim: (kd.ne[2] as u32, splits, q.ne[3] as u32),
+                                grid_dim: ((kd.ne[2] * groups) as u32, splits, q.ne[3] as u32),
                                 block_dim: (32, 1, 1),
                                 shared_mem_bytes: 0,
                             };

@@ -37,9 +37,9 @@
 //! - `fattn-tile`: the other prompt attention (more rows than decoding, head sizes up to 128,
 //!   sinks too): 16 query rows of a head per block over K/V tiles in shared memory, a lane per
 //!   cell.
-//! - `fattn-mma-dec`: decode attention over F16 caches on sm_80+ (heads sharing a KV head
-//!   times query rows at most 16): one warp per KV head and chunk of cells on the f16 tensor
-//!   cores, each K/V byte read once for all the heads that share it.
+//! - `fattn-mma-dec`: decode attention over F16 caches on sm_80+: one warp per 16 query rows
+//!   of the heads sharing a KV head and chunk of cells on the f16 tensor cores, each K/V byte
+//!   read once for all those rows.
 //! - `fattn-vec`: the other decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per
 //!   sequence) split over the KV cells in chunks, the chunks' partials merged after (flash
 //!   decoding).
@@ -98,8 +98,8 @@ pub enum AttnPath {
     /// and V sit in shared memory as f32 (`fattn_tile_op`); head sizes up to
     /// [`ATTN_TILE_MAX_D`].
     Tile,
-    /// Decoding over F16 caches on sm_80+: one warp per (KV head, chunk of cells) for every
-    /// query row of the heads sharing it (at most 16), scores and P V by f16 `mma.sync`
+    /// Decoding over F16 caches on sm_80+: one warp per (KV head, 16 of the query rows of the
+    /// heads sharing it, chunk of cells), scores and P V by f16 `mma.sync`
     /// (`fattn_mma_dec_op`), the chunks merged after (`fattn_vec_combine`) when there are
     /// several.
     MmaDec {
@@ -182,8 +182,7 @@ fn attn_path(
     let partials = |splits: usize| if splits > 1 { rows * splits * (v.ne[0] + 2) * 4 } else { 0 };
     let heads_fit = k.ne[2] == v.ne[2]
         && q.ne[2] % k.ne[2] == 0
-        && q.ne[2] / k.ne[2] * q.ne[1] <= 16
-        && k.ne[2] <= 65535;
+        && k.ne[2] * (q.ne[2] / k.ne[2] * q.ne[1]).div_ceil(16) <= 65535;
     if tensor_cores(FastPath::AttnMmaDec) && heads_fit {
         let splits = n_kv.div_ceil(ATTN_MMA_DEC_CELLS_PER_SPLIT).clamp(1, ATTN_MMA_DEC_MAX_SPLITS);
         return (AttnPath::MmaDec { splits: splits as u32 }, partials(splits));

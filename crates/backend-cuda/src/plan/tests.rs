@@ -212,12 +212,9 @@ fn attention_paths() {
     assert_eq!(p.scratch, 8 * 16 * (128 + 2) * 4);
     let p = attn(1, 1 << 20, Paths::all());
     assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::MmaDec { splits: 128 }));
-    // 4 heads a KV head x 4 rows = 16 fit one warp; 8 rows do not.
-    assert!(matches!(
-        attn(4, 4096, Paths::all()).kernel,
-        Kernel::FlashAttn(AttnPath::MmaDec { .. })
-    ));
-    assert!(matches!(attn(8, 4096, Paths::all()).kernel, Kernel::FlashAttn(AttnPath::Vec { .. })));
+    // 4 heads a KV head x 8 rows: two warps of 16 rows a KV head.
+    let p = attn(8, 4096, Paths::all());
+    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::MmaDec { splits: 16 }));
     // Without it, the SIMT flash decoding.
     let all = Paths::parse("-fattn-mma-dec").unwrap();
     let p = plan_node_with(&attn_ctx(1, 256), all);
