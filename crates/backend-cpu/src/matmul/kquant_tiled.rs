@@ -73,21 +73,29 @@ pub(super) fn bands_size(src0: &TensorRef, rows: usize) -> usize {
     rows.div_ceil(BAND) * band_bytes(src0.ne[0] / QK)
 }
 
-/// Band `i` of the bands at `base` (`nb` blocks each).
+/// Where band `i` of the bands at `base` (`nb` blocks each, [`band_bytes`] apart) keeps its
+/// three arrays: codes, then block-sum pairs (i32), then scales (f32), each at a multiple of 64
+/// bytes from the band's start, with their lengths. Only addresses: reading or writing them is
+/// the caller's (unsafe) business.
+fn band_arrays(base: *mut u8, nb: usize, i: usize) -> [(*mut u8, usize); 3] {
+    let (q, bs) = (nb * QK * BAND, nb * 8 * BAND);
+    let at = base.wrapping_add(i * band_bytes(nb));
+    [(at, q), (at.wrapping_add(q), bs), (at.wrapping_add(q + 4 * bs), nb * BAND)]
+}
+
+/// Band `i` of the bands at `base`, to read.
 ///
 /// # Safety
-/// `base` must hold band `i` ([`band_bytes`] each, 64-byte aligned), filled and not written
-/// while the view lives.
-unsafe fn band_at<'a>(base: *const u8, nb: usize, i: usize) -> BandRef<'a> {
-    let (q, bs) = (nb * QK * BAND, nb * 8 * BAND);
-    // SAFETY: the caller's region holds band i: codes, then sums (i32), then scales (f32),
-    // each at a multiple of 64 bytes from its 64-byte aligned start.
+/// `base` must hold band `i` ([`band_arrays`], 64-byte aligned), filled and not written while
+/// the view lives.
+unsafe fn band_at<'a>(base: *mut u8, nb: usize, i: usize) -> BandRef<'a> {
+    let [(q, nq), (bs, nbs), (d, nd)] = band_arrays(base, nb, i);
+    // SAFETY: the caller's region holds band i's three arrays, aligned for their types.
     unsafe {
-        let at = base.add(i * band_bytes(nb));
         BandRef {
-            q: std::slice::from_raw_parts(at, q),
-            bsums: std::slice::from_raw_parts(at.add(q).cast::<i32>(), bs),
-            d: std::slice::from_raw_parts(at.add(q + 4 * bs).cast::<f32>(), nb * BAND),
+            q: std::slice::from_raw_parts(q, nq),
+            bsums: std::slice::from_raw_parts(bs.cast::<i32>(), nbs),
+            d: std::slice::from_raw_parts(d.cast::<f32>(), nd),
         }
     }
 }
@@ -137,14 +145,14 @@ pub(super) fn mul_mat(
             // SAFETY: converted Q8_K rows of `row_size` bytes in the work buffer.
             .map(|r| unsafe { std::slice::from_raw_parts(act.row(r), row_size) })
             .collect();
-        let (q, bs) = (nb * QK * BAND, nb * 8 * BAND);
-        // SAFETY: band i's region (see above), 64-byte aligned; this thread's alone.
+        let [(q, nq), (bs, nbs), (d, nd)] = band_arrays(base, nb, i);
+        // SAFETY: band i's arrays in the work buffer (see above), aligned for their types;
+        // this thread's alone until the barrier.
         let (qv, bv, dv) = unsafe {
-            let b = base.add(i * band_bytes(nb));
             (
-                std::slice::from_raw_parts_mut(b, q),
-                std::slice::from_raw_parts_mut(b.add(q).cast::<i32>(), bs),
-                std::slice::from_raw_parts_mut(b.add(q + 4 * bs).cast::<f32>(), nb * BAND),
+                std::slice::from_raw_parts_mut(q, nq),
+                std::slice::from_raw_parts_mut(bs.cast::<i32>(), nbs),
+                std::slice::from_raw_parts_mut(d.cast::<f32>(), nd),
             )
         };
         fill_band(qv, bv, dv, nb, &rows);
