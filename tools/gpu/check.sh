@@ -49,6 +49,18 @@ greedy_pair() {
     echo "$name: texts differ (see logs)" >> "$R"
   fi
 }
+# spec_trio TAG TARGET DRAFT: 256 greedy tokens of TARGET with -ngl 99 plain, with DRAFT as its
+# draft model, and with n-gram lookup; their eval and draft lines in the report.
+spec_trio() {
+  local tag=$1 f=$2 draft=$3
+  local sp=(run -m "$f" -p "The capital of France is" -n 256 --temp 0 --ignore-eos -ngl 99 -no-cnv)
+  run 150 "spec-$tag-plain" "$B/tessera" "${sp[@]}"
+  run 150 "spec-$tag-draft" "$B/tessera" "${sp[@]}" -md "$draft" -ngld 99 --spec-draft-n-max 8
+  run 150 "spec-$tag-ngram" "$B/tessera" "${sp[@]}" --spec-type ngram-simple
+  for v in plain draft ngram; do
+    echo "$tag $v: $(grep -E "^ +eval time|draft" "$L/spec-$tag-$v.log" | tr -s ' ' | tr '\n' ' ')" >> "$R"
+  done
+}
 # Parts of real models sent over earlier calls (tools/gpu/parts.sh): stored under /tmp; with
 # `parts` nothing else is done.
 if [ -d gpu-parts ]; then mkdir -p $T/parts && cp gpu-parts/* $T/parts/; fi
@@ -159,13 +171,7 @@ if [ "$QUICK" = 8b ]; then
   f=$T/8b-Q4_0.gguf
   # #40's GPU figures: the 8B target with the 1B-shaped file as its draft (same vocabulary;
   # random weights, so acceptance means nothing: the mechanics' cost), and n-gram lookup.
-  SP=(run -m $f -p "The capital of France is" -n 256 --temp 0 --ignore-eos -ngl 99 -no-cnv)
-  run 150 spec8b-plain "$B/tessera" "${SP[@]}"
-  run 150 spec8b-draft "$B/tessera" "${SP[@]}" -md $T/1b-Q4_0.gguf -ngld 99 --spec-draft-n-max 8
-  run 150 spec8b-ngram "$B/tessera" "${SP[@]}" --spec-type ngram-simple
-  for v in plain draft ngram; do
-    echo "8B $v: $(grep -E "^ +eval time|draft" "$L/spec8b-$v.log" | tr -s ' ' | tr '\n' ' ')" >> "$R"
-  done
+  spec_trio 8b $f $T/1b-Q4_0.gguf
   run 300 "bench8b-tessera-depth" "$B/tessera" bench -m $f -ngl 99 -p 0 -n 128 -d 4096,16384 -r 3
   grep "|" "$L/bench8b-tessera-depth.log" | tail -2 >> "$R"
   if [ -x $LC/llama-bench ]; then
@@ -326,13 +332,7 @@ step "speculative decoding on the GPU (the mechanics' cost; random weights, so a
 if [ -z "$QUICK" ]; then
   # Plain, then the same file as its own draft (every proposal accepted: the best case of the
   # verification batch), then n-gram lookup (random text rarely repeats: mostly its overhead).
-  SP=(run -m $T/1b-Q4_0.gguf -p "The capital of France is" -n 256 --temp 0 --ignore-eos -ngl 99)
-  run 120 spec-plain "$B/tessera" "${SP[@]}"
-  run 120 spec-self "$B/tessera" "${SP[@]}" -md $T/1b-Q4_0.gguf -ngld 99 --spec-draft-n-max 8
-  run 120 spec-ngram "$B/tessera" "${SP[@]}" --spec-type ngram-simple
-  for v in plain self ngram; do
-    echo "$v: $(grep -E "^ +eval time|draft" "$L/spec-$v.log" | tr -s ' ' | tr '\n' ' ')" >> "$R"
-  done
+  spec_trio 1b $T/1b-Q4_0.gguf $T/1b-Q4_0.gguf
 fi
 
 step "llama.cpp b11312 beside it"
