@@ -6,8 +6,8 @@
 
 use std::collections::BTreeSet;
 use tessera_backend_cuda::plan::{
-    fusion_windows, plan_node, possible_moe_paths, possible_paths, AttnPath, Capability,
-    FusionKind, Kernel, MatmulPath, Paths,
+    fusion_windows, plan_node, possible_moe_paths, possible_paths, Capability, FusionKind, Kernel,
+    MatmulPath, Paths,
 };
 use tessera_backend_cuda::types::{readable, TYPES};
 use tessera_tensor::graph::{Context, Graph, Op, TensorId};
@@ -99,16 +99,9 @@ fn every_attention_path_is_reached_by_a_case() {
     let mut seen = BTreeSet::new();
     for (name, ctx, out) in built(Some("FLASH_ATTN_EXT")) {
         if let Ok(p) = plan_node(&ctx, out, cap, Paths::all()) {
-            seen.insert(match p.kernel {
-                Kernel::FlashAttn(AttnPath::Generic) => "generic",
-                Kernel::FlashAttn(AttnPath::Vec { splits: 1 }) => "vec, one chunk",
-                Kernel::FlashAttn(AttnPath::Vec { .. }) => "vec, chunks merged",
-                Kernel::FlashAttn(AttnPath::Tile) => "tile",
-                Kernel::FlashAttn(AttnPath::Mma) => "mma",
-                Kernel::FlashAttn(AttnPath::MmaDec { splits: 1 }) => "mma-dec, one chunk",
-                Kernel::FlashAttn(AttnPath::MmaDec { .. }) => "mma-dec, chunks merged",
-                k => panic!("{name}: {k:?}"),
-            });
+            // Each path, the decode ones with one chunk and with several merged.
+            let Kernel::FlashAttn(path) = p.kernel else { panic!("{name}: {:?}", p.kernel) };
+            seen.insert((path.name(), path.splits() > 1));
         }
     }
     assert_eq!(seen.len(), 7, "{seen:?}");

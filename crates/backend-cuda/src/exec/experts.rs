@@ -31,7 +31,7 @@ impl Resolver<'_> {
         let row = row_of(wd.dtype);
         let entry = match path {
             MoePath::Mmvq => row.and_then(|r| r.mmvq_id),
-            MoePath::Mmq => row.and_then(|r| r.mmq.and(r.mmq_id)),
+            MoePath::Mmq => row.and_then(|r| r.mmq_id),
             MoePath::Generic => None,
         }
         .ok_or_else(|| {

@@ -425,32 +425,32 @@ impl Resolver<'_> {
                 // output's column stride in floats; both kernels take the same arguments.
                 let cols = x.ne[1];
                 let (yq, quantize) = self.q8_activations(q8, x.p, nblocks as i64 * cols)?;
+                // MMQ splits K in shares whose sums go to the node's scratch where the launch
+                // would be small (plan: mmq_split), then adds them up in share order.
+                let split =
+                    (path == MatmulPath::Mmq).then(|| mmq_split(nrows, cols as usize, nblocks));
+                let shared = split.is_some_and(|s| s.splits > 1);
+                let (out, out_col) =
+                    if shared { (self.own, nrows as i64) } else { (dst.p, dst.nb[1] / 4) };
                 let mut mm = vec![
                     Arg::Ptr(w.p),
                     Arg::Ptr(yq),
-                    Arg::Ptr(dst.p),
+                    Arg::Ptr(out),
                     (nrows as i32).into(),
                     (nblocks as i32).into(),
                     row_bytes.into(),
                     (cols as i32).into(),
-                    (dst.nb[1] / 4).into(),
+                    out_col.into(),
                 ];
                 let mut v: Vec<Pending> = quantize.into_iter().collect();
-                if path == MatmulPath::Mmvq {
+                let Some(split) = split else {
                     v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });
                     return Ok(v);
-                }
-                // MMQ, K split in shares whose sums go to the node's scratch where the launch
-                // would be small (plan: mmq_split), then added up in share order.
+                };
                 let cols = cols as usize;
-                let split = mmq_split(nrows, cols, nblocks);
                 let shares = (nrows * cols) as i64;
-                if split.splits > 1 {
-                    mm[2] = Arg::Ptr(self.own);
-                    mm[7] = (nrows as i64).into();
-                }
                 mm.push((split.kper as i32).into());
-                mm.push((if split.splits > 1 { shares } else { 0 }).into());
+                mm.push((if shared { shares } else { 0 }).into());
                 let grid = (
                     nrows.div_ceil(MMQ_ROWS) as u32,
                     cols.div_ceil(MMQ_COLS) as u32,
@@ -462,7 +462,7 @@ impl Resolver<'_> {
                     shared_mem_bytes: 0,
                 };
                 v.push(Pending { entry: kernel(|r| r.mmq)?, cfg, args: mm });
-                if split.splits > 1 {
+                if shared {
                     let sum = vec![
                         Arg::Ptr(self.own),
                         Arg::Ptr(dst.p),

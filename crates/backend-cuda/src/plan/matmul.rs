@@ -15,7 +15,7 @@
 //! F16 tensor cores' rate wins instead; the crossover is a guess until measured on a GPU
 //! (`TESSERA_CUDA_PATHS=-mmq` against the default).
 
-use super::{Capability, FastPath, Paths};
+use super::{Capability, FastPath, Paths, GRID_YZ_MAX};
 use crate::types::row_of;
 use tessera_tensor::graph::TensorDesc;
 use tessera_tensor::DType::{self, F16, F32};
@@ -237,7 +237,7 @@ impl MoePath {
 }
 
 /// Most (slot, token) pairs one `mmvq_id_*` launch takes (its grid's second dimension).
-pub const MMVQ_ID_MAX_PAIRS: usize = 65535;
+pub const MMVQ_ID_MAX_PAIRS: usize = GRID_YZ_MAX;
 
 /// The path of `dst = as[ids] · b` (experts `as` `[K, M, n_expert]`, activations `b` `[K, nb,
 /// n_tokens]`, ids `[n_used, n_tokens]`) and its scratch bytes (the int8 path's Q8_1
@@ -271,8 +271,8 @@ pub fn mul_mat_id_path(
         && contiguous
         && k % 32 == 0
         && n_tokens > MMVQ_MAX_COLUMNS
-        && n_pairs.div_ceil(MMQ_COLS) <= MMVQ_ID_MAX_PAIRS
-        && w.ne[2] <= MMVQ_ID_MAX_PAIRS
+        && n_pairs.div_ceil(MMQ_COLS) <= GRID_YZ_MAX
+        && w.ne[2] <= GRID_YZ_MAX
         && fits(n_pairs + 2 * w.ne[2] + 1)
         && fits(w.ne[1])
         && fits(k)

@@ -50,8 +50,9 @@
 //!   captured CUDA graph (the executor's, `exec/graphs.rs`).
 //!
 //! `TESSERA_CUDA_PATHS` (`paths.rs`) turns paths off (`generic`: none; `-mmvq`: all but that
-//! one), so one GPU run can compare each with the baseline. The plan's tests are tables (`tests.rs`), and the test
-//! matrix's `cuda_coverage` test checks that some case reaches every path the plan can return.
+//! one), so one GPU run can compare each with the baseline. The plan's tests are tables
+//! (`tests.rs`), and the test matrix's `cuda_coverage` test checks that some case reaches every
+//! path the plan can return.
 
 mod activations;
 mod fusion;
@@ -112,6 +113,30 @@ pub enum AttnPath {
     Mma,
 }
 
+impl AttnPath {
+    /// A short name: `generic`, or the fast path's as `TESSERA_CUDA_PATHS` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnPath::Generic => "generic",
+            AttnPath::Vec { .. } => FastPath::AttnVec.name(),
+            AttnPath::Tile => FastPath::AttnTile.name(),
+            AttnPath::MmaDec { .. } => FastPath::AttnMmaDec.name(),
+            AttnPath::Mma => FastPath::AttnMma.name(),
+        }
+    }
+
+    /// The KV cells' chunks of a decode path (1 for the others).
+    pub fn splits(self) -> u32 {
+        match self {
+            AttnPath::Vec { splits } | AttnPath::MmaDec { splits } => splits,
+            _ => 1,
+        }
+    }
+}
+
+/// Most blocks in a launch grid's second and third dimensions.
+pub const GRID_YZ_MAX: usize = 65535;
+
 /// Largest head size (K and V) the prompt attention's shared tiles hold (`FT_D` in
 /// `kernels/fattn_tile.cu`).
 pub const ATTN_TILE_MAX_D: usize = 128;
@@ -152,7 +177,7 @@ fn attn_path(
 ) -> (AttnPath, usize) {
     let n_kv = k.ne[1];
     let decode = paths.allows(FastPath::AttnVec) && q.ne[1] <= ATTN_VEC_MAX_ROWS && !sinks;
-    let grid_fits = q.ne[2] <= 65535 && q.ne[3] <= 65535;
+    let grid_fits = q.ne[2] <= GRID_YZ_MAX && q.ne[3] <= GRID_YZ_MAX;
     // The f16 tensor-core kernels: F16 caches, head sizes a multiple of 16 up to 128.
     let f16_rows = |t: &TensorDesc| t.dtype == F16 && t.nb[0] == 2;
     let tensor_cores = |path: FastPath| {
@@ -182,7 +207,7 @@ fn attn_path(
     let partials = |splits: usize| if splits > 1 { rows * splits * (v.ne[0] + 2) * 4 } else { 0 };
     let heads_fit = k.ne[2] == v.ne[2]
         && q.ne[2] % k.ne[2] == 0
-        && k.ne[2] * (q.ne[2] / k.ne[2] * q.ne[1]).div_ceil(16) <= 65535;
+        && k.ne[2] * (q.ne[2] / k.ne[2] * q.ne[1]).div_ceil(16) <= GRID_YZ_MAX;
     if tensor_cores(FastPath::AttnMmaDec) && heads_fit {
         let splits = n_kv.div_ceil(ATTN_MMA_DEC_CELLS_PER_SPLIT).clamp(1, ATTN_MMA_DEC_MAX_SPLITS);
         return (AttnPath::MmaDec { splits: splits as u32 }, partials(splits));

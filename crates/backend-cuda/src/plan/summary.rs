@@ -2,7 +2,7 @@
 //! took each path, and how many other kernels run, for the logs (`RUST_LOG=tessera_backend_cuda
 //! =debug`), so a run on a GPU shows which fast paths its graphs took.
 
-use super::{AttnPath, Kernel, NodePlan};
+use super::{Kernel, NodePlan};
 use std::collections::BTreeMap;
 
 /// The path of a node of interest (products, expert products, attention), `None` for the rest.
@@ -10,18 +10,9 @@ fn path_of(kernel: Kernel) -> Option<String> {
     Some(match kernel {
         Kernel::MulMat(p) => format!("mul_mat {}", p.name()),
         Kernel::MulMatId(p) => format!("mul_mat_id {}", p.name()),
-        Kernel::FlashAttn(p) => format!(
-            "attention {}",
-            match p {
-                AttnPath::Generic => "generic",
-                AttnPath::Vec { splits: 1 } => "fattn-vec",
-                AttnPath::Vec { .. } => "fattn-vec split",
-                AttnPath::Tile => "fattn-tile",
-                AttnPath::Mma => "fattn-mma",
-                AttnPath::MmaDec { splits: 1 } => "fattn-mma-dec",
-                AttnPath::MmaDec { .. } => "fattn-mma-dec split",
-            }
-        ),
+        Kernel::FlashAttn(p) => {
+            format!("attention {}{}", p.name(), if p.splits() > 1 { " split" } else { "" })
+        }
         _ => return None,
     })
 }
@@ -48,7 +39,7 @@ pub fn summary<'a>(plans: impl IntoIterator<Item = &'a NodePlan>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{MatmulPath, MoePath};
+    use super::super::{AttnPath, MatmulPath, MoePath};
     use super::*;
 
     #[test]
