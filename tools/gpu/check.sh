@@ -84,7 +84,7 @@ lscpu | grep -m1 "Model name" >> "$R"
 
 # llama.cpp b11312 in the background (about 4 minutes on 16 cores), below Tessera's priority.
 LC=/tmp/b/bin
-if [ ! -x $LC/llama-server ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz ] && [ "$QUICK" != profile ]; then
+if [ ! -x $LC/llama-server ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz ] && [ "$QUICK" != profile ] && [ "$QUICK" != verify ]; then
   mkdir -p /tmp/src && tar xJf gpu-ref/llama.cpp-b11312-src-pruned.tar.xz -C /tmp/src
   ( cd /tmp/src/lc && nice -n 19 cmake -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
@@ -93,6 +93,146 @@ if [ ! -x $LC/llama-server ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz 
       -DGGML_BMI2=ON && nice -n 19 cmake --build /tmp/b -j 16 \
       --target llama-bench llama-quantize llama-perplexity llama-server ) > "$L/llama-build.log" 2>&1 &
   BUILD=$!
+fi
+
+if [ "$QUICK" = verify ]; then
+  # A second call after fixes from a triage run (about 5 minutes): the 1B Q4_0 file's KLD
+  # against the CPU (prompt batches: cuBLAS and MMQ), greedy text, where a decoded token's time
+  # goes (the host's trace timings per step, split and graph; ncu's device time per kernel over
+  # a window of decode launches, graphs off so each kernel is its own launch), the bench, then
+  # Q4_K_M and the random MoE files while time is left (VERIFY_S, default 290).
+  T0=$(date +%s); LIMIT=${VERIFY_S:-290}
+  left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+  late() { [ "$(left)" -lt "$1" ] && echo "skipped (time): $2" >> "$R"; }
+  python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.whl >> "$L/pip.log" 2>&1
+  gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
+  mkdir -p $T/vocab && gunzip -c testdata/vocab/ggml-vocab-qwen2.gguf.gz > $T/vocab/ggml-vocab-qwen2.gguf
+  run 60 write-synth "$B/write_synth" $T/synth $T/vocab synth-qwen3moe-f16 synth-gpt-oss-f16 &
+  PYTHONPATH=$T/site run 150 make-1b python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf
+  wait
+  run 60 quantize-Q4_0 "$B/tessera" quantize $T/1b-f16.gguf $T/1b-Q4_0.gguf Q4_0
+  step "1B Q4_0: KLD against the CPU, greedy text ($(left)s left)"
+  TEXT=$T/text.txt; cat README.md docs/ARCHITECTURE.md > $TEXT
+  f=$T/1b-Q4_0.gguf
+  kld_pair() { # TAG FILE C CHUNKS [TESSERA_CUDA_PATHS...]: the CPU base, then CUDA per paths
+    local tag=$1 m=$2 c=$3 k=$4; shift 4
+    run 60 "ppl-cpu-$tag" "$B/tessera" perplexity -m $m -f $TEXT -c $c --chunks $k --device none --kl-divergence-base $T/base-$tag.kld
+    for paths in "$@"; do
+      run 60 "kld-$tag$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $m -c $c --chunks $k -ngl 99 --kl-divergence-base $T/base-$tag.kld --kl-divergence
+      echo "$tag TESSERA_CUDA_PATHS=$paths: $(grep -iE "mean +kld|same top|error|panick" "$L/kld-$tag$paths.log" | head -3 | tr -s ' ' | tr '\n' ' ')" >> "$R"
+      grep -oE "plan: .*" "$L/kld-$tag$paths.log" | sort -u | head -2 >> "$R"
+    done
+  }
+  kld_pair Q4_0-c256 $f 256 4 all -fused
+  kld_pair Q4_0-c64 $f 64 8 all
+  greedy_pair Q4_0 $f 24
+  step "where a decoded token's time goes ($(left)s left)"
+  RUST_LOG=tessera_backend_cuda=trace,tessera_sched=trace,tessera_llama=trace run 60 trace-run "$B/tessera" run -m $f -p "The capital of France is" -n 12 --temp 0 -ngl 99 -no-cnv
+  grep -E "step:|split:|final wait|graph:|plan:" "$L/trace-run.log" | tail -24 | sed -E 's/^[0-9T:.-]+Z +//' >> "$R"
+  run 60 bench-Q4_0 "$B/tessera" bench -m $f -ngl 99 -p 512 -n 128 -r 3
+  grep "|" "$L/bench-Q4_0.log" | tail -2 >> "$R"
+  if ! late 70 ncu && command -v ncu > /dev/null; then
+    run 60 ncu env TESSERA_CUDA_PATHS=-graphs ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 600 --launch-count 250 --print-summary per-kernel "$B/tessera" run -m $f -p "The capital of France is" -n 6 --temp 0 -ngl 99 -no-cnv
+    grep -vE "^==PROF==|^ *$" "$L/ncu.log" | grep -E "^ +[a-z_0-9]+|Invocations|gpu__time_duration|^  [A-Za-z]" | head -150 > "$OUT/ncu-summary.txt"
+  fi
+  step "Q4_K_M and the random MoE files ($(left)s left)"
+  if ! late 60 Q4_K_M; then
+    run 60 quantize-Q4_K_M "$B/tessera" quantize $T/1b-f16.gguf $T/1b-Q4_K_M.gguf Q4_K_M
+    kld_pair Q4_K_M-c64 $T/1b-Q4_K_M.gguf 64 8 all
+  fi
+  for pair in "synth-qwen3moe-f16 Q4_K_M" "synth-gpt-oss-f16 MXFP4_MOE"; do
+    set -- $pair
+    late 30 "$1" && break
+    m=$T/synth/$1-$2.gguf
+    run 60 "quantize-$1" "$B/tessera" quantize $T/synth/$1.gguf $m $2
+    kld_pair $1 $m 256 4 all
+  done
+  echo "done $(date -u +%FT%TZ) after $(( $(date +%s) - T0 ))s" >> "$R"
+  exit 0
+fi
+
+if [ "$QUICK" = triage ]; then
+  # The first run of the fast paths on a GPU, in one call of at most about 8 minutes: the test
+  # matrix split by op family (a kernel that breaks the CUDA context spoils only its own
+  # family's run) beside the generic kernels alone, the device tests, then the 1B files: KLD
+  # against the CPU with and without the fast paths, greedy text, the plans taken, benches, and
+  # llama.cpp's bench if its build (started above) finished in time. Steps are skipped once
+  # TRIAGE_S seconds (default 480) have passed, so the report always comes back.
+  T0=$(date +%s); LIMIT=${TRIAGE_S:-480}
+  left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+  late() { [ "$(left)" -lt "$1" ] && echo "skipped (time): $2" >> "$R"; }
+  python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.whl >> "$L/pip.log" 2>&1
+  gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
+  ( PYTHONPATH=$T/site timeout 150 python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf > "$L/make-1b.log" 2>&1 ) &
+  MAKE=$!
+  step "CUDA test matrix by op family (fast paths), and the generic kernels alone"
+  FAMS=("^mul_mat$" "^mul_mat_id$" "^flash_attn_ext$" "^(rope|cpy|set_rows|get_rows|soft_max|mul|add|sub|div|im2col|swiglu|rms_norm|pool_2d|geglu|ffn_glu|dup|cont|concat|tanh|silu|gelu_erf|gelu|norm|hadamard|conv_2d|sum_rows|argsort|argmax|swiglu_oai|scale|clamp|add_id)$")
+  PIDS=()
+  for i in 0 1 2 3; do
+    run 200 "tm-fast-$i" "$B/test-matrix" --backend cuda --ops "${FAMS[$i]}" --max-failures 30 &
+    PIDS+=($!)
+  done
+  run 200 tm-generic env TESSERA_CUDA_PATHS=generic "$B/test-matrix" --backend cuda --max-failures 30 &
+  PIDS+=($!)
+  for t in device tessera_backend_cuda nvrtc; do
+    [ -x "$B/tests/$t" ] && run 120 "test-$t" "$B/tests/$t" --test-threads=1 --skip every_kernel_compiles_to_cubin
+  done
+  grep -h "test result\|panicked\|FAILED" "$L"/test-*.log >> "$R"
+  wait "${PIDS[@]}"
+  for n in tm-fast-0 tm-fast-1 tm-fast-2 tm-fast-3 tm-generic; do
+    echo "$n: $(grep -E "^TOTAL" "$L/$n.log")" >> "$R"
+    grep -A12 "^FAILURES" "$L/$n.log" | head -14 >> "$R"
+    cat "$L/$n.log" >> "$OUT/test-matrix.log"
+  done
+  "$B/tessera" --version >> "$R" 2>&1
+  wait $MAKE
+  step "1B files: KLD against the CPU, greedy text, plans, benches ($(left)s left)"
+  for q in Q4_0 Q4_K_M; do
+    run 120 "quantize-$q" "$B/tessera" quantize $T/1b-f16.gguf $T/1b-$q.gguf $q &
+  done
+  wait
+  ls -la $T/*.gguf >> "$R" 2>&1
+  TEXT=$T/text.txt; cat README.md docs/ARCHITECTURE.md > $TEXT
+  f=$T/1b-Q4_0.gguf
+  run 60 ppl-cpu-Q4_0 "$B/tessera" perplexity -m $f -f $TEXT -c 256 --chunks 4 --device none --kl-divergence-base $T/base-Q4_0.kld
+  run 60 ppl-cpu-c64-Q4_0 "$B/tessera" perplexity -m $f -f $TEXT -c 64 --chunks 8 --device none --kl-divergence-base $T/base64-Q4_0.kld
+  for paths in all generic -mmq -fattn-mma -gemm; do
+    late 120 "kld $paths" && break
+    run 60 "kld-$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl 99 --kl-divergence-base $T/base-Q4_0.kld --kl-divergence
+    echo "Q4_0 c=256 TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep -iE "mean +kld|same top|mean ppl|error|panick" "$L/kld-$paths.log" | head -5 >> "$R"
+    grep -oE "plan: .*" "$L/kld-$paths.log" | sort -u | head -3 >> "$R"
+    run 60 "kld64-$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $f -c 64 --chunks 8 -ngl 99 --kl-divergence-base $T/base64-Q4_0.kld --kl-divergence
+    echo "Q4_0 c=64 TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep -iE "mean +kld|same top|error|panick" "$L/kld64-$paths.log" | head -4 >> "$R"
+    grep -oE "plan: .*" "$L/kld64-$paths.log" | sort -u | head -3 >> "$R"
+  done
+  late 100 "greedy" || greedy_pair Q4_0 $f 24
+  for q in Q4_0 Q4_K_M f16; do
+    late 60 "bench $q" && break
+    run 60 "bench-$q" "$B/tessera" bench -m $T/1b-$q.gguf -ngl 99 -p 512 -n 128 -r 3
+    grep "|" "$L/bench-$q.log" | tail -3 >> "$R"
+  done
+  if ! late 60 "bench -graphs"; then
+    run 60 bench-nographs env TESSERA_CUDA_PATHS=-graphs "$B/tessera" bench -m $f -ngl 99 -p 64 -n 128 -r 2
+    echo "Q4_0 without graphs:" >> "$R"; grep "|" "$L/bench-nographs.log" | tail -2 >> "$R"
+  fi
+  if ! late 60 "bench depth"; then
+    run 60 bench-depth "$B/tessera" bench -m $f -ngl 99 -p 0 -n 64 -d 4096,16384 -r 2
+    grep "|" "$L/bench-depth.log" | tail -2 >> "$R"
+  fi
+  if ! late 50 "llama-bench" && [ -n "${BUILD:-}" ] && ! kill -0 $BUILD 2> /dev/null && [ -x $LC/llama-bench ]; then
+    for q in Q4_0 f16; do
+      LD_LIBRARY_PATH=$LC run 45 "bench-lc-$q" $LC/llama-bench -m $T/1b-$q.gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3
+      grep "|" "$L/bench-lc-$q.log" | tail -2 >> "$R"
+    done
+  else
+    echo "llama.cpp: $(tail -2 "$L/llama-build.log" 2> /dev/null | tr '\n' ' ')" >> "$R"
+  fi
+  if ! late 40 "ncu" && command -v ncu > /dev/null; then
+    run "$(( $(left) - 10 ))" ncu ncu --clock-control none --print-summary per-kernel "$B/tessera" run -m $f -p "The capital of France is" -n 4 --temp 0 -ngl 99 -no-cnv
+    grep -E "^ +[a-z_0-9]+.*\(|Invocations|Duration" "$L/ncu.log" | head -80 >> "$OUT/ncu-summary.txt"
+  fi
+  echo "done $(date -u +%FT%TZ) after $(( $(date +%s) - T0 ))s" >> "$R"
+  exit 0
 fi
 
 if [ "$QUICK" != profile ] && [ "$QUICK" != serve ] && [ "$QUICK" != 8b ]; then

@@ -103,6 +103,12 @@ int main(int argc, char **argv) {
         launch(rows, 1, 64, [&] { add_rms_norm_mul_op(ts, ta, tb, td, tw, 1e-6f); });
         print_f32(sum);
         print_f32(out);
+        // In place, as the allocator may run the ADD: the sum over a's own memory.
+        launch(rows, 1, 64, [&] { add_rms_norm_mul_op(ta, ta, tb, td, tw, 1e-6f); });
+        std::vector<float> in_place(n * rows);
+        memcpy(in_place.data(), ab.data(), n * rows * 4);
+        print_f32(in_place);
+        print_f32(out);
     } else if (!strcmp(op, "rmsnorm")) {
         const i64 n = atol(argv[2]), rows = atol(argv[3]);
         std::vector<u8> ab = slurp(argv[4]), wb = slurp(argv[5]);
@@ -349,10 +355,14 @@ fn attention_norm_and_q8_kernels_match_f64() {
     let b = values(n * rows, 7);
     let bf = write(&dir, "b.bin", &f32_bytes(&b));
     let got = floats(&run(&exe, &["addnorm", &n.to_string(), &rows.to_string(), &xf, &bf, &wf]));
-    let (sum, out) = got.split_at(n * rows);
+    assert_eq!(got.len(), 4 * n * rows);
+    let (sum, out) = got[..2 * n * rows].split_at(n * rows);
+    let (sum_in_place, out_in_place) = got[2 * n * rows..].split_at(n * rows);
     for (i, s) in sum.iter().enumerate() {
         assert_eq!(s.to_bits(), (x[i] + b[i]).to_bits(), "add_rms_norm_mul_op's sum {i}");
     }
+    assert_eq!(sum, sum_in_place, "add_rms_norm_mul_op's sum in place");
+    assert_eq!(out, out_in_place, "add_rms_norm_mul_op in place");
     let want: Vec<f64> = (0..rows)
         .flat_map(|r| {
             let row: Vec<f64> = (0..n).map(|i| f64::from(x[r * n + i] + b[r * n + i])).collect();

@@ -461,13 +461,15 @@ impl<'m> LlamaContext<'m> {
         }
         let n_kv = self.kv.n_kv();
         let key = (n_tok, out_idx.len(), n_kv, !self.observe.is_empty(), batch.is_embd());
-        let prepared = match self.prev.take() {
+        let t0 = std::time::Instant::now();
+        let (prepared, reused) = match self.prev.take() {
             Some(p) if self.params.graph_reuse && p.key == key => {
                 self.n_reused += 1;
-                p
+                (p, true)
             }
-            _ => self.build_graph(key)?,
+            _ => (self.build_graph(key)?, false),
         };
+        tracing::trace!(reused, "step: graph ready in {} us", t0.elapsed().as_micros());
         let result = self.run_prepared(&prepared, batch, range, slots, &out_idx, keep);
         self.prev = Some(prepared);
         result
@@ -591,10 +593,18 @@ impl<'m> LlamaContext<'m> {
         let seqs = &batch.seq_id[range.clone()];
         let grid: Vec<[i32; 2]> = range.clone().map(|i| batch.grid_pos(i)).collect();
         self.kv.set_inputs(&inp.kv, ctx, bindings, hp, n_kv, (pos, &grid), seqs, slots)?;
+        let t_inputs = std::time::Instant::now();
         self.sched.compute(ctx, &p.schedule, bindings)?;
+        let t_computed = std::time::Instant::now();
         if keep {
             self.logits.extend(bindings.get_f32(ctx, p.logits)?);
         }
+        tracing::trace!(
+            tokens = range.len(),
+            "step: compute {} us, logits read {} us",
+            (t_computed - t_inputs).as_micros(),
+            t_computed.elapsed().as_micros()
+        );
         self.observed.clear();
         for &id in &p.outputs[1..] {
             let d = ctx.get(id);

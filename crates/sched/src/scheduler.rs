@@ -242,8 +242,10 @@ impl Scheduler {
             return Err(SchedError::Mismatch("made by another scheduler".into()));
         }
         let slot = schedule.copy_slot;
+        let timed = tracing::enabled!(tracing::Level::TRACE);
         for split in &schedule.splits {
             let b = split.backend;
+            let t0 = std::time::Instant::now();
             for input in &split.inputs {
                 let copy = input.copies[slot];
                 if ctx.get(input.src).flags.contains(Flags::INPUT) {
@@ -272,9 +274,22 @@ impl Scheduler {
                 }
             }
             self.events[b][slot] = Some(self.backends[b].record_event()?);
+            if timed {
+                tracing::trace!(
+                    backend = self.backends[b].name(),
+                    inputs = split.inputs.len(),
+                    nodes = split.graph.nodes().len(),
+                    "split: copies and queueing {} us",
+                    t0.elapsed().as_micros()
+                );
+            }
         }
+        let t0 = std::time::Instant::now();
         for be in &mut self.backends {
             be.synchronize()?;
+        }
+        if timed {
+            tracing::trace!("compute: final wait {} us", t0.elapsed().as_micros());
         }
         self.cur_copy = (self.cur_copy + 1) % self.params.n_copies;
         Ok(())

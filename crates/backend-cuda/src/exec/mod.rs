@@ -140,6 +140,7 @@ impl Executor {
         graph: &Graph,
         bindings: &Bindings,
     ) -> Result<(), BackendError> {
+        let t0 = std::time::Instant::now();
         let plans = self.plan(gpu, ctx, graph)?;
         if tracing::enabled!(tracing::Level::DEBUG) {
             let s = crate::plan::summary(plans.iter().map(|(_, p)| p));
@@ -148,8 +149,18 @@ impl Executor {
                 self.logged = s;
             }
         }
-        self.queue(gpu, ctx, &plans, bindings)
-            .map_err(|e| BackendError::Kernel { backend: gpu.name.clone(), message: e.to_string() })
+        let planned = t0.elapsed();
+        self.queue(gpu, ctx, &plans, bindings).map_err(|e| BackendError::Kernel {
+            backend: gpu.name.clone(),
+            message: e.to_string(),
+        })?;
+        tracing::trace!(
+            nodes = plans.len(),
+            "graph: planned in {} us, resolved and queued in {} us",
+            planned.as_micros(),
+            (t0.elapsed() - planned).as_micros()
+        );
+        Ok(())
     }
 
     fn queue(
