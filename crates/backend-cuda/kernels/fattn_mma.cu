@@ -42,27 +42,54 @@ __device__ __forceinline__ u32 pack_h2(float lo, float hi) {
     return (u32)f2h(lo) | ((u32)f2h(hi) << 16);
 }
 
-// Stages the KV cells c0..c0 + FM_CELLS (zeros past n_kv) in shared memory: K rows as pairs of
-// halves (s_k, FM_KS halves a row), V transposed (s_vt: row = head column, FM_VS halves a row),
-// threads tid, tid + nthreads, ... of the block.
+// Stages the KV cells c0 .. c0 + CELLS (zeros past n_kv) in shared memory for fm_step: K rows
+// as halves (s_k, FM_KS halves a row), V transposed (s_vt: row = head column, VS halves a row).
+// The NT threads (thread tid of them) move 16-byte units, 8 halves of one cell's row: every
+// load of K (then of V) is issued before the first store, so a tile waits for the memory once
+// and not once per load (the loops run to compile-time bounds, guarded by the head size). K's
+// units go along the rows (coalesced reads); V's down the cells (consecutive threads write
+// consecutive halves of a transposed row: no bank conflicts).
+template <int CELLS, int VS, int NT>
 __device__ __forceinline__ void fm_stage(u32 *s_k, u32 *s_vt, const TT &k, const TT &v, i64 c0,
-                                         i64 hk, i64 hv, i64 i3, int dk, int tid, int nthreads) {
+                                         i64 hk, i64 hv, i64 i3, int dk, int tid) {
+    constexpr int UNITS = CELLS * FM_D / 8 / NT;  // a thread's units at the largest head size
     const i64 n_kv = k.ne[1];
-    for (int x = tid; x < FM_CELLS * dk / 2; x += nthreads) {
-        const int j = x / (dk / 2), c = 2 * (x % (dk / 2));
-        u32 kv = 0;
-        if (c0 + j < n_kv) kv = rd32(row_ptr(k, c0 + j, hk, i3 % k.ne[3]) + 2 * c);
-        s_k[(j * FM_KS + c) / 2] = kv;
+    const int per_row = dk / 8, total = CELLS * per_row;
+    u32x4 buf[UNITS];
+#pragma unroll
+    for (int i = 0; i < UNITS; ++i) {
+        const int u = tid + i * NT, j = u / per_row, cu = u % per_row;
+        buf[i] = u32x4{0, 0, 0, 0};
+        if (u < total && c0 + j < n_kv)
+            buf[i] = rd128(row_ptr(k, c0 + j, hk, i3 % k.ne[3]) + 16 * cu);
     }
-    // Two head columns of two cells a thread (4-byte loads): cells j, j + 1 of column c go
-    // to one word of row c, those of column c + 1 to one of row c + 1.
-    for (int x = tid; x < FM_CELLS / 2 * dk / 2; x += nthreads) {
-        const int jp = x / (dk / 2), c = 2 * (x % (dk / 2)), j = 2 * jp;
-        u32 lo = 0, hi = 0;
-        if (c0 + j < n_kv) lo = rd32(row_ptr(v, c0 + j, hv, i3 % v.ne[3]) + 2 * c);
-        if (c0 + j + 1 < n_kv) hi = rd32(row_ptr(v, c0 + j + 1, hv, i3 % v.ne[3]) + 2 * c);
-        s_vt[(c * FM_VS + j) / 2] = (lo & 0xffffu) | (hi << 16);
-        s_vt[((c + 1) * FM_VS + j) / 2] = (lo >> 16) | (hi & 0xffff0000u);
+#pragma unroll
+    for (int i = 0; i < UNITS; ++i) {
+        const int u = tid + i * NT, j = u / per_row, cu = u % per_row;
+        if (u < total) {
+            u32 *dst = s_k + (j * FM_KS + 8 * cu) / 2;
+            dst[0] = buf[i].x;
+            dst[1] = buf[i].y;
+            dst[2] = buf[i].z;
+            dst[3] = buf[i].w;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < UNITS; ++i) {
+        const int u = tid + i * NT, j = u % CELLS, cu = u / CELLS;
+        buf[i] = u32x4{0, 0, 0, 0};
+        if (u < total && c0 + j < n_kv)
+            buf[i] = rd128(row_ptr(v, c0 + j, hv, i3 % v.ne[3]) + 16 * cu);
+    }
+    u16 *vt = (u16 *)s_vt;
+#pragma unroll
+    for (int i = 0; i < UNITS; ++i) {
+        const int u = tid + i * NT, j = u % CELLS, cu = u / CELLS;
+        if (u < total) {
+            const u32 w[4] = {buf[i].x, buf[i].y, buf[i].z, buf[i].w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e) vt[(8 * cu + e) * VS + j] = (u16)(w[e / 2] >> (16 * (e & 1)));
+        }
     }
 }
 
@@ -71,14 +98,14 @@ __device__ __forceinline__ void fm_stage(u32 *s_k, u32 *s_vt, const TT &k, const
 // 8n + 2t + (x & 1) of the tile, row g or g + 8 for x < 2 or not) into the final score or
 // -INFINITY; then the online softmax (mx, sum: rows g and g + 8, sum this lane's share) and
 // o += P V over nvt = dv / 8 tiles of head columns.
-template <class Score>
+template <int CELLS, int VS, class Score>
 __device__ __forceinline__ void fm_step(const u32 *s_k, const u32 *s_vt, const u32 (&qa)[FM_D / 16][4],
                                         float (&o)[FM_D / 8][4], float *mx, float *sum, int nkc,
                                         int nvt, Score score) {
     const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
-    float s[FM_CELLS / 8][4];
+    float s[CELLS / 8][4];
 #pragma unroll
-    for (int n = 0; n < FM_CELLS / 8; ++n) {
+    for (int n = 0; n < CELLS / 8; ++n) {
         for (int x = 0; x < 4; ++x) s[n][x] = 0.0f;
 #pragma unroll
         for (int kc = 0; kc < FM_D / 16; ++kc) {
@@ -89,7 +116,7 @@ __device__ __forceinline__ void fm_step(const u32 *s_k, const u32 *s_vt, const u
     }
     float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < FM_CELLS / 8; ++n)
+    for (int n = 0; n < CELLS / 8; ++n)
         for (int x = 0; x < 4; ++x) {
             s[n][x] = score(n, x, s[n][x]);
             tmax[x / 2] = fmaxf(tmax[x / 2], s[n][x]);
@@ -103,11 +130,11 @@ __device__ __forceinline__ void fm_step(const u32 *s_k, const u32 *s_vt, const u
         mx[r] = nm;
     }
 #pragma unroll
-    for (int n = 0; n < FM_CELLS / 8; ++n)
+    for (int n = 0; n < CELLS / 8; ++n)
         for (int x = 0; x < 4; ++x) s[n][x] = s[n][x] == -INFINITY ? 0.0f : expf(s[n][x] - mx[x / 2]);
     for (int r = 0; r < 2; ++r) sum[r] *= corr[r];
 #pragma unroll
-    for (int n = 0; n < FM_CELLS / 8; ++n) {
+    for (int n = 0; n < CELLS / 8; ++n) {
         sum[0] += s[n][0] + s[n][1];
         sum[1] += s[n][2] + s[n][3];
     }
@@ -120,7 +147,7 @@ __device__ __forceinline__ void fm_step(const u32 *s_k, const u32 *s_vt, const u
     }
     // O += P V over the tile's cells, 16 at a time: P's fragments are the scores'.
 #pragma unroll
-    for (int kc = 0; kc < FM_CELLS / 16; ++kc) {
+    for (int kc = 0; kc < CELLS / 16; ++kc) {
         const u32 a0 = pack_h2(s[2 * kc][0], s[2 * kc][1]);
         const u32 a1 = pack_h2(s[2 * kc][2], s[2 * kc][3]);
         const u32 a2 = pack_h2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
@@ -128,7 +155,7 @@ __device__ __forceinline__ void fm_step(const u32 *s_k, const u32 *s_vt, const u
 #pragma unroll
         for (int n = 0; n < FM_D / 8; ++n) {
             if (n >= nvt) break;
-            const u32 *vr = s_vt + ((8 * n + g) * FM_VS + kc * 16 + 2 * t) / 2;
+            const u32 *vr = s_vt + ((8 * n + g) * VS + kc * 16 + 2 * t) / 2;
             mma_f16_16816(o[n], a0, a1, a2, a3, vr[0], vr[4]);
         }
     }
@@ -185,9 +212,9 @@ extern "C" __global__ void fattn_mma_op(TT d, TT q, TT k, TT v, TT m, int has_ma
     float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
     for (i64 c0 = 0; c0 < n_kv; c0 += FM_CELLS) {
         __syncthreads();  // the previous tile read by every warp
-        fm_stage(s_k, s_vt, k, v, c0, hk, hv, i3, dk, tid, blockDim.x);
+        fm_stage<FM_CELLS, FM_VS, FM_WARPS * WARP>(s_k, s_vt, k, v, c0, hk, hv, i3, dk, tid);
         __syncthreads();
-        fm_step(s_k, s_vt, qa, o, mx, sum, nkc, nvt, [&](int n, int x, float dot) {
+        fm_step<FM_CELLS, FM_VS>(s_k, s_vt, qa, o, mx, sum, nkc, nvt, [&](int n, int x, float dot) {
             return fm_score(dot, m, has_mask, scale, softcap, slope, c0 + 8 * n + 2 * t + (x & 1),
                             n_kv, x < 2 ? r0 : r1, n_q, h, i3);
         });
@@ -219,24 +246,30 @@ extern "C" __global__ void fattn_mma_op(TT d, TT q, TT k, TT v, TT m, int has_ma
     }
 }
 
-// FLASH_ATTN_EXT for decoding on the tensor cores (flash decoding): one warp per block takes
-// 16 of the query rows of the heads that share one KV head (G = n_head / n_kv_head heads x n_q
-// rows; row j is head hk * G + j / n_q, query row j % n_q; blockIdx.x = hk * groups + the
-// group of 16) over the KV cells [s * chunk, (s + 1) * chunk) of split s = blockIdx.y, so each
-// K and V byte is read once for 16 rows (all of them with G x n_q <= 16). With one split it writes the result; with several a partial per row (max, sum,
-// dv weighted values: fattn_vec_op's layout) for fattn_vec_combine. The same arguments as
-// fattn_vec_op.
+// FLASH_ATTN_EXT for decoding on the tensor cores (flash decoding): a block of FMD_WARPS warps
+// per (KV head, group of 16 of the query rows of the heads sharing it: row j is head hk * G +
+// j / n_q, query row j % n_q; blockIdx.x = hk * groups + the group) and chunk of KV cells
+// [s * chunk, (s + 1) * chunk) (split s = blockIdx.y), so each K and V byte is read once for
+// 16 rows (all of them with G x n_q <= 16). Warp w takes the chunk's tiles of FMD_CELLS cells
+// w, w + FMD_WARPS, ..., each staged in the warp's own shared memory, with its own online
+// softmax; the warps' states are merged through shared memory at the end. With one split the
+// block writes the result; with several a partial per row (max, sum, dv weighted values:
+// fattn_vec_op's layout) for fattn_vec_combine. The same arguments as fattn_vec_op.
+#define FMD_WARPS 4
+#define FMD_CELLS 16
+#define FMD_VS (FMD_CELLS + 8)
+// A warp's staging (K rows, transposed V) in u32; the merge needs less than the block's.
+#define FMD_STAGE (FMD_CELLS * FM_KS / 2 + FM_D * FMD_VS / 2)
 extern "C" __global__ void fattn_mma_dec_op(TT d, TT q, TT k, TT v, TT m, int has_mask,
                                             float scale, float max_bias, float softcap,
                                             int splits, i64 chunk, float *part) {
-    __shared__ u32 s_k[FM_CELLS * FM_KS / 2];
-    __shared__ u32 s_vt[FM_D * FM_VS / 2];
-    const int lane = threadIdx.x % WARP, g = lane / 4, t = lane % 4;
+    __shared__ u32 smem[FMD_WARPS * FMD_STAGE];
+    const int lane = threadIdx.x % WARP, wi = threadIdx.x / WARP, g = lane / 4, t = lane % 4;
     const i64 n_q = q.ne[1], n_head = q.ne[2], n_kv = k.ne[1];
     const i64 group = n_head / k.ne[2], rows = group * n_q, groups = (rows + 15) / 16;
     const i64 hk = blockIdx.x / groups, j0 = (blockIdx.x % groups) * 16, i3 = blockIdx.z;
     const i64 hv = hk * v.ne[2] / k.ne[2];
-    const int dk = (int)q.ne[0], nkc = dk / 16, nvt = dk / 8;
+    const int dk = (int)q.ne[0], nkc = dk / 16, nvt = dk / 8, dv = nvt * 8;
     const int split = blockIdx.y;
     const i64 c_begin = (i64)split * chunk;
     const i64 c_end = c_begin + chunk < n_kv ? c_begin + chunk : n_kv;
@@ -255,11 +288,12 @@ extern "C" __global__ void fattn_mma_dec_op(TT d, TT q, TT k, TT v, TT m, int ha
     float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
     const float slope0 = alibi_slope(max_bias, head_of(g), n_head);
     const float slope1 = alibi_slope(max_bias, head_of(g + 8), n_head);
-    for (i64 c0 = c_begin; c0 < c_end; c0 += FM_CELLS) {
+    u32 *s_k = smem + wi * FMD_STAGE, *s_vt = s_k + FMD_CELLS * FM_KS / 2;
+    for (i64 c0 = c_begin + wi * FMD_CELLS; c0 < c_end; c0 += FMD_WARPS * FMD_CELLS) {
         __syncwarp();  // the previous tile read by every lane
-        fm_stage(s_k, s_vt, k, v, c0, hk, hv, i3, dk, lane, WARP);
+        fm_stage<FMD_CELLS, FMD_VS, WARP>(s_k, s_vt, k, v, c0, hk, hv, i3, dk, lane);
         __syncwarp();
-        fm_step(s_k, s_vt, qa, o, mx, sum, nkc, nvt, [&](int n, int x, float dot) {
+        fm_step<FMD_CELLS, FMD_VS>(s_k, s_vt, qa, o, mx, sum, nkc, nvt, [&](int n, int x, float dot) {
             const int r = x < 2 ? g : g + 8;
             if (!live(r)) return -INFINITY;
             const i64 ic = c0 + 8 * n + 2 * t + (x & 1);
@@ -272,28 +306,46 @@ extern "C" __global__ void fattn_mma_dec_op(TT d, TT q, TT k, TT v, TT m, int ha
         sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
         sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
     }
+    // The warps' states into shared memory (the staging, free once every warp is done), then
+    // each (row, column) merged: a warp that saw no visible cell has max -inf and weight 0.
+    __syncthreads();
+    float *m_o = (float *)smem, *m_ms = m_o + FMD_WARPS * 16 * FM_D;
     for (int r = 0; r < 2; ++r) {
         const int row = g + 8 * r;
-        if (!live(row)) continue;
-        const i64 h = head_of(row), iq = iq_of(row);
-        const i64 w = h + n_head * (iq + n_q * i3);
-        float *out = splits > 1 ? part + (w * splits + split) * (nvt * 8 + 2) : nullptr;
-        const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+        if (t == 0) {
+            m_ms[(wi * 16 + row) * 2] = mx[r];
+            m_ms[(wi * 16 + row) * 2 + 1] = sum[r];
+        }
 #pragma unroll
         for (int n = 0; n < FM_D / 8; ++n) {
             if (n >= nvt) break;
-            for (int x = 0; x < 2; ++x) {
-                const int col = 8 * n + 2 * t + x;
-                if (out != nullptr) {
-                    out[2 + col] = o[n][2 * r + x];
-                } else {
-                    st(d, col, h, iq, i3, o[n][2 * r + x] * inv);
-                }
-            }
+            for (int x = 0; x < 2; ++x) m_o[(wi * 16 + row) * FM_D + 8 * n + 2 * t + x] = o[n][2 * r + x];
         }
-        if (out != nullptr && t == 0) {
-            out[0] = mx[r];
-            out[1] = sum[r];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < 16 * dv; e += FMD_WARPS * WARP) {
+        const int row = e / dv, col = e % dv;
+        if (!live(row)) continue;
+        float big = -INFINITY;
+        for (int w = 0; w < FMD_WARPS; ++w) big = fmaxf(big, m_ms[(w * 16 + row) * 2]);
+        float total = 0.0f, acc = 0.0f;
+        for (int w = 0; w < FMD_WARPS; ++w) {
+            const float mw = m_ms[(w * 16 + row) * 2];
+            if (mw == -INFINITY) continue;
+            const float f = expf(mw - big);
+            total += m_ms[(w * 16 + row) * 2 + 1] * f;
+            acc += m_o[(w * 16 + row) * FM_D + col] * f;
+        }
+        const i64 h = head_of(row), iq = iq_of(row);
+        if (splits > 1) {
+            float *out = part + ((h + n_head * (iq + n_q * i3)) * splits + split) * (dv + 2);
+            out[2 + col] = acc;
+            if (col == 0) {
+                out[0] = big;
+                out[1] = total;
+            }
+        } else {
+            st(d, col, h, iq, i3, total > 0.0f ? acc / total : 0.0f);
         }
     }
 }

@@ -83,6 +83,21 @@ __device__ __forceinline__ u32 rd32(const u8 *p) {
     return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 
+// Sixteen bytes as four little-endian words: one 128-bit load where p is 16-byte aligned (the
+// KV cache's rows are), else four rd32.
+struct alignas(16) u32x4 {
+    u32 x, y, z, w;
+};
+__device__ __forceinline__ u32x4 rd128(const u8 *p) {
+    if (((unsigned long long)p & 15) == 0) return *(const u32x4 *)p;
+    u32x4 r;
+    r.x = rd32(p);
+    r.y = rd32(p + 4);
+    r.z = rd32(p + 8);
+    r.w = rd32(p + 12);
+    return r;
+}
+
 // ggml block sizes in bytes (32 values each unless noted).
 #define Q4_0_BYTES 18   // d, qs[16]
 #define Q4_1_BYTES 20   // d, m, qs[16]

@@ -251,8 +251,8 @@ impl Resolver<'_> {
                         let n_kv = kd.ne[1];
                         let chunk = n_kv.div_ceil(splits as usize) as i64;
                         args.extend([(splits as i32).into(), chunk.into(), Arg::Ptr(self.own)]);
-                        // A block per (row, chunk) of four warps, or per (KV head, chunk) of
-                        // one warp for every query row of its heads; the same partials.
+                        // A block per (row, chunk) of four warps, or per (KV head, group of
+                        // 16 query rows of its heads, chunk) of four warps; the same partials.
                         let (entry, cfg) = if matches!(path, AttnPath::Vec { .. }) {
                             let cfg = LaunchConfig {
                                 grid_dim: (rows as u32, splits, 1),
@@ -265,7 +265,7 @@ impl Resolver<'_> {
                             let groups = (q.ne[2] / kd.ne[2] * q.ne[1]).div_ceil(16);
                             let cfg = LaunchConfig {
                                 grid_dim: ((kd.ne[2] * groups) as u32, splits, q.ne[3] as u32),
-                                block_dim: (32, 1, 1),
+                                block_dim: (crate::plan::ATTN_MMA_DEC_THREADS, 1, 1),
                                 shared_mem_bytes: 0,
                             };
                             ("fattn_mma_dec_op", cfg)

@@ -154,8 +154,13 @@ pub const ATTN_MMA_THREADS: u32 = 128;
 
 /// Most chunks the tensor-core decode attention splits the KV cells into.
 pub const ATTN_MMA_DEC_MAX_SPLITS: usize = 128;
-/// KV cells per chunk the tensor-core decode attention aims at (one warp a chunk).
-const ATTN_MMA_DEC_CELLS_PER_SPLIT: usize = 256;
+/// Threads of one tensor-core decode-attention block (`FMD_WARPS` warps).
+pub const ATTN_MMA_DEC_THREADS: u32 = 128;
+/// KV cells per chunk the tensor-core decode attention aims at: one tile (`FMD_CELLS`, 16) for
+/// each of a block's four warps. Small chunks spread a short context over many SMs (on the
+/// H200 a 1B model's 256 cells as one chunk per KV head took 8 warps, 0.32 ms a layer); long
+/// ones are capped at `ATTN_MMA_DEC_MAX_SPLITS` chunks.
+const ATTN_MMA_DEC_CELLS_PER_SPLIT: usize = 64;
 
 /// Most query rows per sequence the decode attention path takes.
 pub const ATTN_VEC_MAX_ROWS: usize = 8;

@@ -204,17 +204,17 @@ fn attention_paths() {
     let plan_node_with =
         |(ctx, y): &(Context, TensorId), paths: Paths| plan_node(ctx, *y, SM90, paths).unwrap();
     let attn = |n_q: usize, n_kv: usize, paths: Paths| plan_node_with(&attn_ctx(n_q, n_kv), paths);
-    // Decoding over an F16 cache: the tensor-core kernel, a warp per 256 cells of a KV head.
-    let p = attn(1, 256, Paths::all());
+    // Decoding over an F16 cache: the tensor-core kernel, a block per 64 cells of a KV head.
+    let p = attn(1, 64, Paths::all());
     assert_eq!((p.kernel, p.scratch), (Kernel::FlashAttn(AttnPath::MmaDec { splits: 1 }), 0));
     let p = attn(1, 4096, Paths::all());
-    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::MmaDec { splits: 16 }));
-    assert_eq!(p.scratch, 8 * 16 * (128 + 2) * 4);
+    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::MmaDec { splits: 64 }));
+    assert_eq!(p.scratch, 8 * 64 * (128 + 2) * 4);
     let p = attn(1, 1 << 20, Paths::all());
     assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::MmaDec { splits: 128 }));
-    // 4 heads a KV head x 8 rows: two warps of 16 rows a KV head.
+    // 4 heads a KV head x 8 rows: two blocks of 16 rows a KV head.
     let p = attn(8, 4096, Paths::all());
-    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::MmaDec { splits: 16 }));
+    assert_eq!(p.kernel, Kernel::FlashAttn(AttnPath::MmaDec { splits: 64 }));
     // Without it, the SIMT flash decoding.
     let all = Paths::parse("-fattn-mma-dec").unwrap();
     let p = plan_node_with(&attn_ctx(1, 256), all);
@@ -400,6 +400,7 @@ fn attention_mma_constants_and_choice() {
     assert_eq!(define("FM_D"), ATTN_MMA_MAX_D);
     assert_eq!(32 * define("FM_WARPS"), ATTN_MMA_THREADS as usize);
     assert_eq!(ATTN_MMA_ROWS, 16 * define("FM_WARPS"), "16 rows a warp");
+    assert_eq!(32 * define("FMD_WARPS"), ATTN_MMA_DEC_THREADS as usize);
     let fa = |d: usize, kv: DType, cap: Capability, paths: Paths| {
         let mut ctx = Context::new();
         let q = ctx.new_tensor(F32, &[d, 40, 4]).unwrap();
