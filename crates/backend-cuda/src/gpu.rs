@@ -81,6 +81,35 @@ impl Gpu {
         self.ctx.bind_to_thread().map_err(|e| CudaError::Driver(format!("{e:?}")))
     }
 
+    /// Compiles the modules of `entries` not loaded yet, in parallel (one thread each), into the
+    /// compiler's caches, so the first graph that needs several waits for the slowest, not for
+    /// their sum (about 45 s for `fattn_mma.cu` alone on an H200 host's first run). Errors are
+    /// left for [`Gpu::function`] to report.
+    pub(crate) fn precompile<'a>(&self, entries: impl Iterator<Item = &'a str>) {
+        let mut missing: Vec<kernels::KernelSource> = Vec::new();
+        {
+            let loaded = self.modules.lock().expect("module cache");
+            for e in entries {
+                if let Some(k) = kernels::find(e) {
+                    if !loaded.contains_key(k.name) && !missing.iter().any(|m| m.name == k.name) {
+                        missing.push(k);
+                    }
+                }
+            }
+        }
+        if missing.len() < 2 {
+            return;
+        }
+        let (arch, compiler) = (self.info.arch(), &self.compiler);
+        std::thread::scope(|s| {
+            for k in &missing {
+                s.spawn(move || {
+                    let _ = compiler.get(k, arch);
+                });
+            }
+        });
+    }
+
     /// Kernel `entry`, compiled for this device (NVRTC, cached) and loaded on first use.
     pub(crate) fn function(&self, entry: &str) -> Result<CudaFunction, CudaError> {
         if let Some(f) = self.functions.lock().expect("function cache").get(entry) {

@@ -144,6 +144,12 @@ impl Compiler {
         let cubin = match path.as_ref().and_then(|p| std::fs::read(p).ok()) {
             Some(bytes) if is_elf(&bytes) => bytes,
             _ => {
+                tracing::info!(
+                    kernel = kernel.name,
+                    arch,
+                    cache = ?self.dir,
+                    "compiling CUDA kernels (once per version and GPU; up to a minute)"
+                );
                 let t = std::time::Instant::now();
                 let bytes = compile_cubin(kernel, arch)?;
                 tracing::debug!(

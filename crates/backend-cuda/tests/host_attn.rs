@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
             const i64 chunk = (nkv + splits - 1) / splits;
             std::vector<float> part(rows * splits * (d + 2));
             const i64 groups = (nh / nkh * nq + 15) / 16;
-            launch3(nkh * groups, splits, 1, 32, [&] { fattn_mma_dec_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, splits, chunk, part.data()); });
+            launch3(nkh * groups, splits, 1, 32 * FMD_WARPS, [&] { fattn_mma_dec_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, splits, chunk, part.data()); });
             if (splits > 1) launch(rows, 1, 128, [&] { fattn_vec_combine(td, tq, part.data(), splits, d); });
         } else if (mma) {
             launch3((nq + FM_ROWS - 1) / FM_ROWS, nh, 1, 32 * FM_WARPS, [&] { fattn_mma_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
@@ -94,28 +94,28 @@ int main(int argc, char **argv) {
         launch(nq * nh, 1, 64, [&] { soft_max_op(td, ta, tm, 1, 0.5f, 0.0f, ts, 1); });
         print_f32(out);
     } else if (!strcmp(op, "addnorm")) {
-        const i64 n = atol(argv[2]), rows = atol(argv[3]);
+        const i64 n = atol(argv[2]), rows = atol(argv[3]), threads = atol(argv[7]);
         std::vector<u8> ab = slurp(argv[4]), bb = slurp(argv[5]), wb = slurp(argv[6]);
         std::vector<float> sum(n * rows), out(n * rows);
         TT ts = tt(sum.data(), n, rows, 1, T_F32, 4), td = tt(out.data(), n, rows, 1, T_F32, 4);
         TT ta = tt(ab.data(), n, rows, 1, T_F32, 4), tb = tt(bb.data(), n, rows, 1, T_F32, 4);
         TT tw = tt(wb.data(), n, 1, 1, T_F32, 4);
-        launch(rows, 1, 64, [&] { add_rms_norm_mul_op(ts, ta, tb, td, tw, 1e-6f); });
+        launch(rows, 1, threads, [&] { add_rms_norm_mul_op(ts, ta, tb, td, tw, 1e-6f); });
         print_f32(sum);
         print_f32(out);
         // In place, as the allocator may run the ADD: the sum over a's own memory.
-        launch(rows, 1, 64, [&] { add_rms_norm_mul_op(ta, ta, tb, td, tw, 1e-6f); });
+        launch(rows, 1, threads, [&] { add_rms_norm_mul_op(ta, ta, tb, td, tw, 1e-6f); });
         std::vector<float> in_place(n * rows);
         memcpy(in_place.data(), ab.data(), n * rows * 4);
         print_f32(in_place);
         print_f32(out);
     } else if (!strcmp(op, "rmsnorm")) {
-        const i64 n = atol(argv[2]), rows = atol(argv[3]);
+        const i64 n = atol(argv[2]), rows = atol(argv[3]), threads = atol(argv[6]);
         std::vector<u8> ab = slurp(argv[4]), wb = slurp(argv[5]);
         std::vector<float> out(n * rows);
         TT td = tt(out.data(), n, rows, 1, T_F32, 4), ta = tt(ab.data(), n, rows, 1, T_F32, 4);
         TT tw = tt(wb.data(), n, 1, 1, T_F32, 4);
-        launch(rows, 1, 64, [&] { rms_norm_mul_op(td, ta, tw, 1e-6f); });
+        launch(rows, 1, threads, [&] { rms_norm_mul_op(td, ta, tw, 1e-6f); });
         print_f32(out);
     } else {
         const i64 n = atol(argv[2]);
@@ -267,8 +267,9 @@ fn attention_norm_and_q8_kernels_match_f64() {
         let e = rel_err(&small.run(&exe, "vec", splits, false), &plain);
         assert!(e < 1e-5, "fattn_vec_op, {splits} splits: error {e:.2e}");
     }
-    // The tensor-core decode kernel: each KV head's 2 query heads x 2 rows in one warp, over
-    // one chunk and over three (50 cells each: tiles of 32 straddle them) merged.
+    // The tensor-core decode kernel: each KV head's 2 query heads x 2 rows in one block, over
+    // one chunk (the four warps' tiles of 16 cells merged: 3, 3, 2 and 2 of them) and over
+    // three (50 cells each: tiles straddle them) merged.
     for splits in [1, 3] {
         let e = rel_err(&small.run(&exe, "mmadec", splits, false), &plain);
         assert!(e < 4e-3, "fattn_mma_dec_op, {splits} splits: error {e:.2e}");
@@ -333,46 +334,52 @@ fn attention_norm_and_q8_kernels_match_f64() {
     let e = rel_err(&got, &want);
     assert!(e < 1e-5, "soft_max_op with sinks: error {e:.2e}");
 
-    // RMS_NORM x weight over 3 rows of 200.
-    let (n, rows) = (200usize, 3usize);
+    // RMS_NORM x weight over 3 rows of 1100: at 64 threads a row fits the registers (the
+    // fast path), at 32 it does not (the strided loop).
+    let (n, rows) = (1100usize, 3usize);
     let x = values(n * rows, 5);
     let w = values(n, 6);
     let xf = write(&dir, "x.bin", &f32_bytes(&x));
     let wf = write(&dir, "w.bin", &f32_bytes(&w));
-    let got = floats(&run(&exe, &["rmsnorm", &n.to_string(), &rows.to_string(), &xf, &wf]));
-    let w = &w;
-    let want: Vec<f64> = (0..rows)
-        .flat_map(|r| {
-            let row = &x[r * n..][..n];
-            let ms = row.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>() / n as f64;
-            let scale = 1.0 / (ms + 1e-6).sqrt();
-            (0..n).map(move |i| f64::from(row[i]) * scale * f64::from(w[i])).collect::<Vec<_>>()
-        })
-        .collect();
-    let e = rel_err(&got, &want);
-    assert!(e < 1e-5, "rms_norm_mul_op: error {e:.2e}");
-    // The residual ADD before them: x = a + b stored, then the same norm x weight of x.
     let b = values(n * rows, 7);
     let bf = write(&dir, "b.bin", &f32_bytes(&b));
-    let got = floats(&run(&exe, &["addnorm", &n.to_string(), &rows.to_string(), &xf, &bf, &wf]));
-    assert_eq!(got.len(), 4 * n * rows);
-    let (sum, out) = got[..2 * n * rows].split_at(n * rows);
-    let (sum_in_place, out_in_place) = got[2 * n * rows..].split_at(n * rows);
-    for (i, s) in sum.iter().enumerate() {
-        assert_eq!(s.to_bits(), (x[i] + b[i]).to_bits(), "add_rms_norm_mul_op's sum {i}");
+    let (ns, rs) = (n.to_string(), rows.to_string());
+    for threads in ["64", "32"] {
+        let got = floats(&run(&exe, &["rmsnorm", &ns, &rs, &xf, &wf, threads]));
+        let w = &w;
+        let want: Vec<f64> = (0..rows)
+            .flat_map(|r| {
+                let row = &x[r * n..][..n];
+                let ms = row.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>() / n as f64;
+                let scale = 1.0 / (ms + 1e-6).sqrt();
+                (0..n).map(move |i| f64::from(row[i]) * scale * f64::from(w[i])).collect::<Vec<_>>()
+            })
+            .collect();
+        let e = rel_err(&got, &want);
+        assert!(e < 1e-5, "rms_norm_mul_op, {threads} threads: error {e:.2e}");
+        // The residual ADD before them: x = a + b stored, then the same norm x weight of x;
+        // then in place (the sum over a).
+        let got = floats(&run(&exe, &["addnorm", &ns, &rs, &xf, &bf, &wf, threads]));
+        assert_eq!(got.len(), 4 * n * rows);
+        let (sum, out) = got[..2 * n * rows].split_at(n * rows);
+        let (sum_in_place, out_in_place) = got[2 * n * rows..].split_at(n * rows);
+        for (i, s) in sum.iter().enumerate() {
+            assert_eq!(s.to_bits(), (x[i] + b[i]).to_bits(), "add_rms_norm_mul_op's sum {i}");
+        }
+        assert_eq!(sum, sum_in_place, "add_rms_norm_mul_op's sum in place, {threads} threads");
+        assert_eq!(out, out_in_place, "add_rms_norm_mul_op in place, {threads} threads");
+        let want: Vec<f64> = (0..rows)
+            .flat_map(|r| {
+                let row: Vec<f64> =
+                    (0..n).map(|i| f64::from(x[r * n + i] + b[r * n + i])).collect();
+                let ms = row.iter().map(|v| v * v).sum::<f64>() / n as f64;
+                let scale = 1.0 / (ms + 1e-6).sqrt();
+                (0..n).map(move |i| row[i] * scale * f64::from(w[i])).collect::<Vec<_>>()
+            })
+            .collect();
+        let e = rel_err(out, &want);
+        assert!(e < 1e-5, "add_rms_norm_mul_op, {threads} threads: error {e:.2e}");
     }
-    assert_eq!(sum, sum_in_place, "add_rms_norm_mul_op's sum in place");
-    assert_eq!(out, out_in_place, "add_rms_norm_mul_op in place");
-    let want: Vec<f64> = (0..rows)
-        .flat_map(|r| {
-            let row: Vec<f64> = (0..n).map(|i| f64::from(x[r * n + i] + b[r * n + i])).collect();
-            let ms = row.iter().map(|v| v * v).sum::<f64>() / n as f64;
-            let scale = 1.0 / (ms + 1e-6).sqrt();
-            (0..n).map(move |i| row[i] * scale * f64::from(w[i])).collect::<Vec<_>>()
-        })
-        .collect();
-    let e = rel_err(out, &want);
-    assert!(e < 1e-5, "add_rms_norm_mul_op: error {e:.2e}");
 
     // Q8_1 of 8 blocks: the same values as ggml's quantizer gives, within a quant step.
     let x = values(256, 8);

@@ -203,6 +203,7 @@ impl Executor {
                 pending.extend(resolver.node(*node, plan, q8)?);
             }
         }
+        gpu.precompile(pending.iter().map(|p| p.entry));
         let mut functions: HashMap<&'static str, CudaFunction> = HashMap::new();
         let mut launches = Vec::with_capacity(pending.len());
         for p in pending {
