@@ -379,6 +379,9 @@ fn flash_attn(v: &mut Vec<Case>) {
     v.push(Case::new(f(64, 256, 7, 4, 2)));
     v.push(Case::new(f(128, 512, 1, 8, 2)));
     v.push(Case::new(f(128, 512, 32, 4, 1)));
+    // Decoding over 64 cells or fewer: one chunk of the tensor-core decode kernel on GPUs, its
+    // first three warps with a tile of 16 cells each, the fourth with none.
+    v.push(Case::new(f(64, 48, 1, 8, 2)));
     // Decoding over a deep cache (GPUs split the cells in chunks and merge them), F16 and
     // quantized (the tensor-core and the SIMT decode kernels on GPUs).
     v.push(Case::new(f(128, 4096, 1, 8, 2)));
