@@ -13,7 +13,12 @@
 # file, then `tessera serve -ngl 99 --parallel 16` and `llama-server -ngl 99 -np 16` under 1, 4
 # and 16 streaming clients (tools/serve_bench.py; llama.cpp is built first if an earlier call on
 # this machine did not). `8b`: Llama-3.1-8B-shaped random files (F16, Q4_0, Q4_K_M, Q8_0),
-# tessera bench and llama-bench on each, and Q4_0 at depths 4096 and 16384.
+# tessera bench and llama-bench on each, and Q4_0 at depths 4096 and 16384. `triage` (the
+# first call of a session that brings new kernels; about 8 minutes, TRIAGE_S): the test matrix
+# by op family beside the generic kernels, the 1B files' KLD with and without the fast paths,
+# greedy text, benches, the host's step timings, ncu's device time per kernel of a decoded
+# token, llama-bench if its build finished. `verify` (a second call after fixes; VERIFY_S): the
+# 1B Q4_0 KLD, greedy text, timings, ncu, then Q4_K_M and the random MoE files.
 # Everything lands in four files under $OUT (report.md, all-logs.txt, test-matrix.log,
 # ncu-summary.txt): the device tool returns only a few files.
 set -uo pipefail
@@ -132,8 +137,8 @@ if [ "$QUICK" = verify ]; then
   run 60 bench-Q4_0 "$B/tessera" bench -m $f -ngl 99 -p 512 -n 128 -r 3
   grep "|" "$L/bench-Q4_0.log" | tail -2 >> "$R"
   if ! late 70 ncu && command -v ncu > /dev/null; then
-    run 60 ncu env TESSERA_CUDA_PATHS=-graphs ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 600 --launch-count 250 --print-summary per-kernel "$B/tessera" run -m $f -p "The capital of France is" -n 6 --temp 0 -ngl 99 -no-cnv
-    grep -vE "^==PROF==|^ *$" "$L/ncu.log" | grep -E "^ +[a-z_0-9]+|Invocations|gpu__time_duration|^  [A-Za-z]" | head -150 > "$OUT/ncu-summary.txt"
+    run 60 ncu env TESSERA_CUDA_PATHS=-graphs ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 600 --launch-count 300 --print-summary per-kernel "$B/tessera" run -m $f -p "The capital of France is" -n 6 --temp 0 -ngl 99 -no-cnv
+    grep -vE "^==PROF==" "$L/ncu.log" | grep -E "^  [a-z_0-9]+ \(|gpu__time_duration" > "$OUT/ncu-summary.txt"
   fi
   step "Q4_K_M and the random MoE files ($(left)s left)"
   if ! late 60 Q4_K_M; then
@@ -196,7 +201,7 @@ if [ "$QUICK" = triage ]; then
   f=$T/1b-Q4_0.gguf
   run 60 ppl-cpu-Q4_0 "$B/tessera" perplexity -m $f -f $TEXT -c 256 --chunks 4 --device none --kl-divergence-base $T/base-Q4_0.kld
   run 60 ppl-cpu-c64-Q4_0 "$B/tessera" perplexity -m $f -f $TEXT -c 64 --chunks 8 --device none --kl-divergence-base $T/base64-Q4_0.kld
-  for paths in all generic -mmq -fattn-mma -gemm; do
+  for paths in all generic; do
     late 120 "kld $paths" && break
     run 60 "kld-$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl 99 --kl-divergence-base $T/base-Q4_0.kld --kl-divergence
     echo "Q4_0 c=256 TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep -iE "mean +kld|same top|mean ppl|error|panick" "$L/kld-$paths.log" | head -5 >> "$R"
@@ -216,7 +221,8 @@ if [ "$QUICK" = triage ]; then
     echo "Q4_0 without graphs:" >> "$R"; grep "|" "$L/bench-nographs.log" | tail -2 >> "$R"
   fi
   if ! late 60 "bench depth"; then
-    run 60 bench-depth "$B/tessera" bench -m $f -ngl 99 -p 0 -n 64 -d 4096,16384 -r 2
+    # (The 1B file's training context is 8192: the 16384-deep rows are the 8b mode's.)
+    run 60 bench-depth "$B/tessera" bench -m $f -ngl 99 -p 0 -n 64 -d 512,4096 -r 2
     grep "|" "$L/bench-depth.log" | tail -2 >> "$R"
   fi
   if ! late 50 "llama-bench" && [ -n "${BUILD:-}" ] && ! kill -0 $BUILD 2> /dev/null && [ -x $LC/llama-bench ]; then
@@ -227,9 +233,14 @@ if [ "$QUICK" = triage ]; then
   else
     echo "llama.cpp: $(tail -2 "$L/llama-build.log" 2> /dev/null | tr '\n' ' ')" >> "$R"
   fi
+  if ! late 40 "step timings"; then
+    RUST_LOG=tessera_backend_cuda=trace,tessera_sched=trace,tessera_llama=trace run 30 trace-run "$B/tessera" run -m $f -p "The capital of France is" -n 12 --temp 0 -ngl 99 -no-cnv
+    grep -E "step:|split:|final wait|graph:" "$L/trace-run.log" | tail -6 | sed -E 's/^[0-9T:.-]+Z +//' >> "$R"
+  fi
   if ! late 40 "ncu" && command -v ncu > /dev/null; then
-    run "$(( $(left) - 10 ))" ncu ncu --clock-control none --print-summary per-kernel "$B/tessera" run -m $f -p "The capital of France is" -n 4 --temp 0 -ngl 99 -no-cnv
-    grep -E "^ +[a-z_0-9]+.*\(|Invocations|Duration" "$L/ncu.log" | head -80 >> "$OUT/ncu-summary.txt"
+    # One decoded token's kernels (graphs off: each its own launch), device time only.
+    run "$(( $(left) - 10 ))" ncu env TESSERA_CUDA_PATHS=-graphs ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 600 --launch-count 300 --print-summary per-kernel "$B/tessera" run -m $f -p "The capital of France is" -n 6 --temp 0 -ngl 99 -no-cnv
+    grep -vE "^==PROF==" "$L/ncu.log" | grep -E "^  [a-z_0-9]+ \(|gpu__time_duration" > "$OUT/ncu-summary.txt"
   fi
   echo "done $(date -u +%FT%TZ) after $(( $(date +%s) - T0 ))s" >> "$R"
   exit 0
