@@ -248,6 +248,13 @@ impl ThreadPool {
         }
     }
 
+    /// Runs `f(0)` on the calling thread alone, the other threads left asleep (work too small
+    /// to wake them for); `f` must not use the barrier. A panic's message as from `run`.
+    pub fn run_alone(&self, f: &(dyn Fn(usize) + Sync)) -> Result<(), String> {
+        catch_unwind(AssertUnwindSafe(|| f(0)))
+            .map_err(|e| format!("thread 0: {}", panic_message(e.as_ref())))
+    }
+
     /// The barrier and chunk counter of this pool's jobs.
     pub fn sync(&self) -> &dyn ThreadSync {
         &*self.shared

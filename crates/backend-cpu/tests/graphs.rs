@@ -196,3 +196,31 @@ fn the_device_describes_the_host() {
     assert_eq!(b.name(), "CPU");
     b.synchronize().unwrap();
 }
+
+/// A graph of a few looked-up rows (the token embeddings of a GPU-offloaded model) runs on the
+/// calling thread alone: two GET_ROWS nodes with four threads give the rows, in order, and
+/// the pool still serves the next, larger graph.
+#[test]
+fn a_tiny_lookup_graph_runs_without_the_pool() {
+    let mut ctx = Context::new();
+    let t = ctx.new_tensor(DType::F32, &[4, 3]).unwrap();
+    let idx = ctx.new_tensor(DType::I32, &[2]).unwrap();
+    let r1 = ctx.get_rows(t, idx).unwrap();
+    let r2 = ctx.get_rows(r1, idx).unwrap();
+    let graph = Graph::build(&ctx, &[r2]);
+    let (b, _g, _bufs) = place(&ctx, &graph);
+    b.set_f32(&ctx, t, &(0..12).map(|v| v as f32).collect::<Vec<_>>()).unwrap();
+    b.set_i32(&ctx, idx, &[1, 0]).unwrap();
+    let mut cpu = CpuBackend::new(4);
+    cpu.graph_compute(&ctx, &graph, &b).unwrap();
+    assert_eq!(b.get_f32(&ctx, r1).unwrap(), [4., 5., 6., 7., 0., 1., 2., 3.]);
+    assert_eq!(b.get_f32(&ctx, r2).unwrap(), [0., 1., 2., 3., 4., 5., 6., 7.]);
+    let mut big = Context::new();
+    let a = big.new_tensor(DType::F32, &[1 << 17]).unwrap();
+    let s = big.scale(a, 2.0, 0.0).unwrap();
+    let g2 = Graph::build(&big, &[s]);
+    let (b2, _g2, _bufs2) = place(&big, &g2);
+    b2.set_f32(&big, a, &vec![1.0; 1 << 17]).unwrap();
+    cpu.graph_compute(&big, &g2, &b2).unwrap();
+    assert!(b2.get_f32(&big, s).unwrap().iter().all(|&v| v == 2.0));
+}

@@ -102,9 +102,33 @@ impl Bindings {
     /// Reads a contiguous tensor's bytes (`ggml_backend_tensor_get`).
     pub fn get(&self, ctx: &Context, id: TensorId) -> Result<Vec<u8>> {
         let mut out = vec![0u8; ctx.get(id).n_bytes()];
-        let s = self.contiguous_storage(ctx, id, out.len())?;
-        s.buffer.get_tensor(ctx.get(id), s.offset, &mut out)?;
+        self.read(ctx, id, &mut out)?;
         Ok(out)
+    }
+
+    /// Reads a contiguous tensor's bytes into `out`, which must be its size: a caller that
+    /// reads every step keeps one buffer (no allocation, no fresh pages to fault in per read).
+    pub fn read(&self, ctx: &Context, id: TensorId, out: &mut [u8]) -> Result<()> {
+        let s = self.contiguous_storage(ctx, id, out.len())?;
+        s.buffer.get_tensor(ctx.get(id), s.offset, out)
+    }
+
+    /// Appends an F32 tensor's values to `out`, read through `bytes` (resized; keep it between
+    /// calls, as `out`, so a step's logits cost no allocation).
+    pub fn append_f32(
+        &self,
+        ctx: &Context,
+        id: TensorId,
+        bytes: &mut Vec<u8>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.expect_type(ctx, id, DType::F32)?;
+        bytes.resize(ctx.get(id).n_bytes(), 0);
+        self.read(ctx, id, bytes)?;
+        out.extend(
+            bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+        );
+        Ok(())
     }
 
     /// Writes an F32 tensor's values.

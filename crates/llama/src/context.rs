@@ -85,6 +85,8 @@ pub struct LlamaContext<'m> {
     prev: Option<Prepared>,
     n_reused: usize,
     logits: Vec<f32>,
+    /// The logits' bytes as read from their buffer, kept between steps (no allocation a step).
+    logits_bytes: Vec<u8>,
     output_of: Vec<Option<usize>>,
     observe: Vec<String>,
     observed: std::collections::HashMap<String, Vec<f32>>,
@@ -195,6 +197,7 @@ impl<'m> LlamaContext<'m> {
             prev: None,
             n_reused: 0,
             logits: Vec::new(),
+            logits_bytes: Vec::new(),
             output_of: Vec::new(),
             observe: Vec::new(),
             observed: Default::default(),
@@ -597,7 +600,7 @@ impl<'m> LlamaContext<'m> {
         self.sched.compute(ctx, &p.schedule, bindings)?;
         let t_computed = std::time::Instant::now();
         if keep {
-            self.logits.extend(bindings.get_f32(ctx, p.logits)?);
+            bindings.append_f32(ctx, p.logits, &mut self.logits_bytes, &mut self.logits)?;
         }
         tracing::trace!(
             tokens = range.len(),
