@@ -242,6 +242,12 @@ if [ "$QUICK" = triage ]; then
     run "$(( $(left) - 10 ))" ncu env TESSERA_CUDA_PATHS=-graphs ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 600 --launch-count 300 --print-summary per-kernel "$B/tessera" run -m $f -p "The capital of France is" -n 6 --temp 0 -ngl 99 -no-cnv
     grep -vE "^==PROF==" "$L/ncu.log" | grep -E "^  [a-z_0-9]+ \(|gpu__time_duration" > "$OUT/ncu-summary.txt"
   fi
+  if ! late 40 "ncu prompt" && command -v ncu > /dev/null; then
+    # The kernels of one 512-token prompt (the first graph: cuBLAS or MMQ, prompt attention).
+    head -c 2600 README.md > $T/prompt.txt
+    run "$(( $(left) - 10 ))" ncu-prompt ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 400 --print-summary per-kernel "$B/tessera" run -m $f -f $T/prompt.txt -c 1024 -n 1 --temp 0 -ngl 99 -no-cnv
+    grep -vE "^==PROF==" "$L/ncu-prompt.log" | grep -E "^  [a-zA-Z_0-9]+.* \(|gpu__time_duration" > "$OUT/ncu-prompt-summary.txt"
+  fi
   echo "done $(date -u +%FT%TZ) after $(( $(date +%s) - T0 ))s" >> "$R"
   exit 0
 fi
