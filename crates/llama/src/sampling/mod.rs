@@ -80,17 +80,29 @@ pub struct Candidates {
     pub sorted: bool,
     /// The chosen index, once a final step picked one.
     pub selected: Option<usize>,
+    /// Scratch of `top_k`, kept with the candidates between tokens.
+    keys: Vec<f32>,
 }
 
 impl Candidates {
     /// Every token of the vocabulary with its logit.
     pub fn from_logits(logits: &[f32]) -> Self {
-        let data = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| TokenData { id: i as u32, logit: l, p: 0.0 })
-            .collect();
-        Candidates { data, sorted: false, selected: None }
+        let mut c = Candidates::default();
+        c.refill(logits);
+        c
+    }
+
+    /// Every token of the vocabulary with its logit, in the vectors already held (a chain
+    /// keeps its candidates between tokens: no allocation of the vocabulary's size a token).
+    pub fn refill(&mut self, logits: &[f32]) {
+        self.data.clear();
+        self.data.extend(logits.iter().enumerate().map(|(i, &l)| TokenData {
+            id: i as u32,
+            logit: l,
+            p: 0.0,
+        }));
+        self.sorted = false;
+        self.selected = None;
     }
 
     fn sort(&mut self) {
@@ -110,8 +122,11 @@ impl Candidates {
             self.data.truncate(k);
             return;
         }
-        let mut keys: Vec<f32> = self.data.iter().map(|d| d.logit).collect();
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        keys.extend(self.data.iter().map(|d| d.logit));
         let kth = *keys.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1;
+        self.keys = keys;
         let greater = self.data.iter().filter(|d| d.logit.total_cmp(&kth).is_gt()).count();
         let mut ties = k - greater;
         self.data.retain(|d| match d.logit.total_cmp(&kth) {
@@ -335,6 +350,8 @@ pub struct SamplerChain {
     /// The chain is exactly [`SamplerChain::greedy`]'s: `sample` takes the argmax of the
     /// logits without building candidates (the same token).
     argmax_only: bool,
+    /// The candidates' vectors, kept between tokens.
+    spare: Candidates,
 }
 
 impl std::fmt::Debug for SamplerChain {
@@ -346,7 +363,12 @@ impl std::fmt::Debug for SamplerChain {
 impl SamplerChain {
     /// An empty chain.
     pub fn new() -> Self {
-        SamplerChain { steps: Vec::new(), seed: None, argmax_only: false }
+        SamplerChain {
+            steps: Vec::new(),
+            seed: None,
+            argmax_only: false,
+            spare: Candidates::default(),
+        }
     }
 
     /// Appends a step.
@@ -477,7 +499,8 @@ impl SamplerChain {
             }
             return best as u32;
         }
-        let mut cur = Candidates::from_logits(logits);
+        let mut cur = std::mem::take(&mut self.spare);
+        cur.refill(logits);
         for s in &mut self.steps {
             s.apply(&mut cur);
         }
@@ -488,7 +511,9 @@ impl SamplerChain {
                 cur.selected.unwrap_or(0)
             }
         };
-        cur.data.get(i).map_or(0, |d| d.id)
+        let id = cur.data.get(i).map_or(0, |d| d.id);
+        self.spare = cur;
+        id
     }
 
     /// Tells every step which token was chosen.
