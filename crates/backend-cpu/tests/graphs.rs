@@ -224,3 +224,27 @@ fn a_tiny_lookup_graph_runs_without_the_pool() {
     cpu.graph_compute(&big, &g2, &b2).unwrap();
     assert!(b2.get_f32(&big, s).unwrap().iter().all(|&v| v == 2.0));
 }
+
+/// The backend keeps a graph's resolved nodes between calls only while the context, graph and
+/// bindings are unchanged: data written in place is read afresh, and a tensor bound elsewhere
+/// (the bindings' version moves) is read from its new place.
+#[test]
+fn resolved_nodes_follow_rebinding() {
+    let mut ctx = Context::new();
+    let a = ctx.new_tensor(DType::F32, &[4]).unwrap();
+    let s = ctx.scale(a, 2.0, 0.0).unwrap();
+    let graph = Graph::build(&ctx, &[s]);
+    let (mut b, _g, _bufs) = place(&ctx, &graph);
+    let mut cpu = CpuBackend::new(2);
+    b.set_f32(&ctx, a, &[1., 2., 3., 4.]).unwrap();
+    cpu.graph_compute(&ctx, &graph, &b).unwrap();
+    assert_eq!(b.get_f32(&ctx, s).unwrap(), [2., 4., 6., 8.]);
+    b.set_f32(&ctx, a, &[5., 6., 7., 8.]).unwrap();
+    cpu.graph_compute(&ctx, &graph, &b).unwrap();
+    assert_eq!(b.get_f32(&ctx, s).unwrap(), [10., 12., 14., 16.]);
+    let other = host().alloc(16).unwrap();
+    b.bind(&ctx, a, other, 0).unwrap();
+    b.set_f32(&ctx, a, &[1., 1., 1., 1.]).unwrap();
+    cpu.graph_compute(&ctx, &graph, &b).unwrap();
+    assert_eq!(b.get_f32(&ctx, s).unwrap(), [2., 2., 2., 2.]);
+}

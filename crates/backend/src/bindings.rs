@@ -20,6 +20,8 @@ pub struct Storage {
 #[derive(Debug, Clone, Default)]
 pub struct Bindings {
     slots: Vec<Option<Storage>>,
+    /// Changes with every binding made or cleared (fresh in a clone).
+    version: tessera_tensor::Version,
 }
 
 fn unbound(ctx: &Context, id: TensorId) -> BackendError {
@@ -54,12 +56,20 @@ impl Bindings {
         if self.slots.len() <= id.index() {
             self.slots.resize(id.index() + 1, None);
         }
+        self.version.bump();
         self.slots[id.index()] = Some(Storage { buffer, offset });
         Ok(())
     }
 
+    /// The bindings' version: equal versions are the same bindings (see
+    /// [`tessera_tensor::Version`]); writing tensors' data does not change it.
+    pub fn version(&self) -> u64 {
+        self.version.get()
+    }
+
     /// Removes every binding.
     pub fn clear(&mut self) {
+        self.version.bump();
         self.slots.clear();
     }
 

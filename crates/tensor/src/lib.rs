@@ -25,7 +25,9 @@ mod dtype;
 mod error;
 pub mod graph;
 pub mod quant;
+pub mod version;
 
 pub use dtype::{DType, GGML_TYPE_COUNT};
 pub use error::{Result, TensorError};
 pub use quant::{dequantize, dequantize_row, quantize, quantize_row};
+pub use version::Version;

@@ -14,12 +14,19 @@ pub struct Graph {
     leafs: Vec<TensorId>,
     use_counts: Vec<u32>,
     visited: Vec<bool>,
+    /// Changes with every expansion (fresh in a clone).
+    version: crate::Version,
 }
 
 impl Graph {
     /// An empty graph.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The graph's version: equal versions are the same nodes (see [`crate::Version`]).
+    pub fn version(&self) -> u64 {
+        self.version.get()
     }
 
     /// A graph computing `outputs` (each expanded in turn, as `ggml_build_forward_expand`).
@@ -34,6 +41,7 @@ impl Graph {
     /// Adds `out` and everything it depends on that is not in the graph yet: a post-order
     /// depth-first walk over the sources, left to right, so every node comes after its sources.
     pub fn expand(&mut self, ctx: &Context, out: TensorId) {
+        self.version.bump();
         if self.visited.len() < ctx.len() {
             self.visited.resize(ctx.len(), false);
             self.use_counts.resize(ctx.len(), 0);
@@ -78,6 +86,7 @@ impl Graph {
             leafs: Vec::new(),
             use_counts: vec![0; ctx.len()],
             visited: vec![false; ctx.len()],
+            version: crate::Version::fresh(),
         };
         for &id in nodes {
             g.visited[id.index()] = true;

@@ -10,6 +10,8 @@ use crate::{DType, Result, TensorError};
 #[derive(Debug, Clone, Default)]
 pub struct Context {
     tensors: Vec<TensorDesc>,
+    /// Changes with every change of a descriptor or a new one (fresh in a clone).
+    version: crate::Version,
 }
 
 pub(crate) fn shape_err(op: &'static str, reason: String) -> TensorError {
@@ -30,6 +32,11 @@ impl Context {
     /// An empty context.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The context's version: equal versions are the same descriptors (see [`crate::Version`]).
+    pub fn version(&self) -> u64 {
+        self.version.get()
     }
 
     /// The descriptor of `id`.
@@ -61,12 +68,14 @@ impl Context {
         while !name.is_char_boundary(end) {
             end -= 1;
         }
+        self.version.bump();
         self.tensors[id.index()].name = name[..end].to_string();
         id
     }
 
     /// Adds flags to a tensor.
     pub fn set_flags(&mut self, id: TensorId, flags: Flags) -> TensorId {
+        self.version.bump();
         let t = &mut self.tensors[id.index()];
         t.flags = t.flags.union(flags);
         id
@@ -84,6 +93,7 @@ impl Context {
 
     pub(crate) fn push(&mut self, desc: TensorDesc) -> TensorId {
         let id = TensorId(self.tensors.len() as u32);
+        self.version.bump();
         self.tensors.push(desc);
         id
     }
@@ -115,6 +125,7 @@ impl Context {
 
     /// Sets the optional source slot `slot` of `id`.
     pub(crate) fn set_src(&mut self, id: TensorId, slot: usize, src: Option<TensorId>) {
+        self.version.bump();
         self.tensors[id.index()].src[slot] = src;
     }
 
@@ -128,6 +139,7 @@ impl Context {
             (t.dtype, t.ne, t.nb)
         };
         let id = self.new_op(Op::Dup, dtype, ne, &[a]);
+        self.version.bump();
         self.tensors[id.index()].nb = nb;
         id
     }
@@ -188,6 +200,7 @@ impl Context {
         let dtype = src.dtype;
         let name = format!("{} (view)", src.name);
         let id = self.new_op(op, dtype, ne, &[a]);
+        self.version.bump();
         let t = &mut self.tensors[id.index()];
         t.nb = nb;
         t.view_src = Some(view_src);
