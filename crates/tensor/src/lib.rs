@@ -13,6 +13,9 @@
 //!
 //! - [`graph`] is the graph builder: tensor descriptors in an arena with typed ids, shape-checked
 //!   op constructors and [`graph::Graph`], ggml's `cgraph`.
+//! - [`Version`]: contexts and graphs (and the backend crate's bindings) carry a version that
+//!   changes with them and is never reused, so a backend may keep what it resolved from a
+//!   graph (its nodes' addresses, its launches) while the versions it saw hold.
 //!
 //! Design decisions: this crate does no I/O and has no `unsafe`; blocks are read with
 //! `bytemuck::pod_read_unaligned` so callers never have to promise alignment.
