@@ -37,9 +37,10 @@
 //! - `fattn-tile`: the other prompt attention (more rows than decoding, head sizes up to 128,
 //!   sinks too): 16 query rows of a head per block over K/V tiles in shared memory, a lane per
 //!   cell.
-//! - `fattn-mma-dec`: decode attention over F16 caches on sm_80+: one warp per 16 query rows
-//!   of the heads sharing a KV head and chunk of cells on the f16 tensor cores, each K/V byte
-//!   read once for all those rows.
+//! - `fattn-mma-dec`: decode attention over F16 caches on sm_80+: a block of four warps per 16
+//!   query rows of the heads sharing a KV head and chunk of 64 cells on the f16 tensor cores
+//!   (each warp its own tiles of 16 cells, the warps' states merged), each K/V byte read once
+//!   for all those rows.
 //! - `fattn-vec`: the other decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per
 //!   sequence) split over the KV cells in chunks, the chunks' partials merged after (flash
 //!   decoding).
@@ -99,8 +100,8 @@ pub enum AttnPath {
     /// and V sit in shared memory as f32 (`fattn_tile_op`); head sizes up to
     /// [`ATTN_TILE_MAX_D`].
     Tile,
-    /// Decoding over F16 caches on sm_80+: one warp per (KV head, 16 of the query rows of the
-    /// heads sharing it, chunk of cells), scores and P V by f16 `mma.sync`
+    /// Decoding over F16 caches on sm_80+: a block of four warps per (KV head, 16 of the query
+    /// rows of the heads sharing it, chunk of cells), scores and P V by f16 `mma.sync`
     /// (`fattn_mma_dec_op`), the chunks merged after (`fattn_vec_combine`) when there are
     /// several.
     MmaDec {
