@@ -100,17 +100,23 @@ if [ ! -x $LC/llama-server ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz 
   BUILD=$!
 fi
 
+# budget SECONDS: the clock of a timed mode (left: seconds left; late N WHAT: whether fewer
+# than N are left, noting WHAT as skipped), the gguf package and the Llama-3 vocabulary.
+budget() {
+  T0=$(date +%s); LIMIT=$1
+  python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.whl >> "$L/pip.log" 2>&1
+  gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
+}
+left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+late() { [ "$(left)" -lt "$1" ] && echo "skipped (time): $2" >> "$R"; }
+
 if [ "$QUICK" = verify ]; then
   # A second call after fixes from a triage run (about 5 minutes): the 1B Q4_0 file's KLD
   # against the CPU (prompt batches: cuBLAS and MMQ), greedy text, where a decoded token's time
   # goes (the host's trace timings per step, split and graph; ncu's device time per kernel over
   # a window of decode launches, graphs off so each kernel is its own launch), the bench, then
   # Q4_K_M and the random MoE files while time is left (VERIFY_S, default 290).
-  T0=$(date +%s); LIMIT=${VERIFY_S:-290}
-  left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
-  late() { [ "$(left)" -lt "$1" ] && echo "skipped (time): $2" >> "$R"; }
-  python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.whl >> "$L/pip.log" 2>&1
-  gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
+  budget "${VERIFY_S:-290}"
   mkdir -p $T/vocab && gunzip -c testdata/vocab/ggml-vocab-qwen2.gguf.gz > $T/vocab/ggml-vocab-qwen2.gguf
   run 60 write-synth "$B/write_synth" $T/synth $T/vocab synth-qwen3moe-f16 synth-gpt-oss-f16 &
   PYTHONPATH=$T/site run 150 make-1b python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf
@@ -163,11 +169,7 @@ if [ "$QUICK" = triage ]; then
   # against the CPU with and without the fast paths, greedy text, the plans taken, benches, and
   # llama.cpp's bench if its build (started above) finished in time. Steps are skipped once
   # TRIAGE_S seconds (default 480) have passed, so the report always comes back.
-  T0=$(date +%s); LIMIT=${TRIAGE_S:-480}
-  left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
-  late() { [ "$(left)" -lt "$1" ] && echo "skipped (time): $2" >> "$R"; }
-  python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.whl >> "$L/pip.log" 2>&1
-  gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
+  budget "${TRIAGE_S:-480}"
   ( PYTHONPATH=$T/site timeout 150 python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf > "$L/make-1b.log" 2>&1 ) &
   MAKE=$!
   step "CUDA test matrix by op family (fast paths), and the generic kernels alone"

@@ -1,14 +1,27 @@
 // Kernels that compute a window of nodes in one pass (crate::plan::fusion_windows), each with the
 // arithmetic of the nodes it replaces, in their order.
 //
-// Rows of contiguous F32 up to NORM_VALS x blockDim values (8192 at 256 threads: every model's
-// width here) take a fast path: a thread's values are loaded all at once into registers and
-// kept there for the second pass, so a row costs one memory latency, not one per value (the
-// strided loop took 16 us a 2048-wide row on the H200, 0.5 ms of a 1B model's decoded token);
-// the same operations in the same order as the strided loop, which keeps the other layouts.
-#define NORM_VALS 32
+// Rows of contiguous F32 up to NORM_VALS x blockDim values (4096 at 256 threads: an 8B model's
+// width; at most 106 registers a thread, 196 with 32 values) take a fast path: a thread's
+// values are loaded all at once into registers and kept there for the second pass, so a row
+// costs one memory latency, not one per value (the strided loop took 16 us a 2048-wide row on
+// the H200, 0.5 ms of a 1B model's decoded token); the same operations in the same order as
+// the strided loop, which keeps the other layouts.
+#define NORM_VALS 16
 
 __device__ __forceinline__ bool f32_rows(const TT &t) { return t.type == T_F32 && t.nb[0] == 4; }
+
+// The fast path's end: the norm's scale from the block's sum of squares s2, then each held
+// value x[k] (element threadIdx.x + k blockDim.x of a row of n) times it and the weight.
+__device__ __forceinline__ void norm_mul_rows(const float (&x)[NORM_VALS], float s2, i64 n,
+                                              float eps, const float *wr, i64 wn, float *dr) {
+    const float scale = rsqrtf(block_sum(s2) / n + eps);
+#pragma unroll
+    for (int k = 0; k < NORM_VALS; ++k) {
+        const i64 i = threadIdx.x + (i64)k * blockDim.x;
+        if (i < n) dr[i] = x[k] * scale * wr[i % wn];
+    }
+}
 
 // RMS_NORM of each row of a, then MUL by w (broadcast as binary_op's second source): the norm's
 // value is rounded to f32 as the unfused RMS_NORM stores it, then multiplied. One block per row.
@@ -29,12 +42,7 @@ extern "C" __global__ void rms_norm_mul_op(TT d, TT a, TT w, float eps) {
 #pragma unroll
         for (int k = 0; k < NORM_VALS; ++k)
             if (threadIdx.x + (i64)k * blockDim.x < n) s2 += x[k] * x[k];
-        const float scale = rsqrtf(block_sum(s2) / n + eps);
-#pragma unroll
-        for (int k = 0; k < NORM_VALS; ++k) {
-            const i64 i = threadIdx.x + (i64)k * blockDim.x;
-            if (i < n) dr[i] = x[k] * scale * wr[i % w.ne[0]];
-        }
+        norm_mul_rows(x, s2, n, eps, wr, w.ne[0], dr);
         return;
     }
     float s2 = 0.0f;
@@ -80,12 +88,7 @@ extern "C" __global__ void add_rms_norm_mul_op(TT sum, TT a, TT b, TT d, TT w, f
                 s2 += x[k] * x[k];
             }
         }
-        const float scale = rsqrtf(block_sum(s2) / n + eps);
-#pragma unroll
-        for (int k = 0; k < NORM_VALS; ++k) {
-            const i64 i = threadIdx.x + (i64)k * blockDim.x;
-            if (i < n) dr[i] = x[k] * scale * wr[i % w.ne[0]];
-        }
+        norm_mul_rows(x, s2, n, eps, wr, w.ne[0], dr);
         return;
     }
     float s2 = 0.0f;
