@@ -63,13 +63,70 @@ extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
     }
 }
 
+// The MMVQ loops of one warp over one weight row (rows gr and ur for the gated pair) for NC
+// activation columns, NC a compile-time count: no branch per column in the loop (branches
+// between the unrolled blocks kept their loads from issuing together). `vdot` is the type's
+// dot product; the `*_cols` dispatchers pick NC from the run-time count (1 to 8).
+template <int NC, int BYTES, int SUB, class V>
+__device__ __forceinline__ void mmvq_acc(const u8 *wr, const u8 *yq, int nblocks, int lane,
+                                         float (&acc)[8], V vdot) {
+#pragma unroll 4
+    for (int i = lane / 4; i < nblocks; i += WARP / 4) {
+        const u8 *wb = wr + (i64)(i / SUB) * BYTES;
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+            acc[c] += vdot(wb, i % SUB, yq + ((i64)c * nblocks + i) * Q8_1_BYTES, lane % 4);
+    }
+}
+template <int NC, int BYTES, int SUB, class V>
+__device__ __forceinline__ void mmvq_glu_acc(const u8 *gr, const u8 *ur, const u8 *yq,
+                                             int nblocks, int lane, float (&ag)[8],
+                                             float (&au)[8], V vdot) {
+#pragma unroll 4
+    for (int i = lane / 4; i < nblocks; i += WARP / 4) {
+        const u8 *gb = gr + (i64)(i / SUB) * BYTES, *ub = ur + (i64)(i / SUB) * BYTES;
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            const u8 *y = yq + ((i64)c * nblocks + i) * Q8_1_BYTES;
+            ag[c] += vdot(gb, i % SUB, y, lane % 4);
+            au[c] += vdot(ub, i % SUB, y, lane % 4);
+        }
+    }
+}
+#define MMVQ_CASES(CALL)                                                                      \
+    switch (ncols) {                                                                          \
+    case 1: CALL(1); break;                                                                   \
+    case 2: CALL(2); break;                                                                   \
+    case 3: CALL(3); break;                                                                   \
+    case 4: CALL(4); break;                                                                   \
+    case 5: CALL(5); break;                                                                   \
+    case 6: CALL(6); break;                                                                   \
+    case 7: CALL(7); break;                                                                   \
+    default: CALL(8); break;                                                                  \
+    }
+template <int BYTES, int SUB, class V>
+__device__ __forceinline__ void mmvq_cols(int ncols, const u8 *wr, const u8 *yq, int nblocks,
+                                          int lane, float (&acc)[8], V vdot) {
+#define MMVQ_CALL(NC) mmvq_acc<NC, BYTES, SUB>(wr, yq, nblocks, lane, acc, vdot)
+    MMVQ_CASES(MMVQ_CALL)
+#undef MMVQ_CALL
+}
+template <int BYTES, int SUB, class V>
+__device__ __forceinline__ void mmvq_glu_cols(int ncols, const u8 *gr, const u8 *ur,
+                                              const u8 *yq, int nblocks, int lane,
+                                              float (&ag)[8], float (&au)[8], V vdot) {
+#define MMVQ_CALL(NC) mmvq_glu_acc<NC, BYTES, SUB>(gr, ur, yq, nblocks, lane, ag, au, vdot)
+    MMVQ_CASES(MMVQ_CALL)
+#undef MMVQ_CALL
+}
+
 // Y = W X for 1 to 8 activation columns (MMVQ): one warp per weight row, 4 lanes per 32 values
-// (the loop over blocks unrolled four times, so a lane's loads of four blocks are in flight
-// together: one at a time left 2048-wide Q4_0 rows at about 0.25 TB/s on the H200), the
-// columns already Q8_1 (`quantize_q8_1`, column c's nblocks blocks after column c - 1's);
-// column c of the output starts dst_col floats after column c - 1's. Weight blocks of SUB
-// 32-value sub-blocks (1, or 8 for the 256-value types): 32-value block i is sub-block
-// i % SUB of weight block i / SUB.
+// (the loop over blocks unrolled four times and specialized per column count, so a lane's loads
+// of four blocks are in flight together: one block at a time left 2048-wide Q4_0 rows at about
+// 0.25 TB/s on the H200), the columns already Q8_1 (`quantize_q8_1`, column c's nblocks blocks
+// after column c - 1's); column c of the output starts dst_col floats after column c - 1's.
+// Weight blocks of SUB 32-value sub-blocks (1, or 8 for the 256-value types): 32-value block i
+// is sub-block i % SUB of weight block i / SUB.
 #define MMVQ(T, BYTES, SUB, VDOT)                                                             \
     extern "C" __global__ void mmvq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,    \
                                         int nblocks, i64 row_bytes, int ncols, i64 dst_col) { \
@@ -78,14 +135,8 @@ extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
         const int lane = threadIdx.x % WARP;                                                  \
         const u8 *wr = w + (i64)row * row_bytes;                                              \
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
-        _Pragma("unroll 4") for (int i = lane / 4; i < nblocks; i += WARP / 4) {              \
-            const u8 *wb = wr + (i64)(i / SUB) * BYTES;                                       \
-            _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                   \
-                if (c < ncols)                                                                \
-                    acc[c] += VDOT(wb, i % SUB, yq + ((i64)c * nblocks + i) * Q8_1_BYTES,     \
-                                   lane % 4);                                                 \
-            }                                                                                 \
-        }                                                                                     \
+        mmvq_cols<BYTES, SUB>(ncols, wr, yq, nblocks, lane, acc,                              \
+                              [](const u8 *b, int j, const u8 *y, int p) { return VDOT(b, j, y, p); }); \
         _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                       \
             if (c < ncols) {                                                                  \
                 const float v = warp_sum(acc[c]);                                             \
@@ -108,16 +159,8 @@ extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
         const u8 *gr = wg + (i64)row * rb_g, *ur = wu + (i64)row * rb_u;                      \
         float ag[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                       \
         float au[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                       \
-        _Pragma("unroll 4") for (int i = lane / 4; i < nblocks; i += WARP / 4) {              \
-            const u8 *gb = gr + (i64)(i / SUB) * BYTES, *ub = ur + (i64)(i / SUB) * BYTES;    \
-            _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                   \
-                if (c < ncols) {                                                              \
-                    const u8 *y = yq + ((i64)c * nblocks + i) * Q8_1_BYTES;                   \
-                    ag[c] += VDOT(gb, i % SUB, y, lane % 4);                                  \
-                    au[c] += VDOT(ub, i % SUB, y, lane % 4);                                  \
-                }                                                                             \
-            }                                                                                 \
-        }                                                                                     \
+        mmvq_glu_cols<BYTES, SUB>(ncols, gr, ur, yq, nblocks, lane, ag, au,                   \
+                                  [](const u8 *b, int j, const u8 *y, int p) { return VDOT(b, j, y, p); }); \
         _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                       \
             if (c < ncols) {                                                                  \
                 const float g = warp_sum(ag[c]);                                              \
