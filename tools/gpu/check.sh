@@ -101,14 +101,40 @@ if [ ! -x $LC/llama-server ] && [ -f gpu-ref/llama.cpp-b11312-src-pruned.tar.xz 
 fi
 
 # budget SECONDS: the clock of a timed mode (left: seconds left; late N WHAT: whether fewer
-# than N are left, noting WHAT as skipped), the gguf package and the Llama-3 vocabulary.
+# than N are left, noting WHAT as skipped), the gguf package, the Llama-3 vocabulary and the
+# text the KLD runs read.
 budget() {
   T0=$(date +%s); LIMIT=$1
   python3 -m pip install -q --no-index --no-deps --target $T/site gpu-ref/gguf-*.whl >> "$L/pip.log" 2>&1
   gunzip -c testdata/vocab/ggml-vocab-llama-bpe.gguf.gz > $T/vocab.gguf
+  TEXT=$T/text.txt; cat README.md docs/ARCHITECTURE.md > $TEXT
 }
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 late() { [ "$(left)" -lt "$1" ] && echo "skipped (time): $2" >> "$R"; }
+# kld_pair TAG FILE C CHUNKS [TESSERA_CUDA_PATHS...]: the CPU base, then CUDA per paths setting,
+# each run's KLD and the plans its graphs took in the report.
+kld_pair() {
+  local tag=$1 m=$2 c=$3 k=$4; shift 4
+  run 60 "ppl-cpu-$tag" "$B/tessera" perplexity -m $m -f $TEXT -c $c --chunks $k --device none --kl-divergence-base $T/base-$tag.kld
+  for paths in "$@"; do
+    late 30 "kld $tag $paths" && return
+    run 60 "kld-$tag$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $m -c $c --chunks $k -ngl 99 --kl-divergence-base $T/base-$tag.kld --kl-divergence
+    echo "$tag TESSERA_CUDA_PATHS=$paths: $(grep -iE "mean +kld|same top|error|panick" "$L/kld-$tag$paths.log" | head -3 | tr -s ' ' | tr '\n' ' ')" >> "$R"
+    grep -oE "plan: .*" "$L/kld-$tag$paths.log" | sort -u | head -2 >> "$R"
+  done
+}
+# step_timings FILE: the host's trace timings of a few decoded tokens (step, split, graph).
+step_timings() {
+  RUST_LOG=tessera_backend_cuda=trace,tessera_sched=trace,tessera_llama=trace run 60 trace-run "$B/tessera" run -m $1 -p "The capital of France is" -n 12 --temp 0 -ngl 99 -no-cnv
+  grep -E "step:|split:|final wait|graph:" "$L/trace-run.log" | tail -12 | sed -E 's/^[0-9T:.-]+Z +//' >> "$R"
+}
+# ncu_decode FILE LIMIT: ncu's device time per kernel of one decoded token (graphs off: each
+# kernel its own launch), into ncu-summary.txt.
+ncu_decode() {
+  command -v ncu > /dev/null || return
+  run "$2" ncu env TESSERA_CUDA_PATHS=-graphs ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 600 --launch-count 300 --print-summary per-kernel "$B/tessera" run -m $1 -p "The capital of France is" -n 6 --temp 0 -ngl 99 -no-cnv
+  grep -vE "^==PROF==" "$L/ncu.log" | grep -E "^  [a-z_0-9]+ \(|gpu__time_duration" > "$OUT/ncu-summary.txt"
+}
 
 if [ "$QUICK" = verify ]; then
   # A second call after fixes from a triage run (about 5 minutes): the 1B Q4_0 file's KLD
@@ -123,29 +149,15 @@ if [ "$QUICK" = verify ]; then
   wait
   run 60 quantize-Q4_0 "$B/tessera" quantize $T/1b-f16.gguf $T/1b-Q4_0.gguf Q4_0
   step "1B Q4_0: KLD against the CPU, greedy text ($(left)s left)"
-  TEXT=$T/text.txt; cat README.md docs/ARCHITECTURE.md > $TEXT
   f=$T/1b-Q4_0.gguf
-  kld_pair() { # TAG FILE C CHUNKS [TESSERA_CUDA_PATHS...]: the CPU base, then CUDA per paths
-    local tag=$1 m=$2 c=$3 k=$4; shift 4
-    run 60 "ppl-cpu-$tag" "$B/tessera" perplexity -m $m -f $TEXT -c $c --chunks $k --device none --kl-divergence-base $T/base-$tag.kld
-    for paths in "$@"; do
-      run 60 "kld-$tag$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $m -c $c --chunks $k -ngl 99 --kl-divergence-base $T/base-$tag.kld --kl-divergence
-      echo "$tag TESSERA_CUDA_PATHS=$paths: $(grep -iE "mean +kld|same top|error|panick" "$L/kld-$tag$paths.log" | head -3 | tr -s ' ' | tr '\n' ' ')" >> "$R"
-      grep -oE "plan: .*" "$L/kld-$tag$paths.log" | sort -u | head -2 >> "$R"
-    done
-  }
   kld_pair Q4_0-c256 $f 256 4 all -fused
   kld_pair Q4_0-c64 $f 64 8 all
   greedy_pair Q4_0 $f 24
   step "where a decoded token's time goes ($(left)s left)"
-  RUST_LOG=tessera_backend_cuda=trace,tessera_sched=trace,tessera_llama=trace run 60 trace-run "$B/tessera" run -m $f -p "The capital of France is" -n 12 --temp 0 -ngl 99 -no-cnv
-  grep -E "step:|split:|final wait|graph:|plan:" "$L/trace-run.log" | tail -24 | sed -E 's/^[0-9T:.-]+Z +//' >> "$R"
+  step_timings $f
   run 60 bench-Q4_0 "$B/tessera" bench -m $f -ngl 99 -p 512 -n 128 -r 3
   grep "|" "$L/bench-Q4_0.log" | tail -2 >> "$R"
-  if ! late 70 ncu && command -v ncu > /dev/null; then
-    run 60 ncu env TESSERA_CUDA_PATHS=-graphs ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 600 --launch-count 300 --print-summary per-kernel "$B/tessera" run -m $f -p "The capital of France is" -n 6 --temp 0 -ngl 99 -no-cnv
-    grep -vE "^==PROF==" "$L/ncu.log" | grep -E "^  [a-z_0-9]+ \(|gpu__time_duration" > "$OUT/ncu-summary.txt"
-  fi
+  late 70 ncu || ncu_decode $f 60
   step "Q4_K_M and the random MoE files ($(left)s left)"
   if ! late 60 Q4_K_M; then
     run 60 quantize-Q4_K_M "$B/tessera" quantize $T/1b-f16.gguf $T/1b-Q4_K_M.gguf Q4_K_M
@@ -199,19 +211,10 @@ if [ "$QUICK" = triage ]; then
   done
   wait
   ls -la $T/*.gguf >> "$R" 2>&1
-  TEXT=$T/text.txt; cat README.md docs/ARCHITECTURE.md > $TEXT
   f=$T/1b-Q4_0.gguf
-  run 60 ppl-cpu-Q4_0 "$B/tessera" perplexity -m $f -f $TEXT -c 256 --chunks 4 --device none --kl-divergence-base $T/base-Q4_0.kld
-  run 60 ppl-cpu-c64-Q4_0 "$B/tessera" perplexity -m $f -f $TEXT -c 64 --chunks 8 --device none --kl-divergence-base $T/base64-Q4_0.kld
-  for paths in all generic; do
-    late 120 "kld $paths" && break
-    run 60 "kld-$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $f -c 256 --chunks 4 -ngl 99 --kl-divergence-base $T/base-Q4_0.kld --kl-divergence
-    echo "Q4_0 c=256 TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep -iE "mean +kld|same top|mean ppl|error|panick" "$L/kld-$paths.log" | head -5 >> "$R"
-    grep -oE "plan: .*" "$L/kld-$paths.log" | sort -u | head -3 >> "$R"
-    run 60 "kld64-$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $f -c 64 --chunks 8 -ngl 99 --kl-divergence-base $T/base64-Q4_0.kld --kl-divergence
-    echo "Q4_0 c=64 TESSERA_CUDA_PATHS=$paths:" >> "$R"; grep -iE "mean +kld|same top|error|panick" "$L/kld64-$paths.log" | head -4 >> "$R"
-    grep -oE "plan: .*" "$L/kld64-$paths.log" | sort -u | head -3 >> "$R"
-  done
+  # c=256: batches of 256 (cuBLAS); c=64: MMQ; each with every fast path, then generic.
+  late 120 "kld" || kld_pair Q4_0-c256 $f 256 4 all generic
+  late 100 "kld c=64" || kld_pair Q4_0-c64 $f 64 8 all generic
   late 100 "greedy" || greedy_pair Q4_0 $f 24
   for q in Q4_0 Q4_K_M f16; do
     late 60 "bench $q" && break
@@ -235,15 +238,8 @@ if [ "$QUICK" = triage ]; then
   else
     echo "llama.cpp: $(tail -2 "$L/llama-build.log" 2> /dev/null | tr '\n' ' ')" >> "$R"
   fi
-  if ! late 40 "step timings"; then
-    RUST_LOG=tessera_backend_cuda=trace,tessera_sched=trace,tessera_llama=trace run 30 trace-run "$B/tessera" run -m $f -p "The capital of France is" -n 12 --temp 0 -ngl 99 -no-cnv
-    grep -E "step:|split:|final wait|graph:" "$L/trace-run.log" | tail -6 | sed -E 's/^[0-9T:.-]+Z +//' >> "$R"
-  fi
-  if ! late 40 "ncu" && command -v ncu > /dev/null; then
-    # One decoded token's kernels (graphs off: each its own launch), device time only.
-    run "$(( $(left) - 10 ))" ncu env TESSERA_CUDA_PATHS=-graphs ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 600 --launch-count 300 --print-summary per-kernel "$B/tessera" run -m $f -p "The capital of France is" -n 6 --temp 0 -ngl 99 -no-cnv
-    grep -vE "^==PROF==" "$L/ncu.log" | grep -E "^  [a-z_0-9]+ \(|gpu__time_duration" > "$OUT/ncu-summary.txt"
-  fi
+  late 40 "step timings" || step_timings $f
+  late 40 "ncu" || ncu_decode $f "$(( $(left) - 10 ))"
   if ! late 40 "ncu prompt" && command -v ncu > /dev/null; then
     # The kernels of one 512-token prompt (the first graph: cuBLAS or MMQ, prompt attention).
     head -c 2600 README.md > $T/prompt.txt

@@ -331,10 +331,11 @@ impl CpuBackend {
     }
 }
 
-/// Whether a graph is only GET_ROWS of at most 64k values in all (see `graph_compute`).
+/// Whether a graph is only GET_ROWS of at most 64k values in all (see `graph_compute`); a
+/// model's graph fails at its first node that is not a lookup.
 fn tiny_lookup(nodes: &[ops::Node]) -> bool {
-    let values: usize = nodes.iter().map(|n| n.dst.ne.iter().product::<usize>()).sum();
-    values <= 1 << 16 && nodes.iter().all(|n| matches!(n.op, tessera_tensor::graph::Op::GetRows))
+    nodes.iter().all(|n| matches!(n.op, tessera_tensor::graph::Op::GetRows))
+        && nodes.iter().map(|n| n.dst.ne.iter().product::<usize>()).sum::<usize>() <= 1 << 16
 }
 
 /// The work buffer's address, shared by the pool's threads (each node's kernel decides who

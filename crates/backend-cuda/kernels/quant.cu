@@ -173,8 +173,9 @@ __device__ __forceinline__ void mmvq_glu_cols(int ncols, const u8 *gr, const u8 
 // MUL_MAT_ID's expert products with int8 dots: dst [nrows, n_used, n_tokens] row (e, t) is
 // expert ids[t * ids_stride + e]'s matrix (experts expert_bytes apart, rows row_bytes apart)
 // times column (e % nb, t) of the activations, already Q8_1 (`quantize_q8_1`, columns of
-// nblocks blocks in (slot, token) order). One warp per weight row and blockIdx.y per (slot,
-// token); an expert id out of range gives NaN (a router's ids never are).
+// nblocks blocks in (slot, token) order). One warp per weight row (MMVQ's loop, one column)
+// and blockIdx.y per (slot, token); an expert id out of range gives NaN (a router's ids never
+// are).
 #define MMVQ_ID(T, BYTES, SUB, VDOT)                                                          \
     extern "C" __global__ void mmvq_id_##T(const u8 *w, const u8 *yq, float *dst,            \
                                            const i32 *ids, int nrows, int nblocks,           \
@@ -192,12 +193,11 @@ __device__ __forceinline__ void mmvq_glu_cols(int ncols, const u8 *gr, const u8 
         }                                                                                     \
         const u8 *wr = w + ex * expert_bytes + (i64)row * row_bytes;                          \
         const u8 *y = yq + ((i64)t * nb + e % nb) * nblocks * Q8_1_BYTES;                     \
-        float acc = 0.0f;                                                                     \
-        _Pragma("unroll 4") for (int i = lane / 4; i < nblocks; i += WARP / 4)                \
-            acc += VDOT(wr + (i64)(i / SUB) * BYTES, i % SUB, y + (i64)i * Q8_1_BYTES,        \
-                        lane % 4);                                                            \
-        acc = warp_sum(acc);                                                                  \
-        if (lane == 0) *out = acc;                                                            \
+        float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
+        mmvq_acc<1, BYTES, SUB>(wr, y, nblocks, lane, acc,                                    \
+                                [](const u8 *b, int j, const u8 *q, int p) { return VDOT(b, j, q, p); }); \
+        const float v = warp_sum(acc[0]);                                                     \
+        if (lane == 0) *out = v;                                                              \
     }
 
 MMVQ(q4_0, Q4_0_BYTES, 1, vdot_q4_0)

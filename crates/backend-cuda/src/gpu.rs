@@ -84,12 +84,22 @@ impl Gpu {
     /// Compiles the modules of `entries` not loaded yet, in parallel (one thread each), into the
     /// compiler's caches, so the first graph that needs several waits for the slowest, not for
     /// their sum (about 45 s for `fattn_mma.cu` alone on an H200 host's first run). Errors are
-    /// left for [`Gpu::function`] to report.
+    /// left for [`Gpu::function`] to report. Entries already looked up are skipped before their
+    /// kernel files are searched, so a graph of known kernels costs one map lookup each.
     pub(crate) fn precompile<'a>(&self, entries: impl Iterator<Item = &'a str>) {
+        let mut unknown: Vec<&str> = Vec::new();
+        {
+            let functions = self.functions.lock().expect("function cache");
+            for e in entries {
+                if !functions.contains_key(e) && !unknown.contains(&e) {
+                    unknown.push(e);
+                }
+            }
+        }
         let mut missing: Vec<kernels::KernelSource> = Vec::new();
         {
             let loaded = self.modules.lock().expect("module cache");
-            for e in entries {
+            for e in unknown {
                 if let Some(k) = kernels::find(e) {
                     if !loaded.contains_key(k.name) && !missing.iter().any(|m| m.name == k.name) {
                         missing.push(k);

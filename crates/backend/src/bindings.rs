@@ -155,12 +155,9 @@ impl Bindings {
 
     /// Reads an F32 tensor's values.
     pub fn get_f32(&self, ctx: &Context, id: TensorId) -> Result<Vec<f32>> {
-        self.expect_type(ctx, id, DType::F32)?;
-        Ok(self
-            .get(ctx, id)?
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect())
+        let mut out = Vec::new();
+        self.append_f32(ctx, id, &mut Vec::new(), &mut out)?;
+        Ok(out)
     }
 
     fn expect_type(&self, ctx: &Context, id: TensorId, dtype: DType) -> Result<()> {

@@ -68,15 +68,13 @@ impl Context {
         while !name.is_char_boundary(end) {
             end -= 1;
         }
-        self.version.bump();
-        self.tensors[id.index()].name = name[..end].to_string();
+        self.desc_mut(id).name = name[..end].to_string();
         id
     }
 
     /// Adds flags to a tensor.
     pub fn set_flags(&mut self, id: TensorId, flags: Flags) -> TensorId {
-        self.version.bump();
-        let t = &mut self.tensors[id.index()];
+        let t = self.desc_mut(id);
         t.flags = t.flags.union(flags);
         id
     }
@@ -89,6 +87,13 @@ impl Context {
     /// Marks a tensor as a graph output.
     pub fn set_output(&mut self, id: TensorId) -> TensorId {
         self.set_flags(id, Flags::OUTPUT)
+    }
+
+    /// The descriptor of `id`, to change: every change goes through here (or `push`), which
+    /// moves the context's version.
+    fn desc_mut(&mut self, id: TensorId) -> &mut TensorDesc {
+        self.version.bump();
+        &mut self.tensors[id.index()]
     }
 
     pub(crate) fn push(&mut self, desc: TensorDesc) -> TensorId {
@@ -125,8 +130,7 @@ impl Context {
 
     /// Sets the optional source slot `slot` of `id`.
     pub(crate) fn set_src(&mut self, id: TensorId, slot: usize, src: Option<TensorId>) {
-        self.version.bump();
-        self.tensors[id.index()].src[slot] = src;
+        self.desc_mut(id).src[slot] = src;
     }
 
     /// A copy of `a` with `a`'s type, shape and byte strides (`ggml_dup_tensor_layout`), as a
@@ -139,8 +143,7 @@ impl Context {
             (t.dtype, t.ne, t.nb)
         };
         let id = self.new_op(Op::Dup, dtype, ne, &[a]);
-        self.version.bump();
-        self.tensors[id.index()].nb = nb;
+        self.desc_mut(id).nb = nb;
         id
     }
 
@@ -200,8 +203,7 @@ impl Context {
         let dtype = src.dtype;
         let name = format!("{} (view)", src.name);
         let id = self.new_op(op, dtype, ne, &[a]);
-        self.version.bump();
-        let t = &mut self.tensors[id.index()];
+        let t = self.desc_mut(id);
         t.nb = nb;
         t.view_src = Some(view_src);
         t.view_offs = base + offset;
