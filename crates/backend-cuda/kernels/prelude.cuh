@@ -68,6 +68,22 @@ template <bool MAX> __device__ __forceinline__ float block_reduce(float x) {
 __device__ __forceinline__ float block_sum(float x) { return block_reduce<false>(x); }
 __device__ __forceinline__ float block_max(float x) { return block_reduce<true>(x); }
 
+// One Q8_1 block from a warp's 32 values, lane i holding value i: d = amax / 127 (f16 in bytes
+// 0-1), q = roundf(v / d) (int8 at byte 4 + i), s = d * sum(q) (f16 in bytes 2-3).
+// quantize_q8_1's arithmetic, shared with the fused norms that write their output's Q8_1 blocks
+// too (the same bits either way). Every lane of the warp must call it.
+__device__ __forceinline__ void q8_1_warp(float v, int lane, u8 *b) {
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const int q = (int)(amax == 0.0f ? 0.0f : roundf(v / d));
+    const int sum = warp_sum_i(q);
+    b[4 + lane] = (u8)(i8)q;
+    if (lane == 0) {
+        const u16 dh = f2h(d), sh = f2h(d * sum);
+        b[0] = dh & 0xFF; b[1] = dh >> 8; b[2] = sh & 0xFF; b[3] = sh >> 8;
+    }
+}
+
 // Little-endian reads from block bytes at any alignment, with the widest loads the address
 // allows: every ggml block but MXFP4's (17 bytes) has an even size, so rows of them are read
 // with 2- and 4-byte loads, not byte by byte (a byte load each was four load instructions a

@@ -45,22 +45,12 @@ extern "C" __global__ void get_rows_f16(const u16 *src, const i32 *ids, float *d
 }
 
 // f32 rows -> Q8_1 blocks (d = amax / 127, q = roundf(x / d), s = d * sum(q)), one warp per
-// block of 32, one lane per value; rows of ncols (a multiple of 32) values.
+// block of 32, one lane per value (`q8_1_warp`); rows of ncols (a multiple of 32) values.
 extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
     const i64 blk = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (blk >= nblocks) return;
     const int lane = threadIdx.x % WARP;
-    const float v = x[blk * 32 + lane];
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const int q = (int)(amax == 0.0f ? 0.0f : roundf(v / d));
-    const int sum = warp_sum_i(q);
-    u8 *b = dst + blk * Q8_1_BYTES;
-    b[4 + lane] = (u8)(i8)q;
-    if (lane == 0) {
-        const u16 dh = f2h(d), sh = f2h(d * sum);
-        b[0] = dh & 0xFF; b[1] = dh >> 8; b[2] = sh & 0xFF; b[3] = sh >> 8;
-    }
+    q8_1_warp(x[blk * 32 + lane], lane, dst + blk * Q8_1_BYTES);
 }
 
 // The MMVQ loops of one warp over one weight row (rows gr and ur for the gated pair) for NC

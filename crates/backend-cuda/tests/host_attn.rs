@@ -11,6 +11,7 @@ mod common;
 
 use common::{f32_bytes, floats, run, values, write, THREADS_SHIM};
 use half::f16;
+use std::path::Path;
 use tessera_tensor::quant::{dequantize, quantize};
 use tessera_tensor::DType;
 
@@ -54,6 +55,7 @@ static TT tt(void *p, i64 n0, i64 n1, i64 n2, int type, i64 es) {
     return t;
 }
 static void print_f32(const std::vector<float> &v) { for (float x : v) printf("%08x\n", __float_as_uint(x)); }
+static void print_q8(const std::vector<u8> &v) { for (u8 b : v) printf("q%02x\n", b); }
 int main(int argc, char **argv) {
     const char *op = argv[1];
     if (!strcmp(op, "fa")) {
@@ -100,11 +102,14 @@ int main(int argc, char **argv) {
         TT ts = tt(sum.data(), n, rows, 1, T_F32, 4), td = tt(out.data(), n, rows, 1, T_F32, 4);
         TT ta = tt(ab.data(), n, rows, 1, T_F32, 4), tb = tt(bb.data(), n, rows, 1, T_F32, 4);
         TT tw = tt(wb.data(), n, 1, 1, T_F32, 4);
-        launch(rows, 1, threads, [&] { add_rms_norm_mul_op(ts, ta, tb, td, tw, 1e-6f); });
+        std::vector<u8> q8(n / 32 * rows * Q8_1_BYTES);
+        u8 *q8p = n % 32 == 0 ? q8.data() : nullptr;
+        launch(rows, 1, threads, [&] { add_rms_norm_mul_op(ts, ta, tb, td, tw, 1e-6f, q8p); });
         print_f32(sum);
         print_f32(out);
+        print_q8(q8);
         // In place, as the allocator may run the ADD: the sum over a's own memory.
-        launch(rows, 1, threads, [&] { add_rms_norm_mul_op(ta, ta, tb, td, tw, 1e-6f); });
+        launch(rows, 1, threads, [&] { add_rms_norm_mul_op(ta, ta, tb, td, tw, 1e-6f, nullptr); });
         std::vector<float> in_place(n * rows);
         memcpy(in_place.data(), ab.data(), n * rows * 4);
         print_f32(in_place);
@@ -115,8 +120,11 @@ int main(int argc, char **argv) {
         std::vector<float> out(n * rows);
         TT td = tt(out.data(), n, rows, 1, T_F32, 4), ta = tt(ab.data(), n, rows, 1, T_F32, 4);
         TT tw = tt(wb.data(), n, 1, 1, T_F32, 4);
-        launch(rows, 1, threads, [&] { rms_norm_mul_op(td, ta, tw, 1e-6f); });
+        std::vector<u8> q8(n / 32 * rows * Q8_1_BYTES);
+        u8 *q8p = n % 32 == 0 ? q8.data() : nullptr;
+        launch(rows, 1, threads, [&] { rms_norm_mul_op(td, ta, tw, 1e-6f, q8p); });
         print_f32(out);
+        print_q8(q8);
     } else {
         const i64 n = atol(argv[2]);
         std::vector<u8> xb = slurp(argv[3]);
@@ -125,7 +133,7 @@ int main(int argc, char **argv) {
         const i64 nblocks = n / 32;
         std::vector<u8> out(nblocks * Q8_1_BYTES);
         launch((nblocks + 7) / 8, 1, 256, [&] { quantize_q8_1(x.data(), out.data(), nblocks); });
-        for (u8 b : out) printf("%02x\n", b);
+        print_q8(out);
     }
     return 0;
 }
@@ -334,18 +342,47 @@ fn attention_norm_and_q8_kernels_match_f64() {
     let e = rel_err(&got, &want);
     assert!(e < 1e-5, "soft_max_op with sinks: error {e:.2e}");
 
-    // RMS_NORM x weight over 3 rows of 1000: at 64 threads a row fits the registers (16
-    // values a thread: the fast path), at 32 it does not (the strided loop).
-    let (n, rows) = (1000usize, 3usize);
+    // RMS_NORM x weight (and the residual ADD before): rows of 1000 (a partial fast path),
+    // then 1024 (whole Q8_1 blocks: the kernels write their output's blocks too).
+    for n in [1000, 1024] {
+        check_norms(&exe, &dir, n);
+    }
+
+    // Q8_1 of 8 blocks: the same values as ggml's quantizer gives, within a quant step.
+    let x = values(256, 8);
+    let xf = write(&dir, "x8.bin", &f32_bytes(&x));
+    let bytes = q8_bytes(&run(&exe, &["q8", "256", &xf]));
+    let got = dequantize(DType::Q8_1, &bytes).unwrap();
+    let want = dequantize(DType::Q8_1, &quantize(DType::Q8_1, &x).unwrap()).unwrap();
+    for (blk, (g, w)) in got.chunks(32).zip(want.chunks(32)).enumerate() {
+        let amax = x[blk * 32..][..32].iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (i, (a, b)) in g.iter().zip(w).enumerate() {
+            assert!((a - b).abs() <= amax / 127.0 * 1.01, "q8_1 block {blk} value {i}: {a} vs {b}");
+        }
+        // The block's sum field (d times the quants' sum) as the int8 kernels read it.
+        let s = f16::from_le_bytes([bytes[blk * 36 + 2], bytes[blk * 36 + 3]]).to_f32();
+        let sum: f32 = g.iter().sum();
+        assert!((s - sum).abs() <= 0.01 * sum.abs().max(1.0), "q8_1 block {blk}: sum {s} vs {sum}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The fused norms over 3 rows of `n`: at 64 threads a row fits the registers (16 values a
+/// thread: the fast path), at 32 it does not (the strided loop); the outputs against f64, and
+/// where `n` is whole Q8_1 blocks, the blocks they write against quantize_q8_1's of their
+/// output, byte for byte.
+fn check_norms(exe: &Path, dir: &Path, n: usize) {
+    let rows = 3usize;
     let x = values(n * rows, 5);
     let w = values(n, 6);
-    let xf = write(&dir, "x.bin", &f32_bytes(&x));
-    let wf = write(&dir, "w.bin", &f32_bytes(&w));
+    let xf = write(dir, "x.bin", &f32_bytes(&x));
+    let wf = write(dir, "w.bin", &f32_bytes(&w));
     let b = values(n * rows, 7);
-    let bf = write(&dir, "b.bin", &f32_bytes(&b));
+    let bf = write(dir, "b.bin", &f32_bytes(&b));
     let (ns, rs) = (n.to_string(), rows.to_string());
     for threads in ["64", "32"] {
-        let got = floats(&run(&exe, &["rmsnorm", &ns, &rs, &xf, &wf, threads]));
+        let (got, q8) = split_q8(&run(exe, &["rmsnorm", &ns, &rs, &xf, &wf, threads]));
+        check_q8(exe, dir, &got, &q8, n, "rms_norm_mul_op");
         let w = &w;
         let want: Vec<f64> = (0..rows)
             .flat_map(|r| {
@@ -359,7 +396,8 @@ fn attention_norm_and_q8_kernels_match_f64() {
         assert!(e < 1e-5, "rms_norm_mul_op, {threads} threads: error {e:.2e}");
         // The residual ADD before them: x = a + b stored, then the same norm x weight of x;
         // then in place (the sum over a).
-        let got = floats(&run(&exe, &["addnorm", &ns, &rs, &xf, &bf, &wf, threads]));
+        let (got, q8) = split_q8(&run(exe, &["addnorm", &ns, &rs, &xf, &bf, &wf, threads]));
+        check_q8(exe, dir, &got[n * rows..2 * n * rows], &q8, n, "add_rms_norm_mul_op");
         assert_eq!(got.len(), 4 * n * rows);
         let (sum, out) = got[..2 * n * rows].split_at(n * rows);
         let (sum_in_place, out_in_place) = got[2 * n * rows..].split_at(n * rows);
@@ -380,25 +418,27 @@ fn attention_norm_and_q8_kernels_match_f64() {
         let e = rel_err(out, &want);
         assert!(e < 1e-5, "add_rms_norm_mul_op, {threads} threads: error {e:.2e}");
     }
+}
 
-    // Q8_1 of 8 blocks: the same values as ggml's quantizer gives, within a quant step.
-    let x = values(256, 8);
-    let xf = write(&dir, "x8.bin", &f32_bytes(&x));
-    let bytes: Vec<u8> = run(&exe, &["q8", "256", &xf])
-        .lines()
-        .map(|l| u8::from_str_radix(l, 16).unwrap())
-        .collect();
-    let got = dequantize(DType::Q8_1, &bytes).unwrap();
-    let want = dequantize(DType::Q8_1, &quantize(DType::Q8_1, &x).unwrap()).unwrap();
-    for (blk, (g, w)) in got.chunks(32).zip(want.chunks(32)).enumerate() {
-        let amax = x[blk * 32..][..32].iter().fold(0f32, |m, v| m.max(v.abs()));
-        for (i, (a, b)) in g.iter().zip(w).enumerate() {
-            assert!((a - b).abs() <= amax / 127.0 * 1.01, "q8_1 block {blk} value {i}: {a} vs {b}");
-        }
-        // The block's sum field (d times the quants' sum) as the int8 kernels read it.
-        let s = f16::from_le_bytes([bytes[blk * 36 + 2], bytes[blk * 36 + 3]]).to_f32();
-        let sum: f32 = g.iter().sum();
-        assert!((s - sum).abs() <= 0.01 * sum.abs().max(1.0), "q8_1 block {blk}: sum {s} vs {sum}");
+/// A harness's output: f32 lines, then `q`-prefixed bytes of Q8_1 blocks.
+fn split_q8(out: &str) -> (Vec<f32>, Vec<u8>) {
+    let (q, f): (Vec<&str>, Vec<&str>) = out.lines().partition(|l| l.starts_with('q'));
+    (floats(&f.join("\n")), q8_bytes(&q.join("\n")))
+}
+
+fn q8_bytes(out: &str) -> Vec<u8> {
+    out.lines().map(|l| u8::from_str_radix(l.trim_start_matches('q'), 16).unwrap()).collect()
+}
+
+/// `q8` (a fused norm's Q8_1 blocks of rows of `n`) is quantize_q8_1's of `out`; none where
+/// `n` is not whole blocks.
+fn check_q8(exe: &Path, dir: &Path, out: &[f32], q8: &[u8], n: usize, what: &str) {
+    if n % 32 != 0 {
+        assert!(q8.iter().all(|&b| b == 0), "{what}: Q8_1 blocks written for rows of {n}");
+        return;
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let f = write(dir, "norm_out.bin", &f32_bytes(out));
+    let want = q8_bytes(&run(exe, &["q8", &out.len().to_string(), &f]));
+    assert_eq!(q8.len(), want.len(), "{what}: Q8_1 bytes");
+    assert!(q8 == want.as_slice(), "{what}: its Q8_1 blocks differ from quantize_q8_1's");
 }

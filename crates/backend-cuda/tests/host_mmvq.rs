@@ -99,7 +99,8 @@ fn int8_matrix_vector_kernels_match_f64() {
     let dir = std::env::temp_dir().join(format!("tessera-host-mmvq-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kernels = &["types.cuh", "vecdotq.cuh", "quant.cu"];
-    let Some(exe) = common::harness(&dir, "mmvq_harness", LANES_SHIM, kernels, MAIN) else {
+    let shim = format!("{LANES_SHIM}{}", common::prelude_q8_1());
+    let Some(exe) = common::harness(&dir, "mmvq_harness", &shim, kernels, MAIN) else {
         return;
     };
     let (k, rows) = (512usize, 5usize);

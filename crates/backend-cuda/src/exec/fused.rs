@@ -67,8 +67,16 @@ impl Resolver<'_> {
         }
     }
 
-    /// The launch of a window [`Resolver::can_fuse`] accepted.
-    pub(crate) fn fused(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
+    /// The launch of a window [`Resolver::can_fuse`] accepted (`q8`: a product's Q8_1 input,
+    /// for GateUpGlu; `q8_out`: where a norm window also writes its output's Q8_1 blocks,
+    /// [`crate::plan::fold_q8_into_norm`]).
+    pub(crate) fn fused(
+        &self,
+        w: &Window,
+        q8: Option<Q8Input>,
+        q8_out: Option<u64>,
+    ) -> Result<Vec<Pending>, CudaError> {
+        let q8_out = Arg::Ptr(q8_out.unwrap_or(0));
         // The norm windows: the RMS_NORM's epsilon and the rows of its source.
         let norm_of = |norm: TensorId| {
             let d = self.ctx.get(norm);
@@ -88,6 +96,7 @@ impl Resolver<'_> {
                     self.src(norm, 0)?.into(),
                     self.src(mul, 1)?.into(),
                     eps.into(),
+                    q8_out,
                 ];
                 ("rms_norm_mul_op", rows, args)
             }
@@ -101,6 +110,7 @@ impl Resolver<'_> {
                     self.arg(mul)?.into(),
                     self.src(mul, 1)?.into(),
                     eps.into(),
+                    q8_out,
                 ];
                 ("add_rms_norm_mul_op", rows, args)
             }

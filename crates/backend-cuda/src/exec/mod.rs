@@ -30,7 +30,8 @@ mod nodes;
 
 use crate::gpu::Gpu;
 use crate::plan::{
-    fusion_windows, plan_node, share_q8_1, FastPath, FusionKind, Kernel, NodePlan, Paths, Window,
+    fold_q8_into_norm, fusion_windows, plan_node, share_q8_1, FastPath, FusionKind, Kernel,
+    NodePlan, Paths, Window,
 };
 use crate::CudaError;
 use args::Arg;
@@ -205,7 +206,7 @@ impl Executor {
     ) -> Result<Vec<Launch>, CudaError> {
         // The int8 products' shared activations first, then one region for the largest need
         // of a single node.
-        let (q8, q8_bytes) = share_q8_1(ctx, plans);
+        let (mut q8, q8_bytes) = share_q8_1(ctx, plans);
         let own = plans.iter().map(|(_, p)| p.scratch).max().unwrap_or(0);
         self.reserve(gpu, q8_bytes + own)?;
         let base = self.scratch.ptr;
@@ -221,9 +222,19 @@ impl Executor {
         let mut first: HashMap<TensorId, &Window> = HashMap::new();
         let mut skip: HashSet<TensorId> = HashSet::new();
         let plan_of: HashMap<TensorId, NodePlan> = plans.iter().copied().collect();
+        // A fused norm whose output int8 products read writes their Q8_1 blocks too.
+        let index: HashMap<TensorId, usize> =
+            plans.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
+        let mut norm_q8: HashMap<TensorId, u64> = HashMap::new();
         for w in windows.iter().filter(|w| resolver.can_fuse(w, &plan_of)) {
             first.insert(w.nodes[0], w);
             skip.extend(w.nodes[1..].iter().copied());
+            if matches!(w.kind, FusionKind::RmsNormMul | FusionKind::AddRmsNormMul) {
+                let end = index[w.nodes.last().expect("a window has nodes")];
+                if let Some(offset) = fold_q8_into_norm(ctx, plans, &mut q8, end) {
+                    norm_q8.insert(w.nodes[0], base + offset as u64);
+                }
+            }
         }
         let mut pending: Vec<Pending> = Vec::new();
         for ((node, plan), q8) in plans.iter().zip(q8) {
@@ -231,7 +242,7 @@ impl Executor {
                 continue;
             }
             if let Some(w) = first.get(node) {
-                pending.extend(resolver.fused(w, q8)?);
+                pending.extend(resolver.fused(w, q8, norm_q8.get(node).copied())?);
             } else if plan.kernel != Kernel::Nothing {
                 pending.extend(resolver.node(*node, plan, q8)?);
             }

@@ -64,6 +64,43 @@ pub fn share_q8_1(ctx: &Context, plans: &[(TensorId, NodePlan)]) -> (Vec<Option<
     (out, top)
 }
 
+/// Where the node at `plans[end]` (a fused norm window's last node, its output `out`) is the
+/// input of later int8 products, the norm's kernel can write the Q8_1 blocks itself: the first
+/// of those products then no longer quantizes (its `quantize` is cleared in `q8`), and the
+/// region's offset is returned for the norm's launch. `None` where no int8 product reads `out`,
+/// or a node writes into `out`'s storage before the first does (the blocks would be stale), or
+/// `out` is not whole 32-value blocks in contiguous F32 columns.
+pub fn fold_q8_into_norm(
+    ctx: &Context,
+    plans: &[(TensorId, NodePlan)],
+    q8: &mut [Option<Q8Input>],
+    end: usize,
+) -> Option<usize> {
+    let out = plans[end].0;
+    let d = ctx.get(out);
+    let contiguous = d.dtype == tessera_tensor::DType::F32
+        && d.ne[0] % 32 == 0
+        && d.nb[0] == 4
+        && d.nb[1] == 4 * d.ne[0]
+        && d.ne[2] * d.ne[3] == 1;
+    if !contiguous {
+        return None;
+    }
+    for (j, (node, plan)) in plans.iter().enumerate().skip(end + 1) {
+        if let Some(input) = q8[j].as_mut().filter(|_| ctx.get(*node).src[1] == Some(out)) {
+            if !input.quantize {
+                return None;
+            }
+            input.quantize = false;
+            return Some(input.offset);
+        }
+        if plan.kernel != Kernel::Nothing && root(ctx, *node) == root(ctx, out) {
+            return None;
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{plan_node, Capability, Paths};
@@ -101,6 +138,52 @@ mod tests {
         assert_eq!(at(o), Some(Q8Input { offset: 512, quantize: true }), "288 bytes, aligned");
         assert_eq!(at(n), None);
         assert_eq!(total, 1024);
+    }
+
+    /// A norm's output read by int8 products: the norm writes the blocks and the first
+    /// product stops quantizing; not where the output is written before the first reader,
+    /// nor for rows that are not whole blocks.
+    #[test]
+    fn a_norm_writes_its_readers_blocks() {
+        let mut ctx = Context::new();
+        let x = ctx.new_tensor(F32, &[256, 2]).unwrap();
+        let g = ctx.new_tensor(F32, &[256]).unwrap();
+        let n = ctx.rms_norm(x, 1e-6).unwrap();
+        let h = ctx.mul(n, g).unwrap();
+        let w = ctx.new_tensor(Q8_0, &[256, 64]).unwrap();
+        let a = ctx.mul_mat(w, h).unwrap();
+        let b = ctx.mul_mat(w, h).unwrap();
+        let graph = Graph::build(&ctx, &[a, b]);
+        let p = plans(&ctx, &graph);
+        let (mut inputs, _) = share_q8_1(&ctx, &p);
+        let end = p.iter().position(|(id, _)| *id == h).unwrap();
+        let at = |id: TensorId| p.iter().position(|(n, _)| *n == id).unwrap();
+        assert_eq!(inputs[at(a)], Some(Q8Input { offset: 0, quantize: true }));
+        assert_eq!(fold_q8_into_norm(&ctx, &p, &mut inputs, end), Some(0));
+        assert_eq!(inputs[at(a)], Some(Q8Input { offset: 0, quantize: false }));
+        assert_eq!(inputs[at(b)], Some(Q8Input { offset: 0, quantize: false }));
+        // Folded once: a second fold finds nothing left to take.
+        assert_eq!(fold_q8_into_norm(&ctx, &p, &mut inputs, end), None);
+        // The norm's output overwritten (a row set) before the product reads it.
+        let rows = ctx.new_tensor(F32, &[256, 1]).unwrap();
+        let idx = ctx.new_tensor(I64, &[1]).unwrap();
+        let written = ctx.set_rows(h, rows, idx).unwrap();
+        let c = ctx.mul_mat(w, h).unwrap();
+        let graph = Graph::build(&ctx, &[written, c]);
+        let p = plans(&ctx, &graph);
+        let (mut inputs, _) = share_q8_1(&ctx, &p);
+        let end = p.iter().position(|(id, _)| *id == h).unwrap();
+        assert_eq!(fold_q8_into_norm(&ctx, &p, &mut inputs, end), None, "{:?}", graph.nodes());
+        // Rows of 40 values (not whole blocks) read by a float product.
+        let x = ctx.new_tensor(F32, &[40, 1]).unwrap();
+        let n = ctx.rms_norm(x, 1e-6).unwrap();
+        let wf = ctx.new_tensor(F32, &[40, 8]).unwrap();
+        let y = ctx.mul_mat(wf, n).unwrap();
+        let graph = Graph::build(&ctx, &[y]);
+        let p = plans(&ctx, &graph);
+        let (mut inputs, _) = share_q8_1(&ctx, &p);
+        let end = p.iter().position(|(id, _)| *id == n).unwrap();
+        assert_eq!(fold_q8_into_norm(&ctx, &p, &mut inputs, end), None);
     }
 
     /// Four columns take four columns of Q8_1 blocks.

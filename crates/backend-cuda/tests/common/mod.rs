@@ -252,6 +252,15 @@ pub fn prelude_reductions() -> String {
     p[start..end].to_string()
 }
 
+/// prelude.cuh's `q8_1_warp` (one Q8_1 block from a warp's values), for harnesses with their
+/// own warp reductions.
+pub fn prelude_q8_1() -> String {
+    let p = file("prelude.cuh");
+    let start = p.find("// One Q8_1 block from a warp's").expect("q8_1_warp in prelude");
+    let end = p.find("// Little-endian reads from block bytes").expect("the reads after q8_1_warp");
+    p[start..end].to_string()
+}
+
 /// prelude.cuh's block reads (`rd16`, `rd32`: the device's own, aligned loads included; the
 /// harnesses compile at -O1, without strict aliasing, on x86, where unaligned loads work).
 pub fn prelude_reads() -> String {
