@@ -132,18 +132,20 @@ extern "C" __global__ void soft_max_op(TT d, TT a, TT m, int has_mask, float sca
 // positions a token, the pair's section choosing one); 24: vision (pairs i, i + n_dims over the
 // whole row, each section's angles starting afresh). corr0/corr1: YaRN's correction dims
 // (host-computed in f32 as ggml does).
-extern "C" __global__ void rope_op(TT d, TT a, TT pos, TT ff, int has_ff, int n_dims, int mode,
-                                   float freq_base, float freq_scale, float ext_factor,
-                                   float attn_factor, float corr0, float corr1, int s0, int s1,
-                                   int s2, int s3) {
+template <class Store>
+__device__ __forceinline__ void rope_rows(const TT &a, const TT &pos, const TT &ff, int has_ff,
+                                          int n_dims, int mode, float freq_base,
+                                          float freq_scale, float ext_factor, float attn_factor,
+                                          float corr0, float corr1, int s0, int s1, int s2,
+                                          int s3, Store store) {
     const i64 half = a.ne[0] / 2;
     const bool vision = mode == 24, multi = mode == 8 || mode == 40 || vision;
     GRID_STRIDE(k, half * a.ne[1] * a.ne[2] * a.ne[3]) {
         const i64 i = k % half, r = k / half;
         const i64 i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
         if (!vision && 2 * i >= n_dims) {
-            st(d, 2 * i, i1, i2, i3, ld(a, 2 * i, i1, i2, i3));
-            st(d, 2 * i + 1, i1, i2, i3, ld(a, 2 * i + 1, i1, i2, i3));
+            store(2 * i, i1, i2, i3, ld(a, 2 * i, i1, i2, i3));
+            store(2 * i + 1, i1, i2, i3, ld(a, 2 * i + 1, i1, i2, i3));
             continue;
         }
         // Which of the token's positions, and how many frequency steps into its section.
@@ -180,9 +182,34 @@ extern "C" __global__ void rope_op(TT d, TT a, TT pos, TT ff, int has_ff, int n_
         const i64 j0 = mode == 0 ? 2 * i : i;
         const i64 j1 = mode == 0 ? 2 * i + 1 : vision ? i + n_dims : i + n_dims / 2;
         const float x0 = ld(a, j0, i1, i2, i3), x1 = ld(a, j1, i1, i2, i3);
-        st(d, j0, i1, i2, i3, x0 * cs - x1 * sn);
-        st(d, j1, i1, i2, i3, x0 * sn + x1 * cs);
+        store(j0, i1, i2, i3, x0 * cs - x1 * sn);
+        store(j1, i1, i2, i3, x0 * sn + x1 * cs);
     }
+}
+
+
+extern "C" __global__ void rope_op(TT d, TT a, TT pos, TT ff, int has_ff, int n_dims, int mode,
+                                   float freq_base, float freq_scale, float ext_factor,
+                                   float attn_factor, float corr0, float corr1, int s0, int s1,
+                                   int s2, int s3) {
+    rope_rows(a, pos, ff, has_ff, n_dims, mode, freq_base, freq_scale, ext_factor, attn_factor,
+              corr0, corr1, s0, s1, s2, s3,
+              [&](i64 j, i64 i1, i64 i2, i64 i3, float v) { st(d, j, i1, i2, i3, v); });
+}
+
+// ROPE, then SET_ROWS of the rotated rows into a float cache d (the RopeSetRows window: K
+// rotated and stored in one pass): a is [n0, heads, tokens], the SET_ROWS source its reshape to
+// [n0 heads, tokens], so element (j, head, token) goes to d[j + head n0, idx[token]]. The
+// values are rope_op's, stored as set_rows_op stores them.
+extern "C" __global__ void rope_set_rows_op(TT d, TT idx, TT a, TT pos, TT ff, int has_ff,
+                                            int n_dims, int mode, float freq_base,
+                                            float freq_scale, float ext_factor,
+                                            float attn_factor, float corr0, float corr1, int s0,
+                                            int s1, int s2, int s3) {
+    rope_rows(a, pos, ff, has_ff, n_dims, mode, freq_base, freq_scale, ext_factor, attn_factor,
+              corr0, corr1, s0, s1, s2, s3, [&](i64 j, i64 i1, i64 i2, i64, float v) {
+                  st(d, j + i1 * a.ne[0], ld_idx(idx, i2, 0, 0), 0, 0, v);
+              });
 }
 
 // GET_ROWS: dst[i0, i10, i11, i12] = a[i0, idx[i10, i11, i12], i11, i12] (any weight type).

@@ -114,6 +114,25 @@ int main(int argc, char **argv) {
         memcpy(in_place.data(), ab.data(), n * rows * 4);
         print_f32(in_place);
         print_f32(out);
+    } else if (!strcmp(op, "ropeset")) {
+        // K [64, 2 heads, 3 tokens] at positions 7, 300, 9000 (NeoX), into an f16 cache of 8
+        // rows of 128 at rows 5, 0, 2: rope_op then set_rows_op, and rope_set_rows_op.
+        const i64 hd = 64, nh = 2, nt = 3, cells = 8;
+        std::vector<u8> kb = slurp(argv[2]);
+        std::vector<i32> pos = {7, 300, 9000};
+        std::vector<i64> idx = {5, 0, 2};
+        std::vector<float> rot(hd * nh * nt);
+        std::vector<u16> unfused(hd * nh * cells, 0), fused(hd * nh * cells, 0);
+        TT tk = tt(kb.data(), hd, nh, nt, T_F32, 4), tr = tt(rot.data(), hd, nh, nt, T_F32, 4);
+        TT tp = tt(pos.data(), nt, 1, 1, T_I32, 4), ti = tt(idx.data(), nt, 1, 1, T_I64, 8);
+        TT tf = tt(nullptr, 0, 1, 1, T_F32, 4);
+        TT rows = tt(rot.data(), hd * nh, nt, 1, T_F32, 4);
+        TT cu = tt(unfused.data(), hd * nh, cells, 1, T_F16, 2), cf = tt(fused.data(), hd * nh, cells, 1, T_F16, 2);
+        launch(1, 1, 64, [&] { rope_op(tr, tk, tp, tf, 0, (int)hd, 2, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0, 0); });
+        launch(1, 1, 64, [&] { set_rows_op(cu, rows, ti); });
+        launch(1, 1, 64, [&] { rope_set_rows_op(cf, ti, tk, tp, tf, 0, (int)hd, 2, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0, 0); });
+        for (u16 h : unfused) printf("%08x\n", __float_as_uint(h2f(h)));
+        for (u16 h : fused) printf("%08x\n", __float_as_uint(h2f(h)));
     } else if (!strcmp(op, "rmsnorm")) {
         const i64 n = atol(argv[2]), rows = atol(argv[3]), threads = atol(argv[6]);
         std::vector<u8> ab = slurp(argv[4]), wb = slurp(argv[5]);
@@ -341,6 +360,23 @@ fn attention_norm_and_q8_kernels_match_f64() {
     }
     let e = rel_err(&got, &want);
     assert!(e < 1e-5, "soft_max_op with sinks: error {e:.2e}");
+
+    // K rotated into the cache in one pass: the same f16 bits as ROPE then SET_ROWS, in the
+    // indexed rows only.
+    let k = values(64 * 2 * 3, 9);
+    let kf = write(&dir, "k.bin", &f32_bytes(&k));
+    let got = floats(&run(&exe, &["ropeset", &kf]));
+    let (unfused, fused) = got.split_at(got.len() / 2);
+    assert_eq!(unfused.len(), 128 * 8);
+    assert!(fused.iter().zip(unfused).all(|(a, b)| a.to_bits() == b.to_bits()), "rope_set_rows_op");
+    for (cell, row) in fused.chunks(128).enumerate() {
+        let written = [5, 0, 2].contains(&cell);
+        assert_eq!(row.iter().any(|v| *v != 0.0), written, "cache row {cell}");
+    }
+    // The rotation itself: token 0 (position 7) in cell 5, head 0's first NeoX pair.
+    let theta = 7.0f64;
+    let want = f64::from(k[0]) * theta.cos() - f64::from(k[32]) * theta.sin();
+    assert!((f64::from(fused[5 * 128]) - want).abs() < 2e-3, "{} vs {want}", fused[5 * 128]);
 
     // RMS_NORM x weight (and the residual ADD before): rows of 1000 (a partial fast path),
     // then 1024 (whole Q8_1 blocks: the kernels write their output's blocks too).

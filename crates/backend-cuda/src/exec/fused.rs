@@ -1,7 +1,7 @@
 //! The launches of fused windows ([`crate::plan::fusion_windows`]): which windows the kernels
 //! can take ([`Resolver::can_fuse`]) and their launches.
 
-use super::args::{per_row, warps, Arg, THREADS};
+use super::args::{grid_for, per_row, warps, Arg, THREADS};
 use super::nodes::{one, Pending, Resolver};
 use crate::plan::{FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window};
 use crate::types::row_of;
@@ -63,6 +63,21 @@ impl Resolver<'_> {
                     && float(mul.src[1])
                     && crate::types::is_float(mul.dtype)
             }
+            FusionKind::RopeSetRows => {
+                let (rope, rows, set) =
+                    (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]), self.ctx.get(w.nodes[2]));
+                let planned =
+                    |n: TensorId, k: Kernel| plan_of.get(&n).is_some_and(|p| p.kernel == k);
+                let idx = set.src[2].map(|i| self.ctx.get(i));
+                // rope [n0, heads, tokens] -> rows [n0 heads, tokens] -> cache rows idx[token].
+                planned(w.nodes[0], Kernel::Rope)
+                    && planned(w.nodes[2], Kernel::SetRows)
+                    && rope.ne[3] == 1
+                    && rows.ne == [rope.ne[0] * rope.ne[1], rope.ne[2], 1, 1]
+                    && set.ne[2] * set.ne[3] == 1
+                    && set.ne[0] == rows.ne[0]
+                    && idx.is_some_and(|i| i.ne == [rope.ne[2], 1, 1, 1])
+            }
             _ => false,
         }
     }
@@ -88,6 +103,17 @@ impl Resolver<'_> {
         };
         let (entry, rows, args) = match w.kind {
             FusionKind::GateUpGlu => return self.gate_up_glu(w, q8),
+            FusionKind::RopeSetRows => {
+                let (rope, set) = (w.nodes[0], w.nodes[2]);
+                let mut args = vec![
+                    self.arg(set)?.into(),
+                    self.src(set, 2)?.into(),
+                    self.src(rope, 0)?.into(),
+                ];
+                args.extend(self.rope_params(rope)?);
+                let pairs = self.ctx.get(rope).n_elements() / 2;
+                return Ok(one("rope_set_rows_op", grid_for(pairs), args));
+            }
             FusionKind::RmsNormMul => {
                 let (norm, mul) = (w.nodes[0], w.nodes[1]);
                 let (eps, rows) = norm_of(norm)?;

@@ -214,7 +214,12 @@ impl Executor {
         // Windows a fused kernel takes: launched at their first node, the rest skipped.
         let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
         let windows = if self.paths.allows(FastPath::Fused) {
-            let kinds = [FusionKind::AddRmsNormMul, FusionKind::RmsNormMul, FusionKind::GateUpGlu];
+            let kinds = [
+                FusionKind::AddRmsNormMul,
+                FusionKind::RmsNormMul,
+                FusionKind::GateUpGlu,
+                FusionKind::RopeSetRows,
+            ];
             fusion_windows(ctx, &ids, &kinds)
         } else {
             Vec::new()

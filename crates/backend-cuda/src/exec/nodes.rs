@@ -359,14 +359,21 @@ impl Resolver<'_> {
     }
 
     fn rope(&self, id: TensorId, dst: TensorArg, a: TensorArg) -> Result<Vec<Pending>, CudaError> {
+        let mut args = vec![dst.into(), a.into()];
+        args.extend(self.rope_params(id)?);
+        Ok(one("rope_op", grid_for(self.ctx.get(id).n_elements() / 2), args))
+    }
+
+    /// ROPE node `id`'s arguments after its destination and source (positions, frequency
+    /// factors, mode and YaRN parameters, M-RoPE sections), shared by `rope_op` and the fused
+    /// `rope_set_rows_op`.
+    pub(super) fn rope_params(&self, id: TensorId) -> Result<Vec<Arg>, CudaError> {
         let d = self.ctx.get(id);
         let Op::Rope(p) = d.op else {
             return Err(CudaError::Driver("ROPE planned for another op".into()));
         };
         let [c0, c1] = p.yarn_corr_dims();
-        let args = vec![
-            dst.into(),
-            a.into(),
+        let mut args = vec![
             self.src(id, 1)?.into(),
             self.src(id, 2)?.into(),
             i32::from(d.src[2].is_some()).into(),
@@ -386,9 +393,8 @@ impl Resolver<'_> {
             c0.into(),
             c1.into(),
         ];
-        let mut args = args;
         args.extend(p.mode.sections().unwrap_or_default().map(Arg::from));
-        Ok(one("rope_op", grid_for(d.n_elements() / 2), args))
+        Ok(args)
     }
 
     /// A product on `path`: the generic kernel, or a matrix-vector kernel over the one

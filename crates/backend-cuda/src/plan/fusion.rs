@@ -20,7 +20,8 @@ pub enum FusionKind {
     AddRmsNorm,
     /// Two MUL_MATs of the same activations (gate, up), then their split GLU.
     GateUpGlu,
-    /// ROPE, then SET_ROWS of the rotated rows (the write into the KV cache).
+    /// ROPE, the RESHAPE of its rows into one row a token, then SET_ROWS of those rows (K
+    /// rotated and written into the KV cache).
     RopeSetRows,
     /// ADD (the residual, read again later: stored), RMS_NORM of the sum, MUL by a weight row.
     AddRmsNormMul,
@@ -101,13 +102,16 @@ pub fn fusion_windows(ctx: &Context, nodes: &[TensorId], kinds: &[FusionKind]) -
             {
                 Some((FusionKind::GateUpGlu, 3))
             }
-            (Some((r, dr)), Some((_, ds)), _)
+            (Some((r, dr)), Some((v, dv)), Some((_, ds)))
                 if matches!(dr.op, Op::Rope(_))
+                    && dv.op == Op::Reshape
+                    && dv.src[0] == Some(r)
                     && ds.op == Op::SetRows
-                    && ds.src[1] == Some(r)
-                    && inner(r) =>
+                    && ds.src[1] == Some(v)
+                    && inner(r)
+                    && inner(v) =>
             {
-                Some((FusionKind::RopeSetRows, 2))
+                Some((FusionKind::RopeSetRows, 3))
             }
             _ => None,
         };
@@ -195,21 +199,29 @@ mod tests {
         assert!(fusion_windows(&ctx, graph.nodes(), &kinds[..1]).is_empty());
     }
 
-    /// K rotated and written into the cache: one window; not when the rotated K is also an
-    /// output.
+    /// K rotated and written into the cache (through the reshape to one row a token, as the
+    /// llama graphs store it): one window; not when the rotated K is also an output, nor
+    /// without the reshape (SET_ROWS of three-dimensional rows: other semantics).
     #[test]
     fn rope_into_the_cache() {
         let mut ctx = Context::new();
         let k = ctx.new_tensor(F32, &[64, 2, 1]).unwrap();
         let pos = ctx.new_tensor(I32, &[1]).unwrap();
         let r = ctx.rope(k, pos, None, RopeParams::new(64, RopeMode::Neox, 10000.0)).unwrap();
-        let cache = ctx.new_tensor(F32, &[64, 16]).unwrap();
-        let idx = ctx.new_tensor(I64, &[2]).unwrap();
-        let s = ctx.set_rows(cache, r, idx).unwrap();
+        let rows = ctx.reshape(r, &[128, 1]).unwrap();
+        let cache = ctx.new_tensor(F32, &[128, 16]).unwrap();
+        let idx = ctx.new_tensor(I64, &[1]).unwrap();
+        let s = ctx.set_rows(cache, rows, idx).unwrap();
         let graph = Graph::build(&ctx, &[s]);
         let w = fusion_windows(&ctx, graph.nodes(), &ALL);
-        assert_eq!(w, [Window { kind: FusionKind::RopeSetRows, nodes: vec![r, s] }]);
-        ctx.set_output(r);
+        assert_eq!(w, [Window { kind: FusionKind::RopeSetRows, nodes: vec![r, rows, s] }]);
+        let mut ctx2 = ctx.clone();
+        ctx2.set_output(r);
+        assert!(fusion_windows(&ctx2, graph.nodes(), &ALL).is_empty());
+        let cache3 = ctx.new_tensor(F32, &[64, 16]).unwrap();
+        let idx2 = ctx.new_tensor(I64, &[2]).unwrap();
+        let s3 = ctx.set_rows(cache3, r, idx2).unwrap();
+        let graph = Graph::build(&ctx, &[s3]);
         assert!(fusion_windows(&ctx, graph.nodes(), &ALL).is_empty());
     }
 }
