@@ -190,6 +190,34 @@ __device__ __forceinline__ void mmvq_glu_cols(int ncols, const u8 *gr, const u8 
         if (lane == 0) *out = v;                                                              \
     }
 
+// Up to three products of the same activation column in one launch (the ProductGroup window:
+// a decoder block's Q, K and V): rows of w0, then w1's, then w2's (n2 may be 0), one warp a
+// row, each row's sum MMVQ's own for one column (mmvq_acc<1>), so the outputs are the unfused
+// kernels' bits. K and V, a few hundred rows each, launched alone left most SMs idle.
+#define MMVQ_GROUP(T, BYTES, SUB, VDOT)                                                       \
+    extern "C" __global__ void mmvq_group_##T(const u8 *yq, int nblocks, const u8 *w0,       \
+                                              const u8 *w1, const u8 *w2, i64 rb0, i64 rb1,  \
+                                              i64 rb2, float *d0, float *d1, float *d2,      \
+                                              int n0, int n1, int n2) {                      \
+        int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                     \
+        const u8 *w = w0;                                                                     \
+        i64 rb = rb0;                                                                         \
+        float *dst = d0;                                                                      \
+        if (row >= n0) {                                                                      \
+            row -= n0; w = w1; rb = rb1; dst = d1;                                            \
+            if (row >= n1) {                                                                  \
+                row -= n1; w = w2; rb = rb2; dst = d2;                                        \
+                if (row >= n2) return;                                                        \
+            }                                                                                 \
+        }                                                                                     \
+        const int lane = threadIdx.x % WARP;                                                  \
+        float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
+        mmvq_acc<1, BYTES, SUB>(w + (i64)row * rb, yq, nblocks, lane, acc,                    \
+                                [](const u8 *b, int j, const u8 *q, int p) { return VDOT(b, j, q, p); }); \
+        const float v = warp_sum(acc[0]);                                                     \
+        if (lane == 0) dst[row] = v;                                                          \
+    }
+
 MMVQ(q4_0, Q4_0_BYTES, 1, vdot_q4_0)
 MMVQ(q4_1, Q4_1_BYTES, 1, vdot_q4_1)
 MMVQ(q5_0, Q5_0_BYTES, 1, vdot_q5_0)
@@ -231,3 +259,17 @@ MMVQ_GLU(q4_k, Q4_K_BYTES, 8, vdot_q4_k)
 MMVQ_GLU(q5_k, Q5_K_BYTES, 8, vdot_q5_k)
 MMVQ_GLU(q6_k, Q6_K_BYTES, 8, vdot_q6_k)
 MMVQ_GLU(iq4_xs, IQ4_XS_BYTES, 8, vdot_iq4_xs)
+
+MMVQ_GROUP(q4_0, Q4_0_BYTES, 1, vdot_q4_0)
+MMVQ_GROUP(q4_1, Q4_1_BYTES, 1, vdot_q4_1)
+MMVQ_GROUP(q5_0, Q5_0_BYTES, 1, vdot_q5_0)
+MMVQ_GROUP(q5_1, Q5_1_BYTES, 1, vdot_q5_1)
+MMVQ_GROUP(q8_0, Q8_0_BYTES, 1, vdot_q8_0)
+MMVQ_GROUP(iq4_nl, IQ4_NL_BYTES, 1, vdot_iq4_nl)
+MMVQ_GROUP(mxfp4, MXFP4_BYTES, 1, vdot_mxfp4)
+MMVQ_GROUP(q2_k, Q2_K_BYTES, 8, vdot_q2_k)
+MMVQ_GROUP(q3_k, Q3_K_BYTES, 8, vdot_q3_k)
+MMVQ_GROUP(q4_k, Q4_K_BYTES, 8, vdot_q4_k)
+MMVQ_GROUP(q5_k, Q5_K_BYTES, 8, vdot_q5_k)
+MMVQ_GROUP(q6_k, Q6_K_BYTES, 8, vdot_q6_k)
+MMVQ_GROUP(iq4_xs, IQ4_XS_BYTES, 8, vdot_iq4_xs)

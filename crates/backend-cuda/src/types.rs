@@ -41,6 +41,9 @@ pub struct TypeRow {
     pub mmvq_id: Option<&'static str>,
     /// The fused gate/up products and gated unit (`mmvq_glu_*`), beside [`mmvq`](Self::mmvq).
     pub mmvq_glu: Option<&'static str>,
+    /// Up to three products of one activation column in one launch (`mmvq_group_*`, the
+    /// ProductGroup window), beside [`mmvq`](Self::mmvq).
+    pub mmvq_group: Option<&'static str>,
     /// The int8 tensor-core kernel for batches of columns (`mmq_*`, sm_80+), beside
     /// [`mmvq`](Self::mmvq): the same Q8_1 activations.
     pub mmq: Option<&'static str>,
@@ -58,6 +61,7 @@ const fn row(dtype: DType, cuh: &'static str, class: Class) -> TypeRow {
         mmv: None,
         mmvq_id: None,
         mmvq_glu: None,
+        mmvq_group: None,
         mmq: None,
         mmq_id: None,
     }
@@ -77,6 +81,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q4_0"),
         mmvq_id: Some("mmvq_id_q4_0"),
         mmvq_glu: Some("mmvq_glu_q4_0"),
+        mmvq_group: Some("mmvq_group_q4_0"),
         mmq: Some("mmq_q4_0"),
         mmq_id: Some("mmq_id_q4_0"),
         ..block(Q4_0, "T_Q4_0")
@@ -86,6 +91,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q4_1"),
         mmvq_id: Some("mmvq_id_q4_1"),
         mmvq_glu: Some("mmvq_glu_q4_1"),
+        mmvq_group: Some("mmvq_group_q4_1"),
         mmq: Some("mmq_q4_1"),
         mmq_id: Some("mmq_id_q4_1"),
         ..block(Q4_1, "T_Q4_1")
@@ -95,6 +101,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q5_0"),
         mmvq_id: Some("mmvq_id_q5_0"),
         mmvq_glu: Some("mmvq_glu_q5_0"),
+        mmvq_group: Some("mmvq_group_q5_0"),
         mmq: Some("mmq_q5_0"),
         mmq_id: Some("mmq_id_q5_0"),
         ..block(Q5_0, "T_Q5_0")
@@ -104,6 +111,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q5_1"),
         mmvq_id: Some("mmvq_id_q5_1"),
         mmvq_glu: Some("mmvq_glu_q5_1"),
+        mmvq_group: Some("mmvq_group_q5_1"),
         mmq: Some("mmq_q5_1"),
         mmq_id: Some("mmq_id_q5_1"),
         ..block(Q5_1, "T_Q5_1")
@@ -113,6 +121,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q8_0"),
         mmvq_id: Some("mmvq_id_q8_0"),
         mmvq_glu: Some("mmvq_glu_q8_0"),
+        mmvq_group: Some("mmvq_group_q8_0"),
         mmq: Some("mmq_q8_0"),
         mmq_id: Some("mmq_id_q8_0"),
         ..block(Q8_0, "T_Q8_0")
@@ -121,6 +130,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q2_k"),
         mmvq_id: Some("mmvq_id_q2_k"),
         mmvq_glu: Some("mmvq_glu_q2_k"),
+        mmvq_group: Some("mmvq_group_q2_k"),
         mmq: Some("mmq_q2_k"),
         mmq_id: Some("mmq_id_q2_k"),
         ..block(Q2_K, "T_Q2_K")
@@ -129,6 +139,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q3_k"),
         mmvq_id: Some("mmvq_id_q3_k"),
         mmvq_glu: Some("mmvq_glu_q3_k"),
+        mmvq_group: Some("mmvq_group_q3_k"),
         mmq: Some("mmq_q3_k"),
         mmq_id: Some("mmq_id_q3_k"),
         ..block(Q3_K, "T_Q3_K")
@@ -137,6 +148,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q4_k"),
         mmvq_id: Some("mmvq_id_q4_k"),
         mmvq_glu: Some("mmvq_glu_q4_k"),
+        mmvq_group: Some("mmvq_group_q4_k"),
         mmq: Some("mmq_q4_k"),
         mmq_id: Some("mmq_id_q4_k"),
         ..block(Q4_K, "T_Q4_K")
@@ -145,6 +157,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q5_k"),
         mmvq_id: Some("mmvq_id_q5_k"),
         mmvq_glu: Some("mmvq_glu_q5_k"),
+        mmvq_group: Some("mmvq_group_q5_k"),
         mmq: Some("mmq_q5_k"),
         mmq_id: Some("mmq_id_q5_k"),
         ..block(Q5_K, "T_Q5_K")
@@ -153,6 +166,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_q6_k"),
         mmvq_id: Some("mmvq_id_q6_k"),
         mmvq_glu: Some("mmvq_glu_q6_k"),
+        mmvq_group: Some("mmvq_group_q6_k"),
         mmq: Some("mmq_q6_k"),
         mmq_id: Some("mmq_id_q6_k"),
         ..block(Q6_K, "T_Q6_K")
@@ -161,6 +175,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_iq4_nl"),
         mmvq_id: Some("mmvq_id_iq4_nl"),
         mmvq_glu: Some("mmvq_glu_iq4_nl"),
+        mmvq_group: Some("mmvq_group_iq4_nl"),
         mmq: Some("mmq_iq4_nl"),
         mmq_id: Some("mmq_id_iq4_nl"),
         ..block(IQ4_NL, "T_IQ4_NL")
@@ -169,6 +184,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_iq4_xs"),
         mmvq_id: Some("mmvq_id_iq4_xs"),
         mmvq_glu: Some("mmvq_glu_iq4_xs"),
+        mmvq_group: Some("mmvq_group_iq4_xs"),
         mmq: Some("mmq_iq4_xs"),
         mmq_id: Some("mmq_id_iq4_xs"),
         ..block(IQ4_XS, "T_IQ4_XS")
@@ -177,6 +193,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq: Some("mmvq_mxfp4"),
         mmvq_id: Some("mmvq_id_mxfp4"),
         mmvq_glu: Some("mmvq_glu_mxfp4"),
+        mmvq_group: Some("mmvq_group_mxfp4"),
         mmq: Some("mmq_mxfp4"),
         mmq_id: Some("mmq_id_mxfp4"),
         ..block(MXFP4, "T_MXFP4")
@@ -276,7 +293,8 @@ mod tests {
             }
             assert_eq!(r.mmq.is_some(), r.mmvq.is_some(), "{t}: MMQ beside MMVQ");
             assert_eq!(r.mmq_id.is_some(), r.mmq.is_some(), "{t}: MMQ_ID beside MMQ");
-            let all = [r.mmvq, r.mmv, r.mmvq_id, r.mmvq_glu, r.mmq, r.mmq_id];
+            assert_eq!(r.mmvq_group.is_some(), r.mmvq.is_some(), "{t}: a group beside MMVQ");
+            let all = [r.mmvq, r.mmv, r.mmvq_id, r.mmvq_glu, r.mmvq_group, r.mmq, r.mmq_id];
             for k in all.into_iter().flatten() {
                 assert!(entries.iter().any(|e| e == k), "{t}: no kernel {k}");
             }

@@ -48,8 +48,9 @@ const MAIN: &str = r#"
 typedef void (*Mmvq)(const u8 *, const u8 *, float *, int, int, i64, int, i64);
 typedef void (*MmvqId)(const u8 *, const u8 *, float *, const i32 *, int, int, i64, i64, int, int, int, i64);
 typedef void (*MmvqGlu)(const u8 *, const u8 *, const u8 *, float *, int, int, i64, i64, int, i64, int);
-#define ENTRY(T, BYTES, SUB, F) {"mmvq_" #T, mmvq_##T, mmvq_id_##T, mmvq_glu_##T},
-struct Entry { const char *name; Mmvq mmvq; MmvqId id; MmvqGlu glu; };
+typedef void (*MmvqGroup)(const u8 *, int, const u8 *, const u8 *, const u8 *, i64, i64, i64, float *, float *, float *, int, int, int);
+#define ENTRY(T, BYTES, SUB, F) {"mmvq_" #T, mmvq_##T, mmvq_id_##T, mmvq_glu_##T, mmvq_group_##T},
+struct Entry { const char *name; Mmvq mmvq; MmvqId id; MmvqGlu glu; MmvqGroup group; };
 static const Entry ENTRIES[] = {
     ENTRY(q4_0,,,) ENTRY(q4_1,,,) ENTRY(q5_0,,,) ENTRY(q5_1,,,) ENTRY(q8_0,,,) ENTRY(iq4_nl,,,)
     ENTRY(mxfp4,,,) ENTRY(q2_k,,,) ENTRY(q3_k,,,) ENTRY(q4_k,,,) ENTRY(q5_k,,,) ENTRY(q6_k,,,)
@@ -69,6 +70,19 @@ int main(int argc, char **argv) {
             e->glu(wg.data(), wu.data(), y.data(), out.data(), rows, nblocks, row_bytes, row_bytes, cols, rows, op);
         });
         for (float v : out) printf("%08x\n", __float_as_uint(v));
+    } else if (!strcmp(argv[1], "group")) {
+        // The rows as groups of (2, 2, 1) and of (3, 2, 0) matrices, one column.
+        std::vector<u8> w = slurp(argv[6]), y = slurp(argv[7]);
+        for (int split = 0; split < 2; ++split) {
+            const int n0 = split ? 3 : 2, n1 = 2, n2 = rows - n0 - n1;
+            std::vector<float> out((size_t)rows, -1.0f);
+            const u8 *w0 = w.data(), *w1 = w0 + n0 * row_bytes, *w2 = w1 + n1 * row_bytes;
+            launch((rows + 1) / 2, 1, 64, [&] {
+                e->group(y.data(), nblocks, w0, w1, w2, row_bytes, row_bytes, row_bytes, out.data(),
+                         out.data() + n0, out.data() + n0 + n1, n0, n1, n2);
+            });
+            for (float v : out) printf("%08x\n", __float_as_uint(v));
+        }
     } else if (!strcmp(argv[1], "mmvq")) {
         const int cols = atoi(argv[6]);
         std::vector<u8> w = slurp(argv[7]), y = slurp(argv[8]);
@@ -128,6 +142,15 @@ fn int8_matrix_vector_kernels_match_f64() {
                 let err = (g - want).abs() / scale.max(1e-9);
                 assert!(err < 2e-3, "{entry} column {c} row {r}: {g} != {want} ({err:.1e})");
             }
+        }
+
+        // The grouped products (Q, K and V in one launch): MMVQ's one-column sums, bit for
+        // bit, however the rows are split among the matrices.
+        let one = floats(&call(&exe, &["mmvq", entry], &[rows, nblocks, row_bytes, 1], &files));
+        let grouped = floats(&call(&exe, &["group", entry], &[rows, nblocks, row_bytes], &files));
+        assert_eq!(grouped.len(), 2 * rows);
+        for (i, g) in grouped.iter().enumerate() {
+            assert_eq!(g.to_bits(), one[i % rows].to_bits(), "{entry} group: row {}", i % rows);
         }
 
         // The fused gate/up products and gated unit (SiLU, then tanh-GELU) against the f64

@@ -515,8 +515,10 @@ impl<'m> LlamaContext<'m> {
             embeddings: self.params.embeddings,
             attn_rotation: self.params.attn_rotation,
             lora: &lora,
+            pins: Vec::new(),
         };
         let logits = model.graph.build(&mut b)?;
+        let pins = std::mem::take(&mut b.pins);
         let mut ctx = b.ctx;
         let (want, what) = if self.params.embeddings {
             (hp.n_embd, "embeddings (n_embd)")
@@ -544,7 +546,7 @@ impl<'m> LlamaContext<'m> {
                 outputs.push(id);
             }
         }
-        let graph = Graph::build(&ctx, &outputs);
+        let graph = crate::graph::graph_with_pins(&ctx, &pins, &outputs);
         let schedule = self.sched.alloc_graph(&mut ctx, &graph, &mut bindings)?;
 
         Ok(Prepared { key, ctx, schedule, bindings, inp, logits, outputs })

@@ -63,6 +63,19 @@ impl Resolver<'_> {
                     && float(mul.src[1])
                     && crate::types::is_float(mul.dtype)
             }
+            FusionKind::ProductGroup => {
+                // One column each, every product on the int8 path (the kernel is MMVQ's
+                // one-column loop), outputs contiguous.
+                w.nodes.iter().all(|&n| {
+                    let d = self.ctx.get(n);
+                    plan_of.get(&n).is_some_and(|p| p.kernel == Kernel::MulMat(MatmulPath::Mmvq))
+                        && d.ne[1] == 1
+                        && d.dtype == DType::F32
+                        && d.nb[0] == 4
+                }) && self.ctx.get(w.nodes[0]).src[0]
+                    .and_then(|wt| row_of(self.ctx.get(wt).dtype))
+                    .is_some_and(|r| r.mmvq_group.is_some())
+            }
             FusionKind::RopeSetRows => {
                 let (rope, rows, set) =
                     (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]), self.ctx.get(w.nodes[2]));
@@ -103,6 +116,7 @@ impl Resolver<'_> {
         };
         let (entry, rows, args) = match w.kind {
             FusionKind::GateUpGlu => return self.gate_up_glu(w, q8),
+            FusionKind::ProductGroup => return self.product_group(w, q8),
             FusionKind::RopeSetRows => {
                 let (rope, set) = (w.nodes[0], w.nodes[2]);
                 let mut args = vec![
@@ -143,6 +157,34 @@ impl Resolver<'_> {
             kind => return Err(CudaError::Driver(format!("no kernel for a {kind:?} window"))),
         };
         Ok(one(entry, per_row(rows, THREADS), args))
+    }
+
+    /// The ProductGroup window: the activations to Q8_1 (where the first product is their
+    /// first reader), then one `mmvq_group_*` over the two or three weight matrices.
+    fn product_group(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
+        let weights = |n: TensorId| self.ctx.get(n).src[0].expect("weights");
+        let w0 = self.ctx.get(weights(w.nodes[0]));
+        let entry = row_of(w0.dtype)
+            .and_then(|r| r.mmvq_group)
+            .ok_or_else(|| CudaError::Driver(format!("a product group of {} weights", w0.dtype)))?;
+        let nblocks = w0.ne[0] / 32;
+        let x = self.src(w.nodes[0], 1)?;
+        let (yq, quantize) = self.q8_activations(q8, x.p, nblocks as i64)?;
+        // Up to three (weights, row bytes, output, rows); an absent third has no rows.
+        let mut parts = [(0u64, 0i64, 0u64, 0i32); 3];
+        for (part, &n) in parts.iter_mut().zip(&w.nodes) {
+            let wd = self.ctx.get(weights(n));
+            *part = (self.arg(weights(n))?.p, wd.nb[1] as i64, self.arg(n)?.p, wd.ne[1] as i32);
+        }
+        let mut args = vec![Arg::Ptr(yq), (nblocks as i32).into()];
+        args.extend(parts.iter().map(|p| Arg::Ptr(p.0)));
+        args.extend(parts.iter().map(|p| Arg::from(p.1)));
+        args.extend(parts.iter().map(|p| Arg::Ptr(p.2)));
+        args.extend(parts.iter().map(|p| Arg::from(p.3)));
+        let rows: i64 = parts.iter().map(|p| i64::from(p.3)).sum();
+        let mut v: Vec<Pending> = quantize.into_iter().collect();
+        v.push(Pending { entry, cfg: warps(rows as usize, 8), args });
+        Ok(v)
     }
 
     /// The GateUpGlu window: the activations to Q8_1 (where the gate product is their first

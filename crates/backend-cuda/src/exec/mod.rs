@@ -219,6 +219,7 @@ impl Executor {
                 FusionKind::RmsNormMul,
                 FusionKind::GateUpGlu,
                 FusionKind::RopeSetRows,
+                FusionKind::ProductGroup,
             ];
             fusion_windows(ctx, &ids, &kinds)
         } else {

@@ -9,7 +9,7 @@
 //! (its value must then exist in memory); AddRmsNormMul's sum is the exception, stored by its
 //! kernel for the later readers.
 
-use tessera_tensor::graph::{Context, Flags, GluOp, Op, TensorId};
+use tessera_tensor::graph::{Context, Flags, GluOp, Op, TensorDesc, TensorId};
 
 /// What a window computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +25,9 @@ pub enum FusionKind {
     RopeSetRows,
     /// ADD (the residual, read again later: stored), RMS_NORM of the sum, MUL by a weight row.
     AddRmsNormMul,
+    /// Two or three MUL_MATs of the same activations by weights of one type, one after the
+    /// other in the list (a decoder block's Q, K and V): one launch, every output stored.
+    ProductGroup,
 }
 
 /// One window: its kind and its nodes, in list order.
@@ -45,6 +48,16 @@ fn readers(ctx: &Context, nodes: &[TensorId]) -> std::collections::HashMap<Tenso
         }
     }
     n
+}
+
+/// Whether `b` is a product of `a`'s activations by weights of `a`'s weight type.
+fn same_product(ctx: &Context, a: &TensorDesc, b: &TensorDesc) -> bool {
+    let wtype = |d: &TensorDesc| d.src[0].map(|w| ctx.get(w).dtype);
+    a.op == Op::MulMat
+        && b.op == Op::MulMat
+        && a.src[1] == b.src[1]
+        && wtype(a).is_some()
+        && wtype(a) == wtype(b)
 }
 
 /// The windows of `kinds` in `nodes` (a graph's node list), without overlap, first come first
@@ -102,6 +115,12 @@ pub fn fusion_windows(ctx: &Context, nodes: &[TensorId], kinds: &[FusionKind]) -
             {
                 Some((FusionKind::GateUpGlu, 3))
             }
+            (Some((_, d0)), Some((_, d1)), third)
+                if kinds.contains(&FusionKind::ProductGroup) && same_product(ctx, d0, d1) =>
+            {
+                let three = third.is_some_and(|(_, d2)| same_product(ctx, d0, d2));
+                Some((FusionKind::ProductGroup, if three { 3 } else { 2 }))
+            }
             (Some((r, dr)), Some((v, dv)), Some((_, ds)))
                 if matches!(dr.op, Op::Rope(_))
                     && dv.op == Op::Reshape
@@ -137,7 +156,7 @@ mod tests {
         FusionKind::GateUpGlu,
         FusionKind::RopeSetRows,
     ];
-    use tessera_tensor::DType::{F32, I32, I64, Q4_0};
+    use tessera_tensor::DType::{F32, I32, I64, Q4_0, Q8_0};
 
     /// A decoder block's beginning: residual add, norm × weight, gate/up and SwiGLU; each
     /// window found once, and none where an intermediate is read twice or is an output.
@@ -197,6 +216,34 @@ mod tests {
         let again = ctx.add(n, x).unwrap();
         let graph = Graph::build(&ctx, &[later, again]);
         assert!(fusion_windows(&ctx, graph.nodes(), &kinds[..1]).is_empty());
+    }
+
+    /// Q, K and V of one input by weights of one type: one group; a V of another type left
+    /// out (Q and K a pair); gate and up before their GLU stay a GateUpGlu window.
+    #[test]
+    fn products_of_one_input() {
+        let mut ctx = Context::new();
+        let x = ctx.new_tensor(F32, &[64, 1]).unwrap();
+        let w: Vec<TensorId> = [Q4_0, Q4_0, Q4_0, Q8_0]
+            .iter()
+            .map(|&t| ctx.new_tensor(t, &[64, 32]).unwrap())
+            .collect();
+        let q = ctx.mul_mat(w[0], x).unwrap();
+        let k = ctx.mul_mat(w[1], x).unwrap();
+        let v = ctx.mul_mat(w[2], x).unwrap();
+        let v8 = ctx.mul_mat(w[3], x).unwrap();
+        let kinds = [FusionKind::GateUpGlu, FusionKind::ProductGroup];
+        let graph = Graph::build(&ctx, &[q, k, v]);
+        let w3 = fusion_windows(&ctx, graph.nodes(), &kinds);
+        assert_eq!(w3, [Window { kind: FusionKind::ProductGroup, nodes: vec![q, k, v] }]);
+        let graph = Graph::build(&ctx, &[q, k, v8]);
+        let w2 = fusion_windows(&ctx, graph.nodes(), &kinds);
+        assert_eq!(w2, [Window { kind: FusionKind::ProductGroup, nodes: vec![q, k] }]);
+        let g = ctx.glu_split(q, k, GluOp::SwiGlu).unwrap();
+        let graph = Graph::build(&ctx, &[g]);
+        let glu: Vec<FusionKind> =
+            fusion_windows(&ctx, graph.nodes(), &kinds).iter().map(|w| w.kind).collect();
+        assert_eq!(glu, [FusionKind::GateUpGlu]);
     }
 
     /// K rotated and written into the cache (through the reshape to one row a token, as the

@@ -132,10 +132,8 @@ impl ModelGraph for GemmaGraph {
             let base = if hp.is_swa(il) { hp.rope_freq_base_swa } else { hp.rope_freq_base };
             let cur = b.rms_norm(inp, Some(l.attn_norm))?;
             let cur = b.name(cur, "attn_norm", il);
-            let q = b.mm(l.wq, cur)?;
+            let [q, k, v] = b.linear_same_input(cur, [(l.wq, None), (l.wk, None), (l.wv, None)])?;
             let q = b.name(q, "q_proj", il);
-            let k = b.mm(l.wk, cur)?;
-            let v = b.mm(l.wv, cur)?;
             let mut q = b.ctx.reshape(q, &[hp.head_dim_k, hp.n_head[il], n_tok])?;
             let mut k = b.ctx.reshape(k, &[hp.head_dim_k, hp.n_head_kv[il], n_tok])?;
             let v = b.ctx.reshape(v, &[hp.head_dim_v, hp.n_head_kv[il], n_tok])?;

@@ -128,9 +128,7 @@ impl ModelGraph for GptOssGraph {
             let base = if hp.is_swa(il) { hp.rope_freq_base_swa } else { hp.rope_freq_base };
             let cur = b.rms_norm(inp, Some(l.attn_norm))?;
             let cur = b.name(cur, "attn_norm", il);
-            let q = b.linear(l.wq, l.bq, cur)?;
-            let k = b.linear(l.wk, l.bk, cur)?;
-            let v = b.linear(l.wv, l.bv, cur)?;
+            let [q, k, v] = b.linear_same_input(cur, [(l.wq, l.bq), (l.wk, l.bk), (l.wv, l.bv)])?;
             let q = b.ctx.reshape(q, &[hp.head_dim_k, hp.n_head[il], n_tok])?;
             let k = b.ctx.reshape(k, &[hp.head_dim_k, hp.n_head_kv[il], n_tok])?;
             let v = b.ctx.reshape(v, &[hp.head_dim_v, hp.n_head_kv[il], n_tok])?;

@@ -151,9 +151,7 @@ pub(crate) fn forward(
     for (il, l) in blocks.iter().enumerate() {
         let cur = b.rms_norm(inp, Some(l.attn_norm))?;
         let cur = b.name(cur, "attn_norm", il);
-        let q = b.linear(l.wq, l.bq, cur)?;
-        let k = b.linear(l.wk, l.bk, cur)?;
-        let v = b.linear(l.wv, l.bv, cur)?;
+        let [q, k, v] = b.linear_same_input(cur, [(l.wq, l.bq), (l.wk, l.bk), (l.wv, l.bv)])?;
         let mut q = b.ctx.reshape(q, &[hp.head_dim_k, hp.n_head[il], n_tok])?;
         let mut k = b.ctx.reshape(k, &[hp.head_dim_k, hp.n_head_kv[il], n_tok])?;
         let v = b.ctx.reshape(v, &[hp.head_dim_v, hp.n_head_kv[il], n_tok])?;
