@@ -546,7 +546,7 @@ impl<'m> LlamaContext<'m> {
                 outputs.push(id);
             }
         }
-        let graph = crate::graph::graph_with_pins(&ctx, &pins, &outputs);
+        let graph = Graph::build_with_pins(&ctx, &pins, &outputs);
         let schedule = self.sched.alloc_graph(&mut ctx, &graph, &mut bindings)?;
 
         Ok(Prepared { key, ctx, schedule, bindings, inp, logits, outputs })

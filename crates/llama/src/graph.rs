@@ -14,7 +14,7 @@ use crate::kv_cache::KvInputs;
 pub use crate::kv_cache::LayerCache;
 use crate::lora::LoraSet;
 use crate::Result;
-use tessera_tensor::graph::{Context, GluOp, Graph, RopeMode, RopeParams, TensorId, UnaryOp};
+use tessera_tensor::graph::{Context, GluOp, RopeMode, RopeParams, TensorId, UnaryOp};
 use tessera_tensor::DType;
 
 /// A micro-batch's graph under construction: the context (weights and cache already in it),
@@ -59,28 +59,9 @@ pub struct Builder<'a> {
     /// through [`mm`](Self::mm) or [`mm_id`](Self::mm_id) adds theirs.
     pub lora: &'a LoraSet,
     /// Nodes the graph expands first, in this order, before its outputs
-    /// ([`linear_same_input`](Self::linear_same_input)'s products; [`graph_with_pins`]).
+    /// ([`linear_same_input`](Self::linear_same_input)'s products;
+    /// [`Graph::build_with_pins`]).
     pub pins: Vec<TensorId>,
-}
-
-/// The graph of `outputs` with the `pins` it computes expanded first, in order: each pin comes
-/// right after what it needs, so pins of one input (a block's Q, K and V products) follow one
-/// another in the node list, where the plain order puts each just before its first reader.
-/// Pins the outputs do not need are left out. The nodes are the same either way.
-pub fn graph_with_pins(ctx: &Context, pins: &[TensorId], outputs: &[TensorId]) -> Graph {
-    let plain = Graph::build(ctx, outputs);
-    if pins.is_empty() {
-        return plain;
-    }
-    let needed: std::collections::HashSet<TensorId> = plain.nodes().iter().copied().collect();
-    let mut g = Graph::new();
-    for &p in pins.iter().filter(|p| needed.contains(p)) {
-        g.expand(ctx, p);
-    }
-    for &o in outputs {
-        g.expand(ctx, o);
-    }
-    g
 }
 
 impl Builder<'_> {
@@ -473,37 +454,4 @@ pub(crate) fn rotations(
     });
     let v = (quantized(vt) && hd_v % 64 == 0).then_some(64);
     (k, v)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Q, K and V of one input, each read by its own chain: the plain order puts each product
-    /// before its reader; pinned, they follow one another. The same nodes either way, and a
-    /// pin the outputs do not need stays out.
-    #[test]
-    fn pinned_products_follow_one_another() {
-        let mut ctx = Context::new();
-        let x = ctx.new_tensor(DType::F32, &[32, 1]).unwrap();
-        let w: Vec<TensorId> =
-            (0..4).map(|_| ctx.new_tensor(DType::F32, &[32, 32]).unwrap()).collect();
-        let p: Vec<TensorId> = w.iter().map(|&w| ctx.mul_mat(w, x).unwrap()).collect();
-        let q = ctx.scale(p[0], 2.0, 0.0).unwrap();
-        let k = ctx.scale(p[1], 3.0, 0.0).unwrap();
-        let qk = ctx.add(q, k).unwrap();
-        let out = ctx.add(qk, p[2]).unwrap();
-        let position = |g: &Graph, id: TensorId| g.nodes().iter().position(|&n| n == id).unwrap();
-        let plain = graph_with_pins(&ctx, &[], &[out]);
-        assert_eq!(position(&plain, p[1]), position(&plain, p[0]) + 2, "{:?}", plain.nodes());
-        let pinned = graph_with_pins(&ctx, &p, &[out]);
-        let at: Vec<usize> = p[..3].iter().map(|&id| position(&pinned, id)).collect();
-        assert_eq!(at, [at[0], at[0] + 1, at[0] + 2], "{:?}", pinned.nodes());
-        assert!(!pinned.nodes().contains(&p[3]), "an unneeded pin computed");
-        let mut a = plain.nodes().to_vec();
-        let mut b = pinned.nodes().to_vec();
-        a.sort_by_key(|t| t.index());
-        b.sort_by_key(|t| t.index());
-        assert_eq!(a, b);
-    }
 }

@@ -1,7 +1,9 @@
 //! The graph builder: shapes and types as ggml computes them, typed errors for bad operands, and
 //! the execution order and use counts of `ggml_build_forward_expand`.
 
-use tessera_tensor::graph::{Context, Flags, GluOp, Graph, Op, RopeMode, RopeParams, UnaryOp};
+use tessera_tensor::graph::{
+    Context, Flags, GluOp, Graph, Op, RopeMode, RopeParams, TensorId, UnaryOp,
+};
 use tessera_tensor::{DType, TensorError};
 
 #[test]
@@ -166,4 +168,31 @@ fn deep_chains_do_not_overflow_the_stack() {
     }
     let g = Graph::build(&c, &[x]);
     assert_eq!(g.nodes().len(), 100_000);
+}
+
+/// Q, K and V of one input, each read by its own chain: the plain order puts each product
+/// before its reader; pinned, they follow one another. The same nodes either way, and a
+/// pin the outputs do not need stays out.
+#[test]
+fn pinned_products_follow_one_another() {
+    let mut ctx = Context::new();
+    let x = ctx.new_tensor(DType::F32, &[32, 1]).unwrap();
+    let w: Vec<TensorId> = (0..4).map(|_| ctx.new_tensor(DType::F32, &[32, 32]).unwrap()).collect();
+    let p: Vec<TensorId> = w.iter().map(|&w| ctx.mul_mat(w, x).unwrap()).collect();
+    let q = ctx.scale(p[0], 2.0, 0.0).unwrap();
+    let k = ctx.scale(p[1], 3.0, 0.0).unwrap();
+    let qk = ctx.add(q, k).unwrap();
+    let out = ctx.add(qk, p[2]).unwrap();
+    let position = |g: &Graph, id: TensorId| g.nodes().iter().position(|&n| n == id).unwrap();
+    let plain = Graph::build_with_pins(&ctx, &[], &[out]);
+    assert_eq!(position(&plain, p[1]), position(&plain, p[0]) + 2, "{:?}", plain.nodes());
+    let pinned = Graph::build_with_pins(&ctx, &p, &[out]);
+    let at: Vec<usize> = p[..3].iter().map(|&id| position(&pinned, id)).collect();
+    assert_eq!(at, [at[0], at[0] + 1, at[0] + 2], "{:?}", pinned.nodes());
+    assert!(!pinned.nodes().contains(&p[3]), "an unneeded pin computed");
+    let mut a = plain.nodes().to_vec();
+    let mut b = pinned.nodes().to_vec();
+    a.sort_by_key(|t| t.index());
+    b.sort_by_key(|t| t.index());
+    assert_eq!(a, b);
 }

@@ -20,6 +20,9 @@ pub struct Builder {
     /// The graph's tensors.
     pub ctx: Context,
     inits: Vec<(TensorId, Init)>,
+    /// Nodes expanded first, in order ([`Graph::build_with_pins`]): products of one input
+    /// kept together as a model's graph keeps them.
+    pub pins: Vec<TensorId>,
 }
 
 impl Builder {
@@ -124,9 +127,9 @@ impl Prepared {
 pub fn prepare(case: &Case) -> Result<Prepared, TensorError> {
     let mut b = Builder::new();
     let out = case.spec.build(&mut b)?;
-    let Builder { mut ctx, inits } = b;
+    let Builder { mut ctx, inits, pins } = b;
     ctx.set_output(out);
-    let graph = Graph::build(&ctx, &[out]);
+    let graph = Graph::build_with_pins(&ctx, &pins, &[out]);
     let mut rng = Rng::from_name(&case.name());
     let mut img = Image::new();
     let mut inputs = Vec::new();

@@ -6,15 +6,15 @@
 
 use std::collections::BTreeSet;
 use tessera_backend_cuda::plan::{
-    fusion_windows, plan_node, possible_moe_paths, possible_paths, Capability, FusionKind, Kernel,
-    MatmulPath, Paths,
+    fold_q8_into_norm, fusion_windows, plan_node, possible_moe_paths, possible_paths, share_q8_1,
+    Capability, FusionKind, Kernel, MatmulPath, NodePlan, Paths,
 };
 use tessera_backend_cuda::types::{readable, TYPES};
 use tessera_tensor::graph::{Context, Graph, Op, TensorId};
 use tessera_testmatrix::{cases, Builder, Case};
 
-/// The graph of every case of op `op` (all ops: `None`): its tensors and output.
-fn built(op: Option<&str>) -> Vec<(String, Context, TensorId)> {
+/// Every case of op `op` (all ops: `None`), built: its name, tensors, output and pins.
+fn built_pinned(op: Option<&str>) -> Vec<(String, Context, TensorId, Vec<TensorId>)> {
     let keep = |c: &Case| op.is_none_or(|o| c.op() == o);
     cases::all()
         .iter()
@@ -22,9 +22,14 @@ fn built(op: Option<&str>) -> Vec<(String, Context, TensorId)> {
         .map(|case| {
             let mut b = Builder::new();
             let out = case.spec.build(&mut b).unwrap();
-            (case.name(), b.ctx, out)
+            (case.name(), b.ctx, out, b.pins)
         })
         .collect()
+}
+
+/// The graph of every case of op `op` (all ops: `None`): its tensors and output.
+fn built(op: Option<&str>) -> Vec<(String, Context, TensorId)> {
+    built_pinned(op).into_iter().map(|(name, ctx, out, _)| (name, ctx, out)).collect()
 }
 
 #[test]
@@ -89,6 +94,56 @@ fn the_fused_windows_are_reached_by_cases() {
     assert!(residual >= 2, "{residual} cases reach ADD+RMS_NORM+MUL");
     let gate_up = reaching(&built(Some("FFN_GLU")), FusionKind::GateUpGlu);
     assert!(gate_up >= 4, "{gate_up} cases reach the fused gate/up products");
+}
+
+/// The plans of a pinned case's nodes, in the graph's order, and the graph.
+fn planned(ctx: &Context, out: TensorId, pins: &[TensorId]) -> Vec<(TensorId, NodePlan)> {
+    let cap = Capability { arch: 90, cublas: true };
+    let graph = Graph::build_with_pins(ctx, pins, &[out]);
+    graph.nodes().iter().map(|&n| (n, plan_node(ctx, n, cap, Paths::all()).unwrap())).collect()
+}
+
+/// The decode windows beyond the norms and gate/up: Q, K and V as one launch (two and three
+/// products of one column, by int8-path weights), a norm writing its products' Q8_1 blocks
+/// (with and without the residual ADD, the strided path's width too), K's RoPE into the cache.
+#[test]
+fn the_decode_windows_are_reached_by_cases() {
+    // Windows of `kind` whose nodes all plan to `kernel` where given.
+    let windows = |op: &str, kind: FusionKind, kernel: Option<Kernel>| {
+        let mut sizes = Vec::new();
+        for (_, ctx, out, pins) in built_pinned(Some(op)) {
+            let plans = planned(&ctx, out, &pins);
+            let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
+            for w in fusion_windows(&ctx, &ids, &[kind]) {
+                let fits = |n: &TensorId| {
+                    kernel.is_none_or(|k| plans.iter().any(|(m, p)| m == n && p.kernel == k))
+                };
+                if w.nodes.iter().all(fits) {
+                    sizes.push(w.nodes.len());
+                }
+            }
+        }
+        sizes
+    };
+    let mmvq = Some(Kernel::MulMat(MatmulPath::Mmvq));
+    let groups = windows("MUL_MAT_GROUP", FusionKind::ProductGroup, mmvq);
+    assert!(groups.iter().filter(|&&n| n == 3).count() >= 4, "groups of three: {groups:?}");
+    assert!(groups.contains(&2), "no group of two: {groups:?}");
+    let rope = windows("ROPE_SET_ROWS", FusionKind::RopeSetRows, None);
+    assert!(rope.len() >= 2, "{} cases reach RoPE into the cache", rope.len());
+    // A fused norm whose output int8 products read: the fold gives the norm their blocks.
+    let mut folded = 0;
+    for (_, ctx, out, pins) in built_pinned(Some("NORM_MUL_MAT")) {
+        let plans = planned(&ctx, out, &pins);
+        let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
+        let (mut q8, _) = share_q8_1(&ctx, &plans);
+        let kinds = [FusionKind::AddRmsNormMul, FusionKind::RmsNormMul];
+        for w in fusion_windows(&ctx, &ids, &kinds) {
+            let end = ids.iter().position(|n| n == w.nodes.last().unwrap()).unwrap();
+            folded += usize::from(fold_q8_into_norm(&ctx, &plans, &mut q8, end).is_some());
+        }
+    }
+    assert!(folded >= 4, "{folded} cases reach a norm writing its products' Q8_1 blocks");
 }
 
 /// Cases reach both decode attention paths (tensor cores, SIMT) with one chunk and with

@@ -98,6 +98,8 @@ pub(crate) struct Executor {
     graphs: graphs::Graphs,
     /// The last plan summary logged (a new one is logged when it changes).
     logged: String,
+    /// The last count of fused windows logged (likewise).
+    logged_fused: String,
     resolved: Option<Resolved>,
 }
 
@@ -119,6 +121,7 @@ impl Executor {
             scratch: Scratch::default(),
             graphs: graphs::Graphs::default(),
             logged: String::new(),
+            logged_fused: String::new(),
             resolved: None,
         }
     }
@@ -186,9 +189,11 @@ impl Executor {
         let planned = t0.elapsed();
         let launches = self.resolve(gpu, ctx, &plans, bindings).map_err(kernel_err)?;
         self.launch(gpu, &launches).map_err(kernel_err)?;
+        let queued = launches.len();
         self.resolved = Some(Resolved { key, scratch: self.scratch.ptr, launches });
         tracing::trace!(
             nodes = plans.len(),
+            launches = queued,
             "graph: planned in {} us, resolved and queued in {} us",
             planned.as_micros(),
             (t0.elapsed() - planned).as_micros()
@@ -240,6 +245,19 @@ impl Executor {
                 if let Some(offset) = fold_q8_into_norm(ctx, plans, &mut q8, end) {
                     norm_q8.insert(w.nodes[0], base + offset as u64);
                 }
+            }
+        }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+            for w in first.values() {
+                *kinds.entry(format!("{:?}", w.kind)).or_default() += 1;
+            }
+            let mut parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} x{n}")).collect();
+            parts.push(format!("norms writing Q8_1 x{}", norm_q8.len()));
+            let line = parts.join(", ");
+            if line != self.logged_fused {
+                tracing::debug!(device = %gpu.name, "fused windows: {line}");
+                self.logged_fused = line;
             }
         }
         let mut pending: Vec<Pending> = Vec::new();

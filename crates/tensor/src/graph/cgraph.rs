@@ -38,6 +38,29 @@ impl Graph {
         g
     }
 
+    /// The graph of `outputs` with the `pins` it needs expanded first, in order: each pin comes
+    /// right after what it depends on, so pins of one input (a decoder block's Q, K and V
+    /// products) follow one another in the node list, where [`build`](Self::build) puts each
+    /// just before its first reader and a backend could not run them as one launch. Pins the
+    /// outputs do not need are left out; the nodes are [`build`](Self::build)'s, in another
+    /// valid order.
+    pub fn build_with_pins(ctx: &Context, pins: &[TensorId], outputs: &[TensorId]) -> Graph {
+        let plain = Graph::build(ctx, outputs);
+        if pins.is_empty() {
+            return plain;
+        }
+        let mut g = Graph::new();
+        for &p in pins.iter().filter(|p| plain.visited.get(p.index()).copied().unwrap_or(false)) {
+            if ctx.get(p).op != Op::None {
+                g.expand(ctx, p);
+            }
+        }
+        for &o in outputs {
+            g.expand(ctx, o);
+        }
+        g
+    }
+
     /// Adds `out` and everything it depends on that is not in the graph yet: a post-order
     /// depth-first walk over the sources, left to right, so every node comes after its sources.
     pub fn expand(&mut self, ctx: &Context, out: TensorId) {

@@ -7,6 +7,7 @@
 mod basic;
 mod conv;
 mod copy;
+mod fused;
 mod linalg;
 mod moe;
 
@@ -16,6 +17,7 @@ pub use basic::{
 };
 pub use conv::{Conv2d, Im2Col, Pool2d};
 pub use copy::{Copy, CopyOp, SetRows};
+pub use fused::{NormProducts, Products, RopeIntoCache};
 pub use linalg::{FfnGlu, FlashAttn, MulMat, Rope, SoftMax};
 pub use moe::{AddId, Argsort, Clamp, MulMatId, SwiGluOai};
 
@@ -151,6 +153,43 @@ fn ffn_glu(v: &mut Vec<Case>) {
             v.push(Case::new(FfnGlu { w, op, k: 256, m: 32, cols }));
         }
     }
+    // A block's Q, K and V of one column as one launch on CUDA (three products, two), and
+    // over three columns (not grouped: each product alone).
+    for w in [Q4_0, Q4_K, Q6_K, MXFP4] {
+        v.push(Case::new(Products { w, k: 256, rows: [64, 32, 32], cols: 1 }));
+    }
+    v.push(Case::new(Products { w: Q8_0, k: 256, rows: [48, 16, 0], cols: 1 }));
+    v.push(Case::new(Products { w: Q4_0, k: 256, rows: [64, 32, 32], cols: 3 }));
+    // A norm feeding int8 products (one and two, one and two columns, with the residual ADD),
+    // and a row wider than the fused norm's registers (the strided path).
+    for (residual, cols, products) in [(false, 1, 2), (true, 1, 1), (true, 2, 2)] {
+        v.push(Case::new(NormProducts { w: Q4_0, k: 512, m: 32, cols, residual, products }));
+    }
+    v.push(Case::new(NormProducts {
+        w: Q4_K,
+        k: 4352,
+        m: 16,
+        cols: 1,
+        residual: true,
+        products: 2,
+    }));
+    // K rotated into an f16 and an f32 cache.
+    v.push(Case::new(RopeIntoCache {
+        head_dim: 64,
+        heads: 2,
+        tokens: 1,
+        cells: 16,
+        cache: F16,
+        mode: RopeMode::Neox,
+    }));
+    v.push(Case::new(RopeIntoCache {
+        head_dim: 128,
+        heads: 4,
+        tokens: 3,
+        cells: 32,
+        cache: F32,
+        mode: RopeMode::Norm,
+    }));
 }
 
 fn mul_mat_id(v: &mut Vec<Case>) {

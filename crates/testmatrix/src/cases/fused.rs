@@ -1,0 +1,149 @@
+//! Small graphs shaped as a decoder block builds them, for the windows a backend may run as one
+//! kernel (the CUDA backend's fusion windows): each checks the fused kernels against the f64
+//! reference of the unfused nodes, as the single-op cases check the plain kernels.
+
+use crate::case::{Builder, CaseSpec};
+use crate::compare::{thresholds, Tolerance};
+use crate::init::{default_init, Init};
+use tessera_tensor::graph::{RopeMode, RopeParams, TensorId};
+use tessera_tensor::{DType, TensorError};
+
+/// Two or three products of the same `cols` activation columns by weights of one type (a
+/// block's Q, K and V; `rows[2]` 0 for two), pinned so they follow one another in the node list
+/// (the CUDA backend's product group); the output is their rows one after another (CONCAT).
+#[derive(Debug, Clone)]
+pub struct Products {
+    /// Weight type.
+    pub w: DType,
+    /// Dot product length.
+    pub k: usize,
+    /// Output rows of each product (the third 0 for two products).
+    pub rows: [usize; 3],
+    /// Activation columns.
+    pub cols: usize,
+}
+
+impl CaseSpec for Products {
+    fn op(&self) -> &'static str {
+        "MUL_MAT_GROUP"
+    }
+    fn dtype(&self) -> String {
+        self.w.name().into()
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let x = b.leaf(DType::F32, &[self.k, self.cols], default_init(DType::F32))?;
+        let mut out: Option<TensorId> = None;
+        let mut products = Vec::new();
+        for &m in self.rows.iter().filter(|&&m| m > 0) {
+            let w = b.leaf(self.w, &[self.k, m], default_init(self.w))?;
+            products.push(b.ctx.mul_mat(w, x)?);
+        }
+        b.pins.extend(&products);
+        for p in products {
+            out = Some(match out {
+                Some(o) => b.ctx.concat(o, p, 0)?,
+                None => p,
+            });
+        }
+        Ok(out.expect("at least one product"))
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::MUL_MAT)
+    }
+}
+
+/// RMS_NORM (after a residual ADD with `residual`) times a weight row, then `products` (1 or 2,
+/// pinned together) of the normed columns by `w` weights: a block's attention or FFN input,
+/// where the CUDA backend's fused norm writes the products' Q8_1 activations itself.
+#[derive(Debug, Clone)]
+pub struct NormProducts {
+    /// Weight type.
+    pub w: DType,
+    /// Row length (the norm's and the products').
+    pub k: usize,
+    /// Output rows of each product.
+    pub m: usize,
+    /// Columns.
+    pub cols: usize,
+    /// The residual ADD before the norm.
+    pub residual: bool,
+    /// Products of the normed columns (1 or 2).
+    pub products: usize,
+}
+
+impl CaseSpec for NormProducts {
+    fn op(&self) -> &'static str {
+        "NORM_MUL_MAT"
+    }
+    fn dtype(&self) -> String {
+        format!("{}{}", self.w.name(), if self.residual { ",add" } else { "" })
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let unit = Init::Uniform { min: -1.0, max: 1.0 };
+        let mut a = b.leaf(DType::F32, &[self.k, self.cols], unit)?;
+        if self.residual {
+            let r = b.leaf(DType::F32, &[self.k, self.cols], unit)?;
+            a = b.ctx.add(a, r)?;
+        }
+        let g = b.leaf(DType::F32, &[self.k], Init::Uniform { min: 0.5, max: 1.5 })?;
+        let n = b.ctx.rms_norm(a, 1e-6)?;
+        let h = b.ctx.mul(n, g)?;
+        let mut products = Vec::new();
+        for _ in 0..self.products.max(1) {
+            let w = b.leaf(self.w, &[self.k, self.m], default_init(self.w))?;
+            products.push(b.ctx.mul_mat(w, h)?);
+        }
+        b.pins.extend(&products);
+        let mut out = products[0];
+        for &p in &products[1..] {
+            out = b.ctx.concat(out, p, 0)?;
+        }
+        Ok(out)
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::MUL_MAT)
+    }
+}
+
+/// K `[head_dim, heads, tokens]` rotated (ROPE), reshaped to one row a token and written into
+/// rows of a `cells`-row cache of type `cache` (SET_ROWS at distinct indexes): the CUDA
+/// backend's RoPE-into-the-cache kernel. The output is the whole cache (its other rows as they
+/// were).
+#[derive(Debug, Clone)]
+pub struct RopeIntoCache {
+    /// Head size.
+    pub head_dim: usize,
+    /// KV heads.
+    pub heads: usize,
+    /// Tokens.
+    pub tokens: usize,
+    /// Cache rows.
+    pub cells: usize,
+    /// Cache type (F16 or F32).
+    pub cache: DType,
+    /// NORM or NEOX.
+    pub mode: RopeMode,
+}
+
+impl CaseSpec for RopeIntoCache {
+    fn op(&self) -> &'static str {
+        "ROPE_SET_ROWS"
+    }
+    fn dtype(&self) -> String {
+        format!("{},{:?}", self.cache.name(), self.mode).to_lowercase()
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let (hd, nh, nt) = (self.head_dim, self.heads, self.tokens);
+        let k = b.leaf(DType::F32, &[hd, nh, nt], Init::Uniform { min: -1.0, max: 1.0 })?;
+        let pos = b.leaf(DType::I32, &[nt], Init::Positions { n_ctx: 512 })?;
+        let r = b.ctx.rope(k, pos, None, RopeParams::new(hd, self.mode, 10000.0))?;
+        let rows = b.ctx.reshape(r, &[hd * nh, nt])?;
+        let cache =
+            b.leaf(self.cache, &[hd * nh, self.cells], Init::Uniform { min: -1.0, max: 1.0 })?;
+        let idx = b.leaf(DType::I64, &[nt], Init::RowIds { n: self.cells, distinct: true })?;
+        b.ctx.set_rows(cache, rows, idx)
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::DEFAULT)
+    }
+}
