@@ -112,15 +112,18 @@ budget() {
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 late() { [ "$(left)" -lt "$1" ] && echo "skipped (time): $2" >> "$R"; }
 # kld_pair TAG FILE C CHUNKS [TESSERA_CUDA_PATHS...]: the CPU base, then CUDA per paths setting,
-# each run's KLD and the plans its graphs took in the report.
+# each run's KLD, the plans its graphs took and the windows fused in the report. KLD_EXTRA:
+# more perplexity flags for both sides (`-ub 1`: every token a decoding step, so the decode
+# kernels and windows are what is compared; the CPU base then takes its one-row kernels too).
 kld_pair() {
   local tag=$1 m=$2 c=$3 k=$4; shift 4
-  run 60 "ppl-cpu-$tag" "$B/tessera" perplexity -m $m -f $TEXT -c $c --chunks $k --device none --kl-divergence-base $T/base-$tag.kld
+  local extra=(${KLD_EXTRA:-})
+  run 60 "ppl-cpu-$tag" "$B/tessera" perplexity -m $m -f $TEXT -c $c --chunks $k --device none "${extra[@]}" --kl-divergence-base $T/base-$tag.kld
   for paths in "$@"; do
     late 30 "kld $tag $paths" && return
-    run 60 "kld-$tag$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $m -c $c --chunks $k -ngl 99 --kl-divergence-base $T/base-$tag.kld --kl-divergence
+    run 60 "kld-$tag$paths" env TESSERA_CUDA_PATHS=$paths RUST_LOG=tessera_backend_cuda=debug "$B/tessera" perplexity -m $m -c $c --chunks $k -ngl 99 "${extra[@]}" --kl-divergence-base $T/base-$tag.kld --kl-divergence
     echo "$tag TESSERA_CUDA_PATHS=$paths: $(grep -iE "mean +kld|same top|error|panick" "$L/kld-$tag$paths.log" | head -3 | tr -s ' ' | tr '\n' ' ')" >> "$R"
-    grep -oE "plan: .*" "$L/kld-$tag$paths.log" | sort -u | head -2 >> "$R"
+    grep -oE "(plan|fused windows): .*" "$L/kld-$tag$paths.log" | sort -u | head -4 >> "$R"
   done
 }
 # step_timings FILE: the host's trace timings of a few decoded tokens (step, split, graph).
@@ -152,6 +155,7 @@ if [ "$QUICK" = verify ]; then
   f=$T/1b-Q4_0.gguf
   kld_pair Q4_0-c256 $f 256 4 all -fused
   kld_pair Q4_0-c64 $f 64 8 all
+  KLD_EXTRA="-ub 1" kld_pair Q4_0-dec $f 64 2 all -fused
   greedy_pair Q4_0 $f 24
   step "where a decoded token's time goes ($(left)s left)"
   step_timings $f
@@ -185,7 +189,7 @@ if [ "$QUICK" = triage ]; then
   ( PYTHONPATH=$T/site timeout 150 python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf > "$L/make-1b.log" 2>&1 ) &
   MAKE=$!
   step "CUDA test matrix by op family (fast paths), and the generic kernels alone"
-  FAMS=("^mul_mat$" "^mul_mat_id$" "^flash_attn_ext$" "^(rope|cpy|set_rows|get_rows|soft_max|mul|add|sub|div|im2col|swiglu|rms_norm|pool_2d|geglu|ffn_glu|dup|cont|concat|tanh|silu|gelu_erf|gelu|norm|hadamard|conv_2d|sum_rows|argsort|argmax|swiglu_oai|scale|clamp|add_id)$")
+  FAMS=("^(mul_mat|mul_mat_group|norm_mul_mat)$" "^mul_mat_id$" "^flash_attn_ext$" "^(rope|rope_set_rows|cpy|set_rows|get_rows|soft_max|mul|add|sub|div|im2col|swiglu|rms_norm|pool_2d|geglu|ffn_glu|dup|cont|concat|tanh|silu|gelu_erf|gelu|norm|hadamard|conv_2d|sum_rows|argsort|argmax|swiglu_oai|scale|clamp|add_id)$")
   PIDS=()
   for i in 0 1 2 3; do
     run 200 "tm-fast-$i" "$B/test-matrix" --backend cuda --ops "${FAMS[$i]}" --max-failures 30 &
@@ -215,6 +219,8 @@ if [ "$QUICK" = triage ]; then
   # c=256: batches of 256 (cuBLAS); c=64: MMQ; each with every fast path, then generic.
   late 120 "kld" || kld_pair Q4_0-c256 $f 256 4 all generic
   late 100 "kld c=64" || kld_pair Q4_0-c64 $f 64 8 all generic
+  # Decoding (one token a step: MMVQ, the Q/K/V group, RoPE into the cache, norms writing Q8_1).
+  late 100 "kld decode" || KLD_EXTRA="-ub 1" kld_pair Q4_0-dec $f 64 2 all -fused generic
   late 100 "greedy" || greedy_pair Q4_0 $f 24
   for q in Q4_0 Q4_K_M f16; do
     late 60 "bench $q" && break

@@ -88,6 +88,7 @@ const LLAMA_CPP_FLAGS: &[(&str, &str)] = &[
     ("-ngld", "--spec-draft-ngl"),
     ("-devd", "--spec-draft-device"),
     ("-mm", "--mmproj"),
+    ("-ub", "--ubatch-size"),
 ];
 
 /// The arguments with llama.cpp's multi-letter flags rewritten (`-cnv` is not `-c nv`), and

@@ -33,6 +33,11 @@ pub struct PerplexityArgs {
     /// Tokens per chunk.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
     ctx_size: usize,
+    /// Tokens per micro-batch (llama-perplexity's `-ub`; default: the whole chunk): smaller
+    /// splits each chunk's evaluation, `-ub 1` runs every token as a decoding step (the
+    /// decode kernels' KL divergence against a base file).
+    #[arg(long = "ubatch-size")]
+    ubatch_size: Option<usize>,
     /// Threads (default: all cores).
     #[arg(short = 't', long)]
     threads: Option<usize>,
@@ -73,9 +78,14 @@ fn chunk_context<'m>(
 ) -> Result<LlamaContext<'m>> {
     let flash_attn = a.flash_attn != "off";
     let (type_k, type_v) = a.cache.types(flash_attn)?;
+    let n_ubatch = match a.ubatch_size {
+        None => n_ctx,
+        Some(u) if (1..=n_ctx).contains(&u) => u,
+        Some(u) => bail!("-ub {u}: a micro-batch takes 1 to the chunk's {n_ctx} tokens"),
+    };
     let params = ContextParams {
         n_ctx,
-        n_ubatch: n_ctx,
+        n_ubatch,
         n_threads: common::threads(a.threads),
         flash_attn,
         type_k,
