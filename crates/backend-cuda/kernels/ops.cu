@@ -212,6 +212,32 @@ extern "C" __global__ void rope_set_rows_op(TT d, TT idx, TT a, TT pos, TT ff, i
               });
 }
 
+// A decoding step's attention inputs in one launch (the AttnInputs window): blockIdx.y 0
+// rotates Q into dq as rope_op, 1 rotates K into its cache as rope_set_rows_op, 2 stores V's
+// rows [n0, tokens] into cache rows idx_v[token] as set_rows_op; Q and K share positions and
+// parameters. Each job's values are those of its own kernel.
+extern "C" __global__ void rope_kv_store_op(TT dq, TT q, TT ck, TT idx_k, TT k, TT cv, TT idx_v,
+                                            TT v, TT pos, TT ff, int has_ff, int n_dims,
+                                            int mode, float freq_base, float freq_scale,
+                                            float ext_factor, float attn_factor, float corr0,
+                                            float corr1, int s0, int s1, int s2, int s3) {
+    if (blockIdx.y == 0) {
+        rope_rows(q, pos, ff, has_ff, n_dims, mode, freq_base, freq_scale, ext_factor,
+                  attn_factor, corr0, corr1, s0, s1, s2, s3,
+                  [&](i64 j, i64 i1, i64 i2, i64 i3, float x) { st(dq, j, i1, i2, i3, x); });
+    } else if (blockIdx.y == 1) {
+        rope_rows(k, pos, ff, has_ff, n_dims, mode, freq_base, freq_scale, ext_factor,
+                  attn_factor, corr0, corr1, s0, s1, s2, s3, [&](i64 j, i64 i1, i64 i2, i64, float x) {
+                      st(ck, j + i1 * k.ne[0], ld_idx(idx_k, i2, 0, 0), 0, 0, x);
+                  });
+    } else {
+        GRID_STRIDE(i, v.ne[0] * v.ne[1]) {
+            const i64 i0 = i % v.ne[0], i1 = i / v.ne[0];
+            st(cv, i0, ld_idx(idx_v, i1, 0, 0), 0, 0, ld(v, i0, i1, 0, 0));
+        }
+    }
+}
+
 // GET_ROWS: dst[i0, i10, i11, i12] = a[i0, idx[i10, i11, i12], i11, i12] (any weight type).
 extern "C" __global__ void get_rows_op(TT d, TT a, TT idx) {
     GRID_STRIDE(i, n_elems(d)) {

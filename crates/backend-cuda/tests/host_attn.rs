@@ -133,6 +133,26 @@ int main(int argc, char **argv) {
         launch(1, 1, 64, [&] { rope_set_rows_op(cf, ti, tk, tp, tf, 0, (int)hd, 2, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0, 0); });
         for (u16 h : unfused) printf("%08x\n", __float_as_uint(h2f(h)));
         for (u16 h : fused) printf("%08x\n", __float_as_uint(h2f(h)));
+        // The whole step's inputs: Q [64, 4, 3] rotated, K as above, V [128, 3] into rows
+        // 1, 7, 4 of an f16 cache: rope_op + set_rows_op against rope_kv_store_op.
+        std::vector<u8> qb = slurp(argv[3]), vb = slurp(argv[4]);
+        std::vector<i64> vidx = {1, 7, 4};
+        std::vector<float> qu(hd * 4 * nt), qf(hd * 4 * nt);
+        std::vector<u16> vu(hd * nh * cells, 0), vf(hd * nh * cells, 0), kf(hd * nh * cells, 0);
+        TT tq = tt(qb.data(), hd, 4, nt, T_F32, 4), tqu = tt(qu.data(), hd, 4, nt, T_F32, 4), tqf = tt(qf.data(), hd, 4, nt, T_F32, 4);
+        TT tv = tt(vb.data(), hd * nh, nt, 1, T_F32, 4), tvi = tt(vidx.data(), nt, 1, 1, T_I64, 8);
+        TT cvu = tt(vu.data(), hd * nh, cells, 1, T_F16, 2), cvf = tt(vf.data(), hd * nh, cells, 1, T_F16, 2);
+        TT ckf = tt(kf.data(), hd * nh, cells, 1, T_F16, 2);
+        launch(1, 1, 64, [&] { rope_op(tqu, tq, tp, tf, 0, (int)hd, 0, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0, 0); });
+        launch(1, 1, 64, [&] { rope_op(tr, tk, tp, tf, 0, (int)hd, 0, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0, 0); });
+        std::fill(unfused.begin(), unfused.end(), 0);
+        launch(1, 1, 64, [&] { set_rows_op(cu, rows, ti); });
+        launch(1, 1, 64, [&] { set_rows_op(cvu, tv, tvi); });
+        launch3(2, 3, 1, 64, [&] { rope_kv_store_op(tqf, tq, ckf, ti, tk, cvf, tvi, tv, tp, tf, 0, (int)hd, 0, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0, 0); });
+        print_f32(qu);
+        print_f32(qf);
+        for (const auto *c : {&unfused, &kf, &vu, &vf})
+            for (u16 h : *c) printf("%08x\n", __float_as_uint(h2f(h)));
     } else if (!strcmp(op, "rmsnorm")) {
         const i64 n = atol(argv[2]), rows = atol(argv[3]), threads = atol(argv[6]);
         std::vector<u8> ab = slurp(argv[4]), wb = slurp(argv[5]);
@@ -365,9 +385,35 @@ fn attention_norm_and_q8_kernels_match_f64() {
     // indexed rows only.
     let k = values(64 * 2 * 3, 9);
     let kf = write(&dir, "k.bin", &f32_bytes(&k));
-    let got = floats(&run(&exe, &["ropeset", &kf]));
-    let (unfused, fused) = got.split_at(got.len() / 2);
-    assert_eq!(unfused.len(), 128 * 8);
+    let q = values(64 * 4 * 3, 10);
+    let qf = write(&dir, "q.bin", &f32_bytes(&q));
+    let v = values(128 * 3, 11);
+    let vf = write(&dir, "v.bin", &f32_bytes(&v));
+    let got = floats(&run(&exe, &["ropeset", &kf, &qf, &vf]));
+    let cache = 128 * 8;
+    assert_eq!(got.len(), 6 * cache + 2 * q.len());
+    let (unfused, fused) = got[..2 * cache].split_at(cache);
+    // The step's inputs in one launch (NORM mode): Q, the K cache and the V cache, each the
+    // bits of its own kernel.
+    let step = &got[2 * cache..];
+    let (qu, step) = step.split_at(q.len());
+    let (qfu, step) = step.split_at(q.len());
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(same(qu, qfu), "rope_kv_store_op's Q");
+    assert!(qu.iter().zip(&q).any(|(a, b)| a != b), "Q not rotated");
+    let caches: Vec<&[f32]> = step.chunks(cache).collect();
+    assert!(same(caches[0], caches[1]), "rope_kv_store_op's K cache");
+    assert!(same(caches[2], caches[3]), "rope_kv_store_op's V cache");
+    for (cell, row) in caches[3].chunks(128).enumerate() {
+        let token = [1, 7, 4].iter().position(|&c| c == cell);
+        match token {
+            Some(t) => assert!(
+                row.iter().zip(&v[t * 128..]).all(|(a, b)| (a - b).abs() <= b.abs() * 1e-3),
+                "V cache row {cell}"
+            ),
+            None => assert!(row.iter().all(|x| *x == 0.0), "V cache row {cell} written"),
+        }
+    }
     assert!(fused.iter().zip(unfused).all(|(a, b)| a.to_bits() == b.to_bits()), "rope_set_rows_op");
     for (cell, row) in fused.chunks(128).enumerate() {
         let written = [5, 0, 2].contains(&cell);

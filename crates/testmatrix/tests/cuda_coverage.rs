@@ -105,7 +105,8 @@ fn planned(ctx: &Context, out: TensorId, pins: &[TensorId]) -> Vec<(TensorId, No
 
 /// The decode windows beyond the norms and gate/up: Q, K and V as one launch (two and three
 /// products of one column, by int8-path weights), a norm writing its products' Q8_1 blocks
-/// (with and without the residual ADD, the strided path's width too), K's RoPE into the cache.
+/// (with and without the residual ADD, the strided path's width too), K's RoPE into the cache,
+/// a step's attention inputs (Q's and K's RoPE, K's and V's stores) as one launch.
 #[test]
 fn the_decode_windows_are_reached_by_cases() {
     // Windows of `kind` whose nodes all plan to `kernel` where given.
@@ -131,6 +132,8 @@ fn the_decode_windows_are_reached_by_cases() {
     assert!(groups.contains(&2), "no group of two: {groups:?}");
     let rope = windows("ROPE_SET_ROWS", FusionKind::RopeSetRows, None);
     assert!(rope.len() >= 2, "{} cases reach RoPE into the cache", rope.len());
+    let step = windows("ROPE_KV_STORE", FusionKind::AttnInputs, None);
+    assert!(step.len() >= 2, "{} cases reach a step's attention inputs", step.len());
     // A fused norm whose output int8 products read: the fold gives the norm their blocks.
     let mut folded = 0;
     for (_, ctx, out, pins) in built_pinned(Some("NORM_MUL_MAT")) {

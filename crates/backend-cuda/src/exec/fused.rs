@@ -76,23 +76,44 @@ impl Resolver<'_> {
                     .and_then(|wt| row_of(self.ctx.get(wt).dtype))
                     .is_some_and(|r| r.mmvq_group.is_some())
             }
-            FusionKind::RopeSetRows => {
-                let (rope, rows, set) =
-                    (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]), self.ctx.get(w.nodes[2]));
+            FusionKind::RopeSetRows => self.rope_into_cache(&w.nodes, plan_of),
+            FusionKind::AttnInputs => {
                 let planned =
                     |n: TensorId, k: Kernel| plan_of.get(&n).is_some_and(|p| p.kernel == k);
+                let (sv, set) = (w.nodes[4], self.ctx.get(w.nodes[4]));
+                let rows = set.src[1].map(|v| self.ctx.get(v));
                 let idx = set.src[2].map(|i| self.ctx.get(i));
-                // rope [n0, heads, tokens] -> rows [n0 heads, tokens] -> cache rows idx[token].
+                // Q's ROPE (any destination), K's into its cache, V's rows [n0, tokens] into
+                // cache rows idx[token] (a plain 2-D SET_ROWS).
                 planned(w.nodes[0], Kernel::Rope)
-                    && planned(w.nodes[2], Kernel::SetRows)
-                    && rope.ne[3] == 1
-                    && rows.ne == [rope.ne[0] * rope.ne[1], rope.ne[2], 1, 1]
+                    && self.rope_into_cache(&w.nodes[1..4], plan_of)
+                    && planned(sv, Kernel::SetRows)
                     && set.ne[2] * set.ne[3] == 1
-                    && set.ne[0] == rows.ne[0]
-                    && idx.is_some_and(|i| i.ne == [rope.ne[2], 1, 1, 1])
+                    && rows.is_some_and(|r| {
+                        r.ne[2] * r.ne[3] == 1
+                            && r.ne[0] == set.ne[0]
+                            && idx.is_some_and(|i| i.ne == [r.ne[1], 1, 1, 1])
+                    })
             }
             _ => false,
         }
+    }
+
+    /// Whether nodes (ROPE, RESHAPE, SET_ROWS) rotate K into its cache as `rope_set_rows_op`
+    /// and `rope_kv_store_op` write it: rope `[n0, heads, tokens]`, rows `[n0 heads, tokens]`,
+    /// cache rows `idx[token]` of a float cache.
+    fn rope_into_cache(&self, nodes: &[TensorId], plan_of: &HashMap<TensorId, NodePlan>) -> bool {
+        let (rope, rows, set) =
+            (self.ctx.get(nodes[0]), self.ctx.get(nodes[1]), self.ctx.get(nodes[2]));
+        let planned = |n: TensorId, k: Kernel| plan_of.get(&n).is_some_and(|p| p.kernel == k);
+        let idx = set.src[2].map(|i| self.ctx.get(i));
+        planned(nodes[0], Kernel::Rope)
+            && planned(nodes[2], Kernel::SetRows)
+            && rope.ne[3] == 1
+            && rows.ne == [rope.ne[0] * rope.ne[1], rope.ne[2], 1, 1]
+            && set.ne[2] * set.ne[3] == 1
+            && set.ne[0] == rows.ne[0]
+            && idx.is_some_and(|i| i.ne == [rope.ne[2], 1, 1, 1])
     }
 
     /// The launch of a window [`Resolver::can_fuse`] accepted (`q8`: a product's Q8_1 input,
@@ -117,6 +138,26 @@ impl Resolver<'_> {
         let (entry, rows, args) = match w.kind {
             FusionKind::GateUpGlu => return self.gate_up_glu(w, q8),
             FusionKind::ProductGroup => return self.product_group(w, q8),
+            FusionKind::AttnInputs => {
+                let (rq, rk, sk, sv) = (w.nodes[0], w.nodes[1], w.nodes[3], w.nodes[4]);
+                let mut args = vec![
+                    self.arg(rq)?.into(),
+                    self.src(rq, 0)?.into(),
+                    self.arg(sk)?.into(),
+                    self.src(sk, 2)?.into(),
+                    self.src(rk, 0)?.into(),
+                    self.arg(sv)?.into(),
+                    self.src(sv, 2)?.into(),
+                    self.src(sv, 1)?.into(),
+                ];
+                args.extend(self.rope_params(rq)?);
+                let count = |n: TensorId| self.ctx.get(n).n_elements();
+                let v_rows = self.ctx.get(sv).src[1].map_or(0, count);
+                let most = (count(rq) / 2).max(count(rk) / 2).max(v_rows);
+                let mut cfg = grid_for(most);
+                cfg.grid_dim.1 = 3;
+                return Ok(one("rope_kv_store_op", cfg, args));
+            }
             FusionKind::RopeSetRows => {
                 let (rope, set) = (w.nodes[0], w.nodes[2]);
                 let mut args = vec![

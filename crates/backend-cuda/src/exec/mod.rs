@@ -220,6 +220,7 @@ impl Executor {
         let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
         let windows = if self.paths.allows(FastPath::Fused) {
             let kinds = [
+                FusionKind::AttnInputs,
                 FusionKind::AddRmsNormMul,
                 FusionKind::RmsNormMul,
                 FusionKind::GateUpGlu,
@@ -230,14 +231,29 @@ impl Executor {
         } else {
             Vec::new()
         };
+        let plan_of: HashMap<TensorId, NodePlan> = plans.iter().copied().collect();
+        // The windows the kernels take; a step's attention inputs they cannot take (a
+        // quantized V cache, say) may still store K rotated (its middle three nodes).
+        let windows: Vec<Window> = windows
+            .into_iter()
+            .filter_map(|w| {
+                if resolver.can_fuse(&w, &plan_of) {
+                    return Some(w);
+                }
+                let k = (w.kind == FusionKind::AttnInputs).then(|| Window {
+                    kind: FusionKind::RopeSetRows,
+                    nodes: w.nodes[1..4].to_vec(),
+                });
+                k.filter(|k| resolver.can_fuse(k, &plan_of))
+            })
+            .collect();
         let mut first: HashMap<TensorId, &Window> = HashMap::new();
         let mut skip: HashSet<TensorId> = HashSet::new();
-        let plan_of: HashMap<TensorId, NodePlan> = plans.iter().copied().collect();
         // A fused norm whose output int8 products read writes their Q8_1 blocks too.
         let index: HashMap<TensorId, usize> =
             plans.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
         let mut norm_q8: HashMap<TensorId, u64> = HashMap::new();
-        for w in windows.iter().filter(|w| resolver.can_fuse(w, &plan_of)) {
+        for w in &windows {
             first.insert(w.nodes[0], w);
             skip.extend(w.nodes[1..].iter().copied());
             if matches!(w.kind, FusionKind::RmsNormMul | FusionKind::AddRmsNormMul) {

@@ -1,13 +1,16 @@
 //! Fusion windows over a graph's node list: runs of nodes one kernel could compute together,
-//! where llama.cpp's CUDA backend fuses and a little beyond. The executor asks for the kinds
-//! it has kernels for (RMS_NORM then MUL, and the residual ADD before them, `fused.cu`; gate and
-//! up products of the int8 path with their GLU, `quant.cu`'s `mmvq_glu_*`) and runs the rest
-//! node by node.
+//! where llama.cpp's CUDA backend fuses and beyond. The executor asks for the kinds it has
+//! kernels for and runs the rest node by node: RMS_NORM then MUL, and the residual ADD before
+//! them (`fused.cu`; their output's Q8_1 blocks too where int8 products read it,
+//! [`super::fold_q8_into_norm`]); gate and up products of the int8 path with their GLU
+//! (`mmvq_glu_*`); two or three products of one activation column (a block's Q, K and V,
+//! `mmvq_group_*`); K's RoPE into the cache (`rope_set_rows_op`) and a decoding step's attention
+//! inputs, Q's and K's RoPE with K's and V's stores (`rope_kv_store_op`).
 //!
-//! A window is only a window when the nodes are consecutive in the list, each intermediate
-//! result is read by the next node of the window alone, and no intermediate is a graph output
-//! (its value must then exist in memory); AddRmsNormMul's sum is the exception, stored by its
-//! kernel for the later readers.
+//! A window is only a window when the nodes are consecutive in the list (views aside, for the
+//! attention inputs: they run no kernel), each intermediate result is read by the next node of
+//! the window alone, and no intermediate is a graph output (its value must then exist in
+//! memory); AddRmsNormMul's sum and every product of a group are stored by their kernels.
 
 use tessera_tensor::graph::{Context, Flags, GluOp, Op, TensorDesc, TensorId};
 
@@ -28,6 +31,11 @@ pub enum FusionKind {
     /// Two or three MUL_MATs of the same activations by weights of one type, one after the
     /// other in the list (a decoder block's Q, K and V): one launch, every output stored.
     ProductGroup,
+    /// A decoding step's attention inputs: ROPE of Q; ROPE of K with the same positions and
+    /// parameters, its RESHAPE and SET_ROWS into the K cache; SET_ROWS of V into the V cache,
+    /// with only views between them in the list (the llama graphs' order): one launch. Nodes:
+    /// Q's ROPE, K's ROPE, RESHAPE and SET_ROWS, V's SET_ROWS.
+    AttnInputs,
 }
 
 /// One window: its kind and its nodes, in list order.
@@ -50,6 +58,41 @@ fn readers(ctx: &Context, nodes: &[TensorId]) -> std::collections::HashMap<Tenso
     n
 }
 
+/// The AttnInputs window starting at `nodes[i]`, if there is one (see [`FusionKind`]).
+fn attn_inputs(
+    ctx: &Context,
+    nodes: &[TensorId],
+    i: usize,
+    inner: &dyn Fn(TensorId) -> bool,
+    next_real: impl Fn(usize) -> Option<usize>,
+) -> Option<Window> {
+    let rq = nodes[i];
+    let dq = ctx.get(rq);
+    if !matches!(dq.op, Op::Rope(_)) {
+        return None;
+    }
+    let k_at = next_real(i + 1)?;
+    let (rk, dk) = (nodes[k_at], ctx.get(nodes[k_at]));
+    let (vk, sk) = (*nodes.get(k_at + 1)?, *nodes.get(k_at + 2)?);
+    let (dvk, dsk) = (ctx.get(vk), ctx.get(sk));
+    let rope_k_into_cache = dk.op == dq.op
+        && dk.src[1] == dq.src[1]
+        && dk.src[2] == dq.src[2]
+        && dvk.op == Op::Reshape
+        && dvk.src[0] == Some(rk)
+        && dsk.op == Op::SetRows
+        && dsk.src[1] == Some(vk)
+        && inner(rk)
+        && inner(vk);
+    if !rope_k_into_cache {
+        return None;
+    }
+    // V's rows were computed before Q's ROPE: only views lie between it and V's SET_ROWS.
+    let sv = nodes[next_real(k_at + 3)?];
+    (ctx.get(sv).op == Op::SetRows)
+        .then(|| Window { kind: FusionKind::AttnInputs, nodes: vec![rq, rk, vk, sk, sv] })
+}
+
 /// Whether `b` is a product of `a`'s activations by weights of `a`'s weight type.
 fn same_product(ctx: &Context, a: &TensorDesc, b: &TensorDesc) -> bool {
     let wtype = |d: &TensorDesc| d.src[0].map(|w| ctx.get(w).dtype);
@@ -68,9 +111,23 @@ pub fn fusion_windows(ctx: &Context, nodes: &[TensorId], kinds: &[FusionKind]) -
     let inner = |id: TensorId| {
         readers.get(&id).copied() == Some(1) && !ctx.get(id).flags.contains(Flags::OUTPUT)
     };
+    // The next node at or after `j` that is not a view, and its index.
+    let next_real = |mut j: usize| {
+        while j < nodes.len() && ctx.get(nodes[j]).op.is_view() {
+            j += 1;
+        }
+        (j < nodes.len()).then_some(j)
+    };
     let mut out = Vec::new();
     let mut i = 0;
     while i < nodes.len() {
+        if kinds.contains(&FusionKind::AttnInputs) {
+            if let Some(w) = attn_inputs(ctx, nodes, i, &inner, next_real) {
+                i = nodes.iter().position(|&n| n == *w.nodes.last().expect("nodes")).unwrap() + 1;
+                out.push(w);
+                continue;
+            }
+        }
         let d = |k: usize| nodes.get(i + k).map(|&id| (id, ctx.get(id)));
         let found = match (d(0), d(1), d(2)) {
             (Some((a, da)), Some((n, dn)), Some((_, dm)))
@@ -216,6 +273,46 @@ mod tests {
         let again = ctx.add(n, x).unwrap();
         let graph = Graph::build(&ctx, &[later, again]);
         assert!(fusion_windows(&ctx, graph.nodes(), &kinds[..1]).is_empty());
+    }
+
+    /// A decoding step's attention inputs with only views between (the llama graphs' order):
+    /// one AttnInputs window; with a real node between Q's and K's ROPE (a K norm), K's
+    /// RoPE into the cache alone.
+    #[test]
+    fn attention_inputs_of_a_step() {
+        let mut ctx = Context::new();
+        let q = ctx.new_tensor(F32, &[64, 4, 1]).unwrap();
+        let k = ctx.new_tensor(F32, &[64, 2, 1]).unwrap();
+        let v = ctx.new_tensor(F32, &[64, 2, 1]).unwrap();
+        let pos = ctx.new_tensor(I32, &[1]).unwrap();
+        let p = RopeParams::new(64, RopeMode::Norm, 10000.0);
+        let (ck, cv) =
+            (ctx.new_tensor(F32, &[128, 16]).unwrap(), ctx.new_tensor(F32, &[128, 16]).unwrap());
+        let idx = ctx.new_tensor(I64, &[1]).unwrap();
+        let build = |ctx: &mut Context, k: TensorId| {
+            let rq = ctx.rope(q, pos, None, p).unwrap();
+            let pq = ctx.permute(rq, [0, 2, 1, 3]).unwrap();
+            let rk = ctx.rope(k, pos, None, p).unwrap();
+            let rows = ctx.reshape(rk, &[128, 1]).unwrap();
+            let sk = ctx.set_rows(ck, rows, idx).unwrap();
+            let kv = ctx.view(sk, &[64, 2, 16], &[128 * 4, 64 * 4], 0).unwrap();
+            let vr = ctx.reshape(v, &[128, 1]).unwrap();
+            let sv = ctx.set_rows(cv, vr, idx).unwrap();
+            (vec![rq, rk, rows, sk, sv], Graph::build(ctx, &[pq, kv, sv]))
+        };
+        let kinds = [FusionKind::AttnInputs, FusionKind::RopeSetRows];
+        let (want, graph) = build(&mut ctx, k);
+        let w = fusion_windows(&ctx, graph.nodes(), &kinds);
+        assert_eq!(
+            w,
+            [Window { kind: FusionKind::AttnInputs, nodes: want }],
+            "{:?}",
+            graph.nodes()
+        );
+        let scaled = ctx.scale(k, 0.5, 0.0).unwrap();
+        let (want, graph) = build(&mut ctx, scaled);
+        let w = fusion_windows(&ctx, graph.nodes(), &kinds);
+        assert_eq!(w, [Window { kind: FusionKind::RopeSetRows, nodes: want[1..4].to_vec() }]);
     }
 
     /// Q, K and V of one input by weights of one type: one group; a V of another type left

@@ -44,9 +44,10 @@
 //! - `fattn-vec`: the other decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per
 //!   sequence) split over the KV cells in chunks, the chunks' partials merged after (flash
 //!   decoding).
-//! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (RMS_NORM
-//!   then MUL, and the residual ADD before them, `fused.cu`; the gate and up products of the
-//!   int8 path and their GLU, `mmvq_glu_*`), with the unfused nodes' arithmetic.
+//! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (the norms,
+//!   writing their products' Q8_1 blocks too; gate/up with their GLU; Q, K and V of one
+//!   column; K's RoPE into the cache and a step's attention inputs: `fusion.rs` lists them),
+//!   with the unfused nodes' arithmetic.
 //! - `graphs`: a step whose resolved launches equal the previous one's is replayed from a
 //!   captured CUDA graph (the executor's, `exec/graphs.rs`).
 //!

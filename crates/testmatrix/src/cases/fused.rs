@@ -147,3 +147,56 @@ impl CaseSpec for RopeIntoCache {
         Tolerance::Nmse(thresholds::DEFAULT)
     }
 }
+
+/// A decoding step's attention inputs as the llama graphs order them: Q `[head_dim, q_heads,
+/// tokens]` rotated, K rotated into rows of an f32 cache, V's rows into another (the CUDA
+/// backend's one-launch `rope_kv_store_op`); the output is both caches' rows, then the rotated
+/// Q reshaped to the caches' row length (CONCAT).
+#[derive(Debug, Clone)]
+pub struct RopeKvStore {
+    /// Head size.
+    pub head_dim: usize,
+    /// Query heads.
+    pub q_heads: usize,
+    /// KV heads.
+    pub kv_heads: usize,
+    /// Tokens.
+    pub tokens: usize,
+    /// Cache rows.
+    pub cells: usize,
+}
+
+impl CaseSpec for RopeKvStore {
+    fn op(&self) -> &'static str {
+        "ROPE_KV_STORE"
+    }
+    fn dtype(&self) -> String {
+        "f32".into()
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let (hd, nt, row) = (self.head_dim, self.tokens, self.head_dim * self.kv_heads);
+        let unit = Init::Uniform { min: -1.0, max: 1.0 };
+        let q = b.leaf(DType::F32, &[hd, self.q_heads, nt], unit)?;
+        let k = b.leaf(DType::F32, &[hd, self.kv_heads, nt], unit)?;
+        let v = b.leaf(DType::F32, &[row, nt], unit)?;
+        let pos = b.leaf(DType::I32, &[nt], Init::Positions { n_ctx: 512 })?;
+        let p = RopeParams::new(hd, RopeMode::Norm, 10000.0);
+        let ck = b.leaf(DType::F32, &[row, self.cells], unit)?;
+        let cv = b.leaf(DType::F32, &[row, self.cells], unit)?;
+        let ids = Init::RowIds { n: self.cells, distinct: true };
+        let (ik, iv) = (b.leaf(DType::I64, &[nt], ids)?, b.leaf(DType::I64, &[nt], ids)?);
+        let rq = b.ctx.rope(q, pos, None, p)?;
+        let rk = b.ctx.rope(k, pos, None, p)?;
+        let rows = b.ctx.reshape(rk, &[row, nt])?;
+        let sk = b.ctx.set_rows(ck, rows, ik)?;
+        let sv = b.ctx.set_rows(cv, v, iv)?;
+        // Q's rotation, then K's store, then V's: the order of a model's graph.
+        b.pins.extend([rq, sk, sv]);
+        let caches = b.ctx.concat(sk, sv, 1)?;
+        let q_rows = b.ctx.reshape(rq, &[row, hd * self.q_heads * nt / row])?;
+        b.ctx.concat(caches, q_rows, 1)
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::DEFAULT)
+    }
+}

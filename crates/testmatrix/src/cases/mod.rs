@@ -17,7 +17,7 @@ pub use basic::{
 };
 pub use conv::{Conv2d, Im2Col, Pool2d};
 pub use copy::{Copy, CopyOp, SetRows};
-pub use fused::{NormProducts, Products, RopeIntoCache};
+pub use fused::{NormProducts, Products, RopeIntoCache, RopeKvStore};
 pub use linalg::{FfnGlu, FlashAttn, MulMat, Rope, SoftMax};
 pub use moe::{AddId, Argsort, Clamp, MulMatId, SwiGluOai};
 
@@ -190,6 +190,10 @@ fn ffn_glu(v: &mut Vec<Case>) {
         cache: F32,
         mode: RopeMode::Norm,
     }));
+    // A decoding step's attention inputs in one launch (GQA 2, one token; and three tokens).
+    for tokens in [1, 3] {
+        v.push(Case::new(RopeKvStore { head_dim: 64, q_heads: 4, kv_heads: 2, tokens, cells: 16 }));
+    }
 }
 
 fn mul_mat_id(v: &mut Vec<Case>) {
