@@ -1,122 +1,15 @@
-//! The launches of fused windows ([`crate::plan::fusion_windows`]): which windows the kernels
-//! can take ([`Resolver::can_fuse`]) and their launches.
+//! The launches of fused windows ([`crate::plan::fusion_windows`]) the kernels take
+//! ([`crate::plan::fusable`]).
 
 use super::args::{grid_for, per_row, warps, Arg, THREADS};
 use super::nodes::{one, Pending, Resolver};
-use crate::plan::{FusionKind, Kernel, MatmulPath, NodePlan, Q8Input, Window};
+use crate::plan::{FusionKind, Q8Input, Window};
 use crate::types::row_of;
 use crate::CudaError;
-use std::collections::HashMap;
 use tessera_tensor::graph::{GluOp, Op, TensorId};
-use tessera_tensor::DType;
 
 impl Resolver<'_> {
-    /// Whether a kernel takes window `w` with these types and plans (it must give the bits of
-    /// the nodes it replaces): F32 residual sums of equal shapes, RMS_NORM into F32 then MUL by
-    /// floats, gate and up products both on the int8 path with one weight type.
-    pub(crate) fn can_fuse(&self, w: &Window, plan_of: &HashMap<TensorId, NodePlan>) -> bool {
-        match w.kind {
-            FusionKind::AddRmsNormMul => {
-                let (add, norm, mul) =
-                    (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]), self.ctx.get(w.nodes[2]));
-                let f32_of = |t: Option<TensorId>| t.map(|t| self.ctx.get(t));
-                let (a, b) = (f32_of(add.src[0]), f32_of(add.src[1]));
-                let same = |t: Option<&tessera_tensor::graph::TensorDesc>| {
-                    t.is_some_and(|t| t.dtype == DType::F32 && t.ne == add.ne)
-                };
-                add.dtype == DType::F32
-                    && same(a)
-                    && same(b)
-                    && norm.dtype == DType::F32
-                    && mul.dtype == DType::F32
-                    && mul.src[1].is_some_and(|w| self.ctx.get(w).dtype == DType::F32)
-            }
-            FusionKind::GateUpGlu => {
-                let (g, u, glu) = (w.nodes[0], w.nodes[1], self.ctx.get(w.nodes[2]));
-                let mmvq = |n: TensorId| {
-                    plan_of.get(&n).is_some_and(|p| p.kernel == Kernel::MulMat(MatmulPath::Mmvq))
-                };
-                let weights = |n: TensorId| self.ctx.get(self.ctx.get(n).src[0].expect("weights"));
-                let (wg, wu) = (weights(g), weights(u));
-                let (dg, du) = (self.ctx.get(g), self.ctx.get(u));
-                mmvq(g)
-                    && mmvq(u)
-                    && wg.dtype == wu.dtype
-                    && wg.ne == wu.ne
-                    && row_of(wg.dtype).is_some_and(|r| r.mmvq_glu.is_some())
-                    && dg.ne == du.ne
-                    && glu.dtype == DType::F32
-                    && glu.ne == dg.ne
-                    && glu.nb[0] == 4
-                    && glu.nb[1] % 4 == 0
-                    && glu.src[1].is_some()
-            }
-            FusionKind::RmsNormMul => {
-                let (norm, mul) = (self.ctx.get(w.nodes[0]), self.ctx.get(w.nodes[1]));
-                let float = |t: Option<TensorId>| {
-                    t.is_some_and(|t| crate::types::is_float(self.ctx.get(t).dtype))
-                };
-                matches!(norm.op, Op::RmsNorm { .. })
-                    && norm.dtype == DType::F32
-                    && float(norm.src[0])
-                    && mul.op == Op::Mul
-                    && float(mul.src[1])
-                    && crate::types::is_float(mul.dtype)
-            }
-            FusionKind::ProductGroup => {
-                // One column each, every product on the int8 path (the kernel is MMVQ's
-                // one-column loop), outputs contiguous.
-                w.nodes.iter().all(|&n| {
-                    let d = self.ctx.get(n);
-                    plan_of.get(&n).is_some_and(|p| p.kernel == Kernel::MulMat(MatmulPath::Mmvq))
-                        && d.ne[1] == 1
-                        && d.dtype == DType::F32
-                        && d.nb[0] == 4
-                }) && self.ctx.get(w.nodes[0]).src[0]
-                    .and_then(|wt| row_of(self.ctx.get(wt).dtype))
-                    .is_some_and(|r| r.mmvq_group.is_some())
-            }
-            FusionKind::RopeSetRows => self.rope_into_cache(&w.nodes, plan_of),
-            FusionKind::AttnInputs => {
-                let planned =
-                    |n: TensorId, k: Kernel| plan_of.get(&n).is_some_and(|p| p.kernel == k);
-                let (sv, set) = (w.nodes[4], self.ctx.get(w.nodes[4]));
-                let rows = set.src[1].map(|v| self.ctx.get(v));
-                let idx = set.src[2].map(|i| self.ctx.get(i));
-                // Q's ROPE (any destination), K's into its cache, V's rows [n0, tokens] into
-                // cache rows idx[token] (a plain 2-D SET_ROWS).
-                planned(w.nodes[0], Kernel::Rope)
-                    && self.rope_into_cache(&w.nodes[1..4], plan_of)
-                    && planned(sv, Kernel::SetRows)
-                    && set.ne[2] * set.ne[3] == 1
-                    && rows.is_some_and(|r| {
-                        r.ne[2] * r.ne[3] == 1
-                            && r.ne[0] == set.ne[0]
-                            && idx.is_some_and(|i| i.ne == [r.ne[1], 1, 1, 1])
-                    })
-            }
-            _ => false,
-        }
-    }
-
-    /// Whether nodes (ROPE, RESHAPE, SET_ROWS) rotate K into its cache as `rope_set_rows_op`
-    /// and `rope_kv_store_op` write it: rope `[n0, heads, tokens]`, rows `[n0 heads, tokens]`,
-    /// cache rows `idx[token]` of a float cache.
-    fn rope_into_cache(&self, nodes: &[TensorId], plan_of: &HashMap<TensorId, NodePlan>) -> bool {
-        let (rope, rows, set) =
-            (self.ctx.get(nodes[0]), self.ctx.get(nodes[1]), self.ctx.get(nodes[2]));
-        let planned = |n: TensorId, k: Kernel| plan_of.get(&n).is_some_and(|p| p.kernel == k);
-        let idx = set.src[2].map(|i| self.ctx.get(i));
-        planned(nodes[0], Kernel::Rope)
-            && planned(nodes[2], Kernel::SetRows)
-            && rope.ne[3] == 1
-            && rows.ne == [rope.ne[0] * rope.ne[1], rope.ne[2], 1, 1]
-            && set.ne[2] * set.ne[3] == 1
-            && set.ne[0] == rows.ne[0]
-            && idx.is_some_and(|i| i.ne == [rope.ne[2], 1, 1, 1])
-    }
-
-    /// The launch of a window [`Resolver::can_fuse`] accepted (`q8`: a product's Q8_1 input,
+    /// The launch of a window [`crate::plan::fusable`] accepted (`q8`: a product's Q8_1 input,
     /// for GateUpGlu; `q8_out`: where a norm window also writes its output's Q8_1 blocks,
     /// [`crate::plan::fold_q8_into_norm`]).
     pub(crate) fn fused(

@@ -30,7 +30,7 @@ mod nodes;
 
 use crate::gpu::Gpu;
 use crate::plan::{
-    fold_q8_into_norm, fusion_windows, plan_node, share_q8_1, FastPath, FusionKind, Kernel,
+    fold_q8_into_norm, fused_windows, plan_node, share_q8_1, FastPath, FusionKind, Kernel,
     NodePlan, Paths, Window,
 };
 use crate::CudaError;
@@ -217,36 +217,8 @@ impl Executor {
         let base = self.scratch.ptr;
         let resolver = Resolver { gpu, ctx, bindings, scratch: base, own: base + q8_bytes as u64 };
         // Windows a fused kernel takes: launched at their first node, the rest skipped.
-        let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
-        let windows = if self.paths.allows(FastPath::Fused) {
-            let kinds = [
-                FusionKind::AttnInputs,
-                FusionKind::AddRmsNormMul,
-                FusionKind::RmsNormMul,
-                FusionKind::GateUpGlu,
-                FusionKind::RopeSetRows,
-                FusionKind::ProductGroup,
-            ];
-            fusion_windows(ctx, &ids, &kinds)
-        } else {
-            Vec::new()
-        };
-        let plan_of: HashMap<TensorId, NodePlan> = plans.iter().copied().collect();
-        // The windows the kernels take; a step's attention inputs they cannot take (a
-        // quantized V cache, say) may still store K rotated (its middle three nodes).
-        let windows: Vec<Window> = windows
-            .into_iter()
-            .filter_map(|w| {
-                if resolver.can_fuse(&w, &plan_of) {
-                    return Some(w);
-                }
-                let k = (w.kind == FusionKind::AttnInputs).then(|| Window {
-                    kind: FusionKind::RopeSetRows,
-                    nodes: w.nodes[1..4].to_vec(),
-                });
-                k.filter(|k| resolver.can_fuse(k, &plan_of))
-            })
-            .collect();
+        let windows =
+            if self.paths.allows(FastPath::Fused) { fused_windows(ctx, plans) } else { Vec::new() };
         let mut first: HashMap<TensorId, &Window> = HashMap::new();
         let mut skip: HashSet<TensorId> = HashSet::new();
         // A fused norm whose output int8 products read writes their Q8_1 blocks too.

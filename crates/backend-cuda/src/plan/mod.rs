@@ -57,12 +57,14 @@
 //! path the plan can return.
 
 mod activations;
+mod fusable;
 mod fusion;
 mod matmul;
 mod paths;
 mod summary;
 
 pub use activations::{fold_q8_into_norm, share_q8_1, Q8Input};
+pub use fusable::{fusable, fused_windows, FUSED_KINDS};
 pub use fusion::{fusion_windows, FusionKind, Window};
 pub use matmul::{
     gemm_scratch, matmul_path, mmq_split, moe_mmq_scratch, mul_mat_id_path, possible_moe_paths,

@@ -1,0 +1,97 @@
+//! The CUDA plan over a real model's graph, without a GPU: a synthetic Llama (random Q4_0
+//! weights, Llama 3's layout) decodes a token on the CPU through the llama crate, and its
+//! decode step's graph is planned for an sm_90 device as the executor plans it. Every block
+//! must take the decode paths and windows the kernels were written for: the norms writing their
+//! products' Q8_1 blocks, Q/K/V as one launch, the attention inputs as one launch, gate/up with
+//! their GLU. So a change in the llama graphs' order or in a window's conditions that silently
+//! drops a fusion fails here, not only as a slower token on a GPU.
+
+use std::collections::BTreeMap;
+use tessera_backend_cuda::plan::{
+    fold_q8_into_norm, fused_windows, plan_node, share_q8_1, Capability, FusionKind, Kernel,
+    MatmulPath, NodePlan, Paths,
+};
+use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
+use tessera_tensor::graph::TensorId;
+
+#[test]
+fn every_block_of_a_llama_decode_step_takes_the_fused_paths() {
+    let vocab = tessera_models::fixtures::vocab("ggml-vocab-llama-bpe.gguf").unwrap();
+    let v = tessera_gguf::GgufFile::open(&vocab).expect("vocabulary fixture");
+    let n_layer = 3;
+    let spec = tessera_llama::synth::SynthSpec {
+        arch: "llama".into(),
+        n_layer,
+        n_embd: 256,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 0,
+        long_rope: false,
+        n_ff: 512,
+        n_ctx: 512,
+        n_expert: 0,
+        n_expert_used: 0,
+        dtype: tessera_tensor::DType::Q4_0,
+        seed: 5,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("synth-llama-q4_0.gguf");
+    tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
+    let model = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).unwrap();
+    let params = ContextParams { n_ctx: 512, n_threads: 2, flash_attn: true, ..Default::default() };
+    let mut ctx = LlamaContext::new(&model, params).unwrap();
+    ctx.decode(&Batch::from_tokens(&[1, 2, 3], 0, 0)).unwrap();
+    ctx.decode(&Batch::from_tokens(&[4], 3, 0)).unwrap();
+    let (gctx, schedule) = ctx.last_schedule().expect("a decoded step");
+    let cap = Capability { arch: 90, cublas: true };
+    let plans: Vec<(TensorId, NodePlan)> = schedule
+        .splits()
+        .iter()
+        .flat_map(|s| s.graph.nodes().to_vec())
+        .map(|n| (n, plan_node(gctx, n, cap, Paths::all()).expect("a node CUDA runs")))
+        .collect();
+    let products = plans.iter().filter(|(_, p)| matches!(p.kernel, Kernel::MulMat(_))).count();
+    let mmvq = plans.iter().filter(|(_, p)| p.kernel == Kernel::MulMat(MatmulPath::Mmvq)).count();
+    assert_eq!(mmvq, products, "every product of a decoded token on the int8 path");
+
+    let windows = fused_windows(gctx, &plans);
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for w in &windows {
+        *kinds.entry(format!("{:?}", w.kind)).or_default() += 1;
+    }
+    let count = |k: FusionKind| kinds.get(&format!("{k:?}")).copied().unwrap_or(0);
+    assert_eq!(count(FusionKind::ProductGroup), n_layer, "Q/K/V groups: {kinds:?}");
+    assert_eq!(count(FusionKind::AttnInputs), n_layer, "attention inputs: {kinds:?}");
+    assert_eq!(count(FusionKind::GateUpGlu), n_layer, "gate/up: {kinds:?}");
+    // Each block's two norms and the output norm; all but the first with the residual ADD.
+    let norms = count(FusionKind::AddRmsNormMul) + count(FusionKind::RmsNormMul);
+    assert_eq!(norms, 2 * n_layer + 1, "norms: {kinds:?}");
+    assert_eq!(count(FusionKind::AddRmsNormMul), 2 * n_layer, "residual norms: {kinds:?}");
+
+    // The norms before Q/K/V and gate/up write their Q8_1 blocks (the output norm's reader,
+    // the LM head on a row of the last token, too): what is left to quantize is the attention
+    // output and the GLU output of each block.
+    let (mut q8, _) = share_q8_1(gctx, &plans);
+    let index: std::collections::HashMap<TensorId, usize> =
+        plans.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
+    let mut folded = 0;
+    for w in windows
+        .iter()
+        .filter(|w| matches!(w.kind, FusionKind::RmsNormMul | FusionKind::AddRmsNormMul))
+    {
+        let end = index[w.nodes.last().unwrap()];
+        folded += usize::from(fold_q8_into_norm(gctx, &plans, &mut q8, end).is_some());
+    }
+    assert_eq!(folded, 2 * n_layer + 1, "norms writing Q8_1 blocks");
+    let quantizing = q8.iter().flatten().filter(|i| i.quantize).count();
+    assert_eq!(quantizing, 2 * n_layer, "quantizations left");
+
+    // Launches of a decoded token: kernels of unfused nodes, one a window, the quantizations.
+    let skipped: usize = windows.iter().map(|w| w.nodes.len() - 1).sum();
+    let kernels = plans.iter().filter(|(_, p)| p.kernel != Kernel::Nothing).count();
+    let launches = kernels - skipped + quantizing;
+    // A block: norm, Q/K/V, attention inputs, attention, Q8_1, output product, norm, gate/up,
+    // Q8_1, down product (10; llama.cpp's CUDA backend about 20); outside: the embedding
+    // lookup and the LM head (the output norm is the last block's residual window).
+    assert!(launches <= 10 * n_layer + 2, "{launches} launches for {n_layer} blocks");
+}
