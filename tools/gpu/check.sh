@@ -189,7 +189,7 @@ if [ "$QUICK" = triage ]; then
   ( PYTHONPATH=$T/site timeout 150 python3 gpu-ref/make_random_llama.py 1b $T/vocab.gguf $T/1b-f16.gguf > "$L/make-1b.log" 2>&1 ) &
   MAKE=$!
   step "CUDA test matrix by op family (fast paths), and the generic kernels alone"
-  FAMS=("^(mul_mat|mul_mat_group|norm_mul_mat)$" "^mul_mat_id$" "^flash_attn_ext$" "^(rope|rope_set_rows|rope_kv_store|cpy|set_rows|get_rows|soft_max|mul|add|sub|div|im2col|swiglu|rms_norm|pool_2d|geglu|ffn_glu|dup|cont|concat|tanh|silu|gelu_erf|gelu|norm|hadamard|conv_2d|sum_rows|argsort|argmax|swiglu_oai|scale|clamp|add_id)$")
+  FAMS=("^(mul_mat|mul_mat_group|norm_mul_mat|attn_mul_mat)$" "^mul_mat_id$" "^flash_attn_ext$" "^(rope|rope_set_rows|rope_kv_store|cpy|set_rows|get_rows|soft_max|mul|add|sub|div|im2col|swiglu|rms_norm|pool_2d|geglu|ffn_glu|dup|cont|concat|tanh|silu|gelu_erf|gelu|norm|hadamard|conv_2d|sum_rows|argsort|argmax|swiglu_oai|scale|clamp|add_id)$")
   PIDS=()
   for i in 0 1 2 3; do
     run 200 "tm-fast-$i" "$B/test-matrix" --backend cuda --ops "${FAMS[$i]}" --max-failures 30 &

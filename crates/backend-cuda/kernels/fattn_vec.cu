@@ -56,7 +56,11 @@ extern "C" __global__ void fattn_vec_op(TT d, TT q, TT k, TT v, TT m, int has_ma
 }
 
 // Merges fattn_vec_op's partials of row blockIdx.x: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
-extern "C" __global__ void fattn_vec_combine(TT d, TT q, const float *part, int splits, i64 dv) {
+// With q8 (not null; d contiguous F32, dv a multiple of 32), the row's Q8_1 blocks too, as
+// quantize_q8_1 makes them from d (q8_1_warp; row w's blocks at q8 + w dv / 32 blocks): the
+// attention output's quantization for the output projection, saved (plan::fold_q8_into_writer).
+extern "C" __global__ void fattn_vec_combine(TT d, TT q, const float *part, int splits, i64 dv,
+                                             u8 *q8) {
     const i64 w = blockIdx.x;
     const i64 n_q = q.ne[1], n_head = q.ne[2];
     const i64 h = w % n_head, iq = (w / n_head) % n_q, i3 = w / (n_head * n_q);
@@ -74,6 +78,10 @@ extern "C" __global__ void fattn_vec_combine(TT d, TT q, const float *part, int 
             const float ms = p[s * (dv + 2)];
             if (ms != -INFINITY) o += p[s * (dv + 2) + 2 + col] * expf(ms - big);
         }
-        st(d, col, h, iq, i3, total > 0.0f ? o / total : 0.0f);
+        const float out = total > 0.0f ? o / total : 0.0f;
+        st(d, col, h, iq, i3, out);
+        // Warp-uniform: dv is a multiple of 32 where q8 is given, so a warp's 32 columns are
+        // one block.
+        if (q8 != nullptr) q8_1_warp(out, threadIdx.x % WARP, q8 + (w * dv + col) / 32 * Q8_1_BYTES);
     }
 }

@@ -68,12 +68,15 @@ int main(int argc, char **argv) {
         TT tk = tt(kb.data(), d, nkv, nkh, T_F16, 2), tv = tt(vb.data(), d, nkv, nkh, T_F16, 2);
         TT tm = tt(mb.data(), nkv, nq, 1, T_F16, 2), ts = tt(sb.data(), nh, 1, 1, T_F32, 4);
         const i64 rows = nq * nh;
+        // The merges write the output's Q8_1 blocks too (printed after it) where d allows.
+        std::vector<u8> q8(d % 32 == 0 ? rows * d / 32 * Q8_1_BYTES : 0);
+        u8 *q8p = q8.empty() ? nullptr : q8.data();
         if (!strcmp(argv[2], "mmadec")) {
             const i64 chunk = (nkv + splits - 1) / splits;
             std::vector<float> part(rows * splits * (d + 2));
             const i64 groups = (nh / nkh * nq + 15) / 16;
             launch3(nkh * groups, splits, 1, 32 * FMD_WARPS, [&] { fattn_mma_dec_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, splits, chunk, part.data()); });
-            if (splits > 1) launch(rows, 1, 128, [&] { fattn_vec_combine(td, tq, part.data(), splits, d); });
+            if (splits > 1) launch(rows, 1, 128, [&] { fattn_vec_combine(td, tq, part.data(), splits, d, q8p); });
         } else if (mma) {
             launch3((nq + FM_ROWS - 1) / FM_ROWS, nh, 1, 32 * FM_WARPS, [&] { fattn_mma_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
         } else if (tile) {
@@ -82,11 +85,12 @@ int main(int argc, char **argv) {
             const i64 chunk = (nkv + splits - 1) / splits;
             std::vector<float> part(rows * splits * (d + 2));
             launch(rows, splits, 128, [&] { fattn_vec_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, splits, chunk, part.data()); });
-            if (splits > 1) launch(rows, 1, 128, [&] { fattn_vec_combine(td, tq, part.data(), splits, d); });
+            if (splits > 1) launch(rows, 1, 128, [&] { fattn_vec_combine(td, tq, part.data(), splits, d, q8p); });
         } else {
             launch((rows + 3) / 4, 1, 128, [&] { flash_attn_op(td, tq, tk, tv, tm, 1, 0.125f, 0.0f, 0.0f, ts, sinks); });
         }
         print_f32(out);
+        if ((vec || !strcmp(argv[2], "mmadec")) && splits > 1) print_q8(q8);
     } else if (!strcmp(op, "softmax")) {
         const i64 nkv = atol(argv[2]), nq = atol(argv[3]), nh = atol(argv[4]);
         std::vector<u8> ab = slurp(argv[5]), mb = slurp(argv[6]), sb = slurp(argv[7]);
@@ -283,7 +287,13 @@ impl Attn {
         let mut argv = vec!["fa", mode, &sp, &sk];
         argv.extend(dims.iter().map(String::as_str));
         argv.extend(self.files.iter().map(String::as_str));
-        floats(&run(exe, &argv))
+        let (out, q8) = split_q8(&run(exe, &argv));
+        if splits > 1 && matches!(mode, "vec" | "mmadec") {
+            // The merge's Q8_1 blocks: quantize_q8_1's of the output, byte for byte.
+            let dir = exe.parent().unwrap();
+            check_q8(exe, dir, &out, &q8, Self::D, &format!("fattn_vec_combine after {mode}"));
+        }
+        out
     }
 }
 

@@ -1,14 +1,14 @@
 //! The CUDA plan over a real model's graph, without a GPU: a synthetic Llama (random Q4_0
 //! weights, Llama 3's layout) decodes a token on the CPU through the llama crate, and its
 //! decode step's graph is planned for an sm_90 device as the executor plans it. Every block
-//! must take the decode paths and windows the kernels were written for: the norms writing their
-//! products' Q8_1 blocks, Q/K/V as one launch, the attention inputs as one launch, gate/up with
+//! must take the decode paths and windows the kernels were written for: the norms and the
+//! attention's chunk merge writing their products' Q8_1 blocks, Q/K/V as one launch, the attention inputs as one launch, gate/up with
 //! their GLU. So a change in the llama graphs' order or in a window's conditions that silently
 //! drops a fusion fails here, not only as a slower token on a GPU.
 
 use std::collections::BTreeMap;
 use tessera_backend_cuda::plan::{
-    fold_q8_into_norm, fused_windows, plan_node, share_q8_1, Capability, FusionKind, Kernel,
+    fold_q8_into_writer, fused_windows, plan_node, share_q8_1, Capability, FusionKind, Kernel,
     MatmulPath, NodePlan, Paths,
 };
 use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
@@ -80,18 +80,29 @@ fn every_block_of_a_llama_decode_step_takes_the_fused_paths() {
         .filter(|w| matches!(w.kind, FusionKind::RmsNormMul | FusionKind::AddRmsNormMul))
     {
         let end = index[w.nodes.last().unwrap()];
-        folded += usize::from(fold_q8_into_norm(gctx, &plans, &mut q8, end).is_some());
+        folded += usize::from(fold_q8_into_writer(gctx, &plans, &mut q8, end).is_some());
     }
     assert_eq!(folded, 2 * n_layer + 1, "norms writing Q8_1 blocks");
+    // Each attention's chunk merge writes the output projection's blocks.
+    let mut merges = 0;
+    for (i, (_, p)) in plans.iter().enumerate() {
+        if matches!(p.kernel, Kernel::FlashAttn(a) if a.splits() > 1) {
+            merges += usize::from(fold_q8_into_writer(gctx, &plans, &mut q8, i).is_some());
+        }
+    }
+    assert_eq!(merges, n_layer, "attention merges writing Q8_1 blocks");
     let quantizing = q8.iter().flatten().filter(|i| i.quantize).count();
-    assert_eq!(quantizing, 2 * n_layer, "quantizations left");
+    assert_eq!(quantizing, n_layer, "quantizations left (the GLU outputs)");
 
     // Launches of a decoded token: kernels of unfused nodes, one a window, the quantizations.
     let skipped: usize = windows.iter().map(|w| w.nodes.len() - 1).sum();
     let kernels = plans.iter().filter(|(_, p)| p.kernel != Kernel::Nothing).count();
     let launches = kernels - skipped + quantizing;
-    // A block: norm, Q/K/V, attention inputs, attention, Q8_1, output product, norm, gate/up,
-    // Q8_1, down product (10; llama.cpp's CUDA backend about 20); outside: the embedding
-    // lookup and the LM head (the output norm is the last block's residual window).
+    // A block: norm, Q/K/V, attention inputs, attention and its merge, output product, norm,
+    // gate/up, Q8_1, down product (10; llama.cpp's CUDA backend about 20); outside: the
+    // embedding lookup and the LM head (the output norm is the last block's residual window).
+    let merges_launched =
+        plans.iter().filter(|(_, p)| matches!(p.kernel, Kernel::FlashAttn(a) if a.splits() > 1));
+    let launches = launches + merges_launched.count();
     assert!(launches <= 10 * n_layer + 2, "{launches} launches for {n_layer} blocks");
 }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use tessera_backend_cuda::plan::{
-    fold_q8_into_norm, fusion_windows, plan_node, possible_moe_paths, possible_paths, share_q8_1,
+    fold_q8_into_writer, fusion_windows, plan_node, possible_moe_paths, possible_paths, share_q8_1,
     Capability, FusionKind, Kernel, MatmulPath, NodePlan, Paths,
 };
 use tessera_backend_cuda::types::{readable, TYPES};
@@ -106,7 +106,8 @@ fn planned(ctx: &Context, out: TensorId, pins: &[TensorId]) -> Vec<(TensorId, No
 /// The decode windows beyond the norms and gate/up: Q, K and V as one launch (two and three
 /// products of one column, by int8-path weights), a norm writing its products' Q8_1 blocks
 /// (with and without the residual ADD, the strided path's width too), K's RoPE into the cache,
-/// a step's attention inputs (Q's and K's RoPE, K's and V's stores) as one launch.
+/// a step's attention inputs (Q's and K's RoPE, K's and V's stores) as one launch, and the
+/// attention merge writing its output projection's Q8_1 blocks.
 #[test]
 fn the_decode_windows_are_reached_by_cases() {
     // Windows of `kind` whose nodes all plan to `kernel` where given.
@@ -143,10 +144,22 @@ fn the_decode_windows_are_reached_by_cases() {
         let kinds = [FusionKind::AddRmsNormMul, FusionKind::RmsNormMul];
         for w in fusion_windows(&ctx, &ids, &kinds) {
             let end = ids.iter().position(|n| n == w.nodes.last().unwrap()).unwrap();
-            folded += usize::from(fold_q8_into_norm(&ctx, &plans, &mut q8, end).is_some());
+            folded += usize::from(fold_q8_into_writer(&ctx, &plans, &mut q8, end).is_some());
         }
     }
     assert!(folded >= 4, "{folded} cases reach a norm writing its products' Q8_1 blocks");
+    // An attention's chunk merge writing its output projection's blocks.
+    let mut merged = 0;
+    for (_, ctx, out, pins) in built_pinned(Some("ATTN_MUL_MAT")) {
+        let plans = planned(&ctx, out, &pins);
+        let (mut q8, _) = share_q8_1(&ctx, &plans);
+        for (i, (_, p)) in plans.iter().enumerate() {
+            if matches!(p.kernel, Kernel::FlashAttn(a) if a.splits() > 1) {
+                merged += usize::from(fold_q8_into_writer(&ctx, &plans, &mut q8, i).is_some());
+            }
+        }
+    }
+    assert!(merged >= 2, "{merged} cases reach an attention merge writing Q8_1 blocks");
 }
 
 /// Cases reach both decode attention paths (tensor cores, SIMT) with one chunk and with

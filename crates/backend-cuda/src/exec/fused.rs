@@ -11,7 +11,7 @@ use tessera_tensor::graph::{GluOp, Op, TensorId};
 impl Resolver<'_> {
     /// The launch of a window [`crate::plan::fusable`] accepted (`q8`: a product's Q8_1 input,
     /// for GateUpGlu; `q8_out`: where a norm window also writes its output's Q8_1 blocks,
-    /// [`crate::plan::fold_q8_into_norm`]).
+    /// [`crate::plan::fold_q8_into_writer`]).
     pub(crate) fn fused(
         &self,
         w: &Window,

@@ -30,7 +30,7 @@ mod nodes;
 
 use crate::gpu::Gpu;
 use crate::plan::{
-    fold_q8_into_norm, fused_windows, plan_node, share_q8_1, FastPath, FusionKind, Kernel,
+    fold_q8_into_writer, fused_windows, plan_node, share_q8_1, FastPath, FusionKind, Kernel,
     NodePlan, Paths, Window,
 };
 use crate::CudaError;
@@ -230,8 +230,20 @@ impl Executor {
             skip.extend(w.nodes[1..].iter().copied());
             if matches!(w.kind, FusionKind::RmsNormMul | FusionKind::AddRmsNormMul) {
                 let end = index[w.nodes.last().expect("a window has nodes")];
-                if let Some(offset) = fold_q8_into_norm(ctx, plans, &mut q8, end) {
+                if let Some(offset) = fold_q8_into_writer(ctx, plans, &mut q8, end) {
                     norm_q8.insert(w.nodes[0], base + offset as u64);
+                }
+            }
+        }
+        // An attention whose chunks' merge writes its output: the merge writes the output
+        // projection's Q8_1 blocks too.
+        let mut attn_q8: HashMap<TensorId, u64> = HashMap::new();
+        if self.paths.allows(FastPath::Fused) {
+            for (i, (node, plan)) in plans.iter().enumerate() {
+                if matches!(plan.kernel, Kernel::FlashAttn(p) if p.splits() > 1) {
+                    if let Some(offset) = fold_q8_into_writer(ctx, plans, &mut q8, i) {
+                        attn_q8.insert(*node, base + offset as u64);
+                    }
                 }
             }
         }
@@ -242,6 +254,7 @@ impl Executor {
             }
             let mut parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} x{n}")).collect();
             parts.push(format!("norms writing Q8_1 x{}", norm_q8.len()));
+            parts.push(format!("attention merges writing Q8_1 x{}", attn_q8.len()));
             let line = parts.join(", ");
             if line != self.logged_fused {
                 tracing::debug!(device = %gpu.name, "fused windows: {line}");
@@ -256,7 +269,7 @@ impl Executor {
             if let Some(w) = first.get(node) {
                 pending.extend(resolver.fused(w, q8, norm_q8.get(node).copied())?);
             } else if plan.kernel != Kernel::Nothing {
-                pending.extend(resolver.node(*node, plan, q8)?);
+                pending.extend(resolver.node(*node, plan, q8, attn_q8.get(node).copied())?);
             }
         }
         gpu.precompile(pending.iter().map(|p| p.entry));

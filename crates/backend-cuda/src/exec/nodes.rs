@@ -94,12 +94,14 @@ impl Resolver<'_> {
     }
 
     /// The launches of `id` on the kernel of `plan` (`q8`: where an int8 product's Q8_1
-    /// activations are, and whether it writes them).
+    /// activations are, and whether it writes them; `q8_out`: where an attention's merge
+    /// writes its output's Q8_1 blocks, [`crate::plan::fold_q8_into_writer`]).
     pub(crate) fn node(
         &self,
         id: TensorId,
         plan: &NodePlan,
         q8: Option<Q8Input>,
+        q8_out: Option<u64>,
     ) -> Result<Vec<Pending>, CudaError> {
         let d = self.ctx.get(id);
         if plan.kernel == Kernel::Nothing {
@@ -279,6 +281,7 @@ impl Resolver<'_> {
                                 Arg::Ptr(self.own),
                                 (splits as i32).into(),
                                 dv.into(),
+                                Arg::Ptr(q8_out.unwrap_or(0)),
                             ];
                             v.extend(one("fattn_vec_combine", per_row(rows, 128), merge));
                         }

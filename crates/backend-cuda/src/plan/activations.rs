@@ -10,7 +10,7 @@
 use super::{Kernel, MatmulPath, NodePlan};
 use crate::types::Q8_1_BYTES;
 use std::collections::HashMap;
-use tessera_tensor::graph::{Context, TensorId};
+use tessera_tensor::graph::{Context, Op, TensorId};
 
 /// Alignment of each region in the arena (bytes).
 const ALIGN: usize = 256;
@@ -64,13 +64,14 @@ pub fn share_q8_1(ctx: &Context, plans: &[(TensorId, NodePlan)]) -> (Vec<Option<
     (out, top)
 }
 
-/// Where the node at `plans[end]` (a fused norm window's last node, its output `out`) is the
-/// input of later int8 products, the norm's kernel can write the Q8_1 blocks itself: the first
-/// of those products then no longer quantizes (its `quantize` is cleared in `q8`), and the
-/// region's offset is returned for the norm's launch. `None` where no int8 product reads `out`,
-/// or a node writes into `out`'s storage before the first does (the blocks would be stale), or
-/// `out` is not whole 32-value blocks in contiguous F32 columns.
-pub fn fold_q8_into_norm(
+/// Where the node at `plans[end]` (a fused norm window's last node, or an attention whose
+/// chunks' merge writes its output) computes `out` and later int8 products read it (directly or
+/// through a RESHAPE: the attention output as one column a token), its kernel can write the
+/// Q8_1 blocks itself: the first of those products then no longer quantizes (its `quantize` is
+/// cleared in `q8`), and the region's offset is returned for the writer's launch. `None` where
+/// no int8 product reads `out`, or a node writes into `out`'s storage before the first does
+/// (the blocks would be stale), or `out` is not contiguous F32 rows of whole 32-value blocks.
+pub fn fold_q8_into_writer(
     ctx: &Context,
     plans: &[(TensorId, NodePlan)],
     q8: &mut [Option<Q8Input>],
@@ -78,16 +79,17 @@ pub fn fold_q8_into_norm(
 ) -> Option<usize> {
     let out = plans[end].0;
     let d = ctx.get(out);
-    let contiguous = d.dtype == tessera_tensor::DType::F32
-        && d.ne[0] % 32 == 0
-        && d.nb[0] == 4
-        && d.nb[1] == 4 * d.ne[0]
-        && d.ne[2] * d.ne[3] == 1;
-    if !contiguous {
+    if d.dtype != tessera_tensor::DType::F32 || d.ne[0] % 32 != 0 || !d.is_contiguous() {
         return None;
     }
+    // The product's activations are `out`, or a reshape of it.
+    let reads_out = |x: Option<TensorId>| {
+        x.is_some_and(|x| {
+            x == out || (ctx.get(x).op == Op::Reshape && ctx.get(x).src[0] == Some(out))
+        })
+    };
     for (j, (node, plan)) in plans.iter().enumerate().skip(end + 1) {
-        if let Some(input) = q8[j].as_mut().filter(|_| ctx.get(*node).src[1] == Some(out)) {
+        if let Some(input) = q8[j].as_mut().filter(|_| reads_out(ctx.get(*node).src[1])) {
             if !input.quantize {
                 return None;
             }
@@ -159,11 +161,11 @@ mod tests {
         let end = p.iter().position(|(id, _)| *id == h).unwrap();
         let at = |id: TensorId| p.iter().position(|(n, _)| *n == id).unwrap();
         assert_eq!(inputs[at(a)], Some(Q8Input { offset: 0, quantize: true }));
-        assert_eq!(fold_q8_into_norm(&ctx, &p, &mut inputs, end), Some(0));
+        assert_eq!(fold_q8_into_writer(&ctx, &p, &mut inputs, end), Some(0));
         assert_eq!(inputs[at(a)], Some(Q8Input { offset: 0, quantize: false }));
         assert_eq!(inputs[at(b)], Some(Q8Input { offset: 0, quantize: false }));
         // Folded once: a second fold finds nothing left to take.
-        assert_eq!(fold_q8_into_norm(&ctx, &p, &mut inputs, end), None);
+        assert_eq!(fold_q8_into_writer(&ctx, &p, &mut inputs, end), None);
         // The norm's output overwritten (a row set) before the product reads it.
         let rows = ctx.new_tensor(F32, &[256, 1]).unwrap();
         let idx = ctx.new_tensor(I64, &[1]).unwrap();
@@ -173,7 +175,7 @@ mod tests {
         let p = plans(&ctx, &graph);
         let (mut inputs, _) = share_q8_1(&ctx, &p);
         let end = p.iter().position(|(id, _)| *id == h).unwrap();
-        assert_eq!(fold_q8_into_norm(&ctx, &p, &mut inputs, end), None, "{:?}", graph.nodes());
+        assert_eq!(fold_q8_into_writer(&ctx, &p, &mut inputs, end), None, "{:?}", graph.nodes());
         // Rows of 40 values (not whole blocks) read by a float product.
         let x = ctx.new_tensor(F32, &[40, 1]).unwrap();
         let n = ctx.rms_norm(x, 1e-6).unwrap();
@@ -183,7 +185,7 @@ mod tests {
         let p = plans(&ctx, &graph);
         let (mut inputs, _) = share_q8_1(&ctx, &p);
         let end = p.iter().position(|(id, _)| *id == n).unwrap();
-        assert_eq!(fold_q8_into_norm(&ctx, &p, &mut inputs, end), None);
+        assert_eq!(fold_q8_into_writer(&ctx, &p, &mut inputs, end), None);
     }
 
     /// Four columns take four columns of Q8_1 blocks.

@@ -2,7 +2,7 @@
 //! where llama.cpp's CUDA backend fuses and beyond. The executor asks for the kinds it has
 //! kernels for and runs the rest node by node: RMS_NORM then MUL, and the residual ADD before
 //! them (`fused.cu`; their output's Q8_1 blocks too where int8 products read it,
-//! [`super::fold_q8_into_norm`]); gate and up products of the int8 path with their GLU
+//! [`super::fold_q8_into_writer`]); gate and up products of the int8 path with their GLU
 //! (`mmvq_glu_*`); two or three products of one activation column (a block's Q, K and V,
 //! `mmvq_group_*`); K's RoPE into the cache (`rope_set_rows_op`) and a decoding step's attention
 //! inputs, Q's and K's RoPE with K's and V's stores (`rope_kv_store_op`).

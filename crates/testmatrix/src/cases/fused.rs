@@ -200,3 +200,44 @@ impl CaseSpec for RopeKvStore {
         Tolerance::Nmse(thresholds::DEFAULT)
     }
 }
+
+/// Decode attention over `n_kv` F16 cells (one query row of `heads` heads sharing `kv_heads`)
+/// and the output projection of its output (RESHAPE to one column, MUL_MAT by `w` weights):
+/// the CUDA backend's chunk merge writes the projection's Q8_1 activations itself.
+#[derive(Debug, Clone)]
+pub struct AttnProduct {
+    /// Head size.
+    pub head_dim: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// KV heads.
+    pub kv_heads: usize,
+    /// KV cells.
+    pub n_kv: usize,
+    /// Output projection's weight type.
+    pub w: DType,
+}
+
+impl CaseSpec for AttnProduct {
+    fn op(&self) -> &'static str {
+        "ATTN_MUL_MAT"
+    }
+    fn dtype(&self) -> String {
+        format!("f16,{}", self.w.name())
+    }
+    fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
+        let (d, n_kv) = (self.head_dim, self.n_kv);
+        let unit = Init::Uniform { min: -1.0, max: 1.0 };
+        let q = b.leaf(DType::F32, &[d, 1, self.heads], unit)?;
+        let k = b.leaf(DType::F16, &[d, n_kv, self.kv_heads], default_init(DType::F16))?;
+        let v = b.leaf(DType::F16, &[d, n_kv, self.kv_heads], default_init(DType::F16))?;
+        let mask = b.leaf(DType::F16, &[n_kv, 1], Init::KqMask)?;
+        let fa = b.ctx.flash_attn_ext(q, k, v, Some(mask), 1.0 / (d as f32).sqrt(), 0.0, 0.0)?;
+        let x = b.ctx.reshape(fa, &[d * self.heads, 1])?;
+        let wo = b.leaf(self.w, &[d * self.heads, 64], default_init(self.w))?;
+        b.ctx.mul_mat(wo, x)
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Nmse(thresholds::MUL_MAT)
+    }
+}

@@ -17,7 +17,7 @@ pub use basic::{
 };
 pub use conv::{Conv2d, Im2Col, Pool2d};
 pub use copy::{Copy, CopyOp, SetRows};
-pub use fused::{NormProducts, Products, RopeIntoCache, RopeKvStore};
+pub use fused::{AttnProduct, NormProducts, Products, RopeIntoCache, RopeKvStore};
 pub use linalg::{FfnGlu, FlashAttn, MulMat, Rope, SoftMax};
 pub use moe::{AddId, Argsort, Clamp, MulMatId, SwiGluOai};
 
@@ -193,6 +193,10 @@ fn ffn_glu(v: &mut Vec<Case>) {
     // A decoding step's attention inputs in one launch (GQA 2, one token; and three tokens).
     for tokens in [1, 3] {
         v.push(Case::new(RopeKvStore { head_dim: 64, q_heads: 4, kv_heads: 2, tokens, cells: 16 }));
+    }
+    // Decode attention in chunks and its output projection (the merge writes Q8_1 blocks).
+    for (head_dim, n_kv, w) in [(64, 256, Q4_0), (128, 512, Q4_K)] {
+        v.push(Case::new(AttnProduct { head_dim, heads: 4, kv_heads: 2, n_kv, w }));
     }
 }
 
