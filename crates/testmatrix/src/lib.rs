@@ -16,6 +16,10 @@
 //! - **Guard bytes** ([`runner`]): every tensor sits between guard bytes in one buffer of the
 //!   backend's own buffer type; a byte changed outside every tensor is an out-of-bounds write,
 //!   a changed input an illegal write. Results start as NaN, so an unwritten element fails.
+//! - **And as a model lays them out** ([`Config::allocated`], `--layouts alloc`): the graph
+//!   allocator places the tensors, so results share memory and run in place as in a model's
+//!   graph (where the CUDA backend's first fused norm read sources its in-place sum had
+//!   overwritten). Cases of several nodes keep a model's order ([`Builder::pins`]).
 //! - **Backend-generic**: the runner takes a factory that makes a backend per [`Config`] (thread
 //!   count x variant, e.g. SIMD level); `supports_op` = false counts as unsupported, not failed.
 //!   The `test-matrix` binary (feature `cpu`) wires the CPU backend; a GPU backend plugs in the

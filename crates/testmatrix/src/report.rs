@@ -112,7 +112,7 @@ impl Report<'_> {
         for r in &self.runs {
             let failed = r.outcomes.iter().filter(|o| matches!(o, Outcome::Fail(_))).count();
             let _ =
-                writeln!(s, "  {:<12} {} ({failed} failed)", r.config.to_string(), secs(r.elapsed));
+                writeln!(s, "  {:<16} {} ({failed} failed)", r.config.to_string(), secs(r.elapsed));
         }
         let failures: Vec<String> = self
             .runs

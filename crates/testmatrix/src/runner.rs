@@ -20,11 +20,22 @@ pub struct Config {
     pub threads: usize,
     /// Backend-specific variant: the SIMD level for the CPU (`scalar`, `avx2`, `avx512`).
     pub variant: String,
+    /// The graph's tensors placed by the graph allocator (`tessera-alloc`, as a model's graph
+    /// is: intermediates share memory and run in place where ggml's rules allow) instead of a
+    /// guarded slot each: kernels, fused ones above all, are checked against their outputs
+    /// overwriting their inputs.
+    pub allocated: bool,
 }
 
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/t{}", self.variant, self.threads)
+        write!(
+            f,
+            "{}/t{}{}",
+            self.variant,
+            self.threads,
+            if self.allocated { "/alloc" } else { "" }
+        )
     }
 }
 
@@ -221,9 +232,57 @@ pub fn run_case(backend: &mut dyn Backend, p: &Prepared) -> Outcome {
     }
 }
 
-/// Runs `run_case` catching panics.
-fn run_guarded(backend: &mut dyn Backend, p: &Prepared) -> Outcome {
-    catch_unwind(AssertUnwindSafe(|| run_case(backend, p)))
+/// Runs one prepared case on `backend` with its tensors placed by the graph allocator (see
+/// [`Config::allocated`]): every result filled with 0xFF (NaN) first, the inputs written where
+/// it put them, the output checked against the reference.
+pub fn run_case_allocated(backend: &mut dyn Backend, p: &Prepared) -> Outcome {
+    for &node in p.graph.nodes() {
+        if !backend.supports_op(&p.ctx, node) {
+            return Outcome::Unsupported(p.ctx.get(node).op.name());
+        }
+    }
+    let setup = |e: &dyn fmt::Display| Outcome::Fail(Failure::Setup(e.to_string()));
+    let mut alloc = tessera_alloc::GraphAllocator::new(backend.buffer_type());
+    let mut bindings = Bindings::new();
+    if let Err(e) = alloc.alloc_graph(&p.ctx, &p.graph, &mut bindings) {
+        return setup(&e);
+    }
+    // Results NaN first, then the inputs (the allocator may place a result where an input
+    // lies, to be overwritten only after the input's last reader).
+    let is_input = |id: TensorId| p.inputs.iter().any(|(i, _)| *i == id);
+    for id in p.roots().into_iter().filter(|&id| !is_input(id)) {
+        if let Err(e) = bindings.set(&p.ctx, id, &vec![0xff; p.ctx.get(id).n_bytes()]) {
+            return setup(&e);
+        }
+    }
+    for (id, data) in &p.inputs {
+        if let Err(e) = bindings.set(&p.ctx, *id, data) {
+            return setup(&e);
+        }
+    }
+    if let Err(e) =
+        backend.graph_compute(&p.ctx, &p.graph, &bindings).and_then(|()| backend.synchronize())
+    {
+        return Outcome::Fail(Failure::Compute(e.to_string()));
+    }
+    // (Writes outside a tensor are the guarded layout's check: here memory is shared.)
+    let (root, base) = storage_of(&p.ctx, p.out);
+    let mut bytes = vec![0u8; p.ctx.get(root).n_bytes()];
+    if let Err(e) = bindings.read(&p.ctx, root, &mut bytes) {
+        return setup(&e);
+    }
+    let got = read_values(p.ctx.get(p.out), &bytes, base);
+    match compare(&got, &p.expected, p.tolerance) {
+        Ok(err) => Outcome::Pass(err),
+        Err(m) => Outcome::Fail(Failure::Mismatch(m)),
+    }
+}
+
+/// Runs `run_case` (or [`run_case_allocated`]) catching panics.
+fn run_guarded(backend: &mut dyn Backend, p: &Prepared, allocated: bool) -> Outcome {
+    let run =
+        |b: &mut dyn Backend| if allocated { run_case_allocated(b, p) } else { run_case(b, p) };
+    catch_unwind(AssertUnwindSafe(|| run(backend)))
         .unwrap_or_else(|e| Outcome::Fail(Failure::Panic(panic_message(e.as_ref()))))
 }
 
@@ -280,7 +339,7 @@ pub fn run_config(set: &PreparedSet, config: &Config, factory: &mut Factory<'_>)
             }
         };
         let outcome = match backend.as_mut() {
-            Some(b) => run_guarded(b.as_mut(), p),
+            Some(b) => run_guarded(b.as_mut(), p, config.allocated),
             None => Outcome::Skipped("backend lost after a panic".into()),
         };
         if matches!(outcome, Outcome::Fail(Failure::Panic(_))) {

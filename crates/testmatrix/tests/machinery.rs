@@ -118,7 +118,7 @@ impl Backend for FakeBackend {
 
 fn run(cases: Vec<Case>, fault: Fault) -> Vec<Outcome> {
     let set = PreparedSet::new(&cases);
-    let config = Config { threads: 1, variant: "fake".into() };
+    let config = Config { threads: 1, variant: "fake".into(), allocated: false };
     let mut factory = |_: &Config| Ok(Box::new(FakeBackend { fault }) as Box<dyn Backend>);
     run_config(&set, &config, &mut factory).outcomes
 }
@@ -139,7 +139,11 @@ fn a_correct_backend_passes_the_whole_catalog() {
     let set = PreparedSet::new(&cases);
     let mut factory =
         |_: &Config| Ok(Box::new(FakeBackend { fault: Fault::None }) as Box<dyn Backend>);
-    let runs = vec![run_config(&set, &Config { threads: 1, variant: "fake".into() }, &mut factory)];
+    let runs = vec![run_config(
+        &set,
+        &Config { threads: 1, variant: "fake".into(), allocated: false },
+        &mut factory,
+    )];
     let report = Report { set: &set, runs };
     let text = report.render(20);
     assert_eq!(report.failed(), 0, "{text}");

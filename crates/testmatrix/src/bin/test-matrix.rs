@@ -33,6 +33,11 @@ struct Args {
     /// CUDA device ordinals (`--backend cuda`).
     #[arg(long, value_delimiter = ',', default_value = "0")]
     devices: Vec<usize>,
+    /// Tensor layouts, comma-separated: `slots` (each tensor its own guarded slot) and
+    /// `alloc` (placed by the graph allocator: shared memory and in-place results, as in a
+    /// model's graph).
+    #[arg(long, value_delimiter = ',', default_value = "slots,alloc", value_parser = ["slots", "alloc"])]
+    layouts: Vec<String>,
     /// How many failures to print in full.
     #[arg(long, default_value_t = 40)]
     max_failures: usize,
@@ -86,10 +91,12 @@ fn main() -> ExitCode {
     if args.backend == "cuda" {
         #[cfg(feature = "cuda")]
         for &d in &args.devices {
-            let config = Config { threads: 1, variant: format!("cuda{d}") };
-            let run = run_config(&set, &config, &mut make_cuda_backend);
-            eprintln!("  {config}: {:.2}s", run.elapsed.as_secs_f64());
-            runs.push(run);
+            for allocated in args.layouts.iter().map(|l| l == "alloc") {
+                let config = Config { threads: 1, variant: format!("cuda{d}"), allocated };
+                let run = run_config(&set, &config, &mut make_cuda_backend);
+                eprintln!("  {config}: {:.2}s", run.elapsed.as_secs_f64());
+                runs.push(run);
+            }
         }
         #[cfg(not(feature = "cuda"))]
         {
@@ -102,10 +109,12 @@ fn main() -> ExitCode {
     }
     for simd in args.simd.iter().filter(|_| args.backend == "cpu") {
         for &threads in &args.threads {
-            let config = Config { threads, variant: simd.trim().to_lowercase() };
-            let run = run_config(&set, &config, &mut make_backend);
-            eprintln!("  {config}: {:.2}s", run.elapsed.as_secs_f64());
-            runs.push(run);
+            for allocated in args.layouts.iter().map(|l| l == "alloc") {
+                let config = Config { threads, variant: simd.trim().to_lowercase(), allocated };
+                let run = run_config(&set, &config, &mut make_backend);
+                eprintln!("  {config}: {:.2}s", run.elapsed.as_secs_f64());
+                runs.push(run);
+            }
         }
     }
     let report = Report { set: &set, runs };

@@ -82,6 +82,10 @@ impl CaseSpec for NormProducts {
         let unit = Init::Uniform { min: -1.0, max: 1.0 };
         let mut a = b.leaf(DType::F32, &[self.k, self.cols], unit)?;
         if self.residual {
+            // The residual stream is an intermediate (a block's output), read only by the ADD:
+            // laid out by the graph allocator, the sum takes its memory (ADD in place), as in
+            // a model.
+            a = b.ctx.scale(a, 1.0, 0.0)?;
             let r = b.leaf(DType::F32, &[self.k, self.cols], unit)?;
             a = b.ctx.add(a, r)?;
         }
