@@ -53,15 +53,19 @@ extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
     q8_1_warp(x[blk * 32 + lane], lane, dst + blk * Q8_1_BYTES);
 }
 
-// The MMVQ loops of one warp over one weight row (rows gr and ur for the gated pair) for NC
-// activation columns, NC a compile-time count: no branch per column in the loop (branches
-// between the unrolled blocks kept their loads from issuing together). `vdot` is the type's
-// dot product; the `*_cols` dispatchers pick NC from the run-time count (1 to 8).
+// The MMVQ loops of one warp over its share of one weight row (rows gr and ur for the gated
+// pair) for NC activation columns, NC a compile-time count: no branch per column in the loop
+// (branches between the unrolled blocks kept their loads from issuing together). A row's
+// 32-value blocks are split over `wpr` warps (Mmvq::warps_per_row in the plan): warp share ws
+// takes blocks 8 ws + lane / 4, then every 8 wpr, so a long row's loads are in flight on wpr
+// warps at once (one warp a row left a 1B model's 8192-wide down projection eight dependent
+// load rounds deep on 2048 warps). `vdot` is the type's dot product; the `*_cols` dispatchers
+// pick NC from the run-time count (1 to 8).
 template <int NC, int BYTES, int SUB, class V>
 __device__ __forceinline__ void mmvq_acc(const u8 *wr, const u8 *yq, int nblocks, int lane,
-                                         float (&acc)[8], V vdot) {
+                                         int ws, int wpr, float (&acc)[8], V vdot) {
 #pragma unroll 4
-    for (int i = lane / 4; i < nblocks; i += WARP / 4) {
+    for (int i = 8 * ws + lane / 4; i < nblocks; i += 8 * wpr) {
         const u8 *wb = wr + (i64)(i / SUB) * BYTES;
 #pragma unroll
         for (int c = 0; c < NC; ++c)
@@ -70,10 +74,10 @@ __device__ __forceinline__ void mmvq_acc(const u8 *wr, const u8 *yq, int nblocks
 }
 template <int NC, int BYTES, int SUB, class V>
 __device__ __forceinline__ void mmvq_glu_acc(const u8 *gr, const u8 *ur, const u8 *yq,
-                                             int nblocks, int lane, float (&ag)[8],
-                                             float (&au)[8], V vdot) {
+                                             int nblocks, int lane, int ws, int wpr,
+                                             float (&ag)[8], float (&au)[8], V vdot) {
 #pragma unroll 4
-    for (int i = lane / 4; i < nblocks; i += WARP / 4) {
+    for (int i = 8 * ws + lane / 4; i < nblocks; i += 8 * wpr) {
         const u8 *gb = gr + (i64)(i / SUB) * BYTES, *ub = ur + (i64)(i / SUB) * BYTES;
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
@@ -96,68 +100,97 @@ __device__ __forceinline__ void mmvq_glu_acc(const u8 *gr, const u8 *ur, const u
     }
 template <int BYTES, int SUB, class V>
 __device__ __forceinline__ void mmvq_cols(int ncols, const u8 *wr, const u8 *yq, int nblocks,
-                                          int lane, float (&acc)[8], V vdot) {
-#define MMVQ_CALL(NC) mmvq_acc<NC, BYTES, SUB>(wr, yq, nblocks, lane, acc, vdot)
+                                          int lane, int ws, int wpr, float (&acc)[8], V vdot) {
+#define MMVQ_CALL(NC) mmvq_acc<NC, BYTES, SUB>(wr, yq, nblocks, lane, ws, wpr, acc, vdot)
     MMVQ_CASES(MMVQ_CALL)
 #undef MMVQ_CALL
 }
 template <int BYTES, int SUB, class V>
 __device__ __forceinline__ void mmvq_glu_cols(int ncols, const u8 *gr, const u8 *ur,
-                                              const u8 *yq, int nblocks, int lane,
-                                              float (&ag)[8], float (&au)[8], V vdot) {
-#define MMVQ_CALL(NC) mmvq_glu_acc<NC, BYTES, SUB>(gr, ur, yq, nblocks, lane, ag, au, vdot)
+                                              const u8 *yq, int nblocks, int lane, int ws,
+                                              int wpr, float (&ag)[8], float (&au)[8], V vdot) {
+#define MMVQ_CALL(NC) mmvq_glu_acc<NC, BYTES, SUB>(gr, ur, yq, nblocks, lane, ws, wpr, ag, au, vdot)
     MMVQ_CASES(MMVQ_CALL)
 #undef MMVQ_CALL
 }
 
-// Y = W X for 1 to 8 activation columns (MMVQ): one warp per weight row, 4 lanes per 32 values
-// (the loop over blocks unrolled four times and specialized per column count, so a lane's loads
-// of four blocks are in flight together: one block at a time left 2048-wide Q4_0 rows at about
-// 0.25 TB/s on the H200), the columns already Q8_1 (`quantize_q8_1`, column c's nblocks blocks
-// after column c - 1's); column c of the output starts dst_col floats after column c - 1's.
-// Weight blocks of SUB 32-value sub-blocks (1, or 8 for the 256-value types): 32-value block i
-// is sub-block i % SUB of weight block i / SUB.
+// A row's sums of its first ncols columns, from the partials in acc of each of its wpr warps
+// (a block's 8 warps hold 8 / wpr rows): each warp's lanes summed (warp_sum), then the warps'
+// sums in warp order through `part` (the block's shared [warp][column] array). Returns true
+// for the one lane holding the row's sums in acc (lane 0 of the row's last warp). Every thread
+// of the block calls it (a barrier when wpr > 1).
+__device__ __forceinline__ bool mmvq_row_sums(float (&acc)[8], int ncols, int wpr,
+                                              float (*part)[8]) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, ws = warp % wpr;
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+        if (c < ncols) acc[c] = warp_sum(acc[c]);
+    if (wpr == 1) return lane == 0;
+    // (Constant indexes into acc, so it stays in registers.)
+    if (lane == 0) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+            if (c < ncols) part[warp][c] = acc[c];
+    }
+    __syncthreads();
+    if (lane != 0 || ws != wpr - 1) return false;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+        if (c >= ncols) continue;
+        float s = 0.0f;
+        for (int w = warp - ws; w <= warp; ++w) s += part[w][c];
+        acc[c] = s;
+    }
+    return true;
+}
+
+// Y = W X for 1 to 8 activation columns (MMVQ): wpr warps per weight row (8 / wpr rows a
+// block of 8 warps), 4 lanes per 32 values (the loop over blocks unrolled four times and
+// specialized per column count, so a lane's loads of four blocks are in flight together: one
+// block at a time left 2048-wide Q4_0 rows at about 0.25 TB/s on the H200), the columns
+// already Q8_1 (`quantize_q8_1`, column c's nblocks blocks after column c - 1's); column c of
+// the output starts dst_col floats after column c - 1's. Weight blocks of SUB 32-value
+// sub-blocks (1, or 8 for the 256-value types): 32-value block i is sub-block i % SUB of weight
+// block i / SUB.
 #define MMVQ(T, BYTES, SUB, VDOT)                                                             \
     extern "C" __global__ void mmvq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,    \
-                                        int nblocks, i64 row_bytes, int ncols, i64 dst_col) { \
-        const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
-        if (row >= nrows) return;                                                             \
-        const int lane = threadIdx.x % WARP;                                                  \
-        const u8 *wr = w + (i64)row * row_bytes;                                              \
+                                        int nblocks, i64 row_bytes, int ncols, i64 dst_col,   \
+                                        int wpr) {                                            \
+        __shared__ float part[8][8];                                                          \
+        const int g = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                 \
+        const int row = g / wpr, ws = g % wpr, lane = threadIdx.x % WARP;                     \
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
-        mmvq_cols<BYTES, SUB>(ncols, wr, yq, nblocks, lane, acc,                              \
-                              [](const u8 *b, int j, const u8 *y, int p) { return VDOT(b, j, y, p); }); \
-        _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                       \
-            if (c < ncols) {                                                                  \
-                const float v = warp_sum(acc[c]);                                             \
-                if (lane == 0) dst[(i64)c * dst_col + row] = v;                               \
-            }                                                                                 \
-        }                                                                                     \
+        if (row < nrows)                                                                      \
+            mmvq_cols<BYTES, SUB>(ncols, w + (i64)row * row_bytes, yq, nblocks, lane, ws, wpr, \
+                                  acc, [](const u8 *b, int j, const u8 *y, int p) { return VDOT(b, j, y, p); }); \
+        if (!mmvq_row_sums(acc, ncols, wpr, part) || row >= nrows) return;                    \
+        _Pragma("unroll") for (int c = 0; c < 8; ++c)                                         \
+            if (c < ncols) dst[(i64)c * dst_col + row] = acc[c];                              \
     }
 
 // Gate and up products of the same activations and their gated unit in one pass (the
 // GateUpGlu window): dst[c][row] = act(gate_row . x_c) * (up_row . x_c), act SiLU (op 0) or
-// tanh-GELU (op 1); both weights of type T, the columns Q8_1 as for mmvq_*. The sums are the
-// unfused kernels' own, so the result is the unfused nodes'.
+// tanh-GELU (op 1); both weights of type T, the columns Q8_1 and the rows split over wpr warps
+// as for mmvq_*. The sums are the unfused kernels' own, so the result is the unfused nodes'.
 #define MMVQ_GLU(T, BYTES, SUB, VDOT)                                                         \
     extern "C" __global__ void mmvq_glu_##T(const u8 *wg, const u8 *wu, const u8 *yq,        \
                                             float *dst, int nrows, int nblocks, i64 rb_g,    \
-                                            i64 rb_u, int ncols, i64 dst_col, int op) {      \
-        const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
-        if (row >= nrows) return;                                                             \
-        const int lane = threadIdx.x % WARP;                                                  \
-        const u8 *gr = wg + (i64)row * rb_g, *ur = wu + (i64)row * rb_u;                      \
+                                            i64 rb_u, int ncols, i64 dst_col, int op,        \
+                                            int wpr) {                                        \
+        __shared__ float part_g[8][8], part_u[8][8];                                          \
+        const int g = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                 \
+        const int row = g / wpr, ws = g % wpr, lane = threadIdx.x % WARP;                     \
         float ag[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                       \
         float au[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                       \
-        mmvq_glu_cols<BYTES, SUB>(ncols, gr, ur, yq, nblocks, lane, ag, au,                   \
-                                  [](const u8 *b, int j, const u8 *y, int p) { return VDOT(b, j, y, p); }); \
-        _Pragma("unroll") for (int c = 0; c < 8; ++c) {                                       \
-            if (c < ncols) {                                                                  \
-                const float g = warp_sum(ag[c]);                                              \
-                const float u = warp_sum(au[c]);                                              \
-                if (lane == 0) dst[(i64)c * dst_col + row] = (op == 0 ? silu(g) : gelu_tanh(g)) * u; \
-            }                                                                                 \
-        }                                                                                     \
+        if (row < nrows)                                                                      \
+            mmvq_glu_cols<BYTES, SUB>(ncols, wg + (i64)row * rb_g, wu + (i64)row * rb_u, yq,  \
+                                      nblocks, lane, ws, wpr, ag, au,                         \
+                                      [](const u8 *b, int j, const u8 *y, int p) { return VDOT(b, j, y, p); }); \
+        const bool gate = mmvq_row_sums(ag, ncols, wpr, part_g);                              \
+        if (!mmvq_row_sums(au, ncols, wpr, part_u) || !gate || row >= nrows) return;          \
+        _Pragma("unroll") for (int c = 0; c < 8; ++c)                                         \
+            if (c < ncols)                                                                    \
+                dst[(i64)c * dst_col + row] = (op == 0 ? silu(ag[c]) : gelu_tanh(ag[c])) * au[c]; \
     }
 
 // MUL_MAT_ID's expert products with int8 dots: dst [nrows, n_used, n_tokens] row (e, t) is
@@ -184,38 +217,39 @@ __device__ __forceinline__ void mmvq_glu_cols(int ncols, const u8 *gr, const u8 
         const u8 *wr = w + ex * expert_bytes + (i64)row * row_bytes;                          \
         const u8 *y = yq + ((i64)t * nb + e % nb) * nblocks * Q8_1_BYTES;                     \
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
-        mmvq_acc<1, BYTES, SUB>(wr, y, nblocks, lane, acc,                                    \
+        mmvq_acc<1, BYTES, SUB>(wr, y, nblocks, lane, 0, 1, acc,                              \
                                 [](const u8 *b, int j, const u8 *q, int p) { return VDOT(b, j, q, p); }); \
         const float v = warp_sum(acc[0]);                                                     \
         if (lane == 0) *out = v;                                                              \
     }
 
 // Up to three products of the same activation column in one launch (the ProductGroup window:
-// a decoder block's Q, K and V): rows of w0, then w1's, then w2's (n2 may be 0), one warp a
-// row, each row's sum MMVQ's own for one column (mmvq_acc<1>), so the outputs are the unfused
-// kernels' bits. K and V, a few hundred rows each, launched alone left most SMs idle.
+// a decoder block's Q, K and V): rows of w0, then w1's, then w2's (n2 may be 0), split over wpr
+// warps each as for mmvq_*, each row's sum MMVQ's own for one column (mmvq_acc<1>), so the
+// outputs are the unfused kernels' bits. K and V, a few hundred rows each, launched alone left
+// most SMs idle.
 #define MMVQ_GROUP(T, BYTES, SUB, VDOT)                                                       \
     extern "C" __global__ void mmvq_group_##T(const u8 *yq, int nblocks, const u8 *w0,       \
                                               const u8 *w1, const u8 *w2, i64 rb0, i64 rb1,  \
                                               i64 rb2, float *d0, float *d1, float *d2,      \
-                                              int n0, int n1, int n2) {                      \
-        int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                     \
+                                              int n0, int n1, int n2, int wpr) {             \
+        __shared__ float part[8][8];                                                          \
+        const int g = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                 \
+        int row = g / wpr;                                                                    \
+        const int ws = g % wpr, lane = threadIdx.x % WARP;                                    \
         const u8 *w = w0;                                                                     \
         i64 rb = rb0;                                                                         \
         float *dst = d0;                                                                      \
+        int n = n0;                                                                           \
         if (row >= n0) {                                                                      \
-            row -= n0; w = w1; rb = rb1; dst = d1;                                            \
-            if (row >= n1) {                                                                  \
-                row -= n1; w = w2; rb = rb2; dst = d2;                                        \
-                if (row >= n2) return;                                                        \
-            }                                                                                 \
+            row -= n0; w = w1; rb = rb1; dst = d1; n = n1;                                    \
+            if (row >= n1) { row -= n1; w = w2; rb = rb2; dst = d2; n = n2; }                 \
         }                                                                                     \
-        const int lane = threadIdx.x % WARP;                                                  \
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
-        mmvq_acc<1, BYTES, SUB>(w + (i64)row * rb, yq, nblocks, lane, acc,                    \
-                                [](const u8 *b, int j, const u8 *q, int p) { return VDOT(b, j, q, p); }); \
-        const float v = warp_sum(acc[0]);                                                     \
-        if (lane == 0) dst[row] = v;                                                          \
+        if (row < n)                                                                          \
+            mmvq_acc<1, BYTES, SUB>(w + (i64)row * rb, yq, nblocks, lane, ws, wpr, acc,       \
+                                    [](const u8 *b, int j, const u8 *q, int p) { return VDOT(b, j, q, p); }); \
+        if (mmvq_row_sums(acc, 1, wpr, part) && row < n) dst[row] = acc[0];                   \
     }
 
 MMVQ(q4_0, Q4_0_BYTES, 1, vdot_q4_0)

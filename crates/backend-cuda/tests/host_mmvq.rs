@@ -27,6 +27,10 @@ static int lane_call;
 static inline float warp_sum(float x) { return lane_acc[lane_call++] += x; }
 static inline float warp_max(float x) { return x; }
 static inline i32 warp_sum_i(i32 x) { return x; }
+// A block's shared memory and barrier, with its warps run one after another: a warp reads
+// only what earlier warps (and its own earlier lanes) wrote, as the kernels' row sums do.
+#define __shared__ static
+static inline void __syncthreads() {}
 // Every warp of a grid of (gx, gy) blocks of bx threads, lanes 31 down to 0.
 template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f) {
     blockDim.x = bx; gridDim.x = gx; gridDim.y = gy;
@@ -42,13 +46,15 @@ template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f
 }
 "#;
 
-/// `mmvq ENTRY ROWS NBLOCKS ROW_BYTES COLS W Y`; `mmvq_id ENTRY ROWS NBLOCKS ROW_BYTES
-/// EXPERT_BYTES N_EXPERT N_USED NB N_TOKENS IDS_STRIDE W Y IDS`: the outputs as hex bits.
+/// `mmvq ENTRY ROWS NBLOCKS ROW_BYTES COLS WPR W Y`, `glu ENTRY ROWS NBLOCKS ROW_BYTES COLS OP
+/// WPR G U Y`, `group ENTRY ROWS NBLOCKS ROW_BYTES WPR W Y`; `mmvq_id ENTRY ROWS NBLOCKS
+/// ROW_BYTES EXPERT_BYTES N_EXPERT N_USED NB N_TOKENS IDS_STRIDE W Y IDS`: the outputs as hex
+/// bits. WPR: warps per row, in blocks of 8 warps.
 const MAIN: &str = r#"
-typedef void (*Mmvq)(const u8 *, const u8 *, float *, int, int, i64, int, i64);
+typedef void (*Mmvq)(const u8 *, const u8 *, float *, int, int, i64, int, i64, int);
 typedef void (*MmvqId)(const u8 *, const u8 *, float *, const i32 *, int, int, i64, i64, int, int, int, i64);
-typedef void (*MmvqGlu)(const u8 *, const u8 *, const u8 *, float *, int, int, i64, i64, int, i64, int);
-typedef void (*MmvqGroup)(const u8 *, int, const u8 *, const u8 *, const u8 *, i64, i64, i64, float *, float *, float *, int, int, int);
+typedef void (*MmvqGlu)(const u8 *, const u8 *, const u8 *, float *, int, int, i64, i64, int, i64, int, int);
+typedef void (*MmvqGroup)(const u8 *, int, const u8 *, const u8 *, const u8 *, i64, i64, i64, float *, float *, float *, int, int, int, int);
 #define ENTRY(T, BYTES, SUB, F) {"mmvq_" #T, mmvq_##T, mmvq_id_##T, mmvq_glu_##T, mmvq_group_##T},
 struct Entry { const char *name; Mmvq mmvq; MmvqId id; MmvqGlu glu; MmvqGroup group; };
 static const Entry ENTRIES[] = {
@@ -63,32 +69,33 @@ int main(int argc, char **argv) {
     const int rows = atoi(argv[3]), nblocks = atoi(argv[4]);
     const long row_bytes = atol(argv[5]);
     if (!strcmp(argv[1], "glu")) {
-        const int cols = atoi(argv[6]), op = atoi(argv[7]);
-        std::vector<u8> wg = slurp(argv[8]), wu = slurp(argv[9]), y = slurp(argv[10]);
+        const int cols = atoi(argv[6]), op = atoi(argv[7]), wpr = atoi(argv[8]);
+        std::vector<u8> wg = slurp(argv[9]), wu = slurp(argv[10]), y = slurp(argv[11]);
         std::vector<float> out((size_t)rows * cols, -1.0f);
-        launch((rows + 1) / 2, 1, 64, [&] {
-            e->glu(wg.data(), wu.data(), y.data(), out.data(), rows, nblocks, row_bytes, row_bytes, cols, rows, op);
+        launch((rows * wpr + 7) / 8, 1, 256, [&] {
+            e->glu(wg.data(), wu.data(), y.data(), out.data(), rows, nblocks, row_bytes, row_bytes, cols, rows, op, wpr);
         });
         for (float v : out) printf("%08x\n", __float_as_uint(v));
     } else if (!strcmp(argv[1], "group")) {
         // The rows as groups of (2, 2, 1) and of (3, 2, 0) matrices, one column.
-        std::vector<u8> w = slurp(argv[6]), y = slurp(argv[7]);
+        const int wpr = atoi(argv[6]);
+        std::vector<u8> w = slurp(argv[7]), y = slurp(argv[8]);
         for (int split = 0; split < 2; ++split) {
             const int n0 = split ? 3 : 2, n1 = 2, n2 = rows - n0 - n1;
             std::vector<float> out((size_t)rows, -1.0f);
             const u8 *w0 = w.data(), *w1 = w0 + n0 * row_bytes, *w2 = w1 + n1 * row_bytes;
-            launch((rows + 1) / 2, 1, 64, [&] {
+            launch((rows * wpr + 7) / 8, 1, 256, [&] {
                 e->group(y.data(), nblocks, w0, w1, w2, row_bytes, row_bytes, row_bytes, out.data(),
-                         out.data() + n0, out.data() + n0 + n1, n0, n1, n2);
+                         out.data() + n0, out.data() + n0 + n1, n0, n1, n2, wpr);
             });
             for (float v : out) printf("%08x\n", __float_as_uint(v));
         }
     } else if (!strcmp(argv[1], "mmvq")) {
-        const int cols = atoi(argv[6]);
-        std::vector<u8> w = slurp(argv[7]), y = slurp(argv[8]);
+        const int cols = atoi(argv[6]), wpr = atoi(argv[7]);
+        std::vector<u8> w = slurp(argv[8]), y = slurp(argv[9]);
         std::vector<float> out((size_t)rows * cols, -1.0f);
-        // Two warps a block: rows past the last are skipped by the kernel.
-        launch((rows + 1) / 2, 1, 64, [&] { e->mmvq(w.data(), y.data(), out.data(), rows, nblocks, row_bytes, cols, rows); });
+        // Blocks of eight warps, wpr a row: warps past the last row are skipped by the kernel.
+        launch((rows * wpr + 7) / 8, 1, 256, [&] { e->mmvq(w.data(), y.data(), out.data(), rows, nblocks, row_bytes, cols, rows, wpr); });
         for (float v : out) printf("%08x\n", __float_as_uint(v));
     } else {
         const long expert_bytes = atol(argv[6]);
@@ -134,20 +141,25 @@ fn int8_matrix_vector_kernels_match_f64() {
         let yd = dequantize(DType::Q8_1, &y).unwrap();
         let yf = write(&dir, "y.bin", &y);
         let files = [wf.clone(), yf.clone()];
-        let got = floats(&call(&exe, &["mmvq", entry], &[rows, nblocks, row_bytes, cols], &files));
+        // Rows split over 1 to 8 warps (16 blocks a row: 2 per warp at 8).
+        let wpr = 1 << (ti % 4);
+        let got =
+            floats(&call(&exe, &["mmvq", entry], &[rows, nblocks, row_bytes, cols, wpr], &files));
         for c in 0..cols {
             for r in 0..rows {
                 let (want, scale) = dot(&wd[r * k..][..k], &yd[c * k..][..k]);
                 let g = f64::from(got[c * rows + r]);
                 let err = (g - want).abs() / scale.max(1e-9);
-                assert!(err < 2e-3, "{entry} column {c} row {r}: {g} != {want} ({err:.1e})");
+                assert!(err < 2e-3, "{entry} wpr {wpr} column {c} row {r}: {g} != {want}");
             }
         }
 
         // The grouped products (Q, K and V in one launch): MMVQ's one-column sums, bit for
         // bit, however the rows are split among the matrices.
-        let one = floats(&call(&exe, &["mmvq", entry], &[rows, nblocks, row_bytes, 1], &files));
-        let grouped = floats(&call(&exe, &["group", entry], &[rows, nblocks, row_bytes], &files));
+        let nums = [rows, nblocks, row_bytes, 1, wpr];
+        let one = floats(&call(&exe, &["mmvq", entry], &nums, &files));
+        let nums = [rows, nblocks, row_bytes, wpr];
+        let grouped = floats(&call(&exe, &["group", entry], &nums, &files));
         assert_eq!(grouped.len(), 2 * rows);
         for (i, g) in grouped.iter().enumerate() {
             assert_eq!(g.to_bits(), one[i % rows].to_bits(), "{entry} group: row {}", i % rows);
@@ -160,7 +172,7 @@ fn int8_matrix_vector_kernels_match_f64() {
         let uf = write(&dir, "u.bin", &up);
         for op in [0, 1] {
             let files = [wf.clone(), uf.clone(), yf.clone()];
-            let nums = [rows, nblocks, row_bytes, cols, op];
+            let nums = [rows, nblocks, row_bytes, cols, op, 1 << ((ti + 1) % 4)];
             let got = floats(&call(&exe, &["glu", entry], &nums, &files));
             for c in 0..cols {
                 for r in 0..rows {

@@ -453,6 +453,10 @@ impl Resolver<'_> {
                 ];
                 let mut v: Vec<Pending> = quantize.into_iter().collect();
                 let Some(split) = split else {
+                    // MMVQ: each row over `wpr` warps.
+                    let wpr = crate::plan::mmvq_warps_per_row(nblocks);
+                    mm.push((wpr as i32).into());
+                    let cfg = warps(nrows * wpr, 8);
                     v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });
                     return Ok(v);
                 };

@@ -125,6 +125,16 @@ pub fn gemm_scratch(w: &TensorDesc, cols: usize) -> GemmScratch {
     GemmScratch { w_bytes, x_offset, total: x_offset + k * cols * 2 }
 }
 
+/// Warps that share one weight row in the int8 matrix-vector kernels (`mmvq_*`, their GLU and
+/// group forms) for rows of `nblocks` 32-value blocks: enough that each warp's share is at most
+/// one unrolled round of four loads a lane (32 blocks), so a long row's loads are in flight
+/// together on several warps instead of in dependent rounds on one (a power of two, at most a
+/// block's 8 warps). Depends on the row length alone, so a column's sums are the same for
+/// every column count.
+pub fn mmvq_warps_per_row(nblocks: usize) -> usize {
+    (nblocks / 32).max(1).next_power_of_two().min(8)
+}
+
 /// Whether the product is `cols` contiguous f32 columns (one after the other) into contiguous
 /// f32 columns, against one weight matrix whose elements (blocks) are packed within each row:
 /// what the matrix-vector kernels index (raw pointers, a row stride, a column stride).

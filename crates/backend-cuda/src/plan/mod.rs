@@ -67,9 +67,9 @@ pub use activations::{fold_q8_into_writer, share_q8_1, Q8Input};
 pub use fusable::{fusable, fused_windows, FUSED_KINDS};
 pub use fusion::{fusion_windows, FusionKind, Window};
 pub use matmul::{
-    gemm_scratch, matmul_path, mmq_split, moe_mmq_scratch, mul_mat_id_path, possible_moe_paths,
-    possible_paths, GemmScratch, MatmulPath, MmqSplit, MoeMmqScratch, MoePath, MMQ_COLS, MMQ_KB,
-    MMQ_MAX_COLUMNS, MMQ_MAX_SPLITS, MMQ_ROWS, MMQ_TARGET_BLOCKS, MMQ_THREADS,
+    gemm_scratch, matmul_path, mmq_split, mmvq_warps_per_row, moe_mmq_scratch, mul_mat_id_path,
+    possible_moe_paths, possible_paths, GemmScratch, MatmulPath, MmqSplit, MoeMmqScratch, MoePath,
+    MMQ_COLS, MMQ_KB, MMQ_MAX_COLUMNS, MMQ_MAX_SPLITS, MMQ_ROWS, MMQ_TARGET_BLOCKS, MMQ_THREADS,
 };
 pub use paths::{FastPath, Paths};
 pub use summary::summary;

@@ -420,3 +420,14 @@ fn attention_mma_constants_and_choice() {
     assert_eq!(fa(64, F16, SM90, no_mma), Kernel::FlashAttn(AttnPath::Tile));
     assert_eq!(fa(256, F16, SM90, all), Kernel::FlashAttn(AttnPath::Generic), "Gemma's 256");
 }
+
+/// MMVQ's warps per row: one unrolled round (32 blocks) a warp at most, powers of two up to a
+/// block's eight: 1B Llama's 2048-wide rows on two warps, its 8192-wide down projection on
+/// eight, 8B's 4096-wide rows on four, 14336-wide ones on eight (capped).
+#[test]
+fn mmvq_rows_are_split_over_warps_by_length() {
+    let table = [(8, 1), (32, 1), (63, 1), (64, 2), (90, 2), (128, 4), (256, 8), (448, 8)];
+    for (nblocks, want) in table {
+        assert_eq!(super::mmvq_warps_per_row(nblocks), want, "{nblocks} blocks");
+    }
+}
