@@ -8,7 +8,7 @@
 // the H200, 0.5 ms of a 1B model's decoded token); the same operations in the same order as
 // the strided loop, which keeps the other layouts.
 //
-// Where the output is the input of int8 products (crate::plan::fold_q8_into_norms), the kernel
+// Where the output is the input of int8 products (crate::plan::fold_q8_into_writer), the kernel
 // also writes its Q8_1 blocks (q8 not null: row r's blocks at q8 + r * n / 32 blocks, n a
 // multiple of 32, the output contiguous F32 rows), from the values it stores, with
 // quantize_q8_1's arithmetic (q8_1_warp): the launch of quantize_q8_1 and its read of the row
