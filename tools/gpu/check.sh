@@ -231,6 +231,13 @@ if [ "$QUICK" = triage ]; then
     run 60 bench-nographs env TESSERA_CUDA_PATHS=-graphs "$B/tessera" bench -m $f -ngl 99 -p 64 -n 128 -r 2
     echo "Q4_0 without graphs:" >> "$R"; grep "|" "$L/bench-nographs.log" | tail -2 >> "$R"
   fi
+  # Decoding without each of the newest decode changes, beside the full run above: MMVQ rows
+  # on one warp each, no fused windows (no Q/K/V group, attention inputs, Q8_1 from the norms).
+  for off in -mmvq-split -fused; do
+    late 50 "bench $off" && break
+    run 45 "bench-dec$off" env TESSERA_CUDA_PATHS=$off "$B/tessera" bench -m $f -ngl 99 -p 0 -n 128 -r 3
+    echo "Q4_0 decode, TESSERA_CUDA_PATHS=$off:" >> "$R"; grep "|" "$L/bench-dec$off.log" | tail -1 >> "$R"
+  done
   if ! late 60 "bench depth"; then
     # (The 1B file's training context is 8192: the 16384-deep rows are the 8b mode's.)
     run 60 bench-depth "$B/tessera" bench -m $f -ngl 99 -p 0 -n 64 -d 512,4096 -r 2

@@ -123,21 +123,29 @@ impl Bindings {
         s.buffer.get_tensor(ctx.get(id), s.offset, out)
     }
 
-    /// Appends an F32 tensor's values to `out`, read through `bytes` (resized; keep it between
-    /// calls, as `out`, so a step's logits cost no allocation).
-    pub fn append_f32(
-        &self,
-        ctx: &Context,
-        id: TensorId,
-        bytes: &mut Vec<u8>,
-        out: &mut Vec<f32>,
-    ) -> Result<()> {
+    /// Appends an F32 tensor's values to `out`, read straight into its memory (keep `out`
+    /// between calls, so a step's logits cost no allocation and no second copy).
+    pub fn append_f32(&self, ctx: &Context, id: TensorId, out: &mut Vec<f32>) -> Result<()> {
         self.expect_type(ctx, id, DType::F32)?;
-        bytes.resize(ctx.get(id).n_bytes(), 0);
-        self.read(ctx, id, bytes)?;
-        out.extend(
-            bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
-        );
+        let (start, n) = (out.len(), ctx.get(id).n_elements());
+        out.resize(start + n, 0.0);
+        let fresh = &mut out[start..];
+        // SAFETY: `fresh` is n initialized f32 values, viewed as their 4n bytes (u8 has no
+        // alignment and every byte pattern is some f32, so any bytes written keep it valid);
+        // the view ends before `fresh` is used again.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(fresh.as_mut_ptr().cast::<u8>(), n * 4) };
+        let read = self.read(ctx, id, bytes);
+        if read.is_err() {
+            out.truncate(start);
+            return read;
+        }
+        // The buffers hold little-endian values (ggml's layout).
+        if cfg!(target_endian = "big") {
+            for v in &mut out[start..] {
+                *v = f32::from_bits(u32::from_le(v.to_bits()));
+            }
+        }
         Ok(())
     }
 
@@ -156,7 +164,7 @@ impl Bindings {
     /// Reads an F32 tensor's values.
     pub fn get_f32(&self, ctx: &Context, id: TensorId) -> Result<Vec<f32>> {
         let mut out = Vec::new();
-        self.append_f32(ctx, id, &mut Vec::new(), &mut out)?;
+        self.append_f32(ctx, id, &mut out)?;
         Ok(out)
     }
 

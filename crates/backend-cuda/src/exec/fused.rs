@@ -115,7 +115,7 @@ impl Resolver<'_> {
         args.extend(parts.iter().map(|p| Arg::from(p.1)));
         args.extend(parts.iter().map(|p| Arg::Ptr(p.2)));
         args.extend(parts.iter().map(|p| Arg::from(p.3)));
-        let wpr = crate::plan::mmvq_warps_per_row(nblocks);
+        let wpr = self.warps_per_row(nblocks);
         args.push((wpr as i32).into());
         let rows: i64 = parts.iter().map(|p| i64::from(p.3)).sum();
         let mut v: Vec<Pending> = quantize.into_iter().collect();
@@ -136,7 +136,7 @@ impl Resolver<'_> {
         let x = self.src(g, 1)?;
         let dst = self.arg(glu)?;
         let (nrows, nblocks, cols) = (wd.ne[1], wd.ne[0] / 32, x.ne[1]);
-        let wpr = crate::plan::mmvq_warps_per_row(nblocks);
+        let wpr = self.warps_per_row(nblocks);
         let (yq, quantize) = self.q8_activations(q8, x.p, nblocks as i64 * cols)?;
         let Op::Glu { op, .. } = self.ctx.get(glu).op else {
             return Err(CudaError::Driver("a GateUpGlu window without its GLU".into()));

@@ -215,7 +215,14 @@ impl Executor {
         let own = plans.iter().map(|(_, p)| p.scratch).max().unwrap_or(0);
         self.reserve(gpu, q8_bytes + own)?;
         let base = self.scratch.ptr;
-        let resolver = Resolver { gpu, ctx, bindings, scratch: base, own: base + q8_bytes as u64 };
+        let resolver = Resolver {
+            gpu,
+            ctx,
+            bindings,
+            scratch: base,
+            own: base + q8_bytes as u64,
+            paths: self.paths,
+        };
         // Windows a fused kernel takes: launched at their first node, the rest skipped.
         let windows =
             if self.paths.allows(FastPath::Fused) { fused_windows(ctx, plans) } else { Vec::new() };

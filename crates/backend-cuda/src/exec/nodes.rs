@@ -42,9 +42,21 @@ pub(crate) struct Resolver<'a> {
     pub scratch: u64,
     /// The region of the arena a node may use for itself ([`NodePlan::scratch`] bytes).
     pub own: u64,
+    /// The fast paths allowed.
+    pub paths: crate::plan::Paths,
 }
 
 impl Resolver<'_> {
+    /// Warps a row of the int8 matrix-vector kernels takes for rows of `nblocks` 32-value
+    /// blocks (one where `mmvq-split` is off).
+    pub(super) fn warps_per_row(&self, nblocks: usize) -> usize {
+        if self.paths.allows(crate::plan::FastPath::MmvqSplit) {
+            crate::plan::mmvq_warps_per_row(nblocks)
+        } else {
+            1
+        }
+    }
+
     pub(super) fn arg(&self, id: TensorId) -> Result<TensorArg, CudaError> {
         let d = self.ctx.get(id);
         let s = self
@@ -454,7 +466,7 @@ impl Resolver<'_> {
                 let mut v: Vec<Pending> = quantize.into_iter().collect();
                 let Some(split) = split else {
                     // MMVQ: each row over `wpr` warps.
-                    let wpr = crate::plan::mmvq_warps_per_row(nblocks);
+                    let wpr = self.warps_per_row(nblocks);
                     mm.push((wpr as i32).into());
                     let cfg = warps(nrows * wpr, 8);
                     v.push(Pending { entry: kernel(|r| r.mmvq)?, cfg, args: mm });

@@ -44,6 +44,8 @@
 //! - `fattn-vec`: the other decode attention (at most `ATTN_VEC_MAX_ROWS` query rows per
 //!   sequence) split over the KV cells in chunks, the chunks' partials merged after (flash
 //!   decoding).
+//! - `mmvq-split`: the `mmvq` kernels' long rows split over several warps
+//!   ([`mmvq_warps_per_row`]).
 //! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (the norms,
 //!   writing their products' Q8_1 blocks too; gate/up with their GLU; Q, K and V of one
 //!   column; K's RoPE into the cache and a step's attention inputs: `fusion.rs` lists them),

@@ -33,11 +33,14 @@ pub enum FastPath {
     AttnMma,
     /// Decode attention on the f16 tensor cores (`fattn_mma_dec_op`, sm_80+, F16 caches).
     AttnMmaDec,
+    /// The int8 matrix-vector kernels' long rows split over several warps
+    /// ([`super::mmvq_warps_per_row`]; off: one warp a row).
+    MmvqSplit,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 10] = [
+    pub const ALL: [FastPath; 11] = [
         FastPath::Mmvq,
         FastPath::Mmv,
         FastPath::Graphs,
@@ -48,6 +51,7 @@ impl FastPath {
         FastPath::Mmq,
         FastPath::AttnMma,
         FastPath::AttnMmaDec,
+        FastPath::MmvqSplit,
     ];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
@@ -63,6 +67,7 @@ impl FastPath {
             FastPath::Mmq => "mmq",
             FastPath::AttnMma => "fattn-mma",
             FastPath::AttnMmaDec => "fattn-mma-dec",
+            FastPath::MmvqSplit => "mmvq-split",
         }
     }
 

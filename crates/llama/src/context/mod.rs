@@ -87,8 +87,6 @@ pub struct LlamaContext<'m> {
     prev: Option<Prepared>,
     n_reused: usize,
     logits: Vec<f32>,
-    /// The logits' bytes as read from their buffer, kept between steps (no allocation a step).
-    logits_bytes: Vec<u8>,
     output_of: Vec<Option<usize>>,
     observe: Vec<String>,
     observed: std::collections::HashMap<String, Vec<f32>>,
@@ -171,7 +169,6 @@ impl<'m> LlamaContext<'m> {
             prev: None,
             n_reused: 0,
             logits: Vec::new(),
-            logits_bytes: Vec::new(),
             output_of: Vec::new(),
             observe: Vec::new(),
             observed: Default::default(),

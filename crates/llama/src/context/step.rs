@@ -196,7 +196,7 @@ impl LlamaContext<'_> {
         self.sched.compute(ctx, &p.schedule, bindings)?;
         let t_computed = std::time::Instant::now();
         if keep {
-            bindings.append_f32(ctx, p.logits, &mut self.logits_bytes, &mut self.logits)?;
+            bindings.append_f32(ctx, p.logits, &mut self.logits)?;
         }
         tracing::trace!(
             tokens = range.len(),
