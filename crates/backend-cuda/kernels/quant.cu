@@ -225,14 +225,17 @@ __device__ __forceinline__ bool mmvq_row_sums(float (&acc)[8], int ncols, int wp
 
 // Up to three products of the same activation column in one launch (the ProductGroup window:
 // a decoder block's Q, K and V): rows of w0, then w1's, then w2's (n2 may be 0), split over wpr
-// warps each as for mmvq_*, each row's sum MMVQ's own for one column (mmvq_acc<1>), so the
-// outputs are the unfused kernels' bits. K and V, a few hundred rows each, launched alone left
-// most SMs idle.
+// warps each as for mmvq_*, each row's sum MMVQ's own for one column (mmvq_acc<1>), plus the
+// row's bias where b0/b1/b2 is given (Qwen2's; the f32 sum then the f32 ADD, as the unfused
+// nodes), so the outputs are the unfused kernels' bits. K and V, a few hundred rows each,
+// launched alone left most SMs idle.
 #define MMVQ_GROUP(T, BYTES, SUB, VDOT)                                                       \
     extern "C" __global__ void mmvq_group_##T(const u8 *yq, int nblocks, const u8 *w0,       \
                                               const u8 *w1, const u8 *w2, i64 rb0, i64 rb1,  \
                                               i64 rb2, float *d0, float *d1, float *d2,      \
-                                              int n0, int n1, int n2, int wpr) {             \
+                                              const float *b0, const float *b1,              \
+                                              const float *b2, int n0, int n1, int n2,       \
+                                              int wpr) {                                      \
         __shared__ float part[8][8];                                                          \
         const int g = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                 \
         int row = g / wpr;                                                                    \
@@ -240,16 +243,18 @@ __device__ __forceinline__ bool mmvq_row_sums(float (&acc)[8], int ncols, int wp
         const u8 *w = w0;                                                                     \
         i64 rb = rb0;                                                                         \
         float *dst = d0;                                                                      \
+        const float *bias = b0;                                                               \
         int n = n0;                                                                           \
         if (row >= n0) {                                                                      \
-            row -= n0; w = w1; rb = rb1; dst = d1; n = n1;                                    \
-            if (row >= n1) { row -= n1; w = w2; rb = rb2; dst = d2; n = n2; }                 \
+            row -= n0; w = w1; rb = rb1; dst = d1; bias = b1; n = n1;                         \
+            if (row >= n1) { row -= n1; w = w2; rb = rb2; dst = d2; bias = b2; n = n2; }      \
         }                                                                                     \
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
         if (row < n)                                                                          \
             mmvq_acc<1, BYTES, SUB>(w + (i64)row * rb, yq, nblocks, lane, ws, wpr, acc,       \
                                     [](const u8 *b, int j, const u8 *q, int p) { return VDOT(b, j, q, p); }); \
-        if (mmvq_row_sums(acc, 1, wpr, part) && row < n) dst[row] = acc[0];                   \
+        if (mmvq_row_sums(acc, 1, wpr, part) && row < n)                                      \
+            dst[row] = bias == nullptr ? acc[0] : acc[0] + bias[row];                         \
     }
 
 MMVQ(q4_0, Q4_0_BYTES, 1, vdot_q4_0)

@@ -54,7 +54,7 @@ const MAIN: &str = r#"
 typedef void (*Mmvq)(const u8 *, const u8 *, float *, int, int, i64, int, i64, int);
 typedef void (*MmvqId)(const u8 *, const u8 *, float *, const i32 *, int, int, i64, i64, int, int, int, i64);
 typedef void (*MmvqGlu)(const u8 *, const u8 *, const u8 *, float *, int, int, i64, i64, int, i64, int, int);
-typedef void (*MmvqGroup)(const u8 *, int, const u8 *, const u8 *, const u8 *, i64, i64, i64, float *, float *, float *, int, int, int, int);
+typedef void (*MmvqGroup)(const u8 *, int, const u8 *, const u8 *, const u8 *, i64, i64, i64, float *, float *, float *, const float *, const float *, const float *, int, int, int, int);
 #define ENTRY(T, BYTES, SUB, F) {"mmvq_" #T, mmvq_##T, mmvq_id_##T, mmvq_glu_##T, mmvq_group_##T},
 struct Entry { const char *name; Mmvq mmvq; MmvqId id; MmvqGlu glu; MmvqGroup group; };
 static const Entry ENTRIES[] = {
@@ -80,13 +80,18 @@ int main(int argc, char **argv) {
         // The rows as groups of (2, 2, 1) and of (3, 2, 0) matrices, one column.
         const int wpr = atoi(argv[6]);
         std::vector<u8> w = slurp(argv[7]), y = slurp(argv[8]);
-        for (int split = 0; split < 2; ++split) {
-            const int n0 = split ? 3 : 2, n1 = 2, n2 = rows - n0 - n1;
+        // Then (2, 2, 1) again with a bias a row, (r + 1) / 4 for row r.
+        std::vector<float> bias(rows);
+        for (int r = 0; r < rows; ++r) bias[r] = (r + 1) * 0.25f;
+        for (int split = 0; split < 3; ++split) {
+            const int n0 = split == 1 ? 3 : 2, n1 = 2, n2 = rows - n0 - n1;
             std::vector<float> out((size_t)rows, -1.0f);
             const u8 *w0 = w.data(), *w1 = w0 + n0 * row_bytes, *w2 = w1 + n1 * row_bytes;
+            const float *b = split == 2 ? bias.data() : nullptr;
             launch((rows * wpr + 7) / 8, 1, 256, [&] {
                 e->group(y.data(), nblocks, w0, w1, w2, row_bytes, row_bytes, row_bytes, out.data(),
-                         out.data() + n0, out.data() + n0 + n1, n0, n1, n2, wpr);
+                         out.data() + n0, out.data() + n0 + n1, b, b ? b + n0 : nullptr,
+                         b ? b + n0 + n1 : nullptr, n0, n1, n2, wpr);
             });
             for (float v : out) printf("%08x\n", __float_as_uint(v));
         }
@@ -160,9 +165,12 @@ fn int8_matrix_vector_kernels_match_f64() {
         let one = floats(&call(&exe, &["mmvq", entry], &nums, &files));
         let nums = [rows, nblocks, row_bytes, wpr];
         let grouped = floats(&call(&exe, &["group", entry], &nums, &files));
-        assert_eq!(grouped.len(), 2 * rows);
+        assert_eq!(grouped.len(), 3 * rows);
         for (i, g) in grouped.iter().enumerate() {
-            assert_eq!(g.to_bits(), one[i % rows].to_bits(), "{entry} group: row {}", i % rows);
+            let r = i % rows;
+            // The third pass adds each row's bias to the sum, in f32 as the unfused ADD.
+            let want = if i < 2 * rows { one[r] } else { one[r] + (r + 1) as f32 * 0.25 };
+            assert_eq!(g.to_bits(), want.to_bits(), "{entry} group pass {}: row {r}", i / rows);
         }
 
         // The fused gate/up products and gated unit (SiLU, then tanh-GELU) against the f64

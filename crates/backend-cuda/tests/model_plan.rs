@@ -12,15 +12,20 @@ use tessera_backend_cuda::plan::{
     MatmulPath, NodePlan, Paths,
 };
 use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
-use tessera_tensor::graph::TensorId;
+use tessera_tensor::graph::{Context, TensorId};
 
-#[test]
-fn every_block_of_a_llama_decode_step_takes_the_fused_paths() {
-    let vocab = tessera_models::fixtures::vocab("ggml-vocab-llama-bpe.gguf").unwrap();
+/// A synthetic `arch` model (random Q4_0 weights, 3 blocks of 256, 4/2 heads) decodes a token
+/// on the CPU; `check` gets its decode step's graph planned for sm_90.
+fn with_decode_step(
+    arch: &str,
+    vocab: &str,
+    check: impl FnOnce(&Context, &[(TensorId, NodePlan)], usize),
+) {
+    let vocab = tessera_models::fixtures::vocab(vocab).unwrap();
     let v = tessera_gguf::GgufFile::open(&vocab).expect("vocabulary fixture");
     let n_layer = 3;
     let spec = tessera_llama::synth::SynthSpec {
-        arch: "llama".into(),
+        arch: arch.into(),
         n_layer,
         n_embd: 256,
         n_head: 4,
@@ -35,7 +40,7 @@ fn every_block_of_a_llama_decode_step_takes_the_fused_paths() {
         seed: 5,
     };
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("synth-llama-q4_0.gguf");
+    let path = dir.path().join(format!("synth-{arch}-q4_0.gguf"));
     tessera_llama::synth::write_random_model(&spec, v.metadata(), &path).unwrap();
     let model = Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).unwrap();
     let params = ContextParams { n_ctx: 512, n_threads: 2, flash_attn: true, ..Default::default() };
@@ -50,11 +55,39 @@ fn every_block_of_a_llama_decode_step_takes_the_fused_paths() {
         .flat_map(|s| s.graph.nodes().to_vec())
         .map(|n| (n, plan_node(gctx, n, cap, Paths::all()).expect("a node CUDA runs")))
         .collect();
+    check(gctx, &plans, n_layer);
+}
+
+/// Qwen2's Q, K and V have biases: the group takes the ADDs too (the llama builder pins them
+/// after the products), so the attention inputs are one launch as well.
+#[test]
+fn a_qwen2_decode_step_groups_its_biased_products() {
+    with_decode_step("qwen2", "ggml-vocab-qwen2.gguf", |gctx, plans, n_layer| {
+        let windows = fused_windows(gctx, plans);
+        let groups: Vec<usize> = windows
+            .iter()
+            .filter(|w| w.kind == FusionKind::ProductGroup)
+            .map(|w| w.nodes.len())
+            .collect();
+        assert_eq!(groups, vec![6; n_layer], "Q/K/V groups with their bias ADDs");
+        let inputs = windows.iter().filter(|w| w.kind == FusionKind::AttnInputs).count();
+        assert_eq!(inputs, n_layer, "attention inputs");
+    });
+}
+
+#[test]
+fn every_block_of_a_llama_decode_step_takes_the_fused_paths() {
+    with_decode_step("llama", "ggml-vocab-llama-bpe.gguf", |gctx, plans, n_layer| {
+        llama_step(gctx, plans, n_layer)
+    });
+}
+
+fn llama_step(gctx: &Context, plans: &[(TensorId, NodePlan)], n_layer: usize) {
     let products = plans.iter().filter(|(_, p)| matches!(p.kernel, Kernel::MulMat(_))).count();
     let mmvq = plans.iter().filter(|(_, p)| p.kernel == Kernel::MulMat(MatmulPath::Mmvq)).count();
     assert_eq!(mmvq, products, "every product of a decoded token on the int8 path");
 
-    let windows = fused_windows(gctx, &plans);
+    let windows = fused_windows(gctx, plans);
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for w in &windows {
         *kinds.entry(format!("{:?}", w.kind)).or_default() += 1;
@@ -71,7 +104,7 @@ fn every_block_of_a_llama_decode_step_takes_the_fused_paths() {
     // The norms before Q/K/V and gate/up write their Q8_1 blocks (the output norm's reader,
     // the LM head on a row of the last token, too): what is left to quantize is the attention
     // output and the GLU output of each block.
-    let (mut q8, _) = share_q8_1(gctx, &plans);
+    let (mut q8, _) = share_q8_1(gctx, plans);
     let index: std::collections::HashMap<TensorId, usize> =
         plans.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
     let mut folded = 0;
@@ -80,14 +113,14 @@ fn every_block_of_a_llama_decode_step_takes_the_fused_paths() {
         .filter(|w| matches!(w.kind, FusionKind::RmsNormMul | FusionKind::AddRmsNormMul))
     {
         let end = index[w.nodes.last().unwrap()];
-        folded += usize::from(fold_q8_into_writer(gctx, &plans, &mut q8, end).is_some());
+        folded += usize::from(fold_q8_into_writer(gctx, plans, &mut q8, end).is_some());
     }
     assert_eq!(folded, 2 * n_layer + 1, "norms writing Q8_1 blocks");
     // Each attention's chunk merge writes the output projection's blocks.
     let mut merges = 0;
     for (i, (_, p)) in plans.iter().enumerate() {
         if matches!(p.kernel, Kernel::FlashAttn(a) if a.splits() > 1) {
-            merges += usize::from(fold_q8_into_writer(gctx, &plans, &mut q8, i).is_some());
+            merges += usize::from(fold_q8_into_writer(gctx, plans, &mut q8, i).is_some());
         }
     }
     assert_eq!(merges, n_layer, "attention merges writing Q8_1 blocks");

@@ -153,9 +153,10 @@ impl Builder<'_> {
     }
 
     /// The products of one input `x` by each `(w, bias)` (a block's Q, K and V), each as
-    /// [`linear`](Self::linear) gives it; the products (before their biases) are made first
-    /// and [pinned](Self::pins), so the graph computes them one after another: a backend can
-    /// run products of one input as one launch (the CUDA backend's product group).
+    /// [`linear`](Self::linear) gives it; the products are made first, then their biases'
+    /// ADDs, all [pinned](Self::pins), so the graph computes the products one after another
+    /// and then the ADDs: a backend can run them as one launch (the CUDA backend's product
+    /// group).
     pub fn linear_same_input<const N: usize>(
         &mut self,
         x: TensorId,
@@ -166,11 +167,15 @@ impl Builder<'_> {
             *o = self.mm(w, x)?;
         }
         self.pins.extend(out);
+        let mut biased = Vec::new();
         for (o, (_, b)) in out.iter_mut().zip(parts) {
             if let Some(b) = b {
                 *o = self.ctx.add(*o, b)?;
+                biased.push(*o);
             }
         }
+        // The bias ADDs follow the products, in the same order (one launch with them too).
+        self.pins.extend(biased);
         Ok(out)
     }
 

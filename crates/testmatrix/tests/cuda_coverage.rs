@@ -6,8 +6,8 @@
 
 use std::collections::BTreeSet;
 use tessera_backend_cuda::plan::{
-    fold_q8_into_writer, fusion_windows, plan_node, possible_moe_paths, possible_paths, share_q8_1,
-    Capability, FusionKind, Kernel, MatmulPath, NodePlan, Paths,
+    fold_q8_into_writer, fused_windows, fusion_windows, plan_node, possible_moe_paths,
+    possible_paths, share_q8_1, Capability, FusionKind, Kernel, MatmulPath, NodePlan, Paths,
 };
 use tessera_backend_cuda::types::{readable, TYPES};
 use tessera_tensor::graph::{Context, Graph, Op, TensorId};
@@ -110,30 +110,24 @@ fn planned(ctx: &Context, out: TensorId, pins: &[TensorId]) -> Vec<(TensorId, No
 /// attention merge writing its output projection's Q8_1 blocks.
 #[test]
 fn the_decode_windows_are_reached_by_cases() {
-    // Windows of `kind` whose nodes all plan to `kernel` where given.
-    let windows = |op: &str, kind: FusionKind, kernel: Option<Kernel>| {
+    // The sizes of the windows of `kind` the CUDA kernels take in the cases of `op`.
+    let windows = |op: &str, kind: FusionKind| {
         let mut sizes = Vec::new();
         for (_, ctx, out, pins) in built_pinned(Some(op)) {
             let plans = planned(&ctx, out, &pins);
-            let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
-            for w in fusion_windows(&ctx, &ids, &[kind]) {
-                let fits = |n: &TensorId| {
-                    kernel.is_none_or(|k| plans.iter().any(|(m, p)| m == n && p.kernel == k))
-                };
-                if w.nodes.iter().all(fits) {
-                    sizes.push(w.nodes.len());
-                }
-            }
+            let taken = fused_windows(&ctx, &plans);
+            sizes.extend(taken.iter().filter(|w| w.kind == kind).map(|w| w.nodes.len()));
         }
         sizes
     };
-    let mmvq = Some(Kernel::MulMat(MatmulPath::Mmvq));
-    let groups = windows("MUL_MAT_GROUP", FusionKind::ProductGroup, mmvq);
+    // (Biased groups: the products then their ADDs, 4 or 6 nodes.)
+    let groups = windows("MUL_MAT_GROUP", FusionKind::ProductGroup);
     assert!(groups.iter().filter(|&&n| n == 3).count() >= 4, "groups of three: {groups:?}");
     assert!(groups.contains(&2), "no group of two: {groups:?}");
-    let rope = windows("ROPE_SET_ROWS", FusionKind::RopeSetRows, None);
+    assert!(groups.contains(&6) && groups.contains(&4), "no group with biases: {groups:?}");
+    let rope = windows("ROPE_SET_ROWS", FusionKind::RopeSetRows);
     assert!(rope.len() >= 2, "{} cases reach RoPE into the cache", rope.len());
-    let step = windows("ROPE_KV_STORE", FusionKind::AttnInputs, None);
+    let step = windows("ROPE_KV_STORE", FusionKind::AttnInputs);
     assert!(step.len() >= 2, "{} cases reach a step's attention inputs", step.len());
     // A fused norm whose output int8 products read: the fold gives the norm their blocks.
     let mut folded = 0;

@@ -94,30 +94,39 @@ impl Resolver<'_> {
     }
 
     /// The ProductGroup window: the activations to Q8_1 (where the first product is their
-    /// first reader), then one `mmvq_group_*` over the two or three weight matrices.
+    /// first reader), then one `mmvq_group_*` over the two or three weight matrices (and their
+    /// biases).
     fn product_group(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
-        let weights = |n: TensorId| self.ctx.get(n).src[0].expect("weights");
-        let w0 = self.ctx.get(weights(w.nodes[0]));
+        let n = w.nodes.iter().filter(|&&id| self.ctx.get(id).op == Op::MulMat).count();
+        let (products, adds) = w.nodes.split_at(n);
+        let weights = |id: TensorId| self.ctx.get(id).src[0].expect("weights");
+        let w0 = self.ctx.get(weights(products[0]));
         let entry = row_of(w0.dtype)
             .and_then(|r| r.mmvq_group)
             .ok_or_else(|| CudaError::Driver(format!("a product group of {} weights", w0.dtype)))?;
         let nblocks = w0.ne[0] / 32;
-        let x = self.src(w.nodes[0], 1)?;
+        let x = self.src(products[0], 1)?;
         let (yq, quantize) = self.q8_activations(q8, x.p, nblocks as i64)?;
-        // Up to three (weights, row bytes, output, rows); an absent third has no rows.
-        let mut parts = [(0u64, 0i64, 0u64, 0i32); 3];
-        for (part, &n) in parts.iter_mut().zip(&w.nodes) {
-            let wd = self.ctx.get(weights(n));
-            *part = (self.arg(weights(n))?.p, wd.nb[1] as i64, self.arg(n)?.p, wd.ne[1] as i32);
+        // Up to three (weights, row bytes, output, bias, rows); an absent third has no rows,
+        // an absent bias address 0. With the bias ADDs, the outputs are theirs.
+        let mut parts = [(0u64, 0i64, 0u64, 0u64, 0i32); 3];
+        for (j, (part, &p)) in parts.iter_mut().zip(products).enumerate() {
+            let wd = self.ctx.get(weights(p));
+            let (out, bias) = match adds.get(j) {
+                Some(&a) => (self.arg(a)?.p, self.src(a, 1)?.p),
+                None => (self.arg(p)?.p, 0),
+            };
+            *part = (self.arg(weights(p))?.p, wd.nb[1] as i64, out, bias, wd.ne[1] as i32);
         }
         let mut args = vec![Arg::Ptr(yq), (nblocks as i32).into()];
         args.extend(parts.iter().map(|p| Arg::Ptr(p.0)));
         args.extend(parts.iter().map(|p| Arg::from(p.1)));
         args.extend(parts.iter().map(|p| Arg::Ptr(p.2)));
-        args.extend(parts.iter().map(|p| Arg::from(p.3)));
+        args.extend(parts.iter().map(|p| Arg::Ptr(p.3)));
+        args.extend(parts.iter().map(|p| Arg::from(p.4)));
         let wpr = self.warps_per_row(nblocks);
         args.push((wpr as i32).into());
-        let rows: i64 = parts.iter().map(|p| i64::from(p.3)).sum();
+        let rows: i64 = parts.iter().map(|p| i64::from(p.4)).sum();
         let mut v: Vec<Pending> = quantize.into_iter().collect();
         v.push(Pending { entry, cfg: warps(rows as usize * wpr, 8), args });
         Ok(v)

@@ -90,16 +90,31 @@ pub fn fusable(ctx: &Context, w: &Window, plan_of: &HashMap<TensorId, NodePlan>)
         }
         FusionKind::ProductGroup => {
             // One column each, every product on the int8 path (the kernel is MMVQ's
-            // one-column loop), outputs contiguous.
-            w.nodes.iter().all(|&n| {
-                let d = ctx.get(n);
-                plan_of.get(&n).is_some_and(|p| p.kernel == Kernel::MulMat(MatmulPath::Mmvq))
-                    && d.ne[1] == 1
-                    && d.dtype == DType::F32
-                    && d.nb[0] == 4
-            }) && ctx.get(w.nodes[0]).src[0]
-                .and_then(|wt| row_of(ctx.get(wt).dtype))
-                .is_some_and(|r| r.mmvq_group.is_some())
+            // one-column loop), outputs contiguous; each bias ADD an F32 row of the product's
+            // length added to it.
+            let n = w.nodes.iter().filter(|&&n| ctx.get(n).op == Op::MulMat).count();
+            let (products, adds) = w.nodes.split_at(n);
+            let column = |d: &tessera_tensor::graph::TensorDesc| {
+                d.ne[1] == 1 && d.ne[2] * d.ne[3] == 1 && d.dtype == DType::F32 && d.nb[0] == 4
+            };
+            let biased = adds.iter().zip(products).all(|(&a, &p)| {
+                let (da, dp) = (ctx.get(a), ctx.get(p));
+                let bias = da.src[1].map(|b| ctx.get(b));
+                column(da)
+                    && da.ne == dp.ne
+                    && bias.is_some_and(|b| {
+                        b.dtype == DType::F32 && b.ne == [dp.ne[0], 1, 1, 1] && b.nb[0] == 4
+                    })
+            });
+            (adds.is_empty() || adds.len() == n)
+                && biased
+                && products.iter().all(|&p| {
+                    plan_of.get(&p).is_some_and(|pl| pl.kernel == Kernel::MulMat(MatmulPath::Mmvq))
+                        && column(ctx.get(p))
+                })
+                && ctx.get(w.nodes[0]).src[0]
+                    .and_then(|wt| row_of(ctx.get(wt).dtype))
+                    .is_some_and(|r| r.mmvq_group.is_some())
         }
         FusionKind::RopeSetRows => rope_into_cache(ctx, &w.nodes, plan_of),
         FusionKind::AttnInputs => {

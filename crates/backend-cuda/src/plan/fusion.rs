@@ -29,7 +29,9 @@ pub enum FusionKind {
     /// ADD (the residual, read again later: stored), RMS_NORM of the sum, MUL by a weight row.
     AddRmsNormMul,
     /// Two or three MUL_MATs of the same activations by weights of one type, one after the
-    /// other in the list (a decoder block's Q, K and V): one launch, every output stored.
+    /// other in the list (a decoder block's Q, K and V), and where each is followed, in the
+    /// same order, by the ADD of its bias (Qwen2's), those ADDs: one launch, every output (the
+    /// sums, with biases) stored. Nodes: the products, then their ADDs if any.
     ProductGroup,
     /// A decoding step's attention inputs: ROPE of Q; ROPE of K with the same positions and
     /// parameters, its RESHAPE and SET_ROWS into the K cache; SET_ROWS of V into the V cache,
@@ -176,7 +178,17 @@ pub fn fusion_windows(ctx: &Context, nodes: &[TensorId], kinds: &[FusionKind]) -
                 if kinds.contains(&FusionKind::ProductGroup) && same_product(ctx, d0, d1) =>
             {
                 let three = third.is_some_and(|(_, d2)| same_product(ctx, d0, d2));
-                Some((FusionKind::ProductGroup, if three { 3 } else { 2 }))
+                let n = if three { 3 } else { 2 };
+                // Their bias ADDs right after, one a product in order, each product read by
+                // its ADD alone.
+                let biased = (0..n).all(|j| {
+                    let (p, a) = (nodes[i + j], nodes.get(i + n + j));
+                    a.is_some_and(|&a| {
+                        let da = ctx.get(a);
+                        da.op == Op::Add && da.src[0] == Some(p) && da.src[1].is_some() && inner(p)
+                    })
+                });
+                Some((FusionKind::ProductGroup, if biased { 2 * n } else { n }))
             }
             (Some((r, dr)), Some((v, dv)), Some((_, ds)))
                 if matches!(dr.op, Op::Rope(_))
@@ -336,6 +348,22 @@ mod tests {
         let graph = Graph::build(&ctx, &[q, k, v8]);
         let w2 = fusion_windows(&ctx, graph.nodes(), &kinds);
         assert_eq!(w2, [Window { kind: FusionKind::ProductGroup, nodes: vec![q, k] }]);
+        // Each followed by its bias ADD (Qwen2's Q, K and V): the ADDs join the window.
+        let biases: Vec<TensorId> = (0..3).map(|_| ctx.new_tensor(F32, &[32]).unwrap()).collect();
+        let sums: Vec<TensorId> =
+            [q, k, v].iter().zip(&biases).map(|(&p, &b)| ctx.add(p, b).unwrap()).collect();
+        let mut pins = vec![q, k, v];
+        pins.extend(&sums);
+        let graph = Graph::build_with_pins(&ctx, &pins, &sums);
+        let w6 = fusion_windows(&ctx, graph.nodes(), &kinds);
+        assert_eq!(w6, [Window { kind: FusionKind::ProductGroup, nodes: pins.clone() }]);
+        // Not when a product is read again (its value must exist).
+        let again = ctx.scale(k, 2.0, 0.0).unwrap();
+        let mut outs = sums.clone();
+        outs.push(again);
+        let graph = Graph::build_with_pins(&ctx, &pins, &outs);
+        let w3 = fusion_windows(&ctx, graph.nodes(), &kinds);
+        assert_eq!(w3[0].nodes, [q, k, v], "{:?}", graph.nodes());
         let g = ctx.glu_split(q, k, GluOp::SwiGlu).unwrap();
         let graph = Graph::build(&ctx, &[g]);
         let glu: Vec<FusionKind> =

@@ -10,7 +10,8 @@ use tessera_tensor::{DType, TensorError};
 
 /// Two or three products of the same `cols` activation columns by weights of one type (a
 /// block's Q, K and V; `rows[2]` 0 for two), pinned so they follow one another in the node list
-/// (the CUDA backend's product group); the output is their rows one after another (CONCAT).
+/// (the CUDA backend's product group), with `bias` each plus a bias row (ADD, Qwen2's), the ADDs
+/// pinned after them; the output is their rows one after another (CONCAT).
 #[derive(Debug, Clone)]
 pub struct Products {
     /// Weight type.
@@ -21,6 +22,8 @@ pub struct Products {
     pub rows: [usize; 3],
     /// Activation columns.
     pub cols: usize,
+    /// A bias added to each product.
+    pub bias: bool,
 }
 
 impl CaseSpec for Products {
@@ -28,7 +31,7 @@ impl CaseSpec for Products {
         "MUL_MAT_GROUP"
     }
     fn dtype(&self) -> String {
-        self.w.name().into()
+        format!("{}{}", self.w.name(), if self.bias { ",bias" } else { "" })
     }
     fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
         let x = b.leaf(DType::F32, &[self.k, self.cols], default_init(DType::F32))?;
@@ -39,6 +42,14 @@ impl CaseSpec for Products {
             products.push(b.ctx.mul_mat(w, x)?);
         }
         b.pins.extend(&products);
+        if self.bias {
+            for p in products.iter_mut() {
+                let m = b.ctx.get(*p).ne[0];
+                let bias = b.leaf(DType::F32, &[m], Init::Uniform { min: -1.0, max: 1.0 })?;
+                *p = b.ctx.add(*p, bias)?;
+            }
+            b.pins.extend(&products);
+        }
         for p in products {
             out = Some(match out {
                 Some(o) => b.ctx.concat(o, p, 0)?,

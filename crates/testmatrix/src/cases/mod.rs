@@ -156,10 +156,13 @@ fn ffn_glu(v: &mut Vec<Case>) {
     // A block's Q, K and V of one column as one launch on CUDA (three products, two), and
     // over three columns (not grouped: each product alone).
     for w in [Q4_0, Q4_K, Q6_K, MXFP4] {
-        v.push(Case::new(Products { w, k: 256, rows: [64, 32, 32], cols: 1 }));
+        v.push(Case::new(Products { w, k: 256, rows: [64, 32, 32], cols: 1, bias: false }));
     }
-    v.push(Case::new(Products { w: Q8_0, k: 256, rows: [48, 16, 0], cols: 1 }));
-    v.push(Case::new(Products { w: Q4_0, k: 256, rows: [64, 32, 32], cols: 3 }));
+    v.push(Case::new(Products { w: Q8_0, k: 256, rows: [48, 16, 0], cols: 1, bias: false }));
+    v.push(Case::new(Products { w: Q4_0, k: 256, rows: [64, 32, 32], cols: 3, bias: false }));
+    // With Qwen2's biases: three and two products, each with its ADD in the same launch.
+    v.push(Case::new(Products { w: Q4_K, k: 256, rows: [64, 32, 32], cols: 1, bias: true }));
+    v.push(Case::new(Products { w: Q8_0, k: 256, rows: [48, 16, 0], cols: 1, bias: true }));
     // A norm feeding int8 products (one and two, one and two columns, with the residual ADD),
     // and a row wider than the fused norm's registers (the strided path).
     for (residual, cols, products) in [(false, 1, 2), (true, 1, 1), (true, 2, 2)] {
