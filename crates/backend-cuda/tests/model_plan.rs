@@ -75,6 +75,20 @@ fn a_qwen2_decode_step_groups_its_biased_products() {
     });
 }
 
+/// Qwen3's Q and K norms sit between the products and the RoPEs: the group, and K's RoPE into
+/// the cache (its own window), in every block.
+#[test]
+fn a_qwen3_decode_step_groups_its_products_and_ropes_k_into_the_cache() {
+    with_decode_step("qwen3", "ggml-vocab-qwen2.gguf", |gctx, plans, n_layer| {
+        let windows = fused_windows(gctx, plans);
+        let count = |k: FusionKind| windows.iter().filter(|w| w.kind == k).count();
+        assert_eq!(count(FusionKind::ProductGroup), n_layer, "Q/K/V groups");
+        assert_eq!(count(FusionKind::RopeSetRows), n_layer, "K's RoPE into the cache");
+        // The Q and K norms (a row a head) besides each block's two.
+        assert!(count(FusionKind::RmsNormMul) >= 2 * n_layer, "Q/K norms");
+    });
+}
+
 #[test]
 fn every_block_of_a_llama_decode_step_takes_the_fused_paths() {
     with_decode_step("llama", "ggml-vocab-llama-bpe.gguf", |gctx, plans, n_layer| {
