@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 use tessera_backend_cuda::plan::{
-    fold_q8_into_writer, fused_windows, plan_node, share_q8_1, Capability, FusionKind, Kernel,
-    MatmulPath, NodePlan, Paths,
+    fused_windows, plan_node, q8_writers, share_q8_1, Capability, FusionKind, Kernel, MatmulPath,
+    NodePlan, Paths,
 };
 use tessera_llama::{Batch, ContextParams, LlamaContext, Model};
-use tessera_tensor::graph::{Context, TensorId};
+use tessera_tensor::graph::{Context, Op, TensorId};
 
 /// A synthetic `arch` model (random Q4_0 weights, 3 blocks of 256, 4/2 heads) decodes a token
 /// on the CPU; `check` gets its decode step's graph planned for sm_90.
@@ -119,24 +119,12 @@ fn llama_step(gctx: &Context, plans: &[(TensorId, NodePlan)], n_layer: usize) {
     // the LM head on a row of the last token, too): what is left to quantize is the attention
     // output and the GLU output of each block.
     let (mut q8, _) = share_q8_1(gctx, plans);
-    let index: std::collections::HashMap<TensorId, usize> =
-        plans.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
-    let mut folded = 0;
-    for w in windows
-        .iter()
-        .filter(|w| matches!(w.kind, FusionKind::RmsNormMul | FusionKind::AddRmsNormMul))
-    {
-        let end = index[w.nodes.last().unwrap()];
-        folded += usize::from(fold_q8_into_writer(gctx, plans, &mut q8, end).is_some());
-    }
+    let writers = q8_writers(gctx, plans, &windows, &mut q8);
+    let attention = |n: &TensorId| matches!(gctx.get(*n).op, Op::FlashAttnExt { .. });
+    let folded = writers.keys().filter(|n| !attention(n)).count();
     assert_eq!(folded, 2 * n_layer + 1, "norms writing Q8_1 blocks");
     // Each attention's chunk merge writes the output projection's blocks.
-    let mut merges = 0;
-    for (i, (_, p)) in plans.iter().enumerate() {
-        if matches!(p.kernel, Kernel::FlashAttn(a) if a.splits() > 1) {
-            merges += usize::from(fold_q8_into_writer(gctx, plans, &mut q8, i).is_some());
-        }
-    }
+    let merges = writers.keys().filter(|n| attention(n)).count();
     assert_eq!(merges, n_layer, "attention merges writing Q8_1 blocks");
     let quantizing = q8.iter().flatten().filter(|i| i.quantize).count();
     assert_eq!(quantizing, n_layer, "quantizations left (the GLU outputs)");

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeSet;
 use tessera_backend_cuda::plan::{
-    fold_q8_into_writer, fused_windows, fusion_windows, plan_node, possible_moe_paths,
-    possible_paths, share_q8_1, Capability, FusionKind, Kernel, MatmulPath, NodePlan, Paths,
+    fused_windows, fusion_windows, plan_node, possible_moe_paths, possible_paths, q8_writers,
+    share_q8_1, Capability, FusionKind, Kernel, MatmulPath, NodePlan, Paths,
 };
 use tessera_backend_cuda::types::{readable, TYPES};
 use tessera_tensor::graph::{Context, Graph, Op, TensorId};
@@ -129,30 +129,20 @@ fn the_decode_windows_are_reached_by_cases() {
     assert!(rope.len() >= 2, "{} cases reach RoPE into the cache", rope.len());
     let step = windows("ROPE_KV_STORE", FusionKind::AttnInputs);
     assert!(step.len() >= 2, "{} cases reach a step's attention inputs", step.len());
-    // A fused norm whose output int8 products read: the fold gives the norm their blocks.
-    let mut folded = 0;
-    for (_, ctx, out, pins) in built_pinned(Some("NORM_MUL_MAT")) {
-        let plans = planned(&ctx, out, &pins);
-        let ids: Vec<TensorId> = plans.iter().map(|(n, _)| *n).collect();
-        let (mut q8, _) = share_q8_1(&ctx, &plans);
-        let kinds = [FusionKind::AddRmsNormMul, FusionKind::RmsNormMul];
-        for w in fusion_windows(&ctx, &ids, &kinds) {
-            let end = ids.iter().position(|n| n == w.nodes.last().unwrap()).unwrap();
-            folded += usize::from(fold_q8_into_writer(&ctx, &plans, &mut q8, end).is_some());
+    // A fused norm, or an attention's chunk merge, whose output int8 products read: the kernel
+    // writes their blocks (the executor's own choice of writers).
+    let writers = |op: &str| {
+        let mut n = 0;
+        for (_, ctx, out, pins) in built_pinned(Some(op)) {
+            let plans = planned(&ctx, out, &pins);
+            let (mut q8, _) = share_q8_1(&ctx, &plans);
+            n += q8_writers(&ctx, &plans, &fused_windows(&ctx, &plans), &mut q8).len();
         }
-    }
+        n
+    };
+    let folded = writers("NORM_MUL_MAT");
     assert!(folded >= 4, "{folded} cases reach a norm writing its products' Q8_1 blocks");
-    // An attention's chunk merge writing its output projection's blocks.
-    let mut merged = 0;
-    for (_, ctx, out, pins) in built_pinned(Some("ATTN_MUL_MAT")) {
-        let plans = planned(&ctx, out, &pins);
-        let (mut q8, _) = share_q8_1(&ctx, &plans);
-        for (i, (_, p)) in plans.iter().enumerate() {
-            if matches!(p.kernel, Kernel::FlashAttn(a) if a.splits() > 1) {
-                merged += usize::from(fold_q8_into_writer(&ctx, &plans, &mut q8, i).is_some());
-            }
-        }
-    }
+    let merged = writers("ATTN_MUL_MAT");
     assert!(merged >= 2, "{merged} cases reach an attention merge writing Q8_1 blocks");
 }
 

@@ -30,8 +30,7 @@ mod nodes;
 
 use crate::gpu::Gpu;
 use crate::plan::{
-    fold_q8_into_writer, fused_windows, plan_node, share_q8_1, FastPath, FusionKind, Kernel,
-    NodePlan, Paths, Window,
+    fused_windows, plan_node, q8_writers, share_q8_1, FastPath, Kernel, NodePlan, Paths, Window,
 };
 use crate::CudaError;
 use args::Arg;
@@ -228,40 +227,27 @@ impl Executor {
             if self.paths.allows(FastPath::Fused) { fused_windows(ctx, plans) } else { Vec::new() };
         let mut first: HashMap<TensorId, &Window> = HashMap::new();
         let mut skip: HashSet<TensorId> = HashSet::new();
-        // A fused norm whose output int8 products read writes their Q8_1 blocks too.
-        let index: HashMap<TensorId, usize> =
-            plans.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
-        let mut norm_q8: HashMap<TensorId, u64> = HashMap::new();
         for w in &windows {
             first.insert(w.nodes[0], w);
             skip.extend(w.nodes[1..].iter().copied());
-            if matches!(w.kind, FusionKind::RmsNormMul | FusionKind::AddRmsNormMul) {
-                let end = index[w.nodes.last().expect("a window has nodes")];
-                if let Some(offset) = fold_q8_into_writer(ctx, plans, &mut q8, end) {
-                    norm_q8.insert(w.nodes[0], base + offset as u64);
-                }
-            }
         }
-        // An attention whose chunks' merge writes its output: the merge writes the output
-        // projection's Q8_1 blocks too.
-        let mut attn_q8: HashMap<TensorId, u64> = HashMap::new();
-        if self.paths.allows(FastPath::Fused) {
-            for (i, (node, plan)) in plans.iter().enumerate() {
-                if matches!(plan.kernel, Kernel::FlashAttn(p) if p.splits() > 1) {
-                    if let Some(offset) = fold_q8_into_writer(ctx, plans, &mut q8, i) {
-                        attn_q8.insert(*node, base + offset as u64);
-                    }
-                }
-            }
-        }
+        // The fused norms and the attention merges whose output int8 products read write
+        // their Q8_1 blocks too.
+        let q8_out: HashMap<TensorId, u64> = if self.paths.allows(FastPath::Fused) {
+            let writers = q8_writers(ctx, plans, &windows, &mut q8);
+            writers.into_iter().map(|(node, offset)| (node, base + offset as u64)).collect()
+        } else {
+            HashMap::new()
+        };
         if tracing::enabled!(tracing::Level::DEBUG) {
             let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
             for w in first.values() {
                 *kinds.entry(format!("{:?}", w.kind)).or_default() += 1;
             }
             let mut parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} x{n}")).collect();
-            parts.push(format!("norms writing Q8_1 x{}", norm_q8.len()));
-            parts.push(format!("attention merges writing Q8_1 x{}", attn_q8.len()));
+            let norms = q8_out.keys().filter(|n| first.contains_key(*n)).count();
+            parts.push(format!("norms writing Q8_1 x{norms}"));
+            parts.push(format!("attention merges writing Q8_1 x{}", q8_out.len() - norms));
             let line = parts.join(", ");
             if line != self.logged_fused {
                 tracing::debug!(device = %gpu.name, "fused windows: {line}");
@@ -274,9 +260,9 @@ impl Executor {
                 continue;
             }
             if let Some(w) = first.get(node) {
-                pending.extend(resolver.fused(w, q8, norm_q8.get(node).copied())?);
+                pending.extend(resolver.fused(w, q8, q8_out.get(node).copied())?);
             } else if plan.kernel != Kernel::Nothing {
-                pending.extend(resolver.node(*node, plan, q8, attn_q8.get(node).copied())?);
+                pending.extend(resolver.node(*node, plan, q8, q8_out.get(node).copied())?);
             }
         }
         gpu.precompile(pending.iter().map(|p| p.entry));

@@ -103,6 +103,40 @@ pub fn fold_q8_into_writer(
     None
 }
 
+/// The kernels that write Q8_1 blocks for the int8 products reading their output, as the
+/// executor launches them: each norm window of `windows` (the fused windows taken) and each
+/// attention whose chunks' merge writes its output, folded in list order by
+/// [`fold_q8_into_writer`] (clearing the products' quantizations in `q8`). Returns, for the
+/// node each writer is launched at (a window's first node, or the attention), the region's
+/// offset in the arena.
+pub fn q8_writers(
+    ctx: &Context,
+    plans: &[(TensorId, NodePlan)],
+    windows: &[super::Window],
+    q8: &mut [Option<Q8Input>],
+) -> HashMap<TensorId, usize> {
+    let index: HashMap<TensorId, usize> =
+        plans.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
+    let mut writers = HashMap::new();
+    let norms = windows.iter().filter(|w| {
+        matches!(w.kind, super::FusionKind::RmsNormMul | super::FusionKind::AddRmsNormMul)
+    });
+    for w in norms {
+        let end = index[w.nodes.last().expect("a window has nodes")];
+        if let Some(offset) = fold_q8_into_writer(ctx, plans, q8, end) {
+            writers.insert(w.nodes[0], offset);
+        }
+    }
+    for (i, (node, plan)) in plans.iter().enumerate() {
+        if matches!(plan.kernel, Kernel::FlashAttn(p) if p.splits() > 1) {
+            if let Some(offset) = fold_q8_into_writer(ctx, plans, q8, i) {
+                writers.insert(*node, offset);
+            }
+        }
+    }
+    writers
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{plan_node, Capability, Paths};

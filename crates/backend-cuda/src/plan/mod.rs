@@ -65,7 +65,7 @@ mod matmul;
 mod paths;
 mod summary;
 
-pub use activations::{fold_q8_into_writer, share_q8_1, Q8Input};
+pub use activations::{fold_q8_into_writer, q8_writers, share_q8_1, Q8Input};
 pub use fusable::{fusable, fused_windows, FUSED_KINDS};
 pub use fusion::{fusion_windows, FusionKind, Window};
 pub use matmul::{
