@@ -179,12 +179,25 @@ fn panic_message(e: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic".into())
 }
 
+/// The first node `backend` does not run, as the case's outcome.
+fn unsupported(backend: &dyn Backend, p: &Prepared) -> Option<Outcome> {
+    let node = p.graph.nodes().iter().find(|&&n| !backend.supports_op(&p.ctx, n))?;
+    Some(Outcome::Unsupported(p.ctx.get(*node).op.name()))
+}
+
+/// The case's output, read from `bytes` at `base`, against its reference.
+fn verdict(p: &Prepared, bytes: &[u8], base: usize) -> Outcome {
+    let got = read_values(p.ctx.get(p.out), bytes, base);
+    match compare(&got, &p.expected, p.tolerance) {
+        Ok(err) => Outcome::Pass(err),
+        Err(m) => Outcome::Fail(Failure::Mismatch(m)),
+    }
+}
+
 /// Runs one prepared case on `backend` and checks everything.
 pub fn run_case(backend: &mut dyn Backend, p: &Prepared) -> Outcome {
-    for &node in p.graph.nodes() {
-        if !backend.supports_op(&p.ctx, node) {
-            return Outcome::Unsupported(p.ctx.get(node).op.name());
-        }
+    if let Some(unsupported) = unsupported(backend, p) {
+        return unsupported;
     }
     let buft = backend.buffer_type();
     let layout = Layout::new(p, buft.alignment());
@@ -225,21 +238,15 @@ pub fn run_case(backend: &mut dyn Backend, p: &Prepared) -> Outcome {
         }
     }
     let (root, base) = storage_of(&p.ctx, p.out);
-    let got = read_values(p.ctx.get(p.out), &after, layout.offset(root) + base);
-    match compare(&got, &p.expected, p.tolerance) {
-        Ok(err) => Outcome::Pass(err),
-        Err(m) => Outcome::Fail(Failure::Mismatch(m)),
-    }
+    verdict(p, &after, layout.offset(root) + base)
 }
 
 /// Runs one prepared case on `backend` with its tensors placed by the graph allocator (see
 /// [`Config::allocated`]): every result filled with 0xFF (NaN) first, the inputs written where
 /// it put them, the output checked against the reference.
 pub fn run_case_allocated(backend: &mut dyn Backend, p: &Prepared) -> Outcome {
-    for &node in p.graph.nodes() {
-        if !backend.supports_op(&p.ctx, node) {
-            return Outcome::Unsupported(p.ctx.get(node).op.name());
-        }
+    if let Some(unsupported) = unsupported(backend, p) {
+        return unsupported;
     }
     let setup = |e: &dyn fmt::Display| Outcome::Fail(Failure::Setup(e.to_string()));
     let mut alloc = tessera_alloc::GraphAllocator::new(backend.buffer_type());
@@ -271,11 +278,7 @@ pub fn run_case_allocated(backend: &mut dyn Backend, p: &Prepared) -> Outcome {
     if let Err(e) = bindings.read(&p.ctx, root, &mut bytes) {
         return setup(&e);
     }
-    let got = read_values(p.ctx.get(p.out), &bytes, base);
-    match compare(&got, &p.expected, p.tolerance) {
-        Ok(err) => Outcome::Pass(err),
-        Err(m) => Outcome::Fail(Failure::Mismatch(m)),
-    }
+    verdict(p, &bytes, base)
 }
 
 /// Runs `run_case` (or [`run_case_allocated`]) catching panics.
