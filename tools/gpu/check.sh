@@ -220,7 +220,7 @@ if [ "$QUICK" = triage ]; then
   late 120 "kld" || kld_pair Q4_0-c256 $f 256 4 all generic
   late 100 "kld c=64" || kld_pair Q4_0-c64 $f 64 8 all generic
   # Decoding (one token a step: MMVQ, the Q/K/V group, RoPE into the cache, norms writing Q8_1).
-  late 100 "kld decode" || KLD_EXTRA="-ub 1" kld_pair Q4_0-dec $f 64 2 all -fused generic
+  late 100 "kld decode" || KLD_EXTRA="-ub 1" kld_pair Q4_0-dec $f 64 2 all -pdl -fused generic
   late 100 "greedy" || greedy_pair Q4_0 $f 24
   for q in Q4_0 Q4_K_M f16; do
     late 60 "bench $q" && break
@@ -231,9 +231,10 @@ if [ "$QUICK" = triage ]; then
     run 60 bench-nographs env TESSERA_CUDA_PATHS=-graphs "$B/tessera" bench -m $f -ngl 99 -p 64 -n 128 -r 2
     echo "Q4_0 without graphs:" >> "$R"; grep "|" "$L/bench-nographs.log" | tail -2 >> "$R"
   fi
-  # Decoding without each of the newest decode changes, beside the full run above: MMVQ rows
-  # on one warp each, no fused windows (no Q/K/V group, attention inputs, Q8_1 from the norms).
-  for off in -mmvq-split -fused; do
+  # Decoding without each of the newest decode changes, beside the full run above: no early
+  # launches (programmatic dependent launch, sm_90), MMVQ rows on one warp each, no fused
+  # windows (no Q/K/V group, attention inputs, Q8_1 from the norms).
+  for off in -pdl -mmvq-split -fused; do
     late 50 "bench $off" && break
     run 45 "bench-dec$off" env TESSERA_CUDA_PATHS=$off "$B/tessera" bench -m $f -ngl 99 -p 0 -n 128 -r 3
     echo "Q4_0 decode, TESSERA_CUDA_PATHS=$off:" >> "$R"; grep "|" "$L/bench-dec$off.log" | tail -1 >> "$R"

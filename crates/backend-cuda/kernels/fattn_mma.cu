@@ -191,6 +191,7 @@ __device__ __forceinline__ float fm_score(float dot, const TT &m, int has_mask, 
 
 extern "C" __global__ void fattn_mma_op(TT d, TT q, TT k, TT v, TT m, int has_mask, float scale,
                                         float max_bias, float softcap, TT sk, int has_sinks) {
+    pdl_start();
     __shared__ u32 s_k[FM_CELLS * FM_KS / 2];
     __shared__ u32 s_vt[FM_D * FM_VS / 2];
     const int tid = threadIdx.x, lane = tid % WARP, wi = tid / WARP;
@@ -263,6 +264,7 @@ extern "C" __global__ void fattn_mma_op(TT d, TT q, TT k, TT v, TT m, int has_ma
 extern "C" __global__ void fattn_mma_dec_op(TT d, TT q, TT k, TT v, TT m, int has_mask,
                                             float scale, float max_bias, float softcap,
                                             int splits, i64 chunk, float *part) {
+    pdl_start();
     __shared__ u32 smem[FMD_WARPS * FMD_STAGE];
     const int lane = threadIdx.x % WARP, wi = threadIdx.x / WARP, g = lane / 4, t = lane % 4;
     const i64 n_q = q.ne[1], n_head = q.ne[2], n_kv = k.ne[1];

@@ -14,6 +14,7 @@
 
 extern "C" __global__ void fattn_tile_op(TT d, TT q, TT k, TT v, TT m, int has_mask, float scale,
                                          float max_bias, float softcap, TT sk, int has_sinks) {
+    pdl_start();
     __shared__ float s_q[FT_ROWS][FT_D];
     __shared__ float s_k[FT_CELLS][FT_D + 1];  // +1: lane j reads row j, no bank conflicts
     __shared__ float s_v[FT_CELLS][FT_D];

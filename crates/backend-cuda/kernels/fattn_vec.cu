@@ -9,6 +9,7 @@
 extern "C" __global__ void fattn_vec_op(TT d, TT q, TT k, TT v, TT m, int has_mask, float scale,
                                         float max_bias, float softcap, int splits, i64 chunk,
                                         float *part) {
+    pdl_start();
     const i64 w = blockIdx.x;
     const int split = blockIdx.y;
     const int lane = threadIdx.x % WARP, wi = threadIdx.x / WARP;
@@ -61,6 +62,7 @@ extern "C" __global__ void fattn_vec_op(TT d, TT q, TT k, TT v, TT m, int has_ma
 // attention output's quantization for the output projection, saved (plan::fold_q8_into_writer).
 extern "C" __global__ void fattn_vec_combine(TT d, TT q, const float *part, int splits, i64 dv,
                                              u8 *q8) {
+    pdl_start();
     const i64 w = blockIdx.x;
     const i64 n_q = q.ne[1], n_head = q.ne[2];
     const i64 h = w % n_head, iq = (w / n_head) % n_q, i3 = w / (n_head * n_q);

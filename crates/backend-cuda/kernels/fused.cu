@@ -46,6 +46,7 @@ __device__ __forceinline__ void norm_rows_q8(const float *dr, i64 n, u8 *q8r) {
 // RMS_NORM of each row of a, then MUL by w (broadcast as binary_op's second source): the norm's
 // value is rounded to f32 as the unfused RMS_NORM stores it, then multiplied. One block per row.
 extern "C" __global__ void rms_norm_mul_op(TT d, TT a, TT w, float eps, u8 *q8) {
+    pdl_start();
     const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     const i64 n = a.ne[0];
     u8 *q8r = q8 == nullptr || n % 32 != 0 ? nullptr : q8 + r * (n / 32) * Q8_1_BYTES;
@@ -88,6 +89,7 @@ extern "C" __global__ void rms_norm_mul_op(TT d, TT a, TT w, float eps, u8 *q8) 
 // path loads all of a thread's a and b before its first store.
 extern "C" __global__ void add_rms_norm_mul_op(TT sum, TT a, TT b, TT d, TT w, float eps,
                                                u8 *q8) {
+    pdl_start();
     const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     const i64 n = a.ne[0];
     u8 *q8r = q8 == nullptr || n % 32 != 0 ? nullptr : q8 + r * (n / 32) * Q8_1_BYTES;

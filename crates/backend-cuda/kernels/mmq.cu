@@ -237,6 +237,7 @@ __device__ __forceinline__ void scales_iq4_xs(const u8 *b, int j, int, float *d,
     extern "C" __global__ void mmq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,     \
                                        int nblocks, i64 row_bytes, int ncols, i64 dst_col,   \
                                        int kper, i64 split_stride) {                          \
+        pdl_start();                                                                          \
         __shared__ const u8 *ycol[MMQ_COLS];                                                  \
         __shared__ float *ocol[MMQ_COLS];                                                     \
         const int row0 = blockIdx.x * MMQ_ROWS;                                               \
@@ -262,6 +263,7 @@ __device__ __forceinline__ void scales_iq4_xs(const u8 *b, int j, int, float *d,
                                           const i32 *groups, int nrows, int nblocks,         \
                                           i64 row_bytes, i64 expert_bytes, int n_expert,     \
                                           int n_used, int nb) {                              \
+        pdl_start();                                                                          \
         __shared__ const u8 *ycol[MMQ_COLS];                                                  \
         __shared__ float *ocol[MMQ_COLS];                                                     \
         const int ex = blockIdx.z, begin = groups[ex], count = groups[ex + 1] - begin;        \
@@ -316,6 +318,7 @@ MMQ_ID(iq4_xs, IQ4_XS_BYTES, 8)
 // = sum over z of part[z][col][row] (shares of ncols x nrows floats, packed).
 extern "C" __global__ void mmq_sum_splits(const float *part, float *dst, int nrows, int ncols,
                                           int splits, i64 dst_col) {
+    pdl_start();
     const i64 n = (i64)nrows * ncols;
     GRID_STRIDE(i, n) {
         float s = 0.0f;
@@ -332,6 +335,7 @@ extern "C" __global__ void mmq_sum_splits(const float *part, float *dst, int nro
 extern "C" __global__ void moe_group_pairs(const i32 *ids, i64 ids_stride, int n_used,
                                            int n_tokens, int n_expert, i32 *groups, float *dst,
                                            int nrows) {
+    pdl_start();
     const int n = n_used * n_tokens;
     i32 *list = groups + n_expert + 1, *cursor = list + n;
     for (int ex = threadIdx.x; ex <= n_expert; ex += blockDim.x) groups[ex] = 0;

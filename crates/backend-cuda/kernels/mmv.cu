@@ -33,6 +33,8 @@ __device__ __forceinline__ void mmv_f32_unpack(const Bytes16 &b, float *v) {
         if (row >= nrows) return;                                                                 \
         const int lane = threadIdx.x % WARP;                                                      \
         const u8 *wr = w + (i64)row * row_bytes;                                                  \
+        if (lane == 0) prefetch_l2(wr, row_bytes);                                                \
+        pdl_start();                                                                              \
         float acc[8];                                                                             \
         for (int c = 0; c < 8; ++c) acc[c] = 0.0f;                                                \
         const bool vec = ncols % PER == 0 &&                                                      \

@@ -7,6 +7,7 @@
 // n_expert]) times row (e % b.ne[1], t) of b ([K, n_b, n_tokens]). One warp per output
 // element; an expert id out of range gives NaN (the router's ids never are).
 extern "C" __global__ void mul_mat_id_op(TT d, TT as, TT b, TT ids) {
+    pdl_start();
     const i64 o = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (o >= n_elems(d)) return;
     const int lane = threadIdx.x % WARP;
@@ -28,6 +29,7 @@ extern "C" __global__ void mul_mat_id_op(TT d, TT as, TT b, TT ids) {
 // the number of elements that come before it, equal values in index order (a stable sort, as
 // the CPU's). One thread per element, the row read once per element (router rows are short).
 extern "C" __global__ void argsort_op(TT d, TT a, int descending) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(a)) {
         i64 c[4];
         unravel(a.ne, i, c);
@@ -46,6 +48,7 @@ extern "C" __global__ void argsort_op(TT d, TT a, int descending) {
 // ADD_ID: d = a + the row of b (one bias row per expert) that ids[e, t] picks, for row (e, t)
 // of a; NaN for an id out of range.
 extern "C" __global__ void add_id_op(TT d, TT a, TT b, TT ids) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
         unravel(d.ne, i, c);
@@ -58,6 +61,7 @@ extern "C" __global__ void add_id_op(TT d, TT a, TT b, TT ids) {
 // SWIGLU_OAI (gpt-oss): the gate clamped above at `limit`, up to [-limit, limit] (NaN stays
 // NaN, as std::min and std::clamp), gate * sigmoid(alpha * gate) * (up + 1).
 extern "C" __global__ void swiglu_oai_op(TT d, TT g, TT u, float alpha, float limit) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
         unravel(d.ne, i, c);

@@ -6,6 +6,7 @@
 
 // Binary ops with src1 broadcast (ggml's repeat rule): 0 add, 1 sub, 2 mul, 3 div.
 extern "C" __global__ void binary_op(TT d, TT a, TT b, int op) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
         unravel(d.ne, i, c);
@@ -26,6 +27,7 @@ extern "C" __global__ void binary_op(TT d, TT a, TT b, int op) {
 // Unary ops: 0 scale (x * p0 + p1), 1 tanh-GELU, 2 erf-GELU, 3 SiLU, 4 tanh, 5 clamp to
 // [p0, p1] (NaN to p1, as ggml's comparisons).
 extern "C" __global__ void unary_op(TT d, TT a, int op, float p0, float p1) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
         unravel(d.ne, i, c);
@@ -46,6 +48,7 @@ extern "C" __global__ void unary_op(TT d, TT a, int op, float p0, float p1) {
 // Gated units: act(gate) * up; op 0 SwiGLU, 1 GeGLU. Split: gate in a, up in b; fused: a row
 // holds both halves (swapped: the second half is the gate).
 extern "C" __global__ void glu_op(TT d, TT a, TT b, int op, int swapped, int split) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
         unravel(d.ne, i, c);
@@ -64,6 +67,7 @@ extern "C" __global__ void glu_op(TT d, TT a, TT b, int op, int swapped, int spl
 
 // NORM (rms = 0) and RMS_NORM (rms = 1): one block per row.
 extern "C" __global__ void norm_op(TT d, TT a, float eps, int rms) {
+    pdl_start();
     const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     const i64 n = a.ne[0];
     float mean = 0.0f;
@@ -88,6 +92,7 @@ extern "C" __global__ void norm_op(TT d, TT a, float eps, int rms) {
 // CPU's, despite fast math), then butterflies (u, v) -> (u + v, u - v) of span 1, 2, 4, ...:
 // the same float operations, so the CPU's bits (but for denormals, which fast math flushes).
 extern "C" __global__ void hadamard_op(TT d, TT a) {
+    pdl_start();
     __shared__ float buf[1024];
     const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     const i64 n = a.ne[0];
@@ -110,6 +115,7 @@ extern "C" __global__ void hadamard_op(TT d, TT a) {
 // [n_head]) the head's sink joins the max and the sum as a logit without a value.
 extern "C" __global__ void soft_max_op(TT d, TT a, TT m, int has_mask, float scale, float max_bias,
                                        TT sk, int has_sinks) {
+    pdl_start();
     const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     const i64 n = a.ne[0];
     const float slope = alibi_slope(max_bias, i2, a.ne[2]);
@@ -192,6 +198,7 @@ extern "C" __global__ void rope_op(TT d, TT a, TT pos, TT ff, int has_ff, int n_
                                    float freq_base, float freq_scale, float ext_factor,
                                    float attn_factor, float corr0, float corr1, int s0, int s1,
                                    int s2, int s3) {
+    pdl_start();
     rope_rows(a, pos, ff, has_ff, n_dims, mode, freq_base, freq_scale, ext_factor, attn_factor,
               corr0, corr1, s0, s1, s2, s3,
               [&](i64 j, i64 i1, i64 i2, i64 i3, float v) { st(d, j, i1, i2, i3, v); });
@@ -206,6 +213,7 @@ extern "C" __global__ void rope_set_rows_op(TT d, TT idx, TT a, TT pos, TT ff, i
                                             float freq_scale, float ext_factor,
                                             float attn_factor, float corr0, float corr1, int s0,
                                             int s1, int s2, int s3) {
+    pdl_start();
     rope_rows(a, pos, ff, has_ff, n_dims, mode, freq_base, freq_scale, ext_factor, attn_factor,
               corr0, corr1, s0, s1, s2, s3, [&](i64 j, i64 i1, i64 i2, i64, float v) {
                   st(d, j + i1 * a.ne[0], ld_idx(idx, i2, 0, 0), 0, 0, v);
@@ -221,6 +229,7 @@ extern "C" __global__ void rope_kv_store_op(TT dq, TT q, TT ck, TT idx_k, TT k, 
                                             int mode, float freq_base, float freq_scale,
                                             float ext_factor, float attn_factor, float corr0,
                                             float corr1, int s0, int s1, int s2, int s3) {
+    pdl_start();
     if (blockIdx.y == 0) {
         rope_rows(q, pos, ff, has_ff, n_dims, mode, freq_base, freq_scale, ext_factor,
                   attn_factor, corr0, corr1, s0, s1, s2, s3,
@@ -240,6 +249,7 @@ extern "C" __global__ void rope_kv_store_op(TT dq, TT q, TT ck, TT idx_k, TT k, 
 
 // GET_ROWS: dst[i0, i10, i11, i12] = a[i0, idx[i10, i11, i12], i11, i12] (any weight type).
 extern "C" __global__ void get_rows_op(TT d, TT a, TT idx) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
         unravel(d.ne, i, c);
@@ -250,6 +260,7 @@ extern "C" __global__ void get_rows_op(TT d, TT a, TT idx) {
 
 // SET_ROWS into a one-value type: d[i0, idx[i1, i2 % .., i3 % ..], i2, i3] = b[i0, i1, i2, i3].
 extern "C" __global__ void set_rows_op(TT d, TT b, TT idx) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(b)) {
         i64 c[4];
         unravel(b.ne, i, c);
@@ -260,6 +271,7 @@ extern "C" __global__ void set_rows_op(TT d, TT b, TT idx) {
 
 // SET_ROWS into a 32-value block type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): one thread per block.
 extern "C" __global__ void set_rows_q_op(TT d, TT b, TT idx) {
+    pdl_start();
     const i64 nblk = b.ne[0] / 32;
     GRID_STRIDE(k, nblk * b.ne[1] * b.ne[2] * b.ne[3]) {
         const i64 blk = k % nblk, r = k / nblk;
@@ -274,6 +286,7 @@ extern "C" __global__ void set_rows_q_op(TT d, TT b, TT idx) {
 // CPY / CONT / DUP into a one-value type: element i of dst (logical order) from element i of
 // src in src's own shape (the shapes may differ, the counts do not).
 extern "C" __global__ void cpy_op(TT d, TT a) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4], s[4];
         unravel(d.ne, i, c);
@@ -284,6 +297,7 @@ extern "C" __global__ void cpy_op(TT d, TT a) {
 
 // CPY into a 32-value block type: one thread per destination block.
 extern "C" __global__ void cpy_q_op(TT d, TT a) {
+    pdl_start();
     const i64 nblk = d.ne[0] / 32;
     GRID_STRIDE(k, nblk * d.ne[1] * d.ne[2] * d.ne[3]) {
         const i64 blk = k % nblk, r = k / nblk;
@@ -300,6 +314,7 @@ extern "C" __global__ void cpy_q_op(TT d, TT a) {
 
 // Same-type copy of a quantized tensor, row by row (rows are contiguous in every block type).
 extern "C" __global__ void cpy_rows_bytes(TT d, TT a, i64 row_bytes) {
+    pdl_start();
     GRID_STRIDE(k, row_bytes * d.ne[1] * d.ne[2] * d.ne[3]) {
         const i64 b = k % row_bytes, r = k / row_bytes;
         i64 c[4], s[4];
@@ -311,6 +326,7 @@ extern "C" __global__ void cpy_rows_bytes(TT d, TT a, i64 row_bytes) {
 
 // CONCAT along dim.
 extern "C" __global__ void concat_op(TT d, TT a, TT b, int dim) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
         unravel(d.ne, i, c);
@@ -331,6 +347,7 @@ extern "C" __global__ void concat_op(TT d, TT a, TT b, int dim) {
 // b [IW, IC, N, 1]; cells outside the image are 0.
 extern "C" __global__ void im2col_op(TT d, TT b, int kh, int kw, int s0, int s1, int p0, int p1,
                                      int d0, int d1, int is_2d) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
         unravel(d.ne, i, c);
@@ -350,6 +367,7 @@ extern "C" __global__ void im2col_op(TT d, TT b, int kh, int kw, int s0, int s1,
 // division correctly rounded whatever --use_fast_math says).
 extern "C" __global__ void pool2d_op(TT d, TT a, int op_max, int k0, int k1, int s0, int s1,
                                      int p0, int p1) {
+    pdl_start();
     GRID_STRIDE(i, n_elems(d)) {
         i64 c[4];
         unravel(d.ne, i, c);
@@ -376,6 +394,7 @@ extern "C" __global__ void pool2d_op(TT d, TT a, int op_max, int k0, int k1, int
 
 // SUM_ROWS: one block per row.
 extern "C" __global__ void sum_rows_op(TT d, TT a) {
+    pdl_start();
     const i64 r = blockIdx.x, i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
     float s = 0.0f;
     for (i64 i = threadIdx.x; i < a.ne[0]; i += blockDim.x) s += ld(a, i, i1, i2, i3);
@@ -385,6 +404,7 @@ extern "C" __global__ void sum_rows_op(TT d, TT a) {
 
 // ARGMAX (I32 out): one warp per row, the first index of the largest value.
 extern "C" __global__ void argmax_op(TT d, TT a) {
+    pdl_start();
     const i64 r = blockIdx.x;
     const int lane = threadIdx.x;
     float best = -INFINITY;
@@ -404,6 +424,7 @@ extern "C" __global__ void argmax_op(TT d, TT a) {
 // MUL_MAT: dst[i0, i1, i2, i3] = dot(a row i0 (broadcast over dims 2, 3), b row i1); one warp
 // per output, the weights dequantized per element, f32 accumulation.
 extern "C" __global__ void mul_mat_op(TT d, TT a, TT b) {
+    pdl_start();
     const i64 o = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (o >= n_elems(d)) return;
     const int lane = threadIdx.x % WARP;
@@ -423,6 +444,7 @@ extern "C" __global__ void mul_mat_op(TT d, TT a, TT b) {
 // [dv, n_head, n_q, ne3].
 extern "C" __global__ void flash_attn_op(TT d, TT q, TT k, TT v, TT m, int has_mask, float scale,
                                          float max_bias, float softcap, TT sk, int has_sinks) {
+    pdl_start();
     const i64 w = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     const i64 n_q = q.ne[1], n_head = q.ne[2];
     if (w >= n_q * n_head * q.ne[3]) return;

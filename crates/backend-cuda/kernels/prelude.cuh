@@ -27,6 +27,38 @@ __device__ __forceinline__ u16 f2h(float f) {
 
 __device__ __forceinline__ float bf2f(u16 h) { return __int_as_float(((u32)h) << 16); }
 
+// Programmatic dependent launch (sm_90+; nothing elsewhere). The executor launches a kernel
+// that follows another in a list with the programmatic-serialization attribute (the `pdl`
+// path): its blocks may start while the previous kernel still runs, so every kernel calls
+// pdl_start() before it reads or writes any memory but weights (griddepcontrol.wait: the
+// previous grid complete and its writes visible; a test over every kernel's text checks the
+// call), then lets its own successor launch (launch_dependents: it takes effect once every
+// block of this grid has passed here, so a waiting successor never holds an SM this grid
+// still needs).
+__device__ __forceinline__ void pdl_start() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// An L2 prefetch of the 16-byte-aligned bytes inside [p, p + n) (sm_90's bulk prefetch, one
+// instruction for a whole weight row; nothing elsewhere): the matrix-vector kernels issue it
+// for their weight rows before pdl_start, so the weights stream in while the previous kernel
+// finishes. Only bytes inside the range are touched, and it is safe on any row, a KV cache's
+// too: L2 is the device memory's point of coherence, so a prefetch of bytes another kernel is
+// still writing leaves no stale copy for a later read.
+__device__ __forceinline__ void prefetch_l2(const u8 *p, i64 n) {
+#if __CUDA_ARCH__ >= 900
+    const unsigned long long a = (unsigned long long)p;
+    const unsigned long long b = (a + 15) & ~15ull, e = (a + n) & ~15ull;
+    if (e > b) {
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b), "r"((u32)(e - b))
+                     : "memory");
+    }
+#endif
+}
+
 // Signed 8-bit dot of four byte pairs plus c (dp4a; sm_61 and newer).
 __device__ __forceinline__ i32 dp4a(i32 a, i32 b, i32 c) {
     i32 r;

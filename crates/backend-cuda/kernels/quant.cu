@@ -7,6 +7,7 @@
 #define DEQUANT(T, QK, BYTES, F)                                                              \
     extern "C" __global__ void get_rows_##T(const u8 *src, const i32 *ids, float *dst,      \
                                             int ncols, i64 row_bytes) {                      \
+        pdl_start();                                                                          \
         const u8 *row = src + (i64)ids[blockIdx.y] * row_bytes;                              \
         float *out = dst + (i64)blockIdx.y * ncols;                                           \
         for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ncols;                        \
@@ -15,6 +16,7 @@
     }                                                                                         \
     extern "C" __global__ void dequant_f16_##T(const u8 *src, u16 *dst, int ncols,           \
                                                i64 row_bytes) {                              \
+        pdl_start();                                                                          \
         const u8 *row = src + (i64)blockIdx.y * row_bytes;                                    \
         u16 *out = dst + (i64)blockIdx.y * ncols;                                             \
         for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ncols;                        \
@@ -32,6 +34,7 @@ DEQUANT(q6_k, 256, Q6_K_BYTES, deq_q6_k)
 
 extern "C" __global__ void get_rows_f32(const float *src, const i32 *ids, float *dst,
                                         int ncols) {
+    pdl_start();
     const float *row = src + (i64)ids[blockIdx.y] * ncols;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ncols; i += gridDim.x * blockDim.x)
         dst[(i64)blockIdx.y * ncols + i] = row[i];
@@ -39,6 +42,7 @@ extern "C" __global__ void get_rows_f32(const float *src, const i32 *ids, float 
 
 extern "C" __global__ void get_rows_f16(const u16 *src, const i32 *ids, float *dst,
                                         int ncols) {
+    pdl_start();
     const u16 *row = src + (i64)ids[blockIdx.y] * ncols;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ncols; i += gridDim.x * blockDim.x)
         dst[(i64)blockIdx.y * ncols + i] = h2f(row[i]);
@@ -47,6 +51,7 @@ extern "C" __global__ void get_rows_f16(const u16 *src, const i32 *ids, float *d
 // f32 rows -> Q8_1 blocks (d = amax / 127, q = roundf(x / d), s = d * sum(q)), one warp per
 // block of 32, one lane per value (`q8_1_warp`); rows of ncols (a multiple of 32) values.
 extern "C" __global__ void quantize_q8_1(const float *x, u8 *dst, i64 nblocks) {
+    pdl_start();
     const i64 blk = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (blk >= nblocks) return;
     const int lane = threadIdx.x % WARP;
@@ -156,9 +161,11 @@ __device__ __forceinline__ bool mmvq_row_sums(float (&acc)[8], int ncols, int wp
     extern "C" __global__ void mmvq_##T(const u8 *w, const u8 *yq, float *dst, int nrows,    \
                                         int nblocks, i64 row_bytes, int ncols, i64 dst_col,   \
                                         int wpr) {                                            \
-        __shared__ float part[8][8];                                                          \
         const int g = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                 \
         const int row = g / wpr, ws = g % wpr, lane = threadIdx.x % WARP;                     \
+        if (row < nrows && ws == 0 && lane == 0) prefetch_l2(w + (i64)row * row_bytes, row_bytes); \
+        pdl_start();                                                                          \
+        __shared__ float part[8][8];                                                          \
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
         if (row < nrows)                                                                      \
             mmvq_cols<BYTES, SUB>(ncols, w + (i64)row * row_bytes, yq, nblocks, lane, ws, wpr, \
@@ -177,9 +184,14 @@ __device__ __forceinline__ bool mmvq_row_sums(float (&acc)[8], int ncols, int wp
                                             float *dst, int nrows, int nblocks, i64 rb_g,    \
                                             i64 rb_u, int ncols, i64 dst_col, int op,        \
                                             int wpr) {                                        \
-        __shared__ float part_g[8][8], part_u[8][8];                                          \
         const int g = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                 \
         const int row = g / wpr, ws = g % wpr, lane = threadIdx.x % WARP;                     \
+        if (row < nrows && ws == 0 && lane == 0) {                                            \
+            prefetch_l2(wg + (i64)row * rb_g, rb_g);                                          \
+            prefetch_l2(wu + (i64)row * rb_u, rb_u);                                          \
+        }                                                                                     \
+        pdl_start();                                                                          \
+        __shared__ float part_g[8][8], part_u[8][8];                                          \
         float ag[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                       \
         float au[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                       \
         if (row < nrows)                                                                      \
@@ -204,6 +216,7 @@ __device__ __forceinline__ bool mmvq_row_sums(float (&acc)[8], int ncols, int wp
                                            const i32 *ids, int nrows, int nblocks,           \
                                            i64 row_bytes, i64 expert_bytes, int n_expert,    \
                                            int n_used, int nb, i64 ids_stride) {             \
+        pdl_start();                                                                          \
         const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;               \
         if (row >= nrows) return;                                                             \
         const int lane = threadIdx.x % WARP;                                                  \
@@ -236,19 +249,21 @@ __device__ __forceinline__ bool mmvq_row_sums(float (&acc)[8], int ncols, int wp
                                               const float *b0, const float *b1,              \
                                               const float *b2, int n0, int n1, int n2,       \
                                               int wpr) {                                      \
-        __shared__ float part[8][8];                                                          \
         const int g = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                 \
         int row = g / wpr;                                                                    \
         const int ws = g % wpr, lane = threadIdx.x % WARP;                                    \
         const u8 *w = w0;                                                                     \
         i64 rb = rb0;                                                                         \
-        float *dst = d0;                                                                      \
-        const float *bias = b0;                                                               \
-        int n = n0;                                                                           \
+        int n = n0, k = 0;                                                                    \
         if (row >= n0) {                                                                      \
-            row -= n0; w = w1; rb = rb1; dst = d1; bias = b1; n = n1;                         \
-            if (row >= n1) { row -= n1; w = w2; rb = rb2; dst = d2; bias = b2; n = n2; }      \
+            row -= n0; w = w1; rb = rb1; n = n1; k = 1;                                       \
+            if (row >= n1) { row -= n1; w = w2; rb = rb2; n = n2; k = 2; }                    \
         }                                                                                     \
+        if (row < n && ws == 0 && lane == 0) prefetch_l2(w + (i64)row * rb, rb);              \
+        pdl_start();                                                                          \
+        __shared__ float part[8][8];                                                          \
+        float *dst = k == 0 ? d0 : k == 1 ? d1 : d2;                                          \
+        const float *bias = k == 0 ? b0 : k == 1 ? b1 : b2;                                   \
         float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};                      \
         if (row < n)                                                                          \
             mmvq_acc<1, BYTES, SUB>(w + (i64)row * rb, yq, nblocks, lane, ws, wpr, acc,       \

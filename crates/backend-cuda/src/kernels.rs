@@ -141,6 +141,87 @@ mod tests {
         );
     }
 
+    /// Each kernel's body (the text between its signature's `{` and the matching `}`), with
+    /// its name as written (`mmvq_` for `mmvq_##T`).
+    fn bodies(src: &str) -> Vec<(&str, &str)> {
+        let mut out = Vec::new();
+        let mut rest = src;
+        while let Some(at) = rest.find(GLOBAL) {
+            rest = &rest[at + GLOBAL.len()..];
+            let name = ident(rest);
+            let open = rest.find('{').expect("a kernel body");
+            let mut depth = 0;
+            let close = rest[open..]
+                .char_indices()
+                .find_map(|(i, c)| {
+                    depth += match c {
+                        '{' => 1,
+                        '}' => -1,
+                        _ => 0,
+                    };
+                    (depth == 0).then_some(open + i)
+                })
+                .expect("a closed kernel body");
+            out.push((name, &rest[open + 1..close]));
+            rest = &rest[close..];
+        }
+        out
+    }
+
+    /// Programmatic dependent launch (prelude.cuh's `pdl_start`): the executor may start any
+    /// kernel while the previous one runs, so every kernel's first statement is `pdl_start()`,
+    /// but for the matrix-vector kernels that prefetch their weight rows first, whose text
+    /// before it computes indexes and prefetches only (no indexing, no activation, output or
+    /// bias pointer).
+    #[test]
+    fn every_kernel_waits_for_its_predecessor_first() {
+        const PREFETCHING: [&str; 4] = ["mmvq_", "mmvq_glu_", "mmvq_group_", "mmv_"];
+        const UNREAD: [&str; 10] = ["yq", "x", "dst", "bias", "d0", "d1", "d2", "b0", "b1", "b2"];
+        let mut n = 0;
+        for k in all() {
+            for (name, body) in bodies(k.src) {
+                let at = body
+                    .find("pdl_start();")
+                    .unwrap_or_else(|| panic!("{}: {name} never calls pdl_start()", k.name));
+                let before = body[..at].replace('\\', " ");
+                let before = before.trim();
+                n += 1;
+                if before.is_empty() {
+                    continue;
+                }
+                assert!(
+                    PREFETCHING.contains(&name),
+                    "{}: {name} does something before pdl_start(): {before}",
+                    k.name
+                );
+                assert!(before.contains("prefetch_l2("), "{}: {name}: {before}", k.name);
+                let idents =
+                    before.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'));
+                for id in idents {
+                    assert!(
+                        !UNREAD.contains(&id),
+                        "{}: {name} names {id} before pdl_start()",
+                        k.name
+                    );
+                }
+                assert!(
+                    !before.contains('['),
+                    "{}: {name} indexes memory before pdl_start()",
+                    k.name
+                );
+            }
+        }
+        assert!(n >= 47, "{n} kernel bodies found");
+        // The parser itself: a body with a nested block, and a kernel that forgot.
+        let src =
+            "extern \"C\" __global__ void a(int x) {\n    pdl_start();\n    if (x) { x = 1; }\n}\n\
+                   extern \"C\" __global__ void b(int x) {\n    x = 2;\n}\n";
+        let b = bodies(src);
+        assert_eq!(b.len(), 2);
+        assert!(b[0].1.trim_start().starts_with("pdl_start();") && b[0].1.contains("x = 1;"));
+        assert_eq!((b[1].0, b[1].1.trim()), ("b", "x = 2;"));
+    }
+
     /// Every `.cu` file under kernels/ on disk is in the embedded list (the build script reads
     /// the folder; this catches a stale build).
     #[test]

@@ -68,6 +68,12 @@
 //!   so they are ordered with the kernels. A graph is planned and resolved (functions,
 //!   addresses, scratch) before its first launch; nothing is compiled, loaded or allocated
 //!   between launches, and `graph_compute` does not wait for the GPU.
+//! - **Launches that overlap (sm_90+).** A kernel right after another in a list is launched
+//!   with programmatic stream serialization ([`plan::early_launches`]): its blocks start while
+//!   the previous grid finishes, the matrix-vector kernels prefetch their weight rows into L2,
+//!   and every kernel waits for its predecessor (`pdl_start()` in prelude.cuh, first in every
+//!   kernel: a test reads each kernel's text). A driver whose graphs refuse the programmatic
+//!   edges costs the early launches, not the graphs.
 //!
 //! # Status
 //!

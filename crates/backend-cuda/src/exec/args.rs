@@ -38,6 +38,21 @@ pub(crate) enum Arg {
     F32(f32),
 }
 
+impl Arg {
+    /// The address of the value, as `cuLaunchKernelEx`'s parameter list takes it (valid while
+    /// `self` is borrowed).
+    pub(crate) fn param(&self) -> *mut std::ffi::c_void {
+        let p: *const std::ffi::c_void = match self {
+            Arg::T(t) => (t as *const TensorArg).cast(),
+            Arg::Ptr(p) => (p as *const u64).cast(),
+            Arg::I32(x) => (x as *const i32).cast(),
+            Arg::I64(x) => (x as *const i64).cast(),
+            Arg::F32(x) => (x as *const f32).cast(),
+        };
+        p.cast_mut()
+    }
+}
+
 impl From<TensorArg> for Arg {
     fn from(t: TensorArg) -> Arg {
         Arg::T(t)

@@ -22,6 +22,7 @@ use cudarc::driver::{sys, CudaGraph};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LaunchKey {
     entry: &'static str,
+    early: bool,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     shared: u32,
@@ -30,7 +31,7 @@ pub(crate) struct LaunchKey {
 
 impl LaunchKey {
     pub(crate) fn of(l: &Launch) -> LaunchKey {
-        LaunchKey::new(l.entry, &l.cfg, &l.args)
+        LaunchKey { early: l.early, ..LaunchKey::new(l.entry, &l.cfg, &l.args) }
     }
 
     fn new(entry: &'static str, cfg: &cudarc::driver::LaunchConfig, list: &[Arg]) -> LaunchKey {
@@ -50,6 +51,7 @@ impl LaunchKey {
         }
         LaunchKey {
             entry,
+            early: false,
             grid: cfg.grid_dim,
             block: cfg.block_dim,
             shared: cfg.shared_mem_bytes,
@@ -146,6 +148,16 @@ impl<G> Graphs<G> {
             self.captured.remove(0);
         }
         self.captured.push(Captured { key, graph });
+    }
+
+    /// Whether a failed capture turned graphs off.
+    pub(crate) fn is_off(&self) -> bool {
+        self.off
+    }
+
+    /// Graphs on again after a failed capture (its cause, early launches, removed).
+    pub(crate) fn turn_on(&mut self) {
+        self.off = false;
     }
 
     /// Drops the captured graphs (before the memory they refer to is freed).

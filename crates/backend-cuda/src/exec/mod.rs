@@ -30,7 +30,8 @@ mod nodes;
 
 use crate::gpu::Gpu;
 use crate::plan::{
-    fused_windows, plan_node, q8_writers, share_q8_1, FastPath, Kernel, NodePlan, Paths, Window,
+    early_launches, fused_windows, pdl, plan_node, q8_writers, share_q8_1, FastPath, Kernel,
+    NodePlan, Paths, Window,
 };
 use crate::CudaError;
 use args::Arg;
@@ -47,6 +48,10 @@ fn launch_all(gpu: &Gpu, launches: &[Launch]) -> Result<(), CudaError> {
             gemm::call(gpu, &l.args)?;
             continue;
         };
+        if l.early {
+            launch_early(gpu, func, l)?;
+            continue;
+        }
         let mut b = gpu.stream.launch_builder(func);
         for a in &l.args {
             match a {
@@ -65,6 +70,53 @@ fn launch_all(gpu: &Gpu, launches: &[Launch]) -> Result<(), CudaError> {
     Ok(())
 }
 
+/// The most arguments a kernel takes (rope_kv_store_op has 22).
+const MAX_ARGS: usize = 32;
+
+/// Launches `l` with programmatic stream serialization ([`crate::plan::early_launches`]): its
+/// blocks may start before the previous kernel's end; the kernel waits for it in
+/// `pdl_start()`.
+fn launch_early(gpu: &Gpu, func: &CudaFunction, l: &Launch) -> Result<(), CudaError> {
+    let err = |e: cudarc::driver::DriverError| CudaError::Driver(format!("{}: {e:?}", l.entry));
+    let mut params = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_ARGS];
+    if l.args.len() > MAX_ARGS {
+        return Err(CudaError::Driver(format!("{}: {} arguments", l.entry, l.args.len())));
+    }
+    for (p, a) in params.iter_mut().zip(&l.args) {
+        *p = a.param();
+    }
+    // SAFETY: a plain-data union, all zeros before the one field set.
+    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attr = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: l.cfg.grid_dim.0,
+        gridDimY: l.cfg.grid_dim.1,
+        gridDimZ: l.cfg.grid_dim.2,
+        blockDimX: l.cfg.block_dim.0,
+        blockDimY: l.cfg.block_dim.1,
+        blockDimZ: l.cfg.block_dim.2,
+        sharedMemBytes: l.cfg.shared_mem_bytes,
+        hStream: gpu.stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    gpu.bind()?;
+    // SAFETY: as `launch_all`'s launches (addresses inside this device's buffers or the
+    // scratch arena, scalars of the kernels' parameter types in order); `params` points at
+    // the arguments in `l.args`, alive for the call, which copies them; the stream and the
+    // function belong to this context, bound above.
+    unsafe {
+        sys::cuLaunchKernelEx(&cfg, func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut())
+    }
+    .result()
+    .map_err(err)
+}
+
 /// One launch, resolved.
 struct Launch {
     entry: &'static str,
@@ -72,6 +124,8 @@ struct Launch {
     func: Option<CudaFunction>,
     cfg: LaunchConfig,
     args: Vec<Arg>,
+    /// Launched early (programmatic dependent launch: [`crate::plan::early_launches`]).
+    early: bool,
 }
 
 /// Device memory the kernels use between their inputs and outputs (see the module docs).
@@ -100,6 +154,9 @@ pub(crate) struct Executor {
     /// The last count of fused windows logged (likewise).
     logged_fused: String,
     resolved: Option<Resolved>,
+    /// A capture with early launches failed (a driver without programmatic edges in graphs):
+    /// no more early launches on this backend.
+    pdl_off: bool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -122,6 +179,7 @@ impl Executor {
             logged: String::new(),
             logged_fused: String::new(),
             resolved: None,
+            pdl_off: false,
         }
     }
 
@@ -278,7 +336,12 @@ impl Executor {
                     Some(f)
                 }
             };
-            launches.push(Launch { entry: p.entry, func, cfg: p.cfg, args: p.args });
+            launches.push(Launch { entry: p.entry, func, cfg: p.cfg, args: p.args, early: false });
+        }
+        let on = pdl(gpu.capability(), self.paths) && !self.pdl_off;
+        let kernels: Vec<bool> = launches.iter().map(|l| l.func.is_some()).collect();
+        for (l, early) in launches.iter_mut().zip(early_launches(on, &kernels)) {
+            l.early = early;
         }
         Ok(launches)
     }
@@ -287,11 +350,22 @@ impl Executor {
     /// else one by one.
     fn launch(&mut self, gpu: &Gpu, launches: &[Launch]) -> Result<(), CudaError> {
         let direct = |launches: &[Launch]| launch_all(gpu, launches);
-        if self.paths.allows(FastPath::Graphs) {
-            self.graphs.queue(gpu, launches, direct)
-        } else {
-            direct(launches)
+        if !self.paths.allows(FastPath::Graphs) {
+            return direct(launches);
         }
+        let queued = self.graphs.queue(gpu, launches, direct);
+        if self.graphs.is_off() && launches.iter().any(|l| l.early) {
+            // Graphs matter more than early launches: without programmatic edges in the
+            // driver's graphs, launch every kernel as usual and capture again.
+            tracing::warn!(
+                "CUDA graph capture with programmatic dependent launch failed: early launches \
+                 off for this backend, graphs on again"
+            );
+            self.pdl_off = true;
+            self.resolved = None;
+            self.graphs.turn_on();
+        }
+        queued
     }
 
     /// Makes the arena at least `need` bytes: a larger one only after the stream drained, so

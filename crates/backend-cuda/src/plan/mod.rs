@@ -50,6 +50,9 @@
 //!   writing their products' Q8_1 blocks too; gate/up with their GLU; Q, K and V of one
 //!   column; K's RoPE into the cache and a step's attention inputs: `fusion.rs` lists them),
 //!   with the unfused nodes' arithmetic.
+//! - `pdl`: on sm_90+, a kernel right after another in a list is launched early
+//!   (programmatic dependent launch, `launch.rs`): it prefetches its weights and waits for the
+//!   previous grid in `pdl_start()`.
 //! - `graphs`: a step whose resolved launches equal the previous one's is replayed from a
 //!   captured CUDA graph (the executor's, `exec/graphs.rs`).
 //!
@@ -61,6 +64,7 @@
 mod activations;
 mod fusable;
 mod fusion;
+mod launch;
 mod matmul;
 mod paths;
 mod summary;
@@ -68,6 +72,7 @@ mod summary;
 pub use activations::{fold_q8_into_writer, q8_writers, share_q8_1, Q8Input};
 pub use fusable::{fusable, fused_windows, FUSED_KINDS};
 pub use fusion::{fusion_windows, FusionKind, Window};
+pub use launch::{early_launches, pdl, PDL_MIN_ARCH};
 pub use matmul::{
     gemm_scratch, matmul_path, mmq_split, mmvq_warps_per_row, moe_mmq_scratch, mul_mat_id_path,
     possible_moe_paths, possible_paths, GemmScratch, MatmulPath, MmqSplit, MoeMmqScratch, MoePath,

@@ -36,11 +36,15 @@ pub enum FastPath {
     /// The int8 matrix-vector kernels' long rows split over several warps
     /// ([`super::mmvq_warps_per_row`]; off: one warp a row).
     MmvqSplit,
+    /// Programmatic dependent launch (sm_90+): a kernel following another in a list starts
+    /// while it runs, prefetching its weights, and waits for it in `pdl_start`
+    /// ([`super::early_launches`]).
+    Pdl,
 }
 
 impl FastPath {
     /// Every fast path.
-    pub const ALL: [FastPath; 11] = [
+    pub const ALL: [FastPath; 12] = [
         FastPath::Mmvq,
         FastPath::Mmv,
         FastPath::Graphs,
@@ -52,6 +56,7 @@ impl FastPath {
         FastPath::AttnMma,
         FastPath::AttnMmaDec,
         FastPath::MmvqSplit,
+        FastPath::Pdl,
     ];
 
     /// Its name in `TESSERA_CUDA_PATHS` and in logs.
@@ -68,6 +73,7 @@ impl FastPath {
             FastPath::AttnMma => "fattn-mma",
             FastPath::AttnMmaDec => "fattn-mma-dec",
             FastPath::MmvqSplit => "mmvq-split",
+            FastPath::Pdl => "pdl",
         }
     }
 

@@ -181,7 +181,7 @@ fn paths_parse_and_refuse() {
     assert_eq!(Paths::parse("mmvq,mmv").unwrap().describe(), "mmvq,mmv");
     assert_eq!(
         Paths::parse("-mmvq").unwrap().describe(),
-        "mmv,graphs,fused,fattn-vec,gemm,fattn-tile,mmq,fattn-mma,fattn-mma-dec,mmvq-split"
+        "mmv,graphs,fused,fattn-vec,gemm,fattn-tile,mmq,fattn-mma,fattn-mma-dec,mmvq-split,pdl"
     );
     assert!(Paths::parse("mmvq,-mmv").is_err());
     let e = Paths::parse("mmvx").unwrap_err().to_string();

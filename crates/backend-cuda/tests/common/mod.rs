@@ -52,6 +52,10 @@ static inline float bf2f(u16 h) { return __uint_as_float(((u32)h) << 16); }
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
 static inline int max(int a, int b) { return a > b ? a : b; }
+// Programmatic dependent launch and the L2 prefetch: nothing on the host (one thread runs a
+// grid's blocks in order).
+static inline void pdl_start() {}
+static inline void prefetch_l2(const u8 *, i64) {}
 static inline i32 dp4a(i32 a, i32 b, i32 c) {
     for (int k = 0; k < 4; ++k) c += (i32)(i8)(a >> (8 * k)) * (i32)(i8)(b >> (8 * k));
     return c;
