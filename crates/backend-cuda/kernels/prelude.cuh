@@ -27,6 +27,14 @@ __device__ __forceinline__ u16 f2h(float f) {
 
 __device__ __forceinline__ float bf2f(u16 h) { return __int_as_float(((u32)h) << 16); }
 
+// A float another block of this grid wrote (made visible by its __threadfence), read from L2:
+// ld.global.cg bypasses this SM's L1, which could hold no older copy anyway.
+__device__ __forceinline__ float ld_cg(const float *p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
 // Programmatic dependent launch (sm_90+; nothing elsewhere). The executor launches a kernel
 // that follows another in a list with the programmatic-serialization attribute (the `pdl`
 // path): its blocks may start while the previous kernel still runs, so every kernel calls

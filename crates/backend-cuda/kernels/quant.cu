@@ -175,15 +175,47 @@ __device__ __forceinline__ bool mmvq_row_sums(float (&acc)[8], int ncols, int wp
             if (c < ncols) dst[(i64)c * dst_col + row] = acc[c];                              \
     }
 
+// The Q8_1 blocks of a matrix-vector output (nrows a multiple of 32, columns dst_col floats
+// apart, each of its thread blocks 8 / wpr whole rows), for the product that reads it: the
+// block that completes a group of 32 rows quantizes them (`q8_1_warp`, quantize_q8_1's
+// arithmetic, so the bits of a separate quantization), one warp a column. Each block's
+// writes are made visible (__threadfence) before it counts itself in counters[group] (u32,
+// zero before the launch: the last block of a group sets it back to zero, so a graph replays
+// with them as it found them); the last reads the group back from L2 (ld_cg). Every thread of
+// the block calls it. The launch saved is one quantize_q8_1 a block of a model, before the
+// down projection.
+__device__ __forceinline__ void q8_1_of_rows(const float *dst, int nrows, int ncols, i64 dst_col,
+                                             int wpr, u8 *q8, u32 *counters) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    const int rows_per_block = (int)(blockDim.x / WARP) / wpr;
+    const int group = (int)blockIdx.x * rows_per_block / 32;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counters + group, 1u) == (u32)(32 / rows_per_block - 1);
+        if (last) counters[group] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const i64 nb = nrows / 32;
+    for (int c = warp; c < ncols; c += blockDim.x / WARP)
+        q8_1_warp(ld_cg(dst + c * dst_col + group * 32 + lane), lane,
+                  q8 + (c * nb + group) * Q8_1_BYTES);
+}
+
 // Gate and up products of the same activations and their gated unit in one pass (the
 // GateUpGlu window): dst[c][row] = act(gate_row . x_c) * (up_row . x_c), act SiLU (op 0) or
 // tanh-GELU (op 1); both weights of type T, the columns Q8_1 and the rows split over wpr warps
 // as for mmvq_*. The sums are the unfused kernels' own, so the result is the unfused nodes'.
+// With q8 (nrows a multiple of 32), the output's Q8_1 blocks too (`q8_1_of_rows`: the down
+// projection's input, quantized here instead of by a launch of its own).
 #define MMVQ_GLU(T, BYTES, SUB, VDOT)                                                         \
     extern "C" __global__ void mmvq_glu_##T(const u8 *wg, const u8 *wu, const u8 *yq,        \
                                             float *dst, int nrows, int nblocks, i64 rb_g,    \
                                             i64 rb_u, int ncols, i64 dst_col, int op,        \
-                                            int wpr) {                                        \
+                                            int wpr, u8 *q8, u32 *counters) {                 \
         const int g = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;                 \
         const int row = g / wpr, ws = g % wpr, lane = threadIdx.x % WARP;                     \
         if (row < nrows && ws == 0 && lane == 0) {                                            \
@@ -199,10 +231,13 @@ __device__ __forceinline__ bool mmvq_row_sums(float (&acc)[8], int ncols, int wp
                                       nblocks, lane, ws, wpr, ag, au,                         \
                                       [](const u8 *b, int j, const u8 *y, int p) { return VDOT(b, j, y, p); }); \
         const bool gate = mmvq_row_sums(ag, ncols, wpr, part_g);                              \
-        if (!mmvq_row_sums(au, ncols, wpr, part_u) || !gate || row >= nrows) return;          \
-        _Pragma("unroll") for (int c = 0; c < 8; ++c)                                         \
-            if (c < ncols)                                                                    \
-                dst[(i64)c * dst_col + row] = (op == 0 ? silu(ag[c]) : gelu_tanh(ag[c])) * au[c]; \
+        const bool up = mmvq_row_sums(au, ncols, wpr, part_u);                                \
+        if (gate && up && row < nrows) {                                                      \
+            _Pragma("unroll") for (int c = 0; c < 8; ++c)                                     \
+                if (c < ncols)                                                                \
+                    dst[(i64)c * dst_col + row] = (op == 0 ? silu(ag[c]) : gelu_tanh(ag[c])) * au[c]; \
+        }                                                                                     \
+        if (q8 != nullptr) q8_1_of_rows(dst, nrows, ncols, dst_col, wpr, q8, counters);       \
     }
 
 // MUL_MAT_ID's expert products with int8 dots: dst [nrows, n_used, n_tokens] row (e, t) is

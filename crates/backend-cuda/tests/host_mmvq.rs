@@ -53,7 +53,7 @@ template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f
 const MAIN: &str = r#"
 typedef void (*Mmvq)(const u8 *, const u8 *, float *, int, int, i64, int, i64, int);
 typedef void (*MmvqId)(const u8 *, const u8 *, float *, const i32 *, int, int, i64, i64, int, int, int, i64);
-typedef void (*MmvqGlu)(const u8 *, const u8 *, const u8 *, float *, int, int, i64, i64, int, i64, int, int);
+typedef void (*MmvqGlu)(const u8 *, const u8 *, const u8 *, float *, int, int, i64, i64, int, i64, int, int, u8 *, u32 *);
 typedef void (*MmvqGroup)(const u8 *, int, const u8 *, const u8 *, const u8 *, i64, i64, i64, float *, float *, float *, const float *, const float *, const float *, int, int, int, int);
 #define ENTRY(T, BYTES, SUB, F) {"mmvq_" #T, mmvq_##T, mmvq_id_##T, mmvq_glu_##T, mmvq_group_##T},
 struct Entry { const char *name; Mmvq mmvq; MmvqId id; MmvqGlu glu; MmvqGroup group; };
@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
         std::vector<u8> wg = slurp(argv[9]), wu = slurp(argv[10]), y = slurp(argv[11]);
         std::vector<float> out((size_t)rows * cols, -1.0f);
         launch((rows * wpr + 7) / 8, 1, 256, [&] {
-            e->glu(wg.data(), wu.data(), y.data(), out.data(), rows, nblocks, row_bytes, row_bytes, cols, rows, op, wpr);
+            e->glu(wg.data(), wu.data(), y.data(), out.data(), rows, nblocks, row_bytes, row_bytes, cols, rows, op, wpr, nullptr, nullptr);
         });
         for (float v : out) printf("%08x\n", __float_as_uint(v));
     } else if (!strcmp(argv[1], "group")) {

@@ -107,7 +107,8 @@ fn planned(ctx: &Context, out: TensorId, pins: &[TensorId]) -> Vec<(TensorId, No
 /// products of one column, by int8-path weights), a norm writing its products' Q8_1 blocks
 /// (with and without the residual ADD, the strided path's width too), K's RoPE into the cache,
 /// a step's attention inputs (Q's and K's RoPE, K's and V's stores) as one launch, and the
-/// attention merge writing its output projection's Q8_1 blocks.
+/// attention merge writing its output projection's Q8_1 blocks, and a gate/up kernel writing
+/// its down projection's.
 #[test]
 fn the_decode_windows_are_reached_by_cases() {
     // The sizes of the windows of `kind` the CUDA kernels take in the cases of `op`.
@@ -144,6 +145,8 @@ fn the_decode_windows_are_reached_by_cases() {
     assert!(folded >= 4, "{folded} cases reach a norm writing its products' Q8_1 blocks");
     let merged = writers("ATTN_MUL_MAT");
     assert!(merged >= 2, "{merged} cases reach an attention merge writing Q8_1 blocks");
+    let glus = writers("FFN_GLU");
+    assert!(glus >= 3, "{glus} cases reach a gate/up kernel writing Q8_1 blocks");
 }
 
 /// Cases reach both decode attention paths (tensor cores, SIMT) with one chunk and with

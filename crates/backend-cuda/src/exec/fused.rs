@@ -10,14 +10,15 @@ use tessera_tensor::graph::{GluOp, Op, TensorId};
 
 impl Resolver<'_> {
     /// The launch of a window [`crate::plan::fusable`] accepted (`q8`: a product's Q8_1 input,
-    /// for GateUpGlu; `q8_out`: where a norm window also writes its output's Q8_1 blocks,
-    /// [`crate::plan::fold_q8_into_writer`]).
+    /// for GateUpGlu; `q8_out`: where a norm or gate/up window also writes its output's Q8_1
+    /// blocks, [`crate::plan::fold_q8_into_writer`]).
     pub(crate) fn fused(
         &self,
         w: &Window,
         q8: Option<Q8Input>,
         q8_out: Option<u64>,
     ) -> Result<Vec<Pending>, CudaError> {
+        let q8_addr = q8_out;
         let q8_out = Arg::Ptr(q8_out.unwrap_or(0));
         // The norm windows: the RMS_NORM's epsilon and the rows of its source.
         let norm_of = |norm: TensorId| {
@@ -29,7 +30,7 @@ impl Resolver<'_> {
             Ok((eps, a.ne[1] * a.ne[2] * a.ne[3]))
         };
         let (entry, rows, args) = match w.kind {
-            FusionKind::GateUpGlu => return self.gate_up_glu(w, q8),
+            FusionKind::GateUpGlu => return self.gate_up_glu(w, q8, q8_addr),
             FusionKind::ProductGroup => return self.product_group(w, q8),
             FusionKind::AttnInputs => {
                 let (rq, rk, sk, sv) = (w.nodes[0], w.nodes[1], w.nodes[3], w.nodes[4]);
@@ -133,8 +134,14 @@ impl Resolver<'_> {
     }
 
     /// The GateUpGlu window: the activations to Q8_1 (where the gate product is their first
-    /// reader), then one `mmvq_glu_*` for both products and the gated unit.
-    fn gate_up_glu(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
+    /// reader), then one `mmvq_glu_*` for both products and the gated unit (writing the
+    /// output's Q8_1 blocks at `q8_out` too, where given).
+    fn gate_up_glu(
+        &self,
+        w: &Window,
+        q8: Option<Q8Input>,
+        q8_out: Option<u64>,
+    ) -> Result<Vec<Pending>, CudaError> {
         let (g, u, glu) = (w.nodes[0], w.nodes[1], w.nodes[2]);
         let weights = |n: TensorId| self.ctx.get(n).src[0].expect("weights");
         let wd = self.ctx.get(weights(g));
@@ -163,6 +170,8 @@ impl Resolver<'_> {
             (dst.nb[1] / 4).into(),
             i32::from(op == GluOp::GeGlu).into(),
             (wpr as i32).into(),
+            Arg::Ptr(q8_out.unwrap_or(0)),
+            Arg::Ptr(self.counters),
         ];
         let mut v: Vec<Pending> = quantize.into_iter().collect();
         v.push(Pending { entry, cfg: warps(nrows * wpr, 8), args });

@@ -15,7 +15,8 @@
 //! - `nodes.rs` gives each node's launches (kernels, arguments, launch shape) for the kernel
 //!   its plan chose; `args.rs` holds the arguments between resolving and launching.
 //!
-//! Scratch memory is one arena per backend: the int8 products' Q8_1 activations, one region
+//! Scratch memory is one arena per backend: the gate/up kernels' row counters (zeroed once),
+//! the int8 products' Q8_1 activations, one region
 //! per distinct input ([`crate::plan::share_q8_1`]: quantized once, read by every product of
 //! it), then one region for the largest need of a single node (nodes run in stream order, so
 //! they share it). It grows only between graphs, after the stream has drained, so its
@@ -31,7 +32,7 @@ mod nodes;
 use crate::gpu::Gpu;
 use crate::plan::{
     early_launches, fused_windows, pdl, plan_node, q8_writers, share_q8_1, FastPath, Kernel,
-    NodePlan, Paths, Window,
+    NodePlan, Paths, Window, ROW_COUNTERS,
 };
 use crate::CudaError;
 use args::Arg;
@@ -127,6 +128,10 @@ struct Launch {
     /// Launched early (programmatic dependent launch: [`crate::plan::early_launches`]).
     early: bool,
 }
+
+/// The arena's first bytes: the gate/up kernels' group counters ([`ROW_COUNTERS`] u32,
+/// zeroed when the arena is allocated; every launch leaves them zero).
+const COUNTERS: usize = ROW_COUNTERS * 4;
 
 /// Device memory the kernels use between their inputs and outputs (see the module docs).
 #[derive(Debug, Default)]
@@ -270,14 +275,15 @@ impl Executor {
         // of a single node.
         let (mut q8, q8_bytes) = share_q8_1(ctx, plans);
         let own = plans.iter().map(|(_, p)| p.scratch).max().unwrap_or(0);
-        self.reserve(gpu, q8_bytes + own)?;
-        let base = self.scratch.ptr;
+        self.reserve(gpu, COUNTERS + q8_bytes + own)?;
+        let base = self.scratch.ptr + COUNTERS as u64;
         let resolver = Resolver {
             gpu,
             ctx,
             bindings,
             scratch: base,
             own: base + q8_bytes as u64,
+            counters: self.scratch.ptr,
             paths: self.paths,
         };
         // Windows a fused kernel takes: launched at their first node, the rest skipped.
@@ -303,9 +309,9 @@ impl Executor {
                 *kinds.entry(format!("{:?}", w.kind)).or_default() += 1;
             }
             let mut parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} x{n}")).collect();
-            let norms = q8_out.keys().filter(|n| first.contains_key(*n)).count();
-            parts.push(format!("norms writing Q8_1 x{norms}"));
-            parts.push(format!("attention merges writing Q8_1 x{}", q8_out.len() - norms));
+            let windows = q8_out.keys().filter(|n| first.contains_key(*n)).count();
+            parts.push(format!("norms and gate/up writing Q8_1 x{windows}"));
+            parts.push(format!("attention merges writing Q8_1 x{}", q8_out.len() - windows));
             let line = parts.join(", ");
             if line != self.logged_fused {
                 tracing::debug!(device = %gpu.name, "fused windows: {line}");
@@ -381,6 +387,9 @@ impl Executor {
         // SAFETY: the context is current (bound above); freed once, in `release`.
         let ptr = unsafe { result::malloc_sync(size) }
             .map_err(|e| CudaError::Driver(format!("scratch of {size} bytes: {e:?}")))?;
+        // SAFETY: the first COUNTERS bytes of the arena just allocated (size >= 64 KiB).
+        unsafe { result::memset_d8_sync(ptr, 0, COUNTERS) }
+            .map_err(|e| CudaError::Driver(format!("zeroing the row counters: {e:?}")))?;
         self.scratch = Scratch { ptr, size };
         Ok(())
     }

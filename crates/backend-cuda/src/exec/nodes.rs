@@ -42,6 +42,9 @@ pub(crate) struct Resolver<'a> {
     pub scratch: u64,
     /// The region of the arena a node may use for itself ([`NodePlan::scratch`] bytes).
     pub own: u64,
+    /// The zeroed group counters of the gate/up kernels that write Q8_1 blocks
+    /// ([`crate::plan::ROW_COUNTERS`] u32).
+    pub counters: u64,
     /// The fast paths allowed.
     pub paths: crate::plan::Paths,
 }

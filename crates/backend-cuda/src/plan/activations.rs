@@ -15,6 +15,12 @@ use tessera_tensor::graph::{Context, Op, TensorId};
 /// Alignment of each region in the arena (bytes).
 const ALIGN: usize = 256;
 
+/// The group counters of the gate/up kernels that write their output's Q8_1 blocks (one u32 a
+/// group of 32 rows, `q8_1_of_rows` in quant.cu): the executor keeps them zeroed at the start
+/// of its arena, and each launch leaves them zero. Outputs of more rows (none in the models
+/// known: 8B has 14336) keep their own quantization.
+pub const ROW_COUNTERS: usize = 4096;
+
 /// Where one int8 product finds its Q8_1 activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Q8Input {
@@ -104,8 +110,9 @@ pub fn fold_q8_into_writer(
 }
 
 /// The kernels that write Q8_1 blocks for the int8 products reading their output, as the
-/// executor launches them: each norm window of `windows` (the fused windows taken) and each
-/// attention whose chunks' merge writes its output, folded in list order by
+/// executor launches them: each norm window of `windows` (the fused windows taken), each
+/// gate/up window of at most `32 * ROW_COUNTERS` rows, and each attention whose chunks' merge
+/// writes its output, folded in list order by
 /// [`fold_q8_into_writer`] (clearing the products' quantizations in `q8`). Returns, for the
 /// node each writer is launched at (a window's first node, or the attention), the region's
 /// offset in the arena.
@@ -118,10 +125,15 @@ pub fn q8_writers(
     let index: HashMap<TensorId, usize> =
         plans.iter().enumerate().map(|(i, (n, _))| (*n, i)).collect();
     let mut writers = HashMap::new();
-    let norms = windows.iter().filter(|w| {
-        matches!(w.kind, super::FusionKind::RmsNormMul | super::FusionKind::AddRmsNormMul)
+    let writers_of_rows = windows.iter().filter(|w| match w.kind {
+        super::FusionKind::RmsNormMul | super::FusionKind::AddRmsNormMul => true,
+        super::FusionKind::GateUpGlu => {
+            let glu = w.nodes.last().expect("a window has nodes");
+            ctx.get(*glu).ne[0] <= 32 * ROW_COUNTERS
+        }
+        _ => false,
     });
-    for w in norms {
+    for w in writers_of_rows {
         let end = index[w.nodes.last().expect("a window has nodes")];
         if let Some(offset) = fold_q8_into_writer(ctx, plans, q8, end) {
             writers.insert(w.nodes[0], offset);

@@ -47,7 +47,8 @@
 //! - `mmvq-split`: the `mmvq` kernels' long rows split over several warps
 //!   ([`mmvq_warps_per_row`]).
 //! - `fused`: [`fusion_windows`] finds the runs of nodes one fused kernel computes (the norms,
-//!   writing their products' Q8_1 blocks too; gate/up with their GLU; Q, K and V of one
+//!   writing their products' Q8_1 blocks too; gate/up with their GLU, writing the down
+//!   projection's; Q, K and V of one
 //!   column; K's RoPE into the cache and a step's attention inputs: `fusion.rs` lists them),
 //!   with the unfused nodes' arithmetic.
 //! - `pdl`: on sm_90+, a kernel right after another in a list is launched early
@@ -69,7 +70,7 @@ mod matmul;
 mod paths;
 mod summary;
 
-pub use activations::{fold_q8_into_writer, q8_writers, share_q8_1, Q8Input};
+pub use activations::{fold_q8_into_writer, q8_writers, share_q8_1, Q8Input, ROW_COUNTERS};
 pub use fusable::{fusable, fused_windows, FUSED_KINDS};
 pub use fusion::{fusion_windows, FusionKind, Window};
 pub use launch::{early_launches, pdl, PDL_MIN_ARCH};

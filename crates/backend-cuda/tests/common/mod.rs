@@ -56,6 +56,10 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 // grid's blocks in order).
 static inline void pdl_start() {}
 static inline void prefetch_l2(const u8 *, i64) {}
+// Another block's writes, its count, and reading them back (blocks run one after another).
+static inline float ld_cg(const float *p) { return *p; }
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline u32 atomicAdd(u32 *p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline i32 dp4a(i32 a, i32 b, i32 c) {
     for (int k = 0; k < 4; ++k) c += (i32)(i8)(a >> (8 * k)) * (i32)(i8)(b >> (8 * k));
     return c;

@@ -277,8 +277,10 @@ impl CaseSpec for FlashAttn {
 }
 
 /// A feed-forward block's gated unit: gate and up products of the same activations (`cols`
-/// columns of `k`), then SWIGLU or GEGLU of the two, as the model graphs build it. The CUDA
-/// backend computes the three nodes in one kernel where the products take the int8 path.
+/// columns of `k`), then SWIGLU or GEGLU of the two, as the model graphs build it, and with
+/// `down` the down projection of the result (back to `k` rows, weights of the same type). The
+/// CUDA backend computes the three nodes in one kernel where the products take the int8 path,
+/// and that kernel writes the down projection's Q8_1 activations too.
 #[derive(Debug, Clone)]
 pub struct FfnGlu {
     /// Weight type of both products.
@@ -291,6 +293,8 @@ pub struct FfnGlu {
     pub m: usize,
     /// Activation columns.
     pub cols: usize,
+    /// The down projection after the gated unit.
+    pub down: bool,
 }
 
 impl CaseSpec for FfnGlu {
@@ -298,7 +302,7 @@ impl CaseSpec for FfnGlu {
         "FFN_GLU"
     }
     fn dtype(&self) -> String {
-        self.w.name().into()
+        format!("{}{}", self.w.name(), if self.down { ",down" } else { "" })
     }
     fn build(&self, b: &mut Builder) -> Result<TensorId, TensorError> {
         let gate = b.leaf(self.w, &[self.k, self.m], default_init(self.w))?;
@@ -306,7 +310,12 @@ impl CaseSpec for FfnGlu {
         let x = b.leaf(DType::F32, &[self.k, self.cols], default_init(DType::F32))?;
         let g = b.ctx.mul_mat(gate, x)?;
         let u = b.ctx.mul_mat(up, x)?;
-        b.ctx.glu_split(g, u, self.op)
+        let h = b.ctx.glu_split(g, u, self.op)?;
+        if !self.down {
+            return Ok(h);
+        }
+        let down = b.leaf(self.w, &[self.m, self.k], default_init(self.w))?;
+        b.ctx.mul_mat(down, h)
     }
     fn tolerance(&self) -> Tolerance {
         Tolerance::Nmse(thresholds::MUL_MAT)

@@ -150,8 +150,15 @@ fn ffn_glu(v: &mut Vec<Case>) {
     // Decoding's gated unit (one and four columns) over int8-path types, both activations.
     for w in [Q4_0, Q8_0, Q4_K, Q6_K] {
         for (op, cols) in [(GluOp::SwiGlu, 1), (GluOp::GeGlu, 4)] {
-            v.push(Case::new(FfnGlu { w, op, k: 256, m: 32, cols }));
+            v.push(Case::new(FfnGlu { w, op, k: 256, m: 32, cols, down: false }));
         }
+    }
+    // With the down projection: on CUDA the gate/up kernel writes its Q8_1 blocks (groups of
+    // 32 rows: two and three of them; 256 rows for Q4_K's superblocks), one and three columns.
+    for (w, op, m, cols) in
+        [(Q4_0, GluOp::SwiGlu, 64, 1), (Q8_0, GluOp::GeGlu, 96, 3), (Q4_K, GluOp::SwiGlu, 256, 2)]
+    {
+        v.push(Case::new(FfnGlu { w, op, k: 256, m, cols, down: true }));
     }
     // A block's Q, K and V of one column as one launch on CUDA (three products, two), and
     // over three columns (not grouped: each product alone).
