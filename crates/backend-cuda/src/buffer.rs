@@ -2,8 +2,9 @@
 //!
 //! A buffer is one `cuMemAlloc` block owned by the buffer (freed on drop). Reads, writes,
 //! clears and copies are queued on the GPU's stream, the one the backend computes on, and
-//! waited for: a read sees every kernel queued before it, and a write (the next step's inputs)
-//! lands only after the kernels queued before it that read the old bytes.
+//! waited for (but small writes): a read sees every kernel queued before it, and a write (the
+//! next step's inputs) lands only after the kernels queued before it that read the old bytes. Large reads (the
+//! logits) go through page-locked host memory (`staging.rs`).
 
 use crate::gpu::Gpu;
 use cudarc::driver::{result, sys};
@@ -98,10 +99,18 @@ impl Buffer for CudaBuffer {
         }
         self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
         let stream = self.gpu.stream.cu_stream();
-        // SAFETY: the range was checked against the allocation; `data` is a live host slice,
-        // and the stream is drained before it is given back.
+        // SAFETY: the range was checked against the allocation; `data` is a live host slice
+        // of pageable memory (no buffer of this crate's hands out page-locked memory), which
+        // the driver has copied into its own staging when the call returns (CUDA's API
+        // synchronization rules), so it may be reused at once.
         unsafe { result::memcpy_htod_async(self.ptr + offset as u64, data, stream) }
             .map_err(|e| self.driver_error("host to device copy", e))?;
+        // A step's inputs (small) are not waited for: the copy is ordered on the stream before
+        // the kernels queued after it, and a stream synchronisation per input was a fixed cost
+        // of every decoded token. Large writes (weights) wait, so a failure shows at load.
+        if data.len() < crate::staging::STAGED_MIN {
+            return Ok(());
+        }
         self.wait()
     }
     fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
@@ -111,8 +120,16 @@ impl Buffer for CudaBuffer {
         }
         self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
         let stream = self.gpu.stream.cu_stream();
+        let src = self.ptr + offset as u64;
+        let wait = || self.wait().map_err(|e| e.to_string());
+        let staged = self.gpu.staging.read(src, out, stream, wait).map_err(|e| {
+            BackendError::Kernel { backend: self.gpu.name.clone(), message: format!("read: {e}") }
+        })?;
+        if staged {
+            return Ok(());
+        }
         // SAFETY: as in `write`, with `out` writable until the stream drained.
-        unsafe { result::memcpy_dtoh_async(out, self.ptr + offset as u64, stream) }
+        unsafe { result::memcpy_dtoh_async(out, src, stream) }
             .map_err(|e| self.driver_error("device to host copy", e))?;
         self.wait()
     }

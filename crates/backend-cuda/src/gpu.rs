@@ -7,6 +7,7 @@ use crate::device::{self, DeviceInfo};
 use crate::error::{guarded, CudaError};
 use crate::kernels;
 use crate::nvrtc::Compiler;
+use crate::staging::Staging;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use std::collections::HashMap;
@@ -22,6 +23,8 @@ pub struct Gpu {
     /// cuBLAS on `stream` (`None` where the library is missing: the plan then keeps batched
     /// products on the generic kernel).
     pub(crate) blas: Option<CudaBlas>,
+    /// Page-locked host memory for large reads (the logits).
+    pub(crate) staging: Staging,
     compiler: Compiler,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
@@ -62,6 +65,7 @@ impl Gpu {
         Ok(Gpu {
             name: format!("CUDA{ordinal}"),
             info,
+            staging: Staging::new(ctx.clone()),
             ctx,
             stream,
             blas,

@@ -102,6 +102,8 @@ mod exec;
 mod gpu;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
+#[cfg(feature = "cuda")]
+mod staging;
 
 #[cfg(feature = "cuda")]
 pub use backend::{CudaBackend, CudaDevice};

@@ -63,6 +63,16 @@ fn a_cuda_device_opens_or_is_a_typed_error() {
             tessera_backend::Buffer::read(&host, 0, &mut back).unwrap();
             assert_eq!(back, data);
             assert!(c.copy_to(900, &host, 0, 200).is_err(), "out of bounds is an error");
+            // Reads of 64 KiB and more go through page-locked memory (a step's logits): at an
+            // odd offset, twice the block's first size (it grows), then a small one again.
+            let big = d.buffer_type().alloc(600_000).expect("a large buffer");
+            let data: Vec<u8> = (0..600_000u32).map(|i| (i * 31 + i / 977) as u8).collect();
+            big.write(0, &data).unwrap();
+            for (off, len) in [(3, 70_000), (1, 599_999), (0, 600_000), (5, 100)] {
+                let mut back = vec![0u8; len];
+                big.read(off, &mut back).unwrap();
+                assert!(back == data[off..off + len], "a read of {len} bytes at {off}");
+            }
         }
         Err(e) => {
             assert!(!required, "REQUIRE_CUDA is set but no device opened: {e}");
