@@ -146,6 +146,8 @@ struct Scratch {
 struct Resolved {
     key: (u64, u64, u64),
     scratch: sys::CUdeviceptr,
+    /// Early launches were still allowed when it was resolved (see `Executor::pdl_off`).
+    pdl_allowed: bool,
     launches: Vec<Launch>,
 }
 
@@ -233,7 +235,7 @@ impl Executor {
         };
         let key = (ctx.version(), graph.version(), bindings.version());
         if let Some(r) = self.resolved.take() {
-            if r.key == key && r.scratch == self.scratch.ptr {
+            if r.key == key && r.scratch == self.scratch.ptr && r.pdl_allowed != self.pdl_off {
                 let queued = self.launch(gpu, &r.launches);
                 self.resolved = Some(r);
                 tracing::trace!("graph: queued again in {} us", t0.elapsed().as_micros());
@@ -249,10 +251,12 @@ impl Executor {
             }
         }
         let planned = t0.elapsed();
+        // (Whether these launches may start early: a failed capture below can turn that off.)
+        let pdl_allowed = !self.pdl_off;
         let launches = self.resolve(gpu, ctx, &plans, bindings).map_err(kernel_err)?;
         self.launch(gpu, &launches).map_err(kernel_err)?;
         let queued = launches.len();
-        self.resolved = Some(Resolved { key, scratch: self.scratch.ptr, launches });
+        self.resolved = Some(Resolved { key, scratch: self.scratch.ptr, pdl_allowed, launches });
         tracing::trace!(
             nodes = plans.len(),
             launches = queued,
@@ -368,7 +372,6 @@ impl Executor {
                  off for this backend, graphs on again"
             );
             self.pdl_off = true;
-            self.resolved = None;
             self.graphs.turn_on();
         }
         queued
