@@ -25,19 +25,8 @@ fn with_decode_step(
     let v = tessera_gguf::GgufFile::open(&vocab).expect("vocabulary fixture");
     let n_layer = 3;
     let spec = tessera_llama::synth::SynthSpec {
-        arch: arch.into(),
         n_layer,
-        n_embd: 256,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 0,
-        long_rope: false,
-        n_ff: 512,
-        n_ctx: 512,
-        n_expert: 0,
-        n_expert_used: 0,
-        dtype: tessera_tensor::DType::Q4_0,
-        seed: 5,
+        ..tessera_llama::synth::SynthSpec::small(arch, tessera_tensor::DType::Q4_0)
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("synth-{arch}-q4_0.gguf"));

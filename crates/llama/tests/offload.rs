@@ -166,19 +166,8 @@ fn synthetic_q4_0_offloaded_gets_plain_bytes() {
     let vocab = tessera_models::fixtures::vocab("ggml-vocab-llama-bpe.gguf").unwrap();
     let v = tessera_gguf::GgufFile::open(&vocab).expect("vocabulary fixture");
     let spec = tessera_llama::synth::SynthSpec {
-        arch: "llama".into(),
-        n_layer: 2,
-        n_embd: 256,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 0,
-        long_rope: false,
-        n_ff: 512,
-        n_ctx: 512,
-        n_expert: 0,
-        n_expert_used: 0,
-        dtype: tessera_tensor::DType::Q4_0,
         seed: 11,
+        ..tessera_llama::synth::SynthSpec::small("llama", tessera_tensor::DType::Q4_0)
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("synth-llama-q4_0.gguf");

@@ -10,21 +10,7 @@ use tessera_llama::{Batch, ContextParams, LlamaContext, LlamaError, LoadParams, 
 use tessera_tensor::DType;
 
 fn spec(arch: &str) -> SynthSpec {
-    SynthSpec {
-        arch: arch.into(),
-        n_layer: 2,
-        n_embd: 128,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 0,
-        long_rope: false,
-        n_ff: 256,
-        n_ctx: 512,
-        n_expert: 0,
-        n_expert_used: 0,
-        dtype: DType::F16,
-        seed: 5,
-    }
+    SynthSpec { n_embd: 128, n_ff: 256, ..SynthSpec::small(arch, DType::F16) }
 }
 
 /// A random `arch` model, written to `dir`.
