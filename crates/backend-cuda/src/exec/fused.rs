@@ -98,8 +98,7 @@ impl Resolver<'_> {
     /// first reader), then one `mmvq_group_*` over the two or three weight matrices (and their
     /// biases).
     fn product_group(&self, w: &Window, q8: Option<Q8Input>) -> Result<Vec<Pending>, CudaError> {
-        let n = w.nodes.iter().filter(|&&id| self.ctx.get(id).op == Op::MulMat).count();
-        let (products, adds) = w.nodes.split_at(n);
+        let (products, adds) = w.products_and_adds(self.ctx);
         let weights = |id: TensorId| self.ctx.get(id).src[0].expect("weights");
         let w0 = self.ctx.get(weights(products[0]));
         let entry = row_of(w0.dtype)

@@ -92,8 +92,7 @@ pub fn fusable(ctx: &Context, w: &Window, plan_of: &HashMap<TensorId, NodePlan>)
             // One column each, every product on the int8 path (the kernel is MMVQ's
             // one-column loop), outputs contiguous; each bias ADD an F32 row of the product's
             // length added to it.
-            let n = w.nodes.iter().filter(|&&n| ctx.get(n).op == Op::MulMat).count();
-            let (products, adds) = w.nodes.split_at(n);
+            let (products, adds) = w.products_and_adds(ctx);
             let column = |d: &tessera_tensor::graph::TensorDesc| {
                 d.ne[1] == 1 && d.ne[2] * d.ne[3] == 1 && d.dtype == DType::F32 && d.nb[0] == 4
             };
@@ -106,7 +105,7 @@ pub fn fusable(ctx: &Context, w: &Window, plan_of: &HashMap<TensorId, NodePlan>)
                         b.dtype == DType::F32 && b.ne == [dp.ne[0], 1, 1, 1] && b.nb[0] == 4
                     })
             });
-            (adds.is_empty() || adds.len() == n)
+            (adds.is_empty() || adds.len() == products.len())
                 && biased
                 && products.iter().all(|&p| {
                     plan_of.get(&p).is_some_and(|pl| pl.kernel == Kernel::MulMat(MatmulPath::Mmvq))

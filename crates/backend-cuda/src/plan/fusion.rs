@@ -49,6 +49,15 @@ pub struct Window {
     pub nodes: Vec<TensorId>,
 }
 
+impl Window {
+    /// A product group's products, then its bias ADDs (none without biases): the split the
+    /// plan checks and the executor launches.
+    pub fn products_and_adds(&self, ctx: &Context) -> (&[TensorId], &[TensorId]) {
+        let n = self.nodes.iter().filter(|&&id| ctx.get(id).op == Op::MulMat).count();
+        self.nodes.split_at(n)
+    }
+}
+
 /// How many nodes of `nodes` read each tensor (as a source).
 fn readers(ctx: &Context, nodes: &[TensorId]) -> std::collections::HashMap<TensorId, usize> {
     let mut n = std::collections::HashMap::new();
