@@ -139,6 +139,11 @@ __device__ __forceinline__ u32 rd32(const u8 *p) {
     return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 
+// Eight bytes as two words (an 8-byte-aligned load).
+struct alignas(8) u32x2 {
+    u32 x, y;
+};
+
 // Sixteen bytes as four little-endian words: one 128-bit load where p is 16-byte aligned (the
 // KV cache's rows are), else four rd32.
 struct alignas(16) u32x4 {

@@ -15,6 +15,17 @@ __device__ __forceinline__ i32 ld_w32(const u8 *p) {
     return (i32)((u32)*(const u16 *)p | ((u32)*(const u16 *)(p + 2) << 16));
 }
 __device__ __forceinline__ u16 ld_w16(const u8 *p) { return *(const u16 *)p; }
+// Words of types whose block size is a multiple of 4 (Q4_1, Q5_1, Q2_K, IQ4_XS) or of 16 (Q4_K,
+// Q5_K): in rows that start on such a boundary their words are 4-byte (8-byte) aligned, read
+// with one load where ld_w32 takes two (llama.cpp's MMVQ reads Q4_K with 4-byte loads). The
+// type table's `load_align` says which; the executor checks each weight's address and strides
+// against it before it launches these kernels.
+__device__ __forceinline__ i32 ld_a32(const u8 *p) { return *(const i32 *)p; }
+__device__ __forceinline__ void ld_a64(const u8 *p, i32 &lo, i32 &hi) {
+    const u32x2 v = *(const u32x2 *)p;
+    lo = (i32)v.x;
+    hi = (i32)v.y;
+}
 // Q8_1 activation bytes: their blocks (36 bytes) start 4-byte aligned in the scratch arena.
 __device__ __forceinline__ i32 ld_y32(const u8 *p) { return *(const i32 *)p; }
 __device__ __forceinline__ u16 ld_y16(const u8 *p) { return *(const u16 *)p; }
@@ -59,7 +70,7 @@ __device__ __forceinline__ float vdot_q5_0(const u8 *b, int, const u8 *y, int pa
 }
 
 __device__ __forceinline__ float vdot_q4_1(const u8 *b, int, const u8 *y, int part) {
-    const i32 q = ld_w32(b + 4 + 4 * part);
+    const i32 q = ld_a32(b + 4 + 4 * part);
     const int s = dot_halves(q & 0x0F0F0F0F, (q >> 4) & 0x0F0F0F0F, y, part);
     // sum((d q + m) y) = d sum(q y) + m sum(y); the block's m sum(y) = m s_y, a quarter per
     // lane.
@@ -68,7 +79,7 @@ __device__ __forceinline__ float vdot_q4_1(const u8 *b, int, const u8 *y, int pa
 }
 __device__ __forceinline__ float vdot_q5_1(const u8 *b, int, const u8 *y, int part) {
     i32 lo, hi;
-    q5_bits((u32)ld_w32(b + 4), ld_w32(b + 8 + 4 * part), part, lo, hi);
+    q5_bits((u32)ld_a32(b + 4), ld_a32(b + 8 + 4 * part), part, lo, hi);
     const int s = dot_halves(lo, hi, y, part);
     const float dy = h2f(ld_y16(y)), sy = h2f(ld_y16(y + 2));
     return h2f(ld_w16(b)) * dy * s + h2f(ld_w16(b + 2)) * sy * 0.25f;
@@ -100,7 +111,7 @@ __device__ __forceinline__ i32 q8_sum(const u8 *y, int part) {
 __device__ __forceinline__ float vdot_q2_k(const u8 *b, int j, const u8 *y, int part) {
     const u8 *q = b + 16 + 32 * (j / 4) + 8 * part;
     const int sh = 2 * (j % 4);
-    const i32 a0 = (ld_w32(q) >> sh) & 0x03030303, a1 = (ld_w32(q + 4) >> sh) & 0x03030303;
+    const i32 a0 = (ld_a32(q) >> sh) & 0x03030303, a1 = (ld_a32(q + 4) >> sh) & 0x03030303;
     const int s = dot_run(a0, a1, y, part);
     const u8 sc = b[2 * j + part / 2];
     const float dy = h2f(ld_y16(y));
@@ -122,24 +133,36 @@ __device__ __forceinline__ float vdot_q3_k(const u8 *b, int j, const u8 *y, int 
     return h2f(ld_w16(b + 108)) * sc * h2f(ld_y16(y)) * (float)(s - 4 * q8_sum(y, part));
 }
 // Q4_K's and Q5_K's sub-block j of the block at b applied to its integer sum s against the
-// Q8_1 part at y: d * scale * s - dmin * min * (the part's sum), times the part's scale.
+// Q8_1 part at y: d * scale * s - dmin * min * (the part's sum), times the part's scale. The
+// 16-byte header (d, dmin, scales[12]) is read with two 8-byte loads (load_align 8), where
+// byte loads took up to six; the 6-bit scale and min as k4_scale_min unpacks them.
 __device__ __forceinline__ float k4_apply(const u8 *b, int j, int s, const u8 *y, int part) {
-    int sc, mn;
-    k4_scale_min(j, b + 4, &sc, &mn);
+    i32 h0, h1, h2, h3;
+    ld_a64(b, h0, h1);     // d, dmin; scales[0..3]
+    ld_a64(b + 8, h2, h3); // scales[4..7]; scales[8..11]
+    const int k = 8 * (j & 3);
+    const int s0 = ((u32)h1 >> k) & 255, s1 = ((u32)h2 >> k) & 255, s2 = ((u32)h3 >> k) & 255;
+    const int sc = j < 4 ? s0 & 63 : (s2 & 15) | ((s0 >> 6) << 4);
+    const int mn = j < 4 ? s1 & 63 : (s2 >> 4) | ((s1 >> 6) << 4);
     const float dy = h2f(ld_y16(y));
-    return dy * (h2f(ld_w16(b)) * sc * s - h2f(ld_w16(b + 2)) * mn * q8_sum(y, part));
+    return dy * (h2f((u16)h0) * sc * s - h2f((u16)((u32)h0 >> 16)) * mn * q8_sum(y, part));
 }
 __device__ __forceinline__ float vdot_q4_k(const u8 *b, int j, const u8 *y, int part) {
     const u8 *q = b + 16 + 32 * (j / 2) + 8 * part;
     const int sh = 4 * (j % 2);
-    const i32 a0 = (ld_w32(q) >> sh) & 0x0F0F0F0F, a1 = (ld_w32(q + 4) >> sh) & 0x0F0F0F0F;
+    i32 w0, w1;
+    ld_a64(q, w0, w1);
+    const i32 a0 = (w0 >> sh) & 0x0F0F0F0F, a1 = (w1 >> sh) & 0x0F0F0F0F;
     return k4_apply(b, j, dot_run(a0, a1, y, part), y, part);
 }
 __device__ __forceinline__ float vdot_q5_k(const u8 *b, int j, const u8 *y, int part) {
     const u8 *q = b + 48 + 32 * (j / 2) + 8 * part, *qh = b + 16 + 8 * part;
     const int sh = 4 * (j % 2);
-    const i32 a0 = ((ld_w32(q) >> sh) & 0x0F0F0F0F) | (((ld_w32(qh) >> j) & 0x01010101) << 4);
-    const i32 a1 = ((ld_w32(q + 4) >> sh) & 0x0F0F0F0F) | (((ld_w32(qh + 4) >> j) & 0x01010101) << 4);
+    i32 w0, w1, h0, h1;
+    ld_a64(q, w0, w1);
+    ld_a64(qh, h0, h1);
+    const i32 a0 = ((w0 >> sh) & 0x0F0F0F0F) | (((h0 >> j) & 0x01010101) << 4);
+    const i32 a1 = ((w1 >> sh) & 0x0F0F0F0F) | (((h1 >> j) & 0x01010101) << 4);
     return k4_apply(b, j, dot_run(a0, a1, y, part), y, part);
 }
 __device__ __forceinline__ float vdot_q6_k(const u8 *b, int j, const u8 *y, int part) {
@@ -156,7 +179,7 @@ __device__ __forceinline__ float vdot_q6_k(const u8 *b, int j, const u8 *y, int 
     return h2f(ld_w16(b + 208)) * sc * h2f(ld_y16(y)) * (float)(s - 32 * q8_sum(y, part));
 }
 __device__ __forceinline__ float vdot_iq4_xs(const u8 *b, int j, const u8 *y, int part) {
-    const i32 q = ld_w32(b + 8 + 16 * j + 4 * part);
+    const i32 q = ld_a32(b + 8 + 16 * j + 4 * part);
     const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (((ld_w16(b + 2) >> (2 * j)) & 3) << 4);
     const int s = dot_halves(lut4(KV_IQ4NL, q, 0), lut4(KV_IQ4NL, q, 4), y, part);
     return h2f(ld_w16(b)) * (ls - 32) * h2f(ld_y16(y)) * s;

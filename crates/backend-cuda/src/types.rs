@@ -49,6 +49,11 @@ pub struct TypeRow {
     pub mmq: Option<&'static str>,
     /// MUL_MAT_ID's int8 tensor-core kernel for batches (`mmq_id_*`), beside [`mmq`](Self::mmq).
     pub mmq_id: Option<&'static str>,
+    /// The alignment (bytes) the int8 matrix-vector kernels' block reads assume of every block
+    /// start (`ld_w32`: 2, `ld_a32`: 4, `ld_a64`: 8, MXFP4's byte reads: 1): a divisor of the
+    /// block size, so a weight whose address and row (and expert) strides are multiples of it
+    /// has every block aligned; the executor checks that before it launches them.
+    pub load_align: usize,
 }
 
 const fn row(dtype: DType, cuh: &'static str, class: Class) -> TypeRow {
@@ -64,6 +69,7 @@ const fn row(dtype: DType, cuh: &'static str, class: Class) -> TypeRow {
         mmvq_group: None,
         mmq: None,
         mmq_id: None,
+        load_align: 2,
     }
 }
 
@@ -94,6 +100,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_group: Some("mmvq_group_q4_1"),
         mmq: Some("mmq_q4_1"),
         mmq_id: Some("mmq_id_q4_1"),
+        load_align: 4,
         ..block(Q4_1, "T_Q4_1")
     },
     TypeRow {
@@ -114,6 +121,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_group: Some("mmvq_group_q5_1"),
         mmq: Some("mmq_q5_1"),
         mmq_id: Some("mmq_id_q5_1"),
+        load_align: 4,
         ..block(Q5_1, "T_Q5_1")
     },
     TypeRow {
@@ -133,6 +141,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_group: Some("mmvq_group_q2_k"),
         mmq: Some("mmq_q2_k"),
         mmq_id: Some("mmq_id_q2_k"),
+        load_align: 4,
         ..block(Q2_K, "T_Q2_K")
     },
     TypeRow {
@@ -151,6 +160,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_group: Some("mmvq_group_q4_k"),
         mmq: Some("mmq_q4_k"),
         mmq_id: Some("mmq_id_q4_k"),
+        load_align: 8,
         ..block(Q4_K, "T_Q4_K")
     },
     TypeRow {
@@ -160,6 +170,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_group: Some("mmvq_group_q5_k"),
         mmq: Some("mmq_q5_k"),
         mmq_id: Some("mmq_id_q5_k"),
+        load_align: 8,
         ..block(Q5_K, "T_Q5_K")
     },
     TypeRow {
@@ -187,6 +198,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_group: Some("mmvq_group_iq4_xs"),
         mmq: Some("mmq_iq4_xs"),
         mmq_id: Some("mmq_id_iq4_xs"),
+        load_align: 4,
         ..block(IQ4_XS, "T_IQ4_XS")
     },
     TypeRow {
@@ -196,6 +208,7 @@ pub const TYPES: &[TypeRow] = &[
         mmvq_group: Some("mmvq_group_mxfp4"),
         mmq: Some("mmq_mxfp4"),
         mmq_id: Some("mmq_id_mxfp4"),
+        load_align: 1,
         ..block(MXFP4, "T_MXFP4")
     },
     row(I32, "T_I32", Class::Index),
@@ -287,6 +300,16 @@ mod tests {
                     qk == 32 || qk == 256,
                     "{t}: the int8 kernels take 32- or 256-value blocks"
                 );
+                let a = r.load_align;
+                assert!(a.is_power_of_two() && t.type_size() % a == 0, "{t}: load_align {a}");
+                // The aligned reads are the type's own: ld_a64 for 8, ld_a32 for 4.
+                let vdot = file("vecdotq.cuh");
+                let name = format!("vdot_{}(", t.name().to_lowercase());
+                let at = vdot.find(&name).unwrap_or_else(|| panic!("{t}: no {name}"));
+                let end = vdot[at..].find("\n}").map_or(vdot.len(), |e| at + e);
+                let body = &vdot[at..end];
+                assert_eq!(body.contains("ld_a64("), a == 8, "{t}: load_align {a}, {name}");
+                assert_eq!(body.contains("ld_a32("), a == 4, "{t}: load_align {a}, {name}");
             }
             if r.mmv.is_some() {
                 assert_eq!(r.class, Class::Float, "{t}");

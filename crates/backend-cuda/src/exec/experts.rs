@@ -63,6 +63,7 @@ impl Resolver<'_> {
             ]
         };
         if path == MoePath::Mmvq {
+            self.check_block_alignment(wd.dtype, w.p, &[wd.nb[1] as i64, wd.nb[2] as i64])?;
             let mut args = args_with(ids.p);
             args.push((ids.nb[1] / 4).into());
             let rows = warps(nrows, 8);

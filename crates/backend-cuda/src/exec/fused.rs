@@ -118,6 +118,11 @@ impl Resolver<'_> {
             };
             *part = (self.arg(weights(p))?.p, wd.nb[1] as i64, out, bias, wd.ne[1] as i32);
         }
+        for p in &parts {
+            if p.4 > 0 {
+                self.check_block_alignment(w0.dtype, p.0, &[p.1])?;
+            }
+        }
         let mut args = vec![Arg::Ptr(yq), (nblocks as i32).into()];
         args.extend(parts.iter().map(|p| Arg::Ptr(p.0)));
         args.extend(parts.iter().map(|p| Arg::from(p.1)));
@@ -156,9 +161,12 @@ impl Resolver<'_> {
         let Op::Glu { op, .. } = self.ctx.get(glu).op else {
             return Err(CudaError::Driver("a GateUpGlu window without its GLU".into()));
         };
+        let (pg, pu) = (self.arg(weights(g))?.p, self.arg(weights(u))?.p);
+        self.check_block_alignment(wd.dtype, pg, &[wd.nb[1] as i64])?;
+        self.check_block_alignment(wu.dtype, pu, &[wu.nb[1] as i64])?;
         let args = vec![
-            Arg::Ptr(self.arg(weights(g))?.p),
-            Arg::Ptr(self.arg(weights(u))?.p),
+            Arg::Ptr(pg),
+            Arg::Ptr(pu),
             Arg::Ptr(yq),
             Arg::Ptr(dst.p),
             (nrows as i32).into(),

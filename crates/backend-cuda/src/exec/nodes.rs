@@ -50,6 +50,28 @@ pub(crate) struct Resolver<'a> {
 }
 
 impl Resolver<'_> {
+    /// The int8 matrix-vector kernels read `dtype`'s blocks with loads of the type table's
+    /// `load_align` bytes: weights at address `p` with row (and expert) strides `strides` must
+    /// keep every block start that aligned. Tensors the loader and the graph allocator place
+    /// always do; a view at an odd offset is an error here rather than a misaligned load on the
+    /// GPU.
+    pub(super) fn check_block_alignment(
+        &self,
+        dtype: tessera_tensor::DType,
+        p: u64,
+        strides: &[i64],
+    ) -> Result<(), CudaError> {
+        let align = row_of(dtype).map_or(1, |r| r.load_align) as u64;
+        let off = strides.iter().fold(p, |m, &s| m | s as u64) % align;
+        if off != 0 {
+            return Err(CudaError::Driver(format!(
+                "{dtype} weights at {p:#x} with strides {strides:?}: the int8 matrix-vector \
+                 kernels need their blocks {align}-byte aligned"
+            )));
+        }
+        Ok(())
+    }
+
     /// Warps a row of the int8 matrix-vector kernels takes for rows of `nblocks` 32-value
     /// blocks (one where `mmvq-split` is off).
     pub(super) fn warps_per_row(&self, nblocks: usize) -> usize {
@@ -469,6 +491,7 @@ impl Resolver<'_> {
                 let mut v: Vec<Pending> = quantize.into_iter().collect();
                 let Some(split) = split else {
                     // MMVQ: each row over `wpr` warps.
+                    self.check_block_alignment(wd.dtype, w.p, &[row_bytes])?;
                     let wpr = self.warps_per_row(nblocks);
                     mm.push((wpr as i32).into());
                     let cfg = warps(nrows * wpr, 8);
