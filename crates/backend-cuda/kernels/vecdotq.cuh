@@ -29,6 +29,12 @@ __device__ __forceinline__ void ld_a64(const u8 *p, i32 &lo, i32 &hi) {
 // Q8_1 activation bytes: their blocks (36 bytes) start 4-byte aligned in the scratch arena.
 __device__ __forceinline__ i32 ld_y32(const u8 *p) { return *(const i32 *)p; }
 __device__ __forceinline__ u16 ld_y16(const u8 *p) { return *(const u16 *)p; }
+// A Q8_1 block's scale d and d * sum (its first four bytes) with one load.
+__device__ __forceinline__ void ld_y_ds(const u8 *y, float &dy, float &sy) {
+    const u32 w = (u32)ld_y32(y);
+    dy = h2f((u16)w);
+    sy = h2f((u16)(w >> 16));
+}
 
 // The lane's integer dot with Q8_1 block y when its four bytes `lo` are values 4*part..+3 and
 // `hi` values 16+4*part..+3 (the nibble halves of the 32-value types).
@@ -45,7 +51,8 @@ __device__ __forceinline__ float vdot_q4_0(const u8 *b, int, const u8 *y, int pa
     const int s = dot_halves(q & 0x0F0F0F0F, (q >> 4) & 0x0F0F0F0F, y, part);
     // sum((q - 8) * y) = sum(q * y) - 8 * sum(y); sum(y) of this part is s_y / d_y, taken
     // once per block as (8 / 4) * s for each of the 4 lanes.
-    const float dy = h2f(ld_y16(y)), sy = h2f(ld_y16(y + 2));
+    float dy, sy;
+    ld_y_ds(y, dy, sy);
     return h2f(ld_w16(b)) * (s * dy - 2.0f * sy);
 }
 __device__ __forceinline__ float vdot_q8_0(const u8 *b, int, const u8 *y, int part) {
@@ -65,7 +72,8 @@ __device__ __forceinline__ float vdot_q5_0(const u8 *b, int, const u8 *y, int pa
     i32 lo, hi;
     q5_bits((u32)ld_w32(b + 2), ld_w32(b + 6 + 4 * part), part, lo, hi);
     const int s = dot_halves(lo, hi, y, part);
-    const float dy = h2f(ld_y16(y)), sy = h2f(ld_y16(y + 2));
+    float dy, sy;
+    ld_y_ds(y, dy, sy);
     return h2f(ld_w16(b)) * (s * dy - 4.0f * sy);
 }
 
@@ -74,14 +82,16 @@ __device__ __forceinline__ float vdot_q4_1(const u8 *b, int, const u8 *y, int pa
     const int s = dot_halves(q & 0x0F0F0F0F, (q >> 4) & 0x0F0F0F0F, y, part);
     // sum((d q + m) y) = d sum(q y) + m sum(y); the block's m sum(y) = m s_y, a quarter per
     // lane.
-    const float dy = h2f(ld_y16(y)), sy = h2f(ld_y16(y + 2));
+    float dy, sy;
+    ld_y_ds(y, dy, sy);
     return h2f(ld_w16(b)) * dy * s + h2f(ld_w16(b + 2)) * sy * 0.25f;
 }
 __device__ __forceinline__ float vdot_q5_1(const u8 *b, int, const u8 *y, int part) {
     i32 lo, hi;
     q5_bits((u32)ld_a32(b + 4), ld_a32(b + 8 + 4 * part), part, lo, hi);
     const int s = dot_halves(lo, hi, y, part);
-    const float dy = h2f(ld_y16(y)), sy = h2f(ld_y16(y + 2));
+    float dy, sy;
+    ld_y_ds(y, dy, sy);
     return h2f(ld_w16(b)) * dy * s + h2f(ld_w16(b + 2)) * sy * 0.25f;
 }
 // Four nibbles of q (low or high halves of its bytes) through a 16-entry table, as four i8.
