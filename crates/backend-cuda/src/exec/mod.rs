@@ -390,8 +390,11 @@ impl Executor {
         // SAFETY: the context is current (bound above); freed once, in `release`.
         let ptr = unsafe { result::malloc_sync(size) }
             .map_err(|e| CudaError::Driver(format!("scratch of {size} bytes: {e:?}")))?;
+        // Queued on the backend's own stream, so every kernel queued after it sees the zeros
+        // (the synchronous memset runs on the legacy default stream, which a non-blocking
+        // stream does not wait for).
         // SAFETY: the first COUNTERS bytes of the arena just allocated (size >= 64 KiB).
-        unsafe { result::memset_d8_sync(ptr, 0, COUNTERS) }
+        unsafe { result::memset_d8_async(ptr, 0, COUNTERS, gpu.stream.cu_stream()) }
             .map_err(|e| CudaError::Driver(format!("zeroing the row counters: {e:?}")))?;
         self.scratch = Scratch { ptr, size };
         Ok(())
