@@ -402,23 +402,33 @@ extern "C" __global__ void sum_rows_op(TT d, TT a) {
     if (threadIdx.x == 0) st(d, 0, i1, i2, i3, s);
 }
 
-// ARGMAX (I32 out): one warp per row, the first index of the largest value.
+// ARGMAX (I32 out): one block per row (a 128k vocabulary's logits are 512 KB: one warp streamed
+// them alone), the first index of the largest value.
 extern "C" __global__ void argmax_op(TT d, TT a) {
     pdl_start();
+    __shared__ float s_best[32];
+    __shared__ i64 s_at[32];
     const i64 r = blockIdx.x;
-    const int lane = threadIdx.x;
+    const int lane = threadIdx.x % WARP, w = threadIdx.x / WARP, nw = blockDim.x / WARP;
     float best = -INFINITY;
     i64 at = 0x7fffffffffffffffll;
-    for (i64 i = lane; i < a.ne[0]; i += WARP) {
+    for (i64 i = threadIdx.x; i < a.ne[0]; i += blockDim.x) {
         const float x = ld(a, i, r, 0, 0);
         if (x > best) { best = x; at = i; }
     }
+    // The largest, the first of equals: within each warp, then across the warps.
     for (int o = WARP / 2; o > 0; o >>= 1) {
         const float ob = __shfl_xor_sync(0xffffffffu, best, o);
         const i64 oa = __shfl_xor_sync(0xffffffffu, at, o);
         if (ob > best || (ob == best && oa < at)) { best = ob; at = oa; }
     }
-    if (lane == 0) *(i32 *)(d.p + r * d.nb[0]) = (i32)(at == 0x7fffffffffffffffll ? 0 : at);
+    if (lane == 0) { s_best[w] = best; s_at[w] = at; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int k = 1; k < nw; ++k)
+            if (s_best[k] > best || (s_best[k] == best && s_at[k] < at)) { best = s_best[k]; at = s_at[k]; }
+        *(i32 *)(d.p + r * d.nb[0]) = (i32)(at == 0x7fffffffffffffffll ? 0 : at);
+    }
 }
 
 // MUL_MAT: dst[i0, i1, i2, i3] = dot(a row i0 (broadcast over dims 2, 3), b row i1); one warp

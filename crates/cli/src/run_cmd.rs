@@ -393,6 +393,12 @@ fn one_shot(
             out.push(&model.vocab.token_to_piece(t, false));
         }
     }
+    // Plain greedy decoding (nothing banned, masked or drafted) takes each token's argmax where
+    // the logits are (on a GPU, one token read back instead of a vocabulary of floats).
+    if sampler.is_argmax_only() && !a.ignore_eos && matcher.is_none() && spec.is_none() {
+        ctx.set_argmax_outputs(true).map_err(|e| anyhow::anyhow!("{e}"))?;
+        tracing::debug!("greedy decoding: each token's argmax taken in the graph");
+    }
     let mut generator = Generator::new(&mut ctx, &mut sampler, 0, n_past);
     if a.ignore_eos {
         generator = generator.ban(model.vocab.eog_tokens());

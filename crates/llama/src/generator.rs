@@ -57,12 +57,21 @@ impl<'a, 'm> Generator<'a, 'm> {
     }
 
     /// Samples the next token from the logits of the last evaluated token and adds it to the
-    /// sampler's history; the caller decides whether to [`feed`](Self::feed) it back.
+    /// sampler's history; the caller decides whether to [`feed`](Self::feed) it back. With the
+    /// context's argmax outputs ([`LlamaContext::set_argmax_outputs`]) the computed argmax is
+    /// the token where the step is a plain argmax (nothing banned, a greedy chain).
     ///
     /// # Panics
-    /// Before anything was evaluated ([`prompt`](Self::prompt) first).
+    /// Before anything was evaluated ([`prompt`](Self::prompt) first), and with argmax outputs
+    /// where the step needs the logits (bans, another chain).
     pub fn sample(&mut self) -> u32 {
         let last = self.last.expect("Generator::sample before any prompt was evaluated");
+        if let Some(argmax) = self.ctx.argmax_ith(last) {
+            return self
+                .sampler
+                .take_argmax(argmax)
+                .expect("argmax outputs with a sampler that needs the logits");
+        }
         let logits = self.ctx.logits_ith(last).expect("the last token of a batch has logits");
         self.sampler.sample(logits).token
     }

@@ -393,7 +393,7 @@ impl Resolver<'_> {
             }
             Kernel::Argmax => {
                 let r = self.ctx.get(d.src[0].expect("a source")).ne[1];
-                one("argmax_op", per_row(r, 32), vec![dst.into(), a.into()])
+                one("argmax_op", per_row(r, 256), vec![dst.into(), a.into()])
             }
         })
     }

@@ -25,8 +25,8 @@ struct Inputs {
     kv: KvInputs,
 }
 
-/// (tokens, outputs, cells read, observing, embeddings input).
-type GraphKey = (usize, usize, usize, bool, bool);
+/// (tokens, outputs, cells read, observing, embeddings input, argmax outputs).
+type GraphKey = (usize, usize, usize, bool, bool, bool);
 
 /// A micro-batch's graph, scheduled and allocated: kept for the next micro-batch of the same
 /// shape (llama.cpp's graph reuse), which only writes new input values.
@@ -37,6 +37,7 @@ pub(super) struct Prepared {
     pub(super) schedule: Schedule,
     bindings: Bindings,
     inp: Inputs,
+    /// The logits, or their argmax (I32, one a row) with argmax outputs.
     logits: TensorId,
     outputs: Vec<TensorId>,
 }
@@ -57,7 +58,14 @@ impl LlamaContext<'_> {
             out_idx.push(n_tok as i32 - 1);
         }
         let n_kv = self.kv.n_kv();
-        let key = (n_tok, out_idx.len(), n_kv, !self.observe.is_empty(), batch.is_embd());
+        let key = (
+            n_tok,
+            out_idx.len(),
+            n_kv,
+            !self.observe.is_empty(),
+            batch.is_embd(),
+            self.argmax_outputs,
+        );
         let t0 = std::time::Instant::now();
         let (prepared, reused) = match self.prev.take() {
             Some(p) if self.params.graph_reuse && p.key == key => {
@@ -74,7 +82,7 @@ impl LlamaContext<'_> {
 
     /// Builds, schedules and allocates the graph of a micro-batch of shape `key`.
     fn build_graph(&mut self, key: GraphKey) -> Result<Prepared> {
-        let (n_tok, n_out, n_kv, _, embd) = key;
+        let (n_tok, n_out, n_kv, _, embd, argmax) = key;
         let model = self.model;
         let hp = &model.hparams;
         let kv_size = self.kv.size();
@@ -129,6 +137,8 @@ impl LlamaContext<'_> {
                 ),
             });
         }
+        // With argmax outputs the graph ends on ARGMAX (the logits stay an intermediate).
+        let logits = if argmax { ctx.argmax(logits)? } else { logits };
         let mut outputs = vec![logits];
         if !self.observe.is_empty() {
             let watched: Vec<TensorId> = ctx
@@ -195,7 +205,13 @@ impl LlamaContext<'_> {
         let t_inputs = std::time::Instant::now();
         self.sched.compute(ctx, &p.schedule, bindings)?;
         let t_computed = std::time::Instant::now();
-        if keep {
+        if keep && p.key.5 {
+            let n = ctx.get(p.logits).n_elements();
+            self.argmax_raw.resize(4 * n, 0);
+            bindings.read(ctx, p.logits, &mut self.argmax_raw)?;
+            let ids = self.argmax_raw.chunks_exact(4);
+            self.argmax.extend(ids.map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u32));
+        } else if keep {
             bindings.append_f32(ctx, p.logits, &mut self.logits)?;
         }
         tracing::trace!(

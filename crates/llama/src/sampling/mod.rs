@@ -378,6 +378,12 @@ impl SamplerChain {
         self
     }
 
+    /// Whether the chain is exactly [`greedy`](Self::greedy)'s: its token is the logits'
+    /// argmax, whatever came before (so an argmax computed elsewhere, on the device, is it).
+    pub fn is_argmax_only(&self) -> bool {
+        self.argmax_only
+    }
+
     /// Plain argmax.
     pub fn greedy() -> Self {
         let mut chain = SamplerChain::new().push(Greedy);

@@ -96,6 +96,21 @@ impl<C: BorrowMut<SamplerChain>> SeqSampler<C> {
         }
     }
 
+    /// Takes `argmax`, the step's logits' argmax computed elsewhere (a context's argmax
+    /// outputs), as the step's token where [`sample`](Self::sample) would have chosen it: a
+    /// forced token first, else with nothing banned and a chain that is a plain argmax. `None`,
+    /// changing nothing, where the step needs the logits themselves.
+    pub fn take_argmax(&mut self, argmax: u32) -> Option<u32> {
+        let chain = self.chain.borrow_mut();
+        let token = match self.forced.pop_front() {
+            Some(t) => t,
+            None if self.banned.is_empty() && chain.is_argmax_only() => argmax,
+            None => return None,
+        };
+        chain.accept(token);
+        Some(token)
+    }
+
     /// Takes the step over `logits`, masked by `mask` if given (module docs); the mask's
     /// error stops it before a token is chosen, or after the chain took it.
     pub fn sample_masked<'s, M: TokenMask>(
@@ -179,6 +194,22 @@ mod tests {
         assert_eq!(even.seen, vec![4, 2]);
         let mut failing = Even { seen: Vec::new(), fail_at: 4 };
         assert_eq!(s.sample_masked(&logits, Some(&mut failing)).unwrap_err(), "no rule takes 4");
+    }
+
+    /// An argmax computed elsewhere is taken only where `sample` would take it: a greedy
+    /// chain with nothing banned; a forced token still comes first; otherwise `None`.
+    #[test]
+    fn an_outside_argmax_only_for_a_plain_greedy_step() {
+        use crate::sampling::{Penalties, SamplerChain};
+        let mut s = SeqSampler::new(SamplerChain::greedy());
+        assert_eq!(s.take_argmax(7), Some(7));
+        s.force([3]);
+        assert_eq!(s.take_argmax(7), Some(3), "the forced token first");
+        assert_eq!(s.take_argmax(7), Some(7));
+        s.ban([9]);
+        assert_eq!(s.take_argmax(7), None, "bans need the logits");
+        let mut p = SeqSampler::new(SamplerChain::new().push(Penalties::new(64, 1.0, 0.0, 10.0)));
+        assert_eq!(p.take_argmax(7), None, "another chain needs the logits");
     }
 
     #[test]
