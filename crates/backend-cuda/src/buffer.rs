@@ -121,9 +121,9 @@ impl Buffer for CudaBuffer {
         self.gpu.bind().map_err(|e| self.driver_error("bind", e))?;
         let stream = self.gpu.stream.cu_stream();
         let src = self.ptr + offset as u64;
-        let wait = || self.wait().map_err(|e| e.to_string());
-        let staged = self.gpu.staging.read(src, out, stream, wait).map_err(|e| {
-            BackendError::Kernel { backend: self.gpu.name.clone(), message: format!("read: {e}") }
+        let staged = self.gpu.staging.read(src, out).map_err(|e| BackendError::Kernel {
+            backend: self.gpu.name.clone(),
+            message: format!("read: {e}"),
         })?;
         if staged {
             return Ok(());

@@ -65,7 +65,7 @@ impl Gpu {
         Ok(Gpu {
             name: format!("CUDA{ordinal}"),
             info,
-            staging: Staging::new(ctx.clone()),
+            staging: Staging::new(ctx.clone(), stream.clone()),
             ctx,
             stream,
             blas,

@@ -7,7 +7,7 @@
 //! inputs, a token id) go straight, as before. Where page-locked memory cannot be had, every
 //! read goes straight (after one warning).
 
-use cudarc::driver::{result, CudaContext};
+use cudarc::driver::{result, CudaContext, CudaStream};
 use std::sync::{Arc, Mutex};
 
 /// The smallest read that goes through the page-locked block.
@@ -27,6 +27,8 @@ unsafe impl Send for Block {}
 /// Page-locked host memory of one GPU's context (see the module docs).
 pub(crate) struct Staging {
     ctx: Arc<CudaContext>,
+    /// The stream the reads are queued on (the GPU's one stream).
+    stream: Arc<CudaStream>,
     block: Mutex<Block>,
 }
 
@@ -39,24 +41,18 @@ impl std::fmt::Debug for Staging {
 
 impl Staging {
     /// No block yet (allocated on the first large read).
-    pub(crate) fn new(ctx: Arc<CudaContext>) -> Staging {
+    pub(crate) fn new(ctx: Arc<CudaContext>, stream: Arc<CudaStream>) -> Staging {
         Staging {
             ctx,
+            stream,
             block: Mutex::new(Block { ptr: std::ptr::null_mut(), size: 0, failed: false }),
         }
     }
 
     /// Reads `out.len()` bytes at device address `src` into `out` through the block: queues
-    /// the copy on `stream`, then `wait` (which drains the stream) before the block is read.
-    /// Returns `false`, having done nothing, where the read is small or no block can be had:
-    /// the caller reads straight.
-    pub(crate) fn read(
-        &self,
-        src: u64,
-        out: &mut [u8],
-        stream: cudarc::driver::sys::CUstream,
-        wait: impl FnOnce() -> Result<(), String>,
-    ) -> Result<bool, String> {
+    /// the copy on the stream and drains it before the block is read. Returns `false`, having
+    /// done nothing, where the read is small or no block can be had: the caller reads straight.
+    pub(crate) fn read(&self, src: u64, out: &mut [u8]) -> Result<bool, String> {
         if out.len() < STAGED_MIN {
             return Ok(false);
         }
@@ -80,12 +76,13 @@ impl Staging {
             }
         }
         // SAFETY: the block holds at least out.len() bytes (above) and is not read or freed
-        // until the stream has drained (`wait`), all under the lock.
+        // until the stream has drained (below), all under the lock.
         let staged = unsafe { std::slice::from_raw_parts_mut(b.ptr, out.len()) };
         // SAFETY: `src` .. + len lies in a live device allocation (the caller checked the
         // range); `staged` is page-locked host memory of that length.
-        unsafe { result::memcpy_dtoh_async(staged, src, stream) }.map_err(|e| format!("{e:?}"))?;
-        wait()?;
+        unsafe { result::memcpy_dtoh_async(staged, src, self.stream.cu_stream()) }
+            .map_err(|e| format!("{e:?}"))?;
+        self.stream.synchronize().map_err(|e| format!("stream synchronize: {e:?}"))?;
         out.copy_from_slice(staged);
         Ok(true)
     }

@@ -17,14 +17,9 @@ fn model(dir: &std::path::Path) -> Model {
     Model::load(&path, tessera_backend_cpu::CpuDevice::shared()).unwrap()
 }
 
+/// The greedy sampler's token for `logits` (the first largest).
 fn first(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
+    SamplerChain::greedy().sample(logits)
 }
 
 #[test]

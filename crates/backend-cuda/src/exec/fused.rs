@@ -18,8 +18,7 @@ impl Resolver<'_> {
         q8: Option<Q8Input>,
         q8_out: Option<u64>,
     ) -> Result<Vec<Pending>, CudaError> {
-        let q8_addr = q8_out;
-        let q8_out = Arg::Ptr(q8_out.unwrap_or(0));
+        let q8_arg = Arg::Ptr(q8_out.unwrap_or(0));
         // The norm windows: the RMS_NORM's epsilon and the rows of its source.
         let norm_of = |norm: TensorId| {
             let d = self.ctx.get(norm);
@@ -30,7 +29,7 @@ impl Resolver<'_> {
             Ok((eps, a.ne[1] * a.ne[2] * a.ne[3]))
         };
         let (entry, rows, args) = match w.kind {
-            FusionKind::GateUpGlu => return self.gate_up_glu(w, q8, q8_addr),
+            FusionKind::GateUpGlu => return self.gate_up_glu(w, q8, q8_out),
             FusionKind::ProductGroup => return self.product_group(w, q8),
             FusionKind::AttnInputs => {
                 let (rq, rk, sk, sv) = (w.nodes[0], w.nodes[1], w.nodes[3], w.nodes[4]);
@@ -71,7 +70,7 @@ impl Resolver<'_> {
                     self.src(norm, 0)?.into(),
                     self.src(mul, 1)?.into(),
                     eps.into(),
-                    q8_out,
+                    q8_arg,
                 ];
                 ("rms_norm_mul_op", rows, args)
             }
@@ -85,7 +84,7 @@ impl Resolver<'_> {
                     self.arg(mul)?.into(),
                     self.src(mul, 1)?.into(),
                     eps.into(),
-                    q8_out,
+                    q8_arg,
                 ];
                 ("add_rms_norm_mul_op", rows, args)
             }
@@ -116,12 +115,9 @@ impl Resolver<'_> {
                 Some(&a) => (self.arg(a)?.p, self.src(a, 1)?.p),
                 None => (self.arg(p)?.p, 0),
             };
-            *part = (self.arg(weights(p))?.p, wd.nb[1] as i64, out, bias, wd.ne[1] as i32);
-        }
-        for p in &parts {
-            if p.4 > 0 {
-                self.check_block_alignment(w0.dtype, p.0, &[p.1])?;
-            }
+            let wp = self.arg(weights(p))?.p;
+            self.check_block_alignment(wd.dtype, wp, &[wd.nb[1] as i64])?;
+            *part = (wp, wd.nb[1] as i64, out, bias, wd.ne[1] as i32);
         }
         let mut args = vec![Arg::Ptr(yq), (nblocks as i32).into()];
         args.extend(parts.iter().map(|p| Arg::Ptr(p.0)));
